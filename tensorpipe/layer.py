@@ -1,0 +1,206 @@
+"""TensorPipeLayer: a sequential list of Lingvo layers run as a GPipe pipeline over K devices.
+
+The L layers are cut into K cells (explicitly, or balanced by estimated cost); cell k and its variables
+live on device k. FProp splits the mini-batch into M micro-batches, runs F(k, t) in fill-drain order
+(see `schedule`), and joins the outputs on the last device. In training each F(k, t) is one
+`recomputation.Recomputed` op, so backprop re-computes the cell from its saved boundary input, and
+micro-batch t + 1 reads the weights passed on by micro-batch t (see `accumulation`), so weight gradients
+are summed as a running sum before Lingvo's learner applies them once per mini-batch.
+
+Variables are named `<layer>/<child layer>/...` whatever K is, so a checkpoint loads for any
+partitioning.
+"""
+
+from lingvo import compat as tf
+from lingvo.core import base_layer
+from lingvo.core import py_utils
+
+from tensorpipe import accumulation
+from tensorpipe import micro_batching
+from tensorpipe import partitioning
+from tensorpipe import placement
+from tensorpipe import recomputation
+from tensorpipe import schedule
+
+RECOMPUTE_MODES = ('always', 'except_last', 'never')
+
+
+def _ToTuple(x):
+  return tuple(x) if isinstance(x, (list, tuple)) else (x,)
+
+
+class TensorPipeLayer(base_layer.BaseLayer):
+  """Pipelines a sequence of layers over K devices with M micro-batches (GPipe)."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('partitions', None,
+             'Explicit cells: a list of K lists of layer Params; cell k runs on device k. '
+             'Set this or `layers`.')
+    p.Define('layers', None,
+             'Flat list of layer Params, cut automatically into `num_partitions` cells. '
+             'Set this or `partitions`.')
+    p.Define('num_partitions', None,
+             'K, the number of cells `layers` is cut into (only with `layers`).')
+    p.Define('cost_input_shapes', None,
+             'Shapes of the first layer\'s FProp inputs (list of lists), used to balance the cells '
+             'of `layers` by FPropMeta flops; None balances by layer count.')
+    p.Define('num_micro_batches', 1,
+             'M: each mini-batch is split into this many micro-batches; must divide the batch.')
+    p.Define('micro_batch_size', None,
+             'Examples per micro-batch; when set, M = batch / micro_batch_size (then leave '
+             'num_micro_batches at 1 or equal to that).')
+    p.Define('batch_dim', 0, 'The batch dimension of the inputs and outputs.')
+    p.Define('recompute', 'always',
+             "Backprop re-computation: 'always' (GPipe: keep only partition-boundary activations), "
+             "'except_last' (the last micro-batch keeps its activations), or 'never'.")
+    p.Define('devices', None,
+             'Optional list of K device strings overriding cluster.WorkerDeviceInModelSplit(k).')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    where = 'TensorPipeLayer %r' % p.name
+    if p.recompute not in RECOMPUTE_MODES:
+      raise ValueError('%s: recompute=%r is not one of %s' % (where, p.recompute, RECOMPUTE_MODES))
+    if not isinstance(p.batch_dim, int) or p.batch_dim < 0:
+      raise ValueError('%s: batch_dim must be a non-negative integer, got %r' % (where, p.batch_dim))
+    if p.micro_batch_size is None:
+      micro_batching.NumMicroBatches(None, p.num_micro_batches, None, where)
+    cells = self._Cells(where)
+    self._devices = placement.CellDevices(self.cluster, len(cells), p.devices, where)
+    self._cell_layers = []
+    for k, cell in enumerate(cells):
+      names = []
+      with tf.device(self._devices[k]):
+        for layer_params in cell:
+          self.CreateChild(layer_params.name, layer_params)
+          names.append(layer_params.name)
+      self._cell_layers.append(names)
+
+  def _Cells(self, where):
+    """The K lists of layer Params, from `partitions` or by splitting `layers`."""
+    p = self.params
+    if (p.partitions is None) == (p.layers is None):
+      raise ValueError('%s: set exactly one of `partitions` (explicit cells) and `layers` '
+                       '(cut into num_partitions cells)' % where)
+    if p.partitions is not None:
+      if p.num_partitions is not None and p.num_partitions != len(p.partitions):
+        raise ValueError('%s: num_partitions=%r but `partitions` lists %d cells' %
+                         (where, p.num_partitions, len(p.partitions)))
+      partitioning.CheckPartitions(p.partitions, where)
+      cells = [list(cell) for cell in p.partitions]
+    else:
+      if p.num_partitions is None:
+        raise ValueError('%s: `layers` needs num_partitions (the number of cells K)' % where)
+      cells = partitioning.SplitLayers(p.layers, p.num_partitions, p.cost_input_shapes, where)
+    seen = set()
+    for k, cell in enumerate(cells):
+      for layer_params in cell:
+        if not layer_params.name:
+          raise ValueError('%s: a layer of partition %d (%s) has no name; every layer needs a '
+                           'unique name' % (where, k, layer_params.cls.__name__))
+        if layer_params.name in seen:
+          raise ValueError('%s: layer name %r appears twice; layer names must be unique' %
+                           (where, layer_params.name))
+        seen.add(layer_params.name)
+    return [[layer_params.Copy() for layer_params in cell] for cell in cells]
+
+  @property
+  def num_partitions(self):
+    return len(self._cell_layers)
+
+  @property
+  def devices(self):
+    """The device string of each cell."""
+    return list(self._devices)
+
+  @property
+  def cell_layer_names(self):
+    """The names of the layers in each cell."""
+    return [list(names) for names in self._cell_layers]
+
+  def _CellFn(self, k):
+    """Forward function of cell k: (theta NestedMap, inputs tuple) -> outputs (a tuple if > 1)."""
+
+    def Fn(theta, args):
+      for name in self._cell_layers[k]:
+        args = self.children[name].FProp(theta[name], *_ToTuple(args))
+      return args
+
+    return Fn
+
+  def NumMicroBatches(self, batch_size):
+    """M for a mini-batch of `batch_size` examples (checked: divisible, 1 <= M <= batch)."""
+    p = self.params
+    return micro_batching.NumMicroBatches(batch_size, p.num_micro_batches, p.micro_batch_size,
+                                          'TensorPipeLayer %r' % p.name)
+
+  def Schedule(self, batch_size):
+    """The FillDrainSchedule FProp follows for a mini-batch of `batch_size` examples."""
+    return schedule.FillDrainSchedule(self.num_partitions, self.NumMicroBatches(batch_size))
+
+  def FProp(self, theta, *args):
+    """Runs the pipeline on `args` (tensors, tuples or NestedMaps) and returns the last cell's output."""
+    p = self.params
+    where = 'TensorPipeLayer %r' % p.name
+    batch = micro_batching.BatchSize(args, p.batch_dim, where)
+    num_micro = self.NumMicroBatches(batch)
+    sched = schedule.FillDrainSchedule(self.num_partitions, num_micro)
+    with tf.name_scope(p.name):
+      with tf.device(self._devices[0]):
+        if batch is None and num_micro > 1:
+          args = self._AssertDivisible(args, num_micro)
+        acts = micro_batching.Split(args, num_micro, p.batch_dim)
+      cell_theta = [
+          py_utils.NestedMap({name: theta[name] for name in names}) for names in self._cell_layers
+      ]
+      orders = [recomputation.ReplayOrder() for _ in range(self.num_partitions)]
+      for task in sched.ForwardOrder():
+        k, t = task.cell, task.micro_batch
+        scope = 'cell%d_mb%d' % (k, t)
+        if self.do_eval:
+          with tf.device(self._devices[k]), tf.name_scope(scope):
+            acts[t] = self._CellFn(k)(cell_theta[k], acts[t])
+          continue
+        recompute = p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1)
+        pass_theta = t < num_micro - 1
+        if recompute:
+          acts[t], next_theta = recomputation.Recomputed(
+              self._CellFn(k), cell_theta[k], acts[t], self._devices[k], scope, pass_theta,
+              orders[k], t)
+        else:
+          with tf.device(self._devices[k]), tf.name_scope(scope):
+            acts[t] = self._CellFn(k)(cell_theta[k], acts[t])
+          if pass_theta:
+            next_theta = accumulation.PassOn(
+                cell_theta[k], acts[t], self._devices[k], name=scope + '_pass_on')
+        if pass_theta:
+          cell_theta[k] = next_theta
+      with tf.device(self._devices[-1]):
+        out = micro_batching.Concat(acts, p.batch_dim, where)
+    return out
+
+  def _AssertDivisible(self, args, num_micro):
+    """Run-time check for a batch size unknown when the graph is built."""
+    p = self.params
+    first = [x for x in tf.nest.flatten(args) if micro_batching.IsBatched(x, p.batch_dim)][0]
+    batch = tf.shape(first)[p.batch_dim]
+    check = tf.debugging.assert_equal(
+        batch % num_micro, 0,
+        message='TensorPipeLayer %r: batch is not divisible by %d micro-batches' % (p.name, num_micro))
+    with tf.control_dependencies([check]):
+      return tf.nest.map_structure(lambda x: None if x is None else tf.identity(x), args)
+
+  @classmethod
+  def FPropMeta(cls, p, *args):
+    """Cost of the whole pipeline: the sum of its layers' FPropMeta (used by enclosing partitioners)."""
+    layer_params = list(p.layers) if p.layers is not None else [l for c in p.partitions for l in c]
+    flops, shapes = 0, args
+    for lp in layer_params:
+      meta = lp.cls.FPropMeta(lp, *shapes)
+      flops += meta.flops
+      shapes = tuple(meta.out_shapes)
+    return py_utils.NestedMap(flops=flops, out_shapes=shapes)

@@ -1,0 +1,119 @@
+"""Micro-batching: split a mini-batch of N examples into M micro-batches and join the outputs again.
+
+Inputs may be a tensor, a tuple/list, or a NestedMap whose fields may be None. Every tensor whose rank is
+larger than `batch_dim` is batched: all of them must agree on the batch size N, and each is split into M
+equal slices along `batch_dim`. Tensors of lower rank (e.g. a scalar) and None are given unchanged to every
+micro-batch.
+"""
+
+from lingvo import compat as tf
+from lingvo.core import py_utils
+
+
+def NumMicroBatches(batch_size, num_micro_batches=None, micro_batch_size=None, where='TensorPipeLayer'):
+  """Returns M for a mini-batch of `batch_size` examples, checking every value it is given.
+
+  Exactly one of `num_micro_batches` and `micro_batch_size` decides M; `batch_size` may be None when it
+  is only known when the graph runs (then M must come from `num_micro_batches`).
+  """
+  if micro_batch_size is not None:
+    if not isinstance(micro_batch_size, int) or micro_batch_size < 1:
+      raise ValueError('%s: micro_batch_size must be a positive integer, got %r' %
+                       (where, micro_batch_size))
+    if batch_size is None:
+      raise ValueError('%s: micro_batch_size=%d needs a static batch size, but the batch dimension '
+                       'is unknown when the graph is built; set num_micro_batches instead' %
+                       (where, micro_batch_size))
+    if batch_size % micro_batch_size:
+      raise ValueError('%s: batch %d is not divisible by micro_batch_size %d' %
+                       (where, batch_size, micro_batch_size))
+    m = batch_size // micro_batch_size
+    if num_micro_batches is not None and num_micro_batches != m:
+      raise ValueError('%s: num_micro_batches=%r and micro_batch_size=%d disagree for batch %d '
+                       '(that micro-batch size gives %d micro-batches); set only one of them' %
+                       (where, num_micro_batches, micro_batch_size, batch_size, m))
+    return m
+  if num_micro_batches is None:
+    raise ValueError('%s: set num_micro_batches or micro_batch_size' % where)
+  if not isinstance(num_micro_batches, int) or num_micro_batches < 1:
+    raise ValueError('%s: num_micro_batches must be an integer >= 1, got %r' % (where, num_micro_batches))
+  if batch_size is not None:
+    if num_micro_batches > batch_size:
+      raise ValueError('%s: num_micro_batches %d is larger than the batch %d' %
+                       (where, num_micro_batches, batch_size))
+    if batch_size % num_micro_batches:
+      raise ValueError('%s: batch %d is not divisible by %d micro-batches' %
+                       (where, batch_size, num_micro_batches))
+  return num_micro_batches
+
+
+def IsBatched(x, batch_dim):
+  return isinstance(x, tf.Tensor) and x.shape.rank is not None and x.shape.rank > batch_dim
+
+
+def _LeafNames(structure):
+  """Readable names of the leaves of `structure`, in tf.nest order (used in error messages)."""
+  if isinstance(structure, py_utils.NestedMap):
+    return ['.' + k for k, _ in structure.FlattenItems()]
+  return ['[%d]' % i for i in range(len(tf.nest.flatten(structure)))]
+
+
+def BatchSize(structure, batch_dim, where='TensorPipeLayer'):
+  """The batch size N shared by all batched tensors of `structure` (None if only known at run time).
+
+  Raises ValueError naming the disagreeing inputs when batch sizes differ, and when nothing is batched.
+  """
+  leaves = tf.nest.flatten(structure)
+  names = _LeafNames(structure)
+  sizes = []
+  for name, x in zip(names, leaves):
+    if x is not None and not isinstance(x, tf.Tensor):
+      raise TypeError('%s: input %s is a %s; inputs must be tensors, tuples or NestedMaps of tensors '
+                      '(None allowed)' % (where, name, type(x).__name__))
+    if IsBatched(x, batch_dim):
+      sizes.append((name, tf.compat.dimension_value(x.shape[batch_dim])))
+  if not sizes:
+    raise ValueError('%s: no input has a batch dimension %d to split into micro-batches' %
+                     (where, batch_dim))
+  known = {size for _, size in sizes if size is not None}
+  if len(known) > 1:
+    raise ValueError('%s: inputs disagree on the batch size along batch_dim %d: %s' %
+                     (where, batch_dim, ', '.join('%s=%s' % s for s in sizes)))
+  return known.pop() if known else None
+
+
+def Split(structure, num_micro_batches, batch_dim):
+  """Returns a list of M structures like `structure`, each holding one micro-batch."""
+  leaves = tf.nest.flatten(structure)
+  per_leaf = []
+  for x in leaves:
+    if IsBatched(x, batch_dim) and num_micro_batches > 1:
+      per_leaf.append(tf.split(x, num_micro_batches, axis=batch_dim))
+    else:
+      per_leaf.append([x] * num_micro_batches)
+  return [tf.nest.pack_sequence_as(structure, [parts[t] for parts in per_leaf])
+          for t in range(num_micro_batches)]
+
+
+def Concat(structures, batch_dim, where='TensorPipeLayer'):
+  """Joins M per-micro-batch output structures into one, concatenating along `batch_dim`.
+
+  Raises ValueError for an output that cannot be joined (a tensor without a batch dimension), since
+  silently picking one micro-batch's value would be wrong.
+  """
+  first = structures[0]
+  if len(structures) == 1:
+    return first
+  names = _LeafNames(first)
+  columns = zip(*[tf.nest.flatten(s) for s in structures])
+  joined = []
+  for name, column in zip(names, columns):
+    if column[0] is None:
+      joined.append(None)
+    elif IsBatched(column[0], batch_dim):
+      joined.append(tf.concat(list(column), axis=batch_dim))
+    else:
+      raise ValueError('%s: output %s has rank %s, so it has no batch dimension %d to concatenate '
+                       'micro-batches along; return per-example values instead' %
+                       (where, name, column[0].shape.rank, batch_dim))
+  return tf.nest.pack_sequence_as(first, joined)

@@ -1,0 +1,94 @@
+"""Placement: which device runs each cell, checked against the devices the cluster (and session) has.
+
+By default cell k runs on `cluster.WorkerDeviceInModelSplit(k)`, so the same params run on logical CPU
+devices, GPUs or TPU cores. Lingvo wraps that index around when the split has fewer devices than cells;
+TensorPipe refuses instead of silently stacking cells on one device.
+"""
+
+from lingvo import compat as tf
+
+_DEVICE_TYPES = ('CPU', 'GPU', 'TPU')
+
+
+def _ClusterDevices(cluster):
+  try:
+    devices = cluster.ListDevices(cluster.job_spec)
+  except (AssertionError, ValueError, AttributeError):
+    return []
+  return [d for d in devices.reshape([-1]).tolist() if d]
+
+
+def _Matches(spec, full):
+  """True if every field `spec` names equals that field of the fully specified device `full`."""
+  return all(
+      getattr(spec, f) is None or str(getattr(spec, f)).upper() == str(getattr(full, f)).upper()
+      for f in ('job', 'replica', 'task', 'device_type', 'device_index'))
+
+
+def CheckDevice(device, cluster_devices, where='TensorPipeLayer'):
+  """Checks one explicit device string; returns it unchanged."""
+  if not isinstance(device, str) or not device:
+    raise ValueError('%s: device %r is not a device string such as "/device:CPU:1"' % (where, device))
+  try:
+    spec = tf.DeviceSpec.from_string(device)
+  except ValueError as e:
+    raise ValueError('%s: cannot parse device %r: %s' % (where, device, e)) from e
+  if spec.device_type is None or spec.device_type.upper() not in _DEVICE_TYPES:
+    raise ValueError('%s: unknown device %r: its device type must be one of %s' %
+                     (where, device, ', '.join(_DEVICE_TYPES)))
+  if cluster_devices:
+    fulls = [tf.DeviceSpec.from_string(d) for d in cluster_devices]
+    if not any(_Matches(spec, f) for f in fulls):
+      raise ValueError('%s: unknown device %r: the cluster has only %s' %
+                       (where, device, ', '.join(cluster_devices)))
+  return device
+
+
+def CellDevices(cluster, num_cells, devices=None, where='TensorPipeLayer'):
+  """Returns the K device strings the cells run on.
+
+  Args:
+    cluster: Lingvo cluster (the layer's `self.cluster`).
+    num_cells: K.
+    devices: optional explicit list of K device strings; each must be one of the cluster's devices.
+    where: name used in error messages.
+
+  Raises:
+    ValueError: for a list of the wrong length, an unknown device, or a model split with fewer devices
+      than cells.
+  """
+  cluster_devices = _ClusterDevices(cluster)
+  if devices is not None:
+    if not isinstance(devices, (list, tuple)) or len(devices) != num_cells:
+      raise ValueError('%s: `devices` has %s entries for %d partitions; give one device per '
+                       'partition' % (where, len(devices) if isinstance(devices, (list, tuple))
+                                      else repr(devices), num_cells))
+    return [CheckDevice(d, cluster_devices, where) for d in devices]
+  split = cluster.num_devices_per_split
+  if num_cells > 1 and split < num_cells:
+    raise ValueError(
+        '%s: %d partitions need %d devices per model split, but the cluster (job %r) has %d; '
+        'set --worker_split_size=%d with that many devices per replica (`tensorpipe.train '
+        '--cpu_devices=%d` on CPU), use cluster_factory.ForTestingWorker(cpus=%d, split_size=%d) '
+        'in tests, or list `devices` explicitly' %
+        (where, num_cells, num_cells, cluster.job, split, num_cells, num_cells, num_cells, num_cells))
+  return [cluster.WorkerDeviceInModelSplit(k) for k in range(num_cells)]
+
+
+def SessionConfig(num_cpu_devices, intra_op_threads=None, inter_op_threads=None):
+  """A ConfigProto with K logical CPU devices and soft placement off (a missing device is an error)."""
+  config = tf.compat.v1.ConfigProto(device_count={'CPU': num_cpu_devices}, allow_soft_placement=False)
+  if intra_op_threads is not None:
+    config.intra_op_parallelism_threads = intra_op_threads
+  if inter_op_threads is not None:
+    config.inter_op_parallelism_threads = inter_op_threads
+  return config
+
+
+def CheckSessionDevices(sess, devices):
+  """Raises ValueError naming each of `devices` that session `sess` does not have."""
+  have = [tf.DeviceSpec.from_string(d.name) for d in sess.list_devices()]
+  missing = [d for d in devices if d and not any(_Matches(tf.DeviceSpec.from_string(d), h) for h in have)]
+  if missing:
+    raise ValueError('The session has no device %s; it has %s' %
+                     (', '.join(missing), ', '.join(d.name for d in sess.list_devices())))
