@@ -7,7 +7,8 @@ sums that runs as each micro-batch's backward pass finishes. A re-computed cell 
 and adds with `Accumulate`; otherwise `PassOn` does it, whose gradient is an Identity. Both are marked
 for grappler to keep, which stops its arithmetic optimiser from fusing the chain back into one M-input
 AddN. Passing on after the previous micro-batch's forward pass also keeps each device on the fill-drain
-order.
+order, and so does the order in which backward passes are released (see PassOn and
+recomputation.ReplayOrder).
 """
 
 from lingvo import compat as tf
@@ -39,30 +40,49 @@ def Accumulate(own, rest):
     return tf.add(tf.convert_to_tensor(own), tf.convert_to_tensor(rest), name='accumulate')
 
 
-def PassOn(theta, after, device, name='pass_on'):
-  """Returns `theta` (a NestedMap) for the next micro-batch, read after the tensors in `after`.
+def PassOn(theta, outputs, device, name='pass_on'):
+  """Passes `theta` on to the next micro-batch, and gates this micro-batch's `outputs`.
+
+  Forward, both are identities, and the next micro-batch's theta exists only after `outputs` do.
+  Backward, the gradient reaching theta (the sum over later micro-batches) is kept out of AddN fusion,
+  and the gradients of `outputs` are released only once that sum exists. So a cell without
+  re-computation also runs its backward passes in reverse micro-batch order and holds about two partial
+  weight gradients instead of M.
 
   Args:
     theta: NestedMap of the cell's weights as used by the current micro-batch.
-    after: tensors (the current micro-batch's outputs) that must exist before the next one starts.
-    device: the cell's device; the pass-through and its gradient run there.
+    outputs: the current micro-batch's outputs (any structure; None allowed).
+    device: the cell's device; the pass-on and its gradient run there.
     name: name scope.
+
+  Returns:
+    (gated outputs, theta for the next micro-batch).
   """
-  leaves = theta.Flatten()
-  if not leaves:
-    return theta
+  theta_leaves = theta.Flatten()
+  out_leaves = tf.nest.flatten(outputs)
+  gated = [i for i, y in enumerate(out_leaves) if isinstance(y, tf.Tensor) and y.dtype.is_floating]
+  if not theta_leaves or not gated:
+    return outputs, theta
+  num_y = len(gated)
 
   @tf.custom_gradient
   def Op(*values):
-    outs = [tf.identity(v) for v in values]
+    ys, thetas = values[:num_y], values[num_y:]
+    with tf.control_dependencies(list(ys)):
+      passed = [tf.identity(t) for t in thetas]
 
     def Grad(*grads):
+      dys, rest = grads[:num_y], grads[num_y:]
       with tf.device(device):
-        return [_KeptIdentity(g) for g in grads]
+        with tf.control_dependencies([r for r in rest if r is not None]):
+          released = [None if d is None else tf.identity(d) for d in dys]
+        return released + [_KeptIdentity(r) for r in rest]
 
-    return outs, Grad
+    return [tf.identity(y) for y in ys] + passed, Grad
 
-  deps = [t for t in tf.nest.flatten(after) if isinstance(t, tf.Tensor)]
-  with tf.device(device), tf.name_scope(name), tf.control_dependencies(deps):
-    out = Op(*leaves)
-  return theta.Pack(list(out) if isinstance(out, (list, tuple)) else [out])
+  with tf.device(device), tf.name_scope(name):
+    results = Op(*([out_leaves[i] for i in gated] + theta_leaves))
+  results = list(results) if isinstance(results, (list, tuple)) else [results]
+  for i, y in zip(gated, results[:num_y]):
+    out_leaves[i] = y
+  return tf.nest.pack_sequence_as(outputs, out_leaves), theta.Pack(results[num_y:])

@@ -135,7 +135,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def NumMicroBatches(self, batch_size):
     """M for a mini-batch of `batch_size` examples (checked: divisible, 1 <= M <= batch)."""
     p = self.params
-    return micro_batching.NumMicroBatches(batch_size, p.num_micro_batches, p.micro_batch_size,
+    num = p.num_micro_batches
+    if p.micro_batch_size is not None and num == 1:
+      num = None  # The default defers to micro_batch_size.
+    return micro_batching.NumMicroBatches(batch_size, num, p.micro_batch_size,
                                           'TensorPipeLayer %r' % p.name)
 
   def Schedule(self, batch_size):
@@ -175,7 +178,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
           with tf.device(self._devices[k]), tf.name_scope(scope):
             acts[t] = self._CellFn(k)(cell_theta[k], acts[t])
           if pass_theta:
-            next_theta = accumulation.PassOn(
+            acts[t], next_theta = accumulation.PassOn(
                 cell_theta[k], acts[t], self._devices[k], name=scope + '_pass_on')
         if pass_theta:
           cell_theta[k] = next_theta

@@ -7,7 +7,6 @@ micro-batch.
 """
 
 from lingvo import compat as tf
-from lingvo.core import py_utils
 
 
 def NumMicroBatches(batch_size, num_micro_batches=None, micro_batch_size=None, where='TensorPipeLayer'):
@@ -51,11 +50,13 @@ def IsBatched(x, batch_dim):
   return isinstance(x, tf.Tensor) and x.shape.rank is not None and x.shape.rank > batch_dim
 
 
-def _LeafNames(structure):
-  """Readable names of the leaves of `structure`, in tf.nest order (used in error messages)."""
-  if isinstance(structure, py_utils.NestedMap):
-    return ['.' + k for k, _ in structure.FlattenItems()]
-  return ['[%d]' % i for i in range(len(tf.nest.flatten(structure)))]
+def LeafNames(structure, prefix='args'):
+  """Readable paths of the leaves of `structure` (e.g. 'args[0].vec'), in tf.nest.flatten order."""
+  if isinstance(structure, dict):
+    return [n for k in sorted(structure) for n in LeafNames(structure[k], '%s.%s' % (prefix, k))]
+  if isinstance(structure, (list, tuple)):
+    return [n for i, v in enumerate(structure) for n in LeafNames(v, '%s[%d]' % (prefix, i))]
+  return [prefix]
 
 
 def BatchSize(structure, batch_dim, where='TensorPipeLayer'):
@@ -64,11 +65,11 @@ def BatchSize(structure, batch_dim, where='TensorPipeLayer'):
   Raises ValueError naming the disagreeing inputs when batch sizes differ, and when nothing is batched.
   """
   leaves = tf.nest.flatten(structure)
-  names = _LeafNames(structure)
+  names = LeafNames(structure)
   sizes = []
   for name, x in zip(names, leaves):
     if x is not None and not isinstance(x, tf.Tensor):
-      raise TypeError('%s: input %s is a %s; inputs must be tensors, tuples or NestedMaps of tensors '
+      raise TypeError('%s: input %s is of type %s; inputs must be tensors, tuples or NestedMaps of tensors '
                       '(None allowed)' % (where, name, type(x).__name__))
     if IsBatched(x, batch_dim):
       sizes.append((name, tf.compat.dimension_value(x.shape[batch_dim])))
@@ -104,7 +105,7 @@ def Concat(structures, batch_dim, where='TensorPipeLayer'):
   first = structures[0]
   if len(structures) == 1:
     return first
-  names = _LeafNames(first)
+  names = LeafNames(first, 'outputs')
   columns = zip(*[tf.nest.flatten(s) for s in structures])
   joined = []
   for name, column in zip(names, columns):
@@ -113,7 +114,7 @@ def Concat(structures, batch_dim, where='TensorPipeLayer'):
     elif IsBatched(column[0], batch_dim):
       joined.append(tf.concat(list(column), axis=batch_dim))
     else:
-      raise ValueError('%s: output %s has rank %s, so it has no batch dimension %d to concatenate '
+      raise ValueError('%s: %s has rank %s, so it has no batch dimension %d to concatenate '
                        'micro-batches along; return per-example values instead' %
                        (where, name, column[0].shape.rank, batch_dim))
   return tf.nest.pack_sequence_as(first, joined)

@@ -113,7 +113,7 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
 
     return ys + passed, Grad
 
-  with tf.device(device):
+  with tf.device(device), tf.name_scope(name):
     results = Op(*([in_leaves[i] for i in in_index] + theta_leaves))
   results = list(results) if isinstance(results, (list, tuple)) else [results]
   num_passed = len(theta_leaves) if pass_theta else 0

@@ -1,0 +1,118 @@
+"""Small layers and session helpers shared by the TensorPipe tests."""
+
+import collections
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import base_layer
+from lingvo.core import builder_layers
+from lingvo.core import cluster_factory
+from lingvo.core import py_utils
+
+from tensorpipe import layer as layer_lib
+from tensorpipe import placement
+
+MATMUL_TYPES = ('MatMul', '_MklMatMul', '_FusedMatMul', '_MklFusedMatMul', '_MklNativeFusedMatMul',
+                '_MklNativeMatMul')
+
+
+class Dense(base_layer.BaseLayer):
+  """y = tanh(x w): cheap, with one MatMul per forward pass (easy to count in step stats)."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('dim', 8, 'Input and output width.')
+    p.Define('seed', 0, 'Seed of the weight initialiser.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    self.CreateVariable('w', py_utils.WeightParams(
+        [p.dim, p.dim], py_utils.WeightInit.Gaussian(1.0 / np.sqrt(p.dim), seed=p.seed)))
+
+  def FProp(self, theta, x):
+    with tf.name_scope(self.params.name):
+      return tf.tanh(tf.matmul(x, theta.w))
+
+  @classmethod
+  def FPropMeta(cls, p, x):
+    return py_utils.NestedMap(flops=2 * x.num_elements() * p.dim, out_shapes=(x,))
+
+
+class MaskedDense(Dense):
+  """Dense on a NestedMap(vec, paddings, ids, extra=None): transforms vec, passes the rest through."""
+
+  def FProp(self, theta, inputs):
+    with tf.name_scope(self.params.name):
+      vec = tf.tanh(tf.matmul(inputs.vec, theta.w)) * (1.0 - inputs.paddings)
+      return py_utils.NestedMap(vec=vec, paddings=inputs.paddings, ids=inputs.ids, extra=None)
+
+
+def DenseLayers(num_layers, dim=8, cls=Dense):
+  return [cls.Params().Set(name='layer%d' % i, dim=dim, seed=100 + i) for i in range(num_layers)]
+
+
+def Pipeline(layers, num_partitions, num_micro_batches, recompute='always', name='pipe', **kwargs):
+  return layer_lib.TensorPipeLayer.Params().Set(
+      name=name, layers=layers, num_partitions=num_partitions,
+      num_micro_batches=num_micro_batches, recompute=recompute, **kwargs)
+
+
+def Plain(layers, name='pipe'):
+  """The same layers, unpipelined (variables named like TensorPipeLayer's: pipe/<layer>/...)."""
+  return builder_layers.SequentialLayer.Params().Set(name=name, sub=layers)
+
+
+def Cluster(num_devices):
+  return cluster_factory.ForTestingWorker(cpus=num_devices, split_size=num_devices)
+
+
+def Session(graph, num_devices, intra_op_threads=None, inter_op_threads=None):
+  return tf.Session(graph=graph, config=placement.SessionConfig(
+      num_devices, intra_op_threads, inter_op_threads))
+
+
+def Gradients(params, inputs_fn, num_devices=4, loss_fn=None):
+  """Builds `params`, runs one forward/backward pass; returns {variable name: gradient} and outputs."""
+  graph = tf.Graph()
+  with graph.as_default(), Cluster(num_devices):
+    net = params.Instantiate()
+    inputs = inputs_fn()
+    out = net.FPropDefaultTheta(*inputs)
+    loss = loss_fn(out) if loss_fn else tf.reduce_mean(out)
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+    with Session(graph, num_devices) as sess:
+      sess.run(tf.global_variables_initializer())
+      values, loss_value = sess.run([grads, loss])
+  return {v.op.name: g for v, g in zip(variables, values)}, loss_value
+
+
+def MaxRelativeError(grads, reference):
+  """max over variables of |g - g_ref| / |g_ref| (Frobenius norms)."""
+  assert sorted(grads) == sorted(reference), (sorted(grads), sorted(reference))
+  return max(np.linalg.norm(grads[k] - reference[k]) / np.linalg.norm(reference[k]) for k in grads)
+
+
+def TracedStep(sess, fetches):
+  """Runs `fetches` with a full trace; returns (values, [(device, node name, op type, start, end)])."""
+  opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+  meta = tf.compat.v1.RunMetadata()
+  values = sess.run(fetches, options=opts, run_metadata=meta)
+  nodes = []
+  for dev in meta.step_stats.dev_stats:
+    for n in dev.node_stats:
+      op_type = n.timeline_label.split('(')[0].split('=')[-1].strip() if n.timeline_label else ''
+      nodes.append((dev.device, n.node_name, op_type, n.all_start_micros,
+                    n.all_start_micros + n.all_end_rel_micros))
+  return values, nodes
+
+
+def CountByType(nodes, types, predicate=lambda name: True):
+  counts = collections.Counter()
+  for _, name, op_type, _, _ in nodes:
+    if op_type in types and predicate(name):
+      counts[op_type] += 1
+  return sum(counts.values())

@@ -1,0 +1,286 @@
+"""TensorPipeLayer: gradients equal the unpipelined model's for every K, M and re-computation mode."""
+
+import itertools
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import cluster_factory
+from lingvo.core import layers as lingvo_layers
+from lingvo.core import py_utils
+from lingvo.core import test_utils
+
+from tensorpipe import layer as layer_lib
+from tests import helpers
+
+BATCH = 16
+DIM = 8
+NUM_LAYERS = 7  # Every K in 2..4 gives uneven cells (4/3, 3/2/2, 2/2/2/1).
+
+
+def _Inputs():
+  x = np.random.RandomState(0).uniform(-1, 1, size=[BATCH, DIM]).astype(np.float32)
+  return (tf.constant(x),)
+
+
+def _NestedInputs():
+  rng = np.random.RandomState(1)
+  paddings = (rng.uniform(size=[BATCH, 1]) > 0.7).astype(np.float32)
+  return (py_utils.NestedMap(
+      vec=tf.constant(rng.uniform(-1, 1, size=[BATCH, DIM]).astype(np.float32)),
+      paddings=tf.constant(paddings),
+      ids=tf.constant(np.arange(BATCH, dtype=np.int32)),
+      extra=None),)
+
+
+def _NestedLoss(out):
+  return tf.reduce_mean(out.vec) + 0.0 * tf.cast(tf.reduce_sum(out.ids), tf.float32)
+
+
+class PaperConsistencyTest(test_utils.TestCase):
+  """The supplementary's Figure 1 test: 16 (3, 3, 1, 1) convolutions, 8 micro-batches."""
+
+  def _ConvLayers(self):
+    return [lingvo_layers.Conv2DLayerNoPadding.Params().Set(
+        name='conv%d' % i, filter_shape=(3, 3, 1, 1), filter_stride=(1, 1),
+        params_init=py_utils.WeightInit.Gaussian(0.5, seed=i)) for i in range(16)]
+
+  def _Inputs(self):
+    x = np.random.RandomState(12345).uniform(size=[16, 8, 8, 1]).astype(np.float32)
+    return (tf.constant(x),)
+
+  def testGradientNormIdenticalFor1To4PartitionsAndPlain(self):
+    reference, _ = helpers.Gradients(helpers.Plain(self._ConvLayers()), self._Inputs)
+    ref_norm = np.sqrt(sum(np.sum(g**2) for g in reference.values()))
+    self.assertGreater(ref_norm, 0.0)
+    for k in (1, 2, 4):
+      grads, _ = helpers.Gradients(helpers.Pipeline(self._ConvLayers(), k, 8), self._Inputs)
+      norm = np.sqrt(sum(np.sum(g**2) for g in grads.values()))
+      self.assertAllClose(norm, ref_norm, rtol=1e-6, atol=0, msg='K=%d' % k)
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, 'K=%d' % k)
+
+
+class GradientConsistencyTest(test_utils.TestCase):
+  """Every variable's gradient equals the plain model's for K x M x recompute x input kind."""
+
+  def _Check(self, inputs_fn, layer_cls, loss_fn):
+    reference, ref_loss = helpers.Gradients(
+        helpers.Plain(helpers.DenseLayers(NUM_LAYERS, DIM, layer_cls)), inputs_fn, loss_fn=loss_fn)
+    for k, m, mode in itertools.product((1, 2, 3, 4), (1, 2, 4, 8, 16), layer_lib.RECOMPUTE_MODES):
+      params = helpers.Pipeline(helpers.DenseLayers(NUM_LAYERS, DIM, layer_cls), k, m, mode)
+      grads, loss = helpers.Gradients(params, inputs_fn, loss_fn=loss_fn)
+      where = 'K=%d M=%d recompute=%s' % (k, m, mode)
+      self.assertAllClose(loss, ref_loss, rtol=1e-6, atol=0, msg=where)
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, where)
+
+  def testTensorInputs(self):
+    self._Check(_Inputs, helpers.Dense, None)
+
+  def testNestedMapInputs(self):
+    self._Check(_NestedInputs, helpers.MaskedDense, _NestedLoss)
+
+
+class BehaviourTest(test_utils.TestCase):
+
+  def testNestedMapFieldsPassThrough(self):
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      net = helpers.Pipeline(helpers.DenseLayers(4, DIM, helpers.MaskedDense), 2, 4).Instantiate()
+      inputs = _NestedInputs()[0]
+      out = net.FPropDefaultTheta(inputs)
+      self.assertIsNone(out.extra)
+      self.assertEqual(out.vec.shape.as_list(), [BATCH, DIM])
+      with helpers.Session(tf.get_default_graph(), 2) as sess:
+        sess.run(tf.global_variables_initializer())
+        ids, paddings, expected_paddings = sess.run([out.ids, out.paddings, inputs.paddings])
+      self.assertAllEqual(ids, np.arange(BATCH))
+      self.assertAllEqual(paddings, expected_paddings)
+
+  def testTupleInputsAndOutputs(self):
+
+    class Pair(helpers.Dense):
+
+      def FProp(self, theta, x, y):
+        return tf.tanh(tf.matmul(x, theta.w)), y * 2.0
+
+    layers = [Pair.Params().Set(name='p%d' % i, dim=DIM, seed=i) for i in range(3)]
+    with tf.Graph().as_default(), helpers.Cluster(3):
+      net = helpers.Pipeline(layers, 3, 2).Instantiate()
+      x, y = tf.ones([4, DIM]), tf.ones([4, 3])
+      out_x, out_y = net.FPropDefaultTheta(x, y)
+      with helpers.Session(tf.get_default_graph(), 3) as sess:
+        sess.run(tf.global_variables_initializer())
+        self.assertAllClose(sess.run(out_y), 8.0 * np.ones([4, 3]))
+        self.assertEqual(sess.run(out_x).shape, (4, DIM))
+
+  def testMicroBatchSizeParam(self):
+    reference, _ = helpers.Gradients(helpers.Plain(helpers.DenseLayers(4)), _Inputs)
+    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1).Set(micro_batch_size=4)
+    grads, _ = helpers.Gradients(params, _Inputs)
+    self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6)
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      self.assertEqual(params.Instantiate().Schedule(BATCH).num_micro_batches, 4)
+
+  def testBatchDimOne(self):
+    x = np.random.RandomState(3).uniform(size=[3, BATCH, DIM]).astype(np.float32)
+    def Inputs():
+      return (tf.constant(x),)
+    reference, _ = helpers.Gradients(helpers.Plain(helpers.DenseLayers(4)), Inputs)
+    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 4).Set(batch_dim=1)
+    grads, _ = helpers.Gradients(params, Inputs)
+    self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6)
+
+  def testExplicitPartitionsAndCostBalancedSplit(self):
+    layers = helpers.DenseLayers(5)
+    explicit = layer_lib.TensorPipeLayer.Params().Set(
+        name='pipe', partitions=[layers[:1], layers[1:4], layers[4:]], num_micro_batches=4)
+    reference, _ = helpers.Gradients(helpers.Plain(helpers.DenseLayers(5)), _Inputs)
+    grads, _ = helpers.Gradients(explicit, _Inputs)
+    self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6)
+    wide = [helpers.Dense.Params().Set(name='a', dim=DIM), helpers.Dense.Params().Set(name='b', dim=DIM)]
+    with tf.Graph().as_default(), helpers.Cluster(3):
+      net = explicit.Instantiate()
+      self.assertEqual(net.cell_layer_names, [['layer0'], ['layer1', 'layer2', 'layer3'], ['layer4']])
+      balanced = helpers.Pipeline(wide + helpers.DenseLayers(2), 2, 1,
+                                  cost_input_shapes=[[BATCH, DIM]], name='b').Instantiate()
+      self.assertEqual(balanced.cell_layer_names, [['a', 'b'], ['layer0', 'layer1']])
+
+  def testVariableNamesDoNotDependOnPartitioning(self):
+    names = []
+    for k in (1, 2, 4):
+      with tf.Graph().as_default(), helpers.Cluster(4):
+        helpers.Pipeline(helpers.DenseLayers(4), k, 2).Instantiate()
+        names.append(sorted(v.op.name for v in tf.global_variables()))
+    self.assertEqual(names[0], names[1])
+    self.assertEqual(names[0], names[2])
+    self.assertIn('pipe/layer3/w/var', names[0])
+
+  def testCheckpointFromOnePartitioningLoadsIntoAnother(self):
+    ckpt = self.create_tempdir().full_path + '/model'
+    with tf.Graph().as_default() as g, helpers.Cluster(2):
+      net = helpers.Pipeline(helpers.DenseLayers(4), 2, 2).Instantiate()
+      out = net.FPropDefaultTheta(*_Inputs())
+      with helpers.Session(g, 2) as sess:
+        sess.run(tf.global_variables_initializer())
+        expected = sess.run(out)
+        tf.train.Saver().save(sess, ckpt)
+    with tf.Graph().as_default() as g, helpers.Cluster(4):
+      net = helpers.Pipeline(helpers.DenseLayers(4), 4, 4).Instantiate()
+      out = net.FPropDefaultTheta(*_Inputs())
+      with helpers.Session(g, 4) as sess:
+        tf.train.Saver().restore(sess, ckpt)
+        self.assertAllClose(sess.run(out), expected, rtol=1e-6, atol=1e-7)
+
+  def testEvalIsForwardOnlyAndMatchesTraining(self):
+    with tf.Graph().as_default() as g, helpers.Cluster(2):
+      net = helpers.Pipeline(helpers.DenseLayers(4), 2, 4).Instantiate()
+      x = _Inputs()[0]
+      train_out = net.FPropDefaultTheta(x)
+      num_custom = len([op for op in g.get_operations() if op.type == 'IdentityN'])
+      with cluster_factory.SetEval(True):
+        eval_out = net.FPropDefaultTheta(x)
+      self.assertEqual(num_custom, len([op for op in g.get_operations() if op.type == 'IdentityN']))
+      self.assertGreater(num_custom, 0)
+      with helpers.Session(g, 2) as sess:
+        sess.run(tf.global_variables_initializer())
+        a, b = sess.run([train_out, eval_out])
+      self.assertAllClose(a, b, rtol=1e-6, atol=1e-7)
+
+  def testDynamicBatchIsCheckedWhenRun(self):
+    with tf.Graph().as_default() as g, helpers.Cluster(2):
+      net = helpers.Pipeline(helpers.DenseLayers(2), 2, 4).Instantiate()
+      x = tf.placeholder(tf.float32, [None, DIM])
+      out = net.FPropDefaultTheta(x)
+      with helpers.Session(g, 2) as sess:
+        sess.run(tf.global_variables_initializer())
+        self.assertEqual(sess.run(out, {x: np.ones([8, DIM])}).shape, (8, DIM))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                    'batch is not divisible by 4 micro-batches'):
+          sess.run(out, {x: np.ones([6, DIM])})
+
+  def testFPropMetaSumsLayers(self):
+    params = helpers.Pipeline(helpers.DenseLayers(3), 3, 1)
+    meta = params.cls.FPropMeta(params, py_utils.tshape.Shape([BATCH, DIM]))
+    self.assertEqual(meta.flops, 3 * 2 * BATCH * DIM * DIM)
+    self.assertEqual(meta.out_shapes[0].ToTensorShape().as_list(), [BATCH, DIM])
+
+
+class BadInputTest(test_utils.TestCase):
+  """Each bad input raises a ValueError naming the offending values while the graph is built."""
+
+  def _Build(self, params, inputs, num_devices=4):
+    with tf.Graph().as_default(), helpers.Cluster(num_devices):
+      return params.Instantiate().FPropDefaultTheta(*inputs())
+
+  def testBatchNotDivisible(self):
+    with self.assertRaisesRegex(ValueError, 'batch 30 is not divisible by 8 micro-batches'):
+      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 2, 8), lambda: (tf.ones([30, DIM]),))
+
+  def testMicroBatchesOutOfRange(self):
+    with self.assertRaisesRegex(ValueError, 'num_micro_batches must be an integer >= 1, got 0'):
+      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 2, 0), _Inputs)
+    with self.assertRaisesRegex(ValueError, 'num_micro_batches 32 is larger than the batch 16'):
+      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 2, 32), _Inputs)
+    with self.assertRaisesRegex(ValueError, 'batch 16 is not divisible by micro_batch_size 5'):
+      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 2, 1, micro_batch_size=5), _Inputs)
+
+  def testMorePartitionsThanLayers(self):
+    with self.assertRaisesRegex(ValueError, '3 layers cannot fill 4 partitions'):
+      self._Build(helpers.Pipeline(helpers.DenseLayers(3), 4, 1), _Inputs)
+    with self.assertRaisesRegex(ValueError, '3 layers cannot fill 4 partitions'):
+      self._Build(helpers.Pipeline(helpers.DenseLayers(3), 4, 1, cost_input_shapes=[[BATCH, DIM]]),
+                  _Inputs)
+
+  def testEmptyPartition(self):
+    layers = helpers.DenseLayers(3)
+    params = layer_lib.TensorPipeLayer.Params().Set(name='pipe', partitions=[layers[:2], [], layers[2:]])
+    with self.assertRaisesRegex(ValueError, 'partition 1 of 3 is empty'):
+      self._Build(params, _Inputs)
+
+  def testDeviceListOfWrongLength(self):
+    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1, devices=['/device:CPU:0'])
+    with self.assertRaisesRegex(ValueError, '`devices` has 1 entries for 2 partitions'):
+      self._Build(params, _Inputs)
+
+  def testUnknownDevice(self):
+    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1, devices=['/device:CPU:0', '/device:XPU:1'])
+    with self.assertRaisesRegex(ValueError, "unknown device '/device:XPU:1'"):
+      self._Build(params, _Inputs)
+    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1, devices=['/device:CPU:0', '/device:CPU:7'])
+    with self.assertRaisesRegex(ValueError, "unknown device '/device:CPU:7': the cluster has only"):
+      self._Build(params, _Inputs, num_devices=2)
+
+  def testFewerDevicesThanPartitions(self):
+    with self.assertRaisesRegex(ValueError, '4 partitions need 4 devices per model split, but the '
+                                'cluster .* has 2'):
+      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 4, 1), _Inputs, num_devices=2)
+
+  def testInputsDisagreeOnBatch(self):
+    params = helpers.Pipeline(helpers.DenseLayers(4, cls=helpers.MaskedDense), 2, 2)
+    def Inputs():
+      return (py_utils.NestedMap(vec=tf.ones([16, DIM]), paddings=tf.ones([12, 1]),
+                                 ids=tf.ones([16], tf.int32), extra=None),)
+    with self.assertRaisesRegex(ValueError, r'inputs disagree on the batch size along batch_dim 0: '
+                                r'args\[0\]\.ids=16, args\[0\]\.paddings=12, args\[0\]\.vec=16'):
+      self._Build(params, Inputs)
+
+  def testBadParams(self):
+    with self.assertRaisesRegex(ValueError, "recompute='sometimes' is not one of"):
+      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 2, 1, recompute='sometimes'), _Inputs)
+    with self.assertRaisesRegex(ValueError, 'set exactly one of `partitions`'):
+      self._Build(layer_lib.TensorPipeLayer.Params().Set(name='pipe'), _Inputs)
+    with self.assertRaisesRegex(ValueError, "layer name 'layer0' appears twice"):
+      self._Build(helpers.Pipeline(helpers.DenseLayers(2) + helpers.DenseLayers(1), 2, 1), _Inputs)
+
+  def testOutputWithoutBatchDimension(self):
+
+    class Scalar(helpers.Dense):
+
+      def FProp(self, theta, x):
+        return tf.reduce_sum(tf.matmul(x, theta.w))
+
+    params = helpers.Pipeline(helpers.DenseLayers(1) + [Scalar.Params().Set(name='s', dim=DIM)], 2, 2)
+    with self.assertRaisesRegex(ValueError, r': outputs has rank 0, so it has no batch dimension'):
+      self._Build(params, _Inputs)
+
+
+if __name__ == '__main__':
+  test_utils.main()

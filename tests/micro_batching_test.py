@@ -1,0 +1,76 @@
+"""Micro-batching: M, splitting and joining nested inputs, and the errors for bad batches."""
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import py_utils
+from lingvo.core import test_utils
+
+from tensorpipe import micro_batching
+
+
+class NumMicroBatchesTest(test_utils.TestCase):
+
+  def testValues(self):
+    self.assertEqual(micro_batching.NumMicroBatches(16, 8), 8)
+    self.assertEqual(micro_batching.NumMicroBatches(16, None, 4), 4)
+    self.assertEqual(micro_batching.NumMicroBatches(16, 4, 4), 4)
+    self.assertEqual(micro_batching.NumMicroBatches(None, 4), 4)
+
+  def testErrorsNameTheValues(self):
+    cases = [((30, 8), 'batch 30 is not divisible by 8 micro-batches'),
+             ((4, 8), 'num_micro_batches 8 is larger than the batch 4'),
+             ((4, 0), 'num_micro_batches must be an integer >= 1, got 0'),
+             ((4, None), 'set num_micro_batches or micro_batch_size'),
+             ((16, None, 3), 'batch 16 is not divisible by micro_batch_size 3'),
+             ((16, 2, 4), 'num_micro_batches=2 and micro_batch_size=4 disagree for batch 16'),
+             ((None, None, 4), 'micro_batch_size=4 needs a static batch size'),
+             ((16, None, 0), 'micro_batch_size must be a positive integer, got 0')]
+    for args, message in cases:
+      with self.assertRaisesRegex(ValueError, message):
+        micro_batching.NumMicroBatches(*args)
+
+
+class SplitConcatTest(test_utils.TestCase):
+
+  def testRoundTripOfANestedMap(self):
+    with self.session(graph=tf.Graph()):
+      x = np.arange(24, dtype=np.float32).reshape([6, 4])
+      nmap = py_utils.NestedMap(x=tf.constant(x), nothing=None, scale=tf.constant(2.0),
+                                inner=py_utils.NestedMap(ids=tf.constant(np.arange(6))))
+      self.assertEqual(micro_batching.BatchSize((nmap,), 0), 6)
+      parts = micro_batching.Split((nmap,), 3, 0)
+      self.assertLen(parts, 3)
+      self.assertIsNone(parts[1][0].nothing)
+      self.assertIs(parts[2][0].scale, nmap.scale)  # Unbatched tensors are shared.
+      self.assertAllEqual(self.evaluate(parts[1][0].x), x[2:4])
+      self.assertAllEqual(self.evaluate(parts[2][0].inner.ids), [4, 5])
+      joined = micro_batching.Concat([(p[0].x, p[0].inner.ids, None) for p in parts], 0)
+      self.assertAllEqual(self.evaluate(joined[0]), x)
+      self.assertAllEqual(self.evaluate(joined[1]), np.arange(6))
+      self.assertIsNone(joined[2])
+
+  def testBatchDimOne(self):
+    with self.session(graph=tf.Graph()):
+      x = np.arange(24, dtype=np.float32).reshape([2, 6, 2])
+      parts = micro_batching.Split(tf.constant(x), 2, 1)
+      self.assertAllEqual(self.evaluate(parts[0]), x[:, :3])
+      self.assertAllEqual(self.evaluate(micro_batching.Concat(parts, 1)), x)
+
+  def testErrors(self):
+    with tf.Graph().as_default():
+      with self.assertRaisesRegex(ValueError, r'disagree .* args\[0\]=4, args\[1\]=6'):
+        micro_batching.BatchSize((tf.ones([4, 2]), tf.ones([6])), 0)
+      with self.assertRaisesRegex(ValueError, 'no input has a batch dimension 1'):
+        micro_batching.BatchSize((tf.ones([4]),), 1)
+      with self.assertRaisesRegex(TypeError, r'input args\[0\]\[0\] is of type int'):
+        micro_batching.BatchSize(([1, 2],), 0)
+      with self.assertRaisesRegex(ValueError, r'outputs\.loss has rank 0'):
+        micro_batching.Concat([py_utils.NestedMap(loss=tf.constant(1.0))] * 2, 0)
+
+  def testLeafNames(self):
+    names = micro_batching.LeafNames((py_utils.NestedMap(b=1, a=py_utils.NestedMap(c=2)), 3))
+    self.assertEqual(names, ['args[0].a.c', 'args[0].b', 'args[1]'])
+
+
+if __name__ == '__main__':
+  test_utils.main()

@@ -1,0 +1,84 @@
+"""Placement: each cell's ops, gradients and variables run on its own device (checked in step stats)."""
+
+import re
+
+from lingvo import compat as tf
+from lingvo.core import test_utils
+
+from tensorpipe import placement
+from tests import helpers
+
+K = 4
+
+
+def _IsTransfer(name, op_type):
+  """Nodes TF adds: Send/Recv between devices (run on the consumer) and fetch/feed nodes."""
+  return (op_type.startswith(('_Send', '_Recv', '_HostSend', '_HostRecv')) or
+          name.startswith(('edge_', '_retval', '_arg')) or re.search(r'/_\d+$', name) is not None)
+
+
+class PlacementTest(test_utils.TestCase):
+
+  def testCellsAndTheirVariablesRunOnTheirDevices(self):
+    with tf.Graph().as_default() as g, helpers.Cluster(K):
+      net = helpers.Pipeline(helpers.DenseLayers(8), K, 4).Instantiate()
+      out = net.FPropDefaultTheta(tf.ones([8, 8]))
+      variables = tf.trainable_variables()
+      grads = tf.gradients(tf.reduce_mean(out), variables, colocate_gradients_with_ops=True)
+      layer_cell = {name: k for k, names in enumerate(net.cell_layer_names) for name in names}
+      self.assertEqual(sorted(set(layer_cell.values())), list(range(K)))
+      for v in variables:
+        k = layer_cell[v.op.name.split('/')[1]]
+        self.assertEqual(tf.DeviceSpec.from_string(v.device).device_index, k, v.op.name)
+      with helpers.Session(g, K) as sess:
+        placement.CheckSessionDevices(sess, net.devices)
+        sess.run(tf.global_variables_initializer())
+        _, nodes = helpers.TracedStep(sess, grads)
+    seen = set()
+    for device, name, op_type, _, _ in nodes:
+      if _IsTransfer(name, op_type):
+        continue
+      index = int(device.rsplit(':', 1)[1])
+      cells = re.findall(r'cell(\d+)_mb\d+', name)
+      if cells:
+        self.assertEqual(index, int(cells[-1]), '%s ran on %s' % (name, device))
+        seen.add((index, 'grad' if 'gradients' in name else 'fwd'))
+      layer = re.match(r'pipe/(layer\d+)/', name)
+      if layer and op_type.startswith(('ReadVariableOp', 'VarHandleOp')):
+        self.assertEqual(index, layer_cell[layer.group(1)], '%s ran on %s' % (name, device))
+        seen.add((index, 'var'))
+    self.assertEqual(seen, {(k, kind) for k in range(K) for kind in ('fwd', 'grad', 'var')})
+
+  def testSessionWithoutTheDeviceIsReported(self):
+    with tf.Graph().as_default() as g, helpers.Cluster(K):
+      net = helpers.Pipeline(helpers.DenseLayers(4), K, 1).Instantiate()
+      with helpers.Session(g, 2) as sess:
+        with self.assertRaisesRegex(ValueError, 'The session has no device .*CPU:2.*CPU:3'):
+          placement.CheckSessionDevices(sess, net.devices)
+
+  def testDefaultDevicesComeFromTheCluster(self):
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      net = helpers.Pipeline(helpers.DenseLayers(2), 2, 1).Instantiate()
+      self.assertEqual(net.devices, ['/job:localhost/replica:0/task:0/device:CPU:0',
+                                     '/job:localhost/replica:0/task:0/device:CPU:1'])
+
+  def testExplicitDevices(self):
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      net = helpers.Pipeline(helpers.DenseLayers(2), 2, 1,
+                             devices=['/device:CPU:1', '/device:CPU:0']).Instantiate()
+      self.assertEqual(net.devices, ['/device:CPU:1', '/device:CPU:0'])
+      self.assertEqual([tf.DeviceSpec.from_string(v.device).device_index
+                        for v in tf.global_variables()], [1, 0])
+
+  def testCheckDevice(self):
+    cluster_devices = ['/job:localhost/replica:0/task:0/device:CPU:0']
+    self.assertEqual(placement.CheckDevice('/device:CPU:0', cluster_devices), '/device:CPU:0')
+    self.assertEqual(placement.CheckDevice('/gpu:3', []), '/gpu:3')
+    with self.assertRaisesRegex(ValueError, "device '' is not a device string"):
+      placement.CheckDevice('', cluster_devices)
+    with self.assertRaisesRegex(ValueError, "unknown device '/job:worker'"):
+      placement.CheckDevice('/job:worker', cluster_devices)
+
+
+if __name__ == '__main__':
+  test_utils.main()

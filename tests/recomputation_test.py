@@ -1,0 +1,61 @@
+"""Re-computation is real: forward ops run twice with 'always', and peak memory drops."""
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import test_utils
+
+from tests import helpers
+
+K, M, L = 2, 4, 4
+
+
+def _IsForwardMatMul(name):
+  return 'MatMul_grad' not in name
+
+
+class RecomputeCountTest(test_utils.TestCase):
+
+  def _ForwardMatMuls(self, mode):
+    with tf.Graph().as_default() as g, helpers.Cluster(K):
+      net = helpers.Pipeline(helpers.DenseLayers(L), K, M, mode).Instantiate()
+      out = net.FPropDefaultTheta(tf.ones([8, 8]))
+      loss = tf.reduce_sum(out * out)
+      grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
+      with helpers.Session(g, K) as sess:
+        sess.run(tf.global_variables_initializer())
+        _, nodes = helpers.TracedStep(sess, [loss, grads])
+    return helpers.CountByType(nodes, helpers.MATMUL_TYPES, _IsForwardMatMul)
+
+  def testForwardRunsTwiceWithAlwaysOnceWithNever(self):
+    self.assertEqual(self._ForwardMatMuls('never'), L * M)
+    self.assertEqual(self._ForwardMatMuls('always'), 2 * L * M)
+    self.assertEqual(self._ForwardMatMuls('except_last'), 2 * L * M - L)
+
+
+class RecomputeMemoryTest(test_utils.TestCase):
+  """On a deep, narrow model 'always' keeps only boundary activations: a much lower peak."""
+
+  def _PeakBytes(self, mode):
+    with tf.Graph().as_default() as g, helpers.Cluster(K):
+      net = helpers.Pipeline(helpers.DenseLayers(32, dim=64), K, 8, mode).Instantiate()
+      out = net.FPropDefaultTheta(tf.random.uniform([8192, 64]))
+      grads = tf.gradients(tf.reduce_mean(out), tf.trainable_variables(),
+                           colocate_gradients_with_ops=True)
+      norm = tf.add_n([tf.reduce_sum(x * x) for x in grads])
+      with helpers.Session(g, K) as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run(norm)
+        tf.config.experimental.reset_memory_stats('CPU:0')
+        sess.run(norm)
+        return tf.config.experimental.get_memory_info('CPU:0')['peak']
+
+  def testAlwaysPeaksFarBelowNever(self):
+    never = self._PeakBytes('never')
+    always = self._PeakBytes('always')
+    # 'never' keeps a 2 MiB activation per layer (measured ~40-46 MiB); 'always' ~15 MiB.
+    self.assertGreater(never, 32 * 2**20)
+    self.assertLess(always, 0.5 * never, 'always %d vs never %d bytes' % (always, never))
+
+
+if __name__ == '__main__':
+  test_utils.main()

@@ -1,0 +1,496 @@
+#!/usr/bin/env python
+"""Benchmarks TensorPipeLayer training steps against the plain model and Lingvo's GPipe, on CPU.
+
+Every configuration is a full training step (forward, `tf.gradients(..., colocate_gradients_with_ops=True)`
+and a plain SGD update with `assign_sub`) built in its own tf.Graph and tf.Session inside
+`cluster_factory.ForTestingWorker(cpus=D, split_size=D)`, so cell k of a pipeline runs on logical CPU
+device k. All sessions share one ConfigProto (D logical CPU devices, intra_op=1, inter_op=2, no soft
+placement): TF fixes its thread pools with the first session of a process, so every configuration of one
+run sees the same pools.
+
+Timing is interleaved: after building and warming up every configuration, each round runs
+`--steps_per_round` steps of every configuration in turn (the starting configuration rotates from round to
+round), and the reported step time is the median over all rounds. Ratios are ratios of those medians.
+
+Peak memory is measured in a separate process per configuration (this script with `--memory_child`), so
+that no other graph's tensors are in the allocator: tf.config.experimental.reset_memory_stats('CPU:0')
+before a step, get_memory_info('CPU:0')['peak'] after it. The CPU allocator is shared by all logical CPU
+devices of the process, so this is the process-wide peak of the step. It needs the BFC CPU allocator
+(oneDNN builds use it by default; TF_CPU_ALLOCATOR_USE_BFC=true is set below, before TensorFlow is
+imported, so that it is also used with TF_ENABLE_ONEDNN_OPTS=0).
+
+Usage:
+  .venv/bin/python tools/benchmark_pipeline.py            # full run (about 8-10 minutes on 2 cores)
+  .venv/bin/python tools/benchmark_pipeline.py --quick    # smoke run (a minute or two)
+  .venv/bin/python tools/benchmark_pipeline.py --trace    # also: per-device busy time from one traced step
+"""
+
+import os
+
+# Must be set before TensorFlow is imported.
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
+
+import argparse  # pylint: disable=g-import-not-at-top
+import collections
+import dataclasses
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf2
+from lingvo import compat as tf
+from lingvo.core import base_layer
+from lingvo.core import builder_layers
+from lingvo.core import cluster_factory
+from lingvo.core import gpipe
+from lingvo.core import layers
+from lingvo.core import layers_with_attention
+from lingvo.core import py_utils
+
+from tensorpipe import layer as tensorpipe_layer
+
+MIB = 1024.0 * 1024.0
+
+
+# ----------------------------------------------------------------------------------------------------
+# Models.
+
+
+class TransformerBlock(base_layer.BaseLayer):
+  """A Lingvo TransformerLayer (encoder block) as (vecs, paddings) -> (vecs, paddings).
+
+  vecs are time-major [T, B, D] and paddings [T, B], as Lingvo's attention layers want, so the batch
+  dimension of both is 1. The same layer runs in SequentialLayer, TensorPipeLayer and PipeliningLayer.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('model_dim', 256, 'Model dimension.')
+    p.Define('num_heads', 4, 'Attention heads.')
+    p.Define('hidden_dim', 1024, 'Feed-forward hidden dimension.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    tp = layers_with_attention.TransformerLayer.Params().Set(
+        name='transformer', source_dim=p.model_dim, output_dim=p.model_dim)
+    tp.tr_atten_tpl.num_attention_heads = p.num_heads
+    tp.tr_fflayer_tpl.hidden_dim = p.hidden_dim
+    self.CreateChild('transformer', tp)
+
+  def FProp(self, theta, vecs, paddings):
+    with tf.name_scope(self.params.name):
+      out, _ = self.transformer.FProp(theta.transformer, vecs, paddings)
+      return out, paddings
+
+  @classmethod
+  def FPropMeta(cls, p, vecs, paddings):
+    # Rough matmul flops: QKV + output projections, attention, feed-forward (forward pass).
+    t, b, d = vecs[0], vecs[1], vecs[2]
+    flops = 2 * t * b * (4 * d * d + 2 * d * p.hidden_dim) + 4 * t * t * b * d
+    return py_utils.NestedMap(flops=flops, out_shapes=(vecs, paddings))
+
+
+def _DenseLayers(args):
+  return [
+      layers.FCLayer.Params().Set(name='fc%d' % i, input_dim=args.width, output_dim=args.width)
+      for i in range(args.layers)
+  ]
+
+
+def _TransformerLayers(args):
+  return [
+      TransformerBlock.Params().Set(name='block%d' % i, model_dim=args.tr_dim, num_heads=args.tr_heads,
+                                    hidden_dim=args.tr_hidden) for i in range(args.tr_layers)
+  ]
+
+
+def _Cells(layer_params, k):
+  """Cuts the layer list into k equal consecutive cells (the same cut for TensorPipe and Lingvo)."""
+  n = len(layer_params)
+  if n % k:
+    raise ValueError('%d layers cannot be cut into %d equal cells' % (n, k))
+  per = n // k
+  return [[lp.Copy() for lp in layer_params[i * per:(i + 1) * per]] for i in range(k)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  suite: str  # 'dense' or 'transformer'
+  kind: str  # 'plain', 'tensorpipe' or 'gpipe'
+  k: int = 1
+  m: int = 1
+  recompute: str = 'always'
+
+  @property
+  def name(self):
+    if self.kind == 'plain':
+      return '%s/plain' % self.suite
+    if self.kind == 'gpipe':
+      return '%s/lingvo_gpipe K=%d,M=%d' % (self.suite, self.k, self.m)
+    return '%s/tensorpipe K=%d,M=%d,%s' % (self.suite, self.k, self.m, self.recompute)
+
+
+def _LayerParams(config, args):
+  """The Params of the network of `config`."""
+  layer_list = _DenseLayers(args) if config.suite == 'dense' else _TransformerLayers(args)
+  batch_dim = 0 if config.suite == 'dense' else 1
+  if config.kind == 'plain':
+    return builder_layers.SequentialLayer.Params().Set(name='net', sub=layer_list)
+  if config.kind == 'tensorpipe':
+    return tensorpipe_layer.TensorPipeLayer.Params().Set(
+        name='net', partitions=_Cells(layer_list, config.k), num_micro_batches=config.m,
+        recompute=config.recompute, batch_dim=batch_dim)
+  if config.kind == 'gpipe':
+    if config.k < 2:
+      raise ValueError("Lingvo's PipeliningLayer only pipelines with K > 1 cells")
+    cells = [
+        gpipe.FeatureExtractionLayer.Params().Set(name='cell%d' % i, sub=sub)
+        for i, sub in enumerate(_Cells(layer_list, config.k))
+    ]
+    return gpipe.PipeliningLayer.Params().Set(
+        name='net', cell_tpl=cells, num_micro_batches=config.m, batch_dim=batch_dim)
+  raise ValueError(config.kind)
+
+
+def SessionConfig(args):
+  return tf.compat.v1.ConfigProto(
+      device_count={'CPU': args.devices}, intra_op_parallelism_threads=args.intra_op_threads,
+      inter_op_parallelism_threads=args.inter_op_threads, allow_soft_placement=False)
+
+
+class Step:
+  """One configuration's training step, built in its own graph and session."""
+
+  def __init__(self, config, args):
+    self.config = config
+    self.times = []
+    t0 = time.perf_counter()
+    self.graph = tf.Graph()
+    with self.graph.as_default(), cluster_factory.ForTestingWorker(
+        cpus=args.devices, split_size=args.devices) as cluster:
+      py_utils.GetOrCreateGlobalStepVar()  # Lingvo's PipeliningLayer reads the global step.
+      rng = np.random.RandomState(1234)
+      with tf.device(cluster.WorkerDeviceInModelSplit(0)):
+        if config.suite == 'dense':
+          x = tf.Variable(rng.normal(size=[args.batch, args.width]).astype(np.float32),
+                          trainable=False, name='x')
+          inputs = (x.read_value(),)
+        else:
+          t, b, d = args.tr_seq, args.tr_batch, args.tr_dim
+          v = tf.Variable(rng.normal(size=[t, b, d]).astype(np.float32), trainable=False, name='x')
+          # The last eighth of every sequence is padding.
+          pad = np.zeros([t, b], np.float32)
+          pad[t - t // 8:, :] = 1.0
+          paddings = tf.Variable(pad, trainable=False, name='paddings')
+          inputs = (v.read_value(), paddings.read_value())
+      self.net = _LayerParams(config, args).Instantiate()
+      out = self.net.FPropDefaultTheta(*inputs)
+      if isinstance(out, (tuple, list)):
+        out = out[0]
+      with tf.device(out.device):
+        self.loss = tf.reduce_mean(tf.square(out))
+      variables = tf.trainable_variables()
+      grads = tf.gradients(self.loss, variables, colocate_gradients_with_ops=True)
+      updates = []
+      for var, grad in zip(variables, grads):
+        if grad is None:
+          raise ValueError('%s: no gradient for %s' % (config.name, var.name))
+        with tf.compat.v1.colocate_with(var):
+          updates.append(var.assign_sub(args.learning_rate * grad).op)
+      self.train_op = tf.group(*updates)
+      self.num_ops = len(self.graph.get_operations())
+      self.num_variables = len(variables)
+      init = tf.global_variables_initializer()
+    self.sess = tf.Session(graph=self.graph, config=SessionConfig(args))
+    self.sess.run(init)
+    self.build_s = time.perf_counter() - t0
+
+  def Warmup(self, steps):
+    t0 = time.perf_counter()
+    loss = None
+    for _ in range(steps):
+      _, loss = self.sess.run([self.train_op, self.loss])
+    if not np.isfinite(loss):
+      raise ValueError('%s: loss is %r after warm-up' % (self.config.name, loss))
+    self.warmup_s = time.perf_counter() - t0
+    self.loss_value = float(loss)
+
+  def Time(self, steps):
+    for _ in range(steps):
+      t0 = time.perf_counter()
+      self.sess.run(self.train_op)
+      self.times.append(time.perf_counter() - t0)
+
+  def Trace(self):
+    """One traced step: (wall seconds, {device: busy seconds}, Counter of op types)."""
+    opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    meta = tf.compat.v1.RunMetadata()
+    t0 = time.perf_counter()
+    self.sess.run(self.train_op, options=opts, run_metadata=meta)
+    wall = time.perf_counter() - t0
+    busy, op_types = {}, collections.Counter()
+    for dev in meta.step_stats.dev_stats:
+      if '/device:CPU:' not in dev.device or 'stream' in dev.device:
+        continue
+      intervals = []
+      for n in dev.node_stats:
+        start = n.all_start_micros
+        intervals.append((start, start + max(n.all_end_rel_micros, 0)))
+        label = n.timeline_label
+        if label and '=' in label:
+          op_types[label.split('=', 1)[1].strip().split('(')[0]] += 1
+      intervals.sort()
+      total, cur_s, cur_e = 0, None, None
+      for s, e in intervals:  # Union of the intervals: time with at least one op running.
+        if cur_e is None or s > cur_e:
+          if cur_e is not None:
+            total += cur_e - cur_s
+          cur_s, cur_e = s, e
+        else:
+          cur_e = max(cur_e, e)
+      if cur_e is not None:
+        total += cur_e - cur_s
+      busy[dev.device.split('/')[-1]] = total / 1e6
+    return wall, busy, op_types
+
+  def Close(self):
+    self.sess.close()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Configurations and targets.
+
+
+def TimingConfigs(args):
+  configs = []
+  if 'dense' in args.suites:
+    configs += [
+        Config('dense', 'plain'),
+        Config('dense', 'tensorpipe', 1, 1, 'never'),
+        Config('dense', 'tensorpipe', 1, 4, 'always'),
+        Config('dense', 'tensorpipe', 2, 1, 'always'),
+        Config('dense', 'tensorpipe', 2, 8, 'always'),
+        Config('dense', 'gpipe', 2, 8),
+    ]
+    if args.devices >= 4:
+      configs += [Config('dense', 'tensorpipe', 4, 8, 'always'), Config('dense', 'gpipe', 4, 8)]
+  if 'transformer' in args.suites:
+    configs += [
+        Config('transformer', 'plain'),
+        Config('transformer', 'tensorpipe', 2, 8, 'always'),
+        Config('transformer', 'gpipe', 2, 8),
+    ]
+  return configs
+
+
+def MemoryConfigs():
+  return [
+      Config('dense', 'tensorpipe', 2, 8, 'always'),
+      Config('dense', 'tensorpipe', 2, 8, 'never'),
+      Config('dense', 'gpipe', 2, 8),
+  ]
+
+
+def SpeedTargets():
+  """(description, numerator config, denominator config, minimum speed ratio)."""
+  tp = lambda k, m, r='always': Config('dense', 'tensorpipe', k, m, r)
+  return [
+      ('K=1,M=1,never >= 0.97x plain', tp(1, 1, 'never'), Config('dense', 'plain'), 0.97),
+      ('K=1,M=4,always >= 0.72x plain', tp(1, 4), Config('dense', 'plain'), 0.72),
+      ('K=2,M=8 >= 1.45x K=2,M=1', tp(2, 8), tp(2, 1), 1.45),
+      ('TensorPipe >= 1.2x Lingvo GPipe, K=2,M=8', tp(2, 8), Config('dense', 'gpipe', 2, 8), 1.2),
+      ('TensorPipe >= 1.2x Lingvo GPipe, K=4,M=8', tp(4, 8), Config('dense', 'gpipe', 4, 8), 1.2),
+      ('transformer TensorPipe K=2,M=8 >= 0.7x plain',
+       Config('transformer', 'tensorpipe', 2, 8, 'always'), Config('transformer', 'plain'), 0.7),
+  ]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Memory (child process).
+
+
+def MemoryChild(args, name):
+  config = [c for c in MemoryConfigs() if c.name == name][0]
+  step = Step(config, args)  # Creates the first session, so its thread settings are the process's.
+  step.Warmup(args.warmup)
+  peaks, bases = [], []
+  for _ in range(args.memory_steps):
+    tf2.config.experimental.reset_memory_stats('CPU:0')
+    base = tf2.config.experimental.get_memory_info('CPU:0')['current']
+    step.sess.run(step.train_op)
+    peaks.append(tf2.config.experimental.get_memory_info('CPU:0')['peak'])
+    bases.append(base)
+  print('MEMORY_RESULT ' + json.dumps({
+      'name': name, 'peak': max(peaks), 'peaks': peaks, 'base': min(bases), 'num_ops': step.num_ops
+  }))
+
+
+def MeasureMemory(args):
+  results = {}
+  for config in MemoryConfigs():
+    cmd = [sys.executable, os.path.abspath(__file__), '--memory_child', config.name] + _ModelFlags(args)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith('MEMORY_RESULT ')]
+    if proc.returncode or not lines:
+      print('memory child for %s failed (rc %d):\n%s' % (config.name, proc.returncode,
+                                                        proc.stderr[-3000:]))
+      continue
+    results[config.name] = json.loads(lines[-1][len('MEMORY_RESULT '):])
+  return results
+
+
+def _ModelFlags(args):
+  flags = []
+  for name in ('layers', 'width', 'batch', 'devices', 'intra_op_threads', 'inter_op_threads', 'warmup',
+               'memory_steps', 'learning_rate'):
+    flags.append('--%s=%s' % (name, getattr(args, name)))
+  return flags
+
+
+# ----------------------------------------------------------------------------------------------------
+# Main.
+
+
+def _Pct(values, q):
+  return float(np.percentile(values, q))
+
+
+def Verdict(ok):
+  return 'PASS' if ok else 'FAIL'
+
+
+def Main(args):
+  configs = TimingConfigs(args)
+  print('TensorPipe benchmark: %s, python %s, TF %s, %d CPU cores' %
+        (platform.platform(), platform.python_version(), tf2.__version__, os.cpu_count()))
+  print('sessions: %d logical CPU devices, intra_op=%d, inter_op=%d; dense %d x FC %d, batch %d; '
+        'transformer %d x (d=%d, heads=%d, hidden=%d), seq %d, batch %d' %
+        (args.devices, args.intra_op_threads, args.inter_op_threads, args.layers, args.width,
+         args.batch, args.tr_layers, args.tr_dim, args.tr_heads, args.tr_hidden, args.tr_seq,
+         args.tr_batch))
+  t_start = time.perf_counter()
+  steps = []
+  for config in configs:
+    step = Step(config, args)
+    step.Warmup(args.warmup)
+    print('  built %-40s %6d ops  build %5.1f s  warm-up %5.1f s  loss %.4g' %
+          (config.name, step.num_ops, step.build_s, step.warmup_s, step.loss_value), flush=True)
+    steps.append(step)
+
+  print('timing: %d rounds x %d steps per configuration, interleaved' %
+        (args.rounds, args.steps_per_round), flush=True)
+  for r in range(args.rounds):
+    shift = r % len(steps)
+    for step in steps[shift:] + steps[:shift]:
+      step.Time(args.steps_per_round)
+    if (r + 1) % max(1, args.rounds // 5) == 0:
+      print('  round %d/%d done (%.0f s)' % (r + 1, args.rounds, time.perf_counter() - t_start),
+            flush=True)
+
+  median = {s.config.name: statistics.median(s.times) for s in steps}
+  print()
+  print('%-40s %9s %9s %9s %9s' % ('config', 'median s', 'p25 s', 'p75 s', 'vs plain'))
+  for s in steps:
+    plain = median.get('%s/plain' % s.config.suite)
+    print('%-40s %9.3f %9.3f %9.3f %9s' %
+          (s.config.name, median[s.config.name], _Pct(s.times, 25), _Pct(s.times, 75),
+           '%.2fx' % (plain / median[s.config.name]) if plain else '-'))
+
+  if args.trace:
+    print()
+    print('one traced step per config (device busy = time with >= 1 op running on it):')
+    for s in steps:
+      wall, busy, op_types = s.Trace()
+      mm = {k: v for k, v in op_types.items() if 'MatMul' in k}
+      print('  %-40s wall %.3f s  busy %s  matmul ops %s' %
+            (s.config.name, wall, ' '.join('%s=%.3f' % kv for kv in sorted(busy.items())),
+             dict(sorted(mm.items()))))
+
+  for s in steps:
+    s.Close()
+
+  rows = []
+  print()
+  print('%-48s %9s %9s %s' % ('target', 'measured', 'needed', ''))
+  for desc, num, den, need in SpeedTargets():
+    if num.name not in median or den.name not in median:
+      continue
+    ratio = median[den.name] / median[num.name]
+    rows.append((desc, ratio, need, ratio >= need))
+    print('%-48s %8.2fx %8.2fx %s' % (desc, ratio, need, Verdict(ratio >= need)))
+
+  if not args.skip_memory:
+    mem = MeasureMemory(args)
+    tp_always = mem.get(MemoryConfigs()[0].name)
+    tp_never = mem.get(MemoryConfigs()[1].name)
+    lingvo = mem.get(MemoryConfigs()[2].name)
+    print()
+    print('%-40s %12s %18s' % ('peak memory (dense, separate process)', 'peak MiB',
+                               'peak - resident MiB'))
+    for name, r in mem.items():
+      print('%-40s %12.1f %18.1f' % (name, r['peak'] / MIB, (r['peak'] - r['base']) / MIB))
+    if tp_always and lingvo:
+      ratio = tp_always['peak'] / lingvo['peak']
+      print('%-48s %8.2fx %8.2fx %s' % ('peak TensorPipe K=2,M=8 <= 0.5x Lingvo GPipe', ratio, 0.5,
+                                        Verdict(ratio <= 0.5)))
+    if tp_always and tp_never:
+      print('%-48s %8.2fx' % ('peak TensorPipe K=2,M=8 always / never', tp_always['peak'] /
+                              tp_never['peak']))
+  print()
+  print('total %.0f s' % (time.perf_counter() - t_start))
+
+
+def ParseArgs(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--layers', type=int, default=16, help='dense stack: number of FCLayers')
+  parser.add_argument('--width', type=int, default=512, help='dense stack: input = output dim')
+  parser.add_argument('--batch', type=int, default=2048, help='dense stack: batch size')
+  parser.add_argument('--tr_layers', type=int, default=8, help='transformer stack: number of blocks')
+  parser.add_argument('--tr_dim', type=int, default=256, help='transformer: model dim')
+  parser.add_argument('--tr_heads', type=int, default=4, help='transformer: attention heads')
+  parser.add_argument('--tr_hidden', type=int, default=1024, help='transformer: feed-forward dim')
+  parser.add_argument('--tr_seq', type=int, default=64, help='transformer: sequence length')
+  parser.add_argument('--tr_batch', type=int, default=32, help='transformer: batch (sequences)')
+  parser.add_argument('--suites', default='dense,transformer', help='comma list: dense,transformer')
+  parser.add_argument('--devices', type=int, default=4,
+                      help='logical CPU devices of every session (4 so that K=4 runs; fewer drops '
+                      'the K=4 configurations)')
+  parser.add_argument('--intra_op_threads', type=int, default=1)
+  parser.add_argument('--inter_op_threads', type=int, default=2)
+  parser.add_argument('--warmup', type=int, default=3, help='untimed steps per configuration')
+  parser.add_argument('--rounds', type=int, default=12, help='interleaved timing rounds')
+  parser.add_argument('--steps_per_round', type=int, default=2, help='timed steps per config per round')
+  parser.add_argument('--memory_steps', type=int, default=3, help='steps measured per memory config')
+  parser.add_argument('--learning_rate', type=float, default=1e-4)
+  parser.add_argument('--skip_memory', action='store_true', help='skip the peak-memory processes')
+  parser.add_argument('--trace', action='store_true',
+                      help='after timing, trace one step per config and print device busy time')
+  parser.add_argument('--quick', action='store_true',
+                      help='smoke run: 3 rounds x 1 step, 2 warm-up steps')
+  parser.add_argument('--memory_child', default=None, help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  args.suites = [s.strip() for s in args.suites.split(',') if s.strip()]
+  if args.quick:
+    args.rounds, args.steps_per_round, args.warmup, args.memory_steps = 3, 1, 2, 2
+  return args
+
+
+if __name__ == '__main__':
+  parsed = ParseArgs()
+  if parsed.memory_child:
+    MemoryChild(parsed, parsed.memory_child)
+  else:
+    Main(parsed)
