@@ -1,6 +1,8 @@
 """The fill-drain schedule as plain data (no TensorFlow)."""
 
 import itertools
+import subprocess
+import sys
 import unittest
 
 from tensorpipe import schedule
@@ -59,6 +61,11 @@ class FillDrainScheduleTest(unittest.TestCase):
     self.assertEqual(schedule.FillDrainSchedule(2, 2).Render().split('\n'),
                      ['cell 0 | F0,0 F0,1 .    .    B0,1 B0,0',
                       'cell 1 | .    F1,0 F1,1 B1,1 B1,0 .   '])
+
+  def testImportsWithoutTensorFlow(self):
+    code = ('import sys, tensorpipe.schedule; '
+            'assert "tensorflow" not in sys.modules and "lingvo" not in sys.modules')
+    subprocess.run([sys.executable, '-c', code], check=True)
 
   def testBadSizes(self):
     with self.assertRaisesRegex(ValueError, 'num_cells must be a positive integer, got 0'):

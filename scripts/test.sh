@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Sets up .venv (scripts/setup.sh) and runs the test suite. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
+.venv/bin/python -m pytest "$@"
