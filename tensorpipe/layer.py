@@ -164,12 +164,9 @@ class TensorPipeLayer(base_layer.BaseLayer):
       for task in sched.ForwardOrder():
         k, t = task.cell, task.micro_batch
         scope = 'cell%d_mb%d' % (k, t)
-        if self.do_eval:
-          with tf.device(self._devices[k]), tf.name_scope(scope):
-            acts[t] = self._CellFn(k)(cell_theta[k], acts[t])
-          continue
-        recompute = p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1)
-        pass_theta = t < num_micro - 1
+        pass_theta = t < num_micro - 1 and not self.do_eval
+        recompute = not self.do_eval and (
+            p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1))
         if recompute:
           acts[t], next_theta = recomputation.Recomputed(
               self._CellFn(k), cell_theta[k], acts[t], self._devices[k], scope, pass_theta,
@@ -201,9 +198,5 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def FPropMeta(cls, p, *args):
     """Cost of the whole pipeline: the sum of its layers' FPropMeta (used by enclosing partitioners)."""
     layer_params = list(p.layers) if p.layers is not None else [l for c in p.partitions for l in c]
-    flops, shapes = 0, args
-    for lp in layer_params:
-      meta = lp.cls.FPropMeta(lp, *shapes)
-      flops += meta.flops
-      shapes = tuple(meta.out_shapes)
-    return py_utils.NestedMap(flops=flops, out_shapes=shapes)
+    costs, shapes = partitioning.ChainMeta(layer_params, args)
+    return py_utils.NestedMap(flops=sum(costs), out_shapes=shapes)

@@ -4,7 +4,6 @@ The cost of each layer comes from its `FPropMeta` flops for given input shapes (
 shapes are given). `BalancedSplit` places each cut where the running cost is closest to k/K of the total.
 """
 
-from lingvo.core import py_utils
 from lingvo.core import tshape
 
 
@@ -26,15 +25,16 @@ def _ToShape(shape):
   return shape if isinstance(shape, tshape.Shape) else tshape.Shape(list(shape))
 
 
-def LayerCosts(layer_params, input_shapes):
-  """Estimated flops of each layer, chaining FPropMeta output shapes from `input_shapes`.
+def ChainMeta(layer_params, input_shapes):
+  """Runs FPropMeta through the layers in order.
 
   Args:
     layer_params: the L layer Params, in order.
     input_shapes: shapes (lists or tshape.Shape) of the first layer's FProp inputs.
 
   Returns:
-    A list of L non-negative floats.
+    (costs, out_shapes): the estimated flops of each layer (L non-negative floats) and the last
+    layer's output shapes.
 
   Raises:
     ValueError: when a layer does not implement FPropMeta, naming it.
@@ -50,7 +50,12 @@ def LayerCosts(layer_params, input_shapes):
                        'count' % (p.name, p.cls.__name__)) from e
     costs.append(float(meta.flops))
     shapes = tuple(meta.out_shapes)
-  return costs
+  return costs, shapes
+
+
+def LayerCosts(layer_params, input_shapes):
+  """Estimated flops of each layer for the given first-layer input shapes (see ChainMeta)."""
+  return ChainMeta(layer_params, input_shapes)[0]
 
 
 def BalancedSplit(costs, num_partitions, where='TensorPipeLayer'):
@@ -109,8 +114,3 @@ def CellCosts(cells, input_shapes):
     out.append(sum(costs[start:start + len(cell)]))
     start += len(cell)
   return out
-
-
-def NestedShapes(structure):
-  """The tshape of every tensor in a NestedMap/tuple (helper for callers of LayerCosts)."""
-  return py_utils.Transform(lambda x: tshape.Shape(x.shape.as_list()), structure)

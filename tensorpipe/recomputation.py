@@ -85,7 +85,8 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
     xs, thetas = list(args[:num_x]), list(args[num_x:])
     out, ys = Forward(xs, thetas)
     structure['out'] = out
-    passed = [tf.identity(t) for t in thetas] if pass_theta else []
+    with tf.control_dependencies(ys):
+      passed = [tf.identity(t) for t in thetas] if pass_theta else []
 
     def Grad(*dys, variables=None):
       trainable = [v.name for v in variables or [] if v.trainable]

@@ -1,6 +1,7 @@
 """TensorPipeLayer: gradients equal the unpipelined model's for every K, M and re-computation mode."""
 
 import itertools
+import re
 
 import numpy as np
 from lingvo import compat as tf
@@ -201,6 +202,50 @@ class BehaviourTest(test_utils.TestCase):
     meta = params.cls.FPropMeta(params, py_utils.tshape.Shape([BATCH, DIM]))
     self.assertEqual(meta.flops, 3 * 2 * BATCH * DIM * DIM)
     self.assertEqual(meta.out_shapes[0].ToTensorShape().as_list(), [BATCH, DIM])
+
+
+class PipeliningTest(test_utils.TestCase):
+  """The executed step follows the fill-drain schedule, and devices overlap on different micro-batches."""
+
+  def _Intervals(self, nodes):
+    """{(phase, cell, micro-batch): (first start, last end)} of the step's MatMuls and tanhs."""
+    spans = {}
+    for _, name, op_type, start, end in nodes:
+      cells = re.findall(r'cell(\d+)_mb(\d+)', name)
+      if not cells or 'MatMul_grad' in name or not (op_type in helpers.MATMUL_TYPES or
+                                                    op_type == 'Tanh'):
+        continue
+      key = ('recompute' if 'gradients' in name else 'forward', int(cells[-1][0]), int(cells[-1][1]))
+      lo, hi = spans.get(key, (start, end))
+      spans[key] = (min(lo, start), max(hi, end))
+    return spans
+
+  def testDevicesFollowFillDrainAndOverlap(self):
+    k, m = 2, 4
+    with tf.Graph().as_default() as g, helpers.Cluster(k):
+      net = helpers.Pipeline(helpers.DenseLayers(8, dim=256), k, m).Instantiate()
+      out = net.FPropDefaultTheta(tf.random.uniform([1024, 256]))
+      loss = tf.reduce_mean(out * out)
+      grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
+      with helpers.Session(g, k, intra_op_threads=1, inter_op_threads=2) as sess:
+        sess.run(tf.global_variables_initializer())
+        overlapped = False
+        for _ in range(5):
+          _, nodes = helpers.TracedStep(sess, [loss, grads])
+          spans = self._Intervals(nodes)
+          self.assertLen(spans, 2 * k * m)
+          for cell in range(k):
+            for t in range(m - 1):
+              # Forward: micro-batch t + 1 starts after t ends on the same device.
+              self.assertLessEqual(spans[('forward', cell, t)][1], spans[('forward', cell, t + 1)][0])
+              # Backward: re-computation runs in reverse micro-batch order.
+              self.assertLess(spans[('recompute', cell, t + 1)][0], spans[('recompute', cell, t)][0])
+          for t in range(m - 1):
+            a, b = spans[('forward', 0, t + 1)], spans[('forward', 1, t)]
+            overlapped |= a[0] < b[1] and b[0] < a[1]
+          if overlapped:
+            break
+        self.assertTrue(overlapped, 'cell 0 never ran micro-batch t + 1 while cell 1 ran t')
 
 
 class BadInputTest(test_utils.TestCase):
