@@ -11,7 +11,7 @@ Batches (b = InfeedBatchSize()):
           non-repeating split is padded, so that every batch has the same static size).
 
 Sources, chosen by params:
-  - default: scikit-learn's bundled copy (`data_dir=None`);
+  - default: scikit-learn's bundled copy (`data_dir=''`);
   - `data_dir=DIR`: DIR/`file_name` in the same CSV format (64 pixel columns, then the label);
   - `tfds_name=NAME`: a tensorflow-datasets data set already prepared under `data_dir`
     (e.g. 'mnist' with image_shape=(28, 28, 1) and max_pixel=255); nothing is downloaded.
@@ -38,11 +38,11 @@ def SklearnDataDir():
 
 def CheckDataDir(p, where='DigitsInput'):
   """Raises ValueError (one line, naming the directory) if the data `p` points at is missing."""
-  if p.data_dir is None:
+  if not p.data_dir:
     return
-  if not isinstance(p.data_dir, str) or not p.data_dir:
-    raise ValueError('%s: data_dir must be a directory path or None (scikit-learn\'s bundled copy), '
-                     'got %r' % (where, p.data_dir))
+  if not isinstance(p.data_dir, str):
+    raise ValueError('%s: data_dir must be a directory path, or empty for scikit-learn\'s bundled '
+                     'copy; got %r' % (where, p.data_dir))
   if not os.path.isdir(p.data_dir):
     raise ValueError('%s: data_dir %r does not exist or is not a directory' % (where, p.data_dir))
   if not p.tfds_name:
@@ -71,9 +71,10 @@ def LoadArrays(p):
   CheckDataDir(p, where)
   if p.tfds_name:
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-    images, labels = tfds.as_numpy(
-        tfds.load(p.tfds_name, split=p.tfds_split or p.split, data_dir=p.data_dir, download=False,
-                  batch_size=-1, as_supervised=True))
+    with tf.Graph().as_default():  # Not in the model's graph: read once into host memory.
+      images, labels = tfds.as_numpy(
+          tfds.load(p.tfds_name, split=p.tfds_split or p.split, data_dir=p.data_dir,
+                    download=False, batch_size=-1, as_supervised=True))
     images = np.asarray(images, np.float32)
     labels = np.asarray(labels)
   else:
@@ -96,14 +97,14 @@ class DigitsInput(base_input_generator.BaseInputGenerator):
     p = super().Params()
     p.name = 'digits_input'
     p.batch_size = 64
-    p.Define('data_dir', None,
-             'None: scikit-learn\'s bundled copy. Otherwise a directory holding `file_name` (same CSV '
+    p.Define('data_dir', '',
+             'Empty: scikit-learn\'s bundled copy. Otherwise a directory holding `file_name` (same CSV '
              'format), or the tensorflow-datasets data_dir when `tfds_name` is set.')
     p.Define('file_name', 'digits.csv.gz', 'CSV file (pixels then label per row) inside data_dir.')
-    p.Define('tfds_name', None,
+    p.Define('tfds_name', '',
              'If set, read this already-prepared tensorflow-datasets data set from data_dir instead '
              '(no download).')
-    p.Define('tfds_split', None, 'TFDS split name; None uses `split`.')
+    p.Define('tfds_split', '', 'TFDS split name; empty uses `split`.')
     p.Define('split', 'train', "'train', 'test' (the held-out last rows) or 'all'.")
     p.Define('holdout_fraction', 0.2,
              'Fraction of the rows, taken from the end of the file, that form the test split.')
@@ -113,8 +114,16 @@ class DigitsInput(base_input_generator.BaseInputGenerator):
     p.Define('repeat', None,
              'Cycle through the split forever; None: only for the train split. A non-repeating '
              'split raises OutOfRangeError after one pass (set resettable=True for eval).')
-    p.Define('shuffle_seed', 1234, 'Seed of the shuffling.')
+    p.Define('shuffle_seed', 1234, 'Seed of the shuffling (and of the random shifts).')
+    p.Define('max_shift', 0,
+             'Data augmentation: shift each image by up to this many pixels in each direction '
+             '(zero-filled), drawn at random per example. 0 disables it.')
     return p
+
+  @classmethod
+  def CheckDataSource(cls, p):
+    """Raises ValueError naming the directory if the data `p` points at is missing (no loading)."""
+    CheckDataDir(p, 'DigitsInput %r' % p.name)
 
   def __init__(self, params):
     super().__init__(params)
@@ -143,6 +152,8 @@ class DigitsInput(base_input_generator.BaseInputGenerator):
     ds = tf.data.Dataset.from_tensor_slices((image_ph, label_ph))
     if self._Flag(p.shuffle):
       ds = ds.shuffle(self.num_examples, seed=p.shuffle_seed, reshuffle_each_iteration=True)
+    if p.max_shift:
+      ds = ds.map(self._RandomShift)
     if self._Flag(p.repeat):
       ds = ds.repeat().batch(b, drop_remainder=True)
       ds = ds.map(lambda x, y: (x, y, tf.ones([b], tf.float32)))
@@ -161,6 +172,13 @@ class DigitsInput(base_input_generator.BaseInputGenerator):
     label.set_shape([b])
     weight.set_shape([b])
     return py_utils.NestedMap(image=image, label=label, weight=weight)
+
+  def _RandomShift(self, image, label):
+    p = self.params
+    h, w, c = p.image_shape
+    s = p.max_shift
+    padded = tf.pad(image, [[s, s], [s, s], [0, 0]])
+    return tf.image.random_crop(padded, [h, w, c], seed=p.shuffle_seed), label
 
   def Initialize(self, sess=None):
     super().Initialize(sess)

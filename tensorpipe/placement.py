@@ -2,12 +2,15 @@
 
 By default cell k runs on `cluster.WorkerDeviceInModelSplit(k)`, so the same params run on logical CPU
 devices, GPUs or TPU cores. Lingvo wraps that index around when the split has fewer devices than cells;
-TensorPipe refuses instead of silently stacking cells on one device.
+in jobs that run the training step TensorPipe refuses instead of silently stacking cells on one device.
+Jobs that only build the model for checkpoints, summaries or evaluation (controller, evaler, decoder)
+often get one device with the stock flags; there cells share the devices round-robin, with a warning.
 """
 
 from lingvo import compat as tf
 
 _DEVICE_TYPES = ('CPU', 'GPU', 'TPU')
+_SHARING_JOBS = ('controller', 'evaler', 'decoder', 'train_summaries')
 
 
 def _ClusterDevices(cluster):
@@ -66,12 +69,16 @@ def CellDevices(cluster, num_cells, devices=None, where='TensorPipeLayer'):
     return [CheckDevice(d, cluster_devices, where) for d in devices]
   split = cluster.num_devices_per_split
   if num_cells > 1 and split < num_cells:
-    raise ValueError(
-        '%s: %d partitions need %d devices per model split, but the cluster (job %r) has %d; '
-        'set --worker_split_size=%d with that many devices per replica (`tensorpipe.train '
-        '--cpu_devices=%d` on CPU), use cluster_factory.ForTestingWorker(cpus=%d, split_size=%d) '
-        'in tests, or list `devices` explicitly' %
-        (where, num_cells, num_cells, cluster.job, split, num_cells, num_cells, num_cells, num_cells))
+    message = (
+        '%s: %d partitions need %d devices per model split, but the cluster (job %r) has %d' %
+        (where, num_cells, num_cells, cluster.job, split))
+    if cluster.job not in _SHARING_JOBS:
+      raise ValueError(
+          '%s; set --worker_split_size=%d with that many devices per replica (`tensorpipe.train '
+          '--cpu_devices=%d` on CPU), use cluster_factory.ForTestingWorker(cpus=%d, split_size=%d) '
+          'in tests, or list `devices` explicitly' % (message, num_cells, num_cells, num_cells, num_cells))
+    tf.logging.warning('%s; job %r only builds the model, so its cells share those devices '
+                       'round-robin', message, cluster.job)
   return [cluster.WorkerDeviceInModelSplit(k) for k in range(num_cells)]
 
 

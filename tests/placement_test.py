@@ -3,6 +3,7 @@
 import re
 
 from lingvo import compat as tf
+from lingvo.core import cluster_factory
 from lingvo.core import test_utils
 
 from tensorpipe import placement
@@ -61,6 +62,16 @@ class PlacementTest(test_utils.TestCase):
       net = helpers.Pipeline(helpers.DenseLayers(2), 2, 1).Instantiate()
       self.assertEqual(net.devices, ['/job:localhost/replica:0/task:0/device:CPU:0',
                                      '/job:localhost/replica:0/task:0/device:CPU:1'])
+
+  def testJobsThatOnlyBuildTheModelShareDevices(self):
+    """With stock GPU flags the controller/evaler get one device per split; training jobs refuse."""
+    for job in ('controller', 'evaler', 'decoder'):
+      with tf.Graph().as_default(), cluster_factory.ForTestingWorker(job=job, cpus=1):
+        net = helpers.Pipeline(helpers.DenseLayers(4), 4, 1).Instantiate()
+        self.assertLen(set(net.devices), 1, job)
+    with tf.Graph().as_default(), cluster_factory.ForTestingWorker(job='trainer', cpus=1):
+      with self.assertRaisesRegex(ValueError, "cluster \\(job 'trainer'\\) has 1"):
+        helpers.Pipeline(helpers.DenseLayers(4), 4, 1).Instantiate()
 
   def testExplicitDevices(self):
     with tf.Graph().as_default(), helpers.Cluster(2):

@@ -8,9 +8,15 @@ device k. All sessions share one ConfigProto (D logical CPU devices, intra_op=1,
 placement): TF fixes its thread pools with the first session of a process, so every configuration of one
 run sees the same pools.
 
-Timing is interleaved: after building and warming up every configuration, each round runs
-`--steps_per_round` steps of every configuration in turn (the starting configuration rotates from round to
-round), and the reported step time is the median over all rounds. Ratios are ratios of those medians.
+Timing is interleaved: after building and warming up every configuration (warm-up runs the very fetches
+that are timed, so no executor is built during timing), each round runs `--steps_per_round` (dense) or
+`--tr_steps_per_round` (transformer) steps of every configuration in turn, the starting configuration
+rotating from round to round. The machine may be shared, so each timed step also records how much CPU
+time other processes used meanwhile (/proc/stat minus this process's getrusage); a step is "quiet" when
+that is at most `--max_foreign_cpu` CPU-seconds per second. After `--rounds` rounds, more rounds run
+until every configuration has `--min_clean` quiet steps or `--max_timing_s` is spent. The reported step
+time is the median over the quiet steps (over all steps, marked *, for a configuration with too few),
+and every ratio is a ratio of those medians; the all-step median and the minimum are printed too.
 
 Peak memory is measured in a separate process per configuration (this script with `--memory_child`), so
 that no other graph's tensors are in the allocator: tf.config.experimental.reset_memory_stats('CPU:0')
@@ -36,6 +42,7 @@ import collections
 import dataclasses
 import json
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -175,7 +182,7 @@ class Step:
 
   def __init__(self, config, args):
     self.config = config
-    self.times = []
+    self.times, self.clean_times, self.foreign = [], [], []
     t0 = time.perf_counter()
     self.graph = tf.Graph()
     with self.graph.as_default(), cluster_factory.ForTestingWorker(
@@ -210,6 +217,7 @@ class Step:
         with tf.compat.v1.colocate_with(var):
           updates.append(var.assign_sub(args.learning_rate * grad).op)
       self.train_op = tf.group(*updates)
+      self.fetches = [self.train_op, self.loss]
       self.num_ops = len(self.graph.get_operations())
       self.num_variables = len(variables)
       init = tf.global_variables_initializer()
@@ -217,28 +225,45 @@ class Step:
     self.sess.run(init)
     self.build_s = time.perf_counter() - t0
 
+  def Run(self, **kwargs):
+    # Always the same fetches: a new fetch set makes TF build (and grappler optimise) another executor,
+    # which for the largest graphs here takes about a minute.
+    return self.sess.run(self.fetches, **kwargs)[1]
+
   def Warmup(self, steps):
     t0 = time.perf_counter()
     loss = None
     for _ in range(steps):
-      _, loss = self.sess.run([self.train_op, self.loss])
+      loss = self.Run()
     if not np.isfinite(loss):
       raise ValueError('%s: loss is %r after warm-up' % (self.config.name, loss))
     self.warmup_s = time.perf_counter() - t0
     self.loss_value = float(loss)
 
-  def Time(self, steps):
+  def Time(self, steps, max_foreign):
     for _ in range(steps):
+      cpu0, busy0 = _OwnCpu(), _MachineBusy()
       t0 = time.perf_counter()
-      self.sess.run(self.train_op)
-      self.times.append(time.perf_counter() - t0)
+      self.Run()
+      wall = time.perf_counter() - t0
+      foreign = (_MachineBusy() - busy0) - (_OwnCpu() - cpu0)
+      self.times.append(wall)
+      self.foreign.append(foreign)
+      if foreign <= max_foreign * wall:
+        self.clean_times.append(wall)
+
+  def Median(self, min_clean):
+    """(median step time, whether it is over clean steps only)."""
+    if len(self.clean_times) >= min_clean:
+      return statistics.median(self.clean_times), True
+    return statistics.median(self.times), False
 
   def Trace(self):
     """One traced step: (wall seconds, {device: busy seconds}, Counter of op types)."""
     opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     meta = tf.compat.v1.RunMetadata()
     t0 = time.perf_counter()
-    self.sess.run(self.train_op, options=opts, run_metadata=meta)
+    self.Run(options=opts, run_metadata=meta)
     wall = time.perf_counter() - t0
     busy, op_types = {}, collections.Counter()
     for dev in meta.step_stats.dev_stats:
@@ -286,12 +311,16 @@ def TimingConfigs(args):
     ]
     if args.devices >= 4:
       configs += [Config('dense', 'tensorpipe', 4, 8, 'always'), Config('dense', 'gpipe', 4, 8)]
+    if args.diagnose:
+      configs.append(Config('dense', 'tensorpipe', 1, 8, 'never'))
   if 'transformer' in args.suites:
     configs += [
         Config('transformer', 'plain'),
         Config('transformer', 'tensorpipe', 2, 8, 'always'),
         Config('transformer', 'gpipe', 2, 8),
     ]
+    if args.diagnose:
+      configs.append(Config('transformer', 'tensorpipe', 1, 8, 'never'))
   return configs
 
 
@@ -329,7 +358,7 @@ def MemoryChild(args, name):
   for _ in range(args.memory_steps):
     tf2.config.experimental.reset_memory_stats('CPU:0')
     base = tf2.config.experimental.get_memory_info('CPU:0')['current']
-    step.sess.run(step.train_op)
+    step.Run()
     peaks.append(tf2.config.experimental.get_memory_info('CPU:0')['peak'])
     bases.append(base)
   print('MEMORY_RESULT ' + json.dumps({
@@ -363,6 +392,24 @@ def _ModelFlags(args):
 # Main.
 
 
+def _OwnCpu():
+  """CPU seconds used by this process (all its threads) so far."""
+  r = resource.getrusage(resource.RUSAGE_SELF)
+  return r.ru_utime + r.ru_stime
+
+
+def _MachineBusy():
+  """CPU seconds the whole machine has not been idle (or has lost to steal) since boot."""
+  with open('/proc/stat') as f:
+    fields = [int(v) for v in f.readline().split()[1:]]
+  idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+  return (sum(fields[:8]) - idle) / float(os.sysconf('SC_CLK_TCK'))
+
+
+def _Load():
+  return '%.2f %.2f %.2f' % os.getloadavg()
+
+
 def _Pct(values, q):
   return float(np.percentile(values, q))
 
@@ -385,28 +432,46 @@ def Main(args):
   for config in configs:
     step = Step(config, args)
     step.Warmup(args.warmup)
+    step.steps_per_round = (args.steps_per_round if config.suite == 'dense' else
+                            args.tr_steps_per_round)
     print('  built %-40s %6d ops  build %5.1f s  warm-up %5.1f s  loss %.4g' %
           (config.name, step.num_ops, step.build_s, step.warmup_s, step.loss_value), flush=True)
     steps.append(step)
 
-  print('timing: %d rounds x %d steps per configuration, interleaved' %
-        (args.rounds, args.steps_per_round), flush=True)
-  for r in range(args.rounds):
+  print('timing: at least %d rounds, each running %d (dense) / %d (transformer) steps of every '
+        'configuration in turn; load average %s' %
+        (args.rounds, args.steps_per_round, args.tr_steps_per_round, _Load()), flush=True)
+  t_timing = time.perf_counter()
+  r = 0
+  while True:
     shift = r % len(steps)
     for step in steps[shift:] + steps[:shift]:
-      step.Time(args.steps_per_round)
-    if (r + 1) % max(1, args.rounds // 5) == 0:
-      print('  round %d/%d done (%.0f s)' % (r + 1, args.rounds, time.perf_counter() - t_start),
-            flush=True)
+      step.Time(step.steps_per_round, args.max_foreign_cpu)
+    r += 1
+    short = [s for s in steps if len(s.clean_times) < args.min_clean]
+    elapsed = time.perf_counter() - t_timing
+    print('  round %d done (%.0f s; load average %s; %d configs with fewer than %d quiet steps)' %
+          (r, time.perf_counter() - t_start, _Load(), len(short), args.min_clean), flush=True)
+    if r >= args.rounds and (not short or elapsed >= args.max_timing_s):
+      break
 
-  median = {s.config.name: statistics.median(s.times) for s in steps}
-  print()
-  print('%-40s %9s %9s %9s %9s' % ('config', 'median s', 'p25 s', 'p75 s', 'vs plain'))
+  median, clean = {}, {}
   for s in steps:
+    median[s.config.name], clean[s.config.name] = s.Median(args.min_clean)
+  print()
+  print('Step times. "quiet" steps: other processes used <= %.2f CPU-s per step-second while it ran '
+        '(from /proc/stat minus this process\'s own CPU time); medians are over quiet steps when a '
+        'config has >= %d of them, else over all steps (marked *).' %
+        (args.max_foreign_cpu, args.min_clean))
+  print('%-40s %9s %7s %9s %9s %9s' % ('config', 'median s', 'quiet', 'all: med', 'min s',
+                                          'vs plain'))
+  for s in steps:
+    name = s.config.name
     plain = median.get('%s/plain' % s.config.suite)
-    print('%-40s %9.3f %9.3f %9.3f %9s' %
-          (s.config.name, median[s.config.name], _Pct(s.times, 25), _Pct(s.times, 75),
-           '%.2fx' % (plain / median[s.config.name]) if plain else '-'))
+    print('%-40s %8.3f%1s %3d/%-3d %9.3f %9.3f %9s' %
+          (name, median[name], '' if clean[name] else '*', len(s.clean_times), len(s.times),
+           statistics.median(s.times), min(s.times),
+           '%.2fx' % (plain / median[name]) if plain else '-'))
 
   if args.trace:
     print()
@@ -421,15 +486,16 @@ def Main(args):
   for s in steps:
     s.Close()
 
-  rows = []
   print()
+  if args.quick:
+    print('--quick: smaller models and few steps; the verdicts below are a smoke test only.')
   print('%-48s %9s %9s %s' % ('target', 'measured', 'needed', ''))
   for desc, num, den, need in SpeedTargets():
     if num.name not in median or den.name not in median:
       continue
     ratio = median[den.name] / median[num.name]
-    rows.append((desc, ratio, need, ratio >= need))
-    print('%-48s %8.2fx %8.2fx %s' % (desc, ratio, need, Verdict(ratio >= need)))
+    noisy = '' if clean[num.name] and clean[den.name] else '  (* medians over all steps: noisy)'
+    print('%-48s %8.2fx %8.2fx %s%s' % (desc, ratio, need, Verdict(ratio >= need), noisy))
 
   if not args.skip_memory:
     mem = MeasureMemory(args)
@@ -437,17 +503,24 @@ def Main(args):
     tp_never = mem.get(MemoryConfigs()[1].name)
     lingvo = mem.get(MemoryConfigs()[2].name)
     print()
-    print('%-40s %12s %18s' % ('peak memory (dense, separate process)', 'peak MiB',
-                               'peak - resident MiB'))
+    print('Peak memory of one training step (dense stack, one process per config, %d steps each): the '
+          'CPU allocator peak (all logical devices), max and median over the steps, and the max '
+          'minus what was allocated before the step (variables, inputs).' % args.memory_steps)
+    print('%-40s %9s %9s %12s' % ('config', 'peak MiB', 'median', 'above resid.'))
     for name, r in mem.items():
-      print('%-40s %12.1f %18.1f' % (name, r['peak'] / MIB, (r['peak'] - r['base']) / MIB))
+      print('%-40s %9.1f %9.1f %12.1f' % (name, r['peak'] / MIB, statistics.median(r['peaks']) / MIB,
+                                          (r['peak'] - r['base']) / MIB))
+    print()
     if tp_always and lingvo:
       ratio = tp_always['peak'] / lingvo['peak']
       print('%-48s %8.2fx %8.2fx %s' % ('peak TensorPipe K=2,M=8 <= 0.5x Lingvo GPipe', ratio, 0.5,
                                         Verdict(ratio <= 0.5)))
+      print('%-48s %8.2fx   (not a target)' % (
+          '  same, above resident memory only', (tp_always['peak'] - tp_always['base']) /
+          (lingvo['peak'] - lingvo['base'])))
     if tp_always and tp_never:
-      print('%-48s %8.2fx' % ('peak TensorPipe K=2,M=8 always / never', tp_always['peak'] /
-                              tp_never['peak']))
+      print('%-48s %8.2fx   (not a target)' % ("peak TensorPipe K=2,M=8 'always' / 'never'",
+                                               tp_always['peak'] / tp_never['peak']))
   print()
   print('total %.0f s' % (time.perf_counter() - t_start))
 
@@ -455,36 +528,60 @@ def Main(args):
 def ParseArgs(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--layers', type=int, default=16, help='dense stack: number of FCLayers')
+  parser.add_argument('--layers', type=int, default=None,
+                      help='dense stack: number of FCLayers (default 16; 8 with --quick)')
   parser.add_argument('--width', type=int, default=512, help='dense stack: input = output dim')
   parser.add_argument('--batch', type=int, default=2048, help='dense stack: batch size')
-  parser.add_argument('--tr_layers', type=int, default=8, help='transformer stack: number of blocks')
+  parser.add_argument('--tr_layers', type=int, default=None,
+                      help='transformer stack: number of blocks (default 8; 2 with --quick)')
   parser.add_argument('--tr_dim', type=int, default=256, help='transformer: model dim')
   parser.add_argument('--tr_heads', type=int, default=4, help='transformer: attention heads')
   parser.add_argument('--tr_hidden', type=int, default=1024, help='transformer: feed-forward dim')
   parser.add_argument('--tr_seq', type=int, default=64, help='transformer: sequence length')
-  parser.add_argument('--tr_batch', type=int, default=32, help='transformer: batch (sequences)')
+  parser.add_argument('--tr_batch', type=int, default=64,
+                      help='transformer: batch (sequences); M=8 gives micro-batches of 8 x 64 tokens')
   parser.add_argument('--suites', default='dense,transformer', help='comma list: dense,transformer')
   parser.add_argument('--devices', type=int, default=4,
                       help='logical CPU devices of every session (4 so that K=4 runs; fewer drops '
                       'the K=4 configurations)')
   parser.add_argument('--intra_op_threads', type=int, default=1)
   parser.add_argument('--inter_op_threads', type=int, default=2)
-  parser.add_argument('--warmup', type=int, default=3, help='untimed steps per configuration')
-  parser.add_argument('--rounds', type=int, default=12, help='interleaved timing rounds')
-  parser.add_argument('--steps_per_round', type=int, default=2, help='timed steps per config per round')
-  parser.add_argument('--memory_steps', type=int, default=3, help='steps measured per memory config')
+  parser.add_argument('--warmup', type=int, default=2, help='untimed steps per configuration')
+  parser.add_argument('--rounds', type=int, default=8, help='interleaved timing rounds (at least)')
+  parser.add_argument('--steps_per_round', type=int, default=3,
+                      help='timed steps per dense configuration per round')
+  parser.add_argument('--tr_steps_per_round', type=int, default=1,
+                      help='timed steps per transformer configuration per round')
+  parser.add_argument('--diagnose', action='store_true',
+                      help="also time TensorPipe K=1,M=8,'never' on both stacks (micro-batching alone, "
+                      'no pipelining or re-computation); not part of any target')
+  parser.add_argument('--min_clean', type=int, default=8,
+                      help='keep adding rounds (up to --max_timing_s) until every config has this '
+                      'many quiet steps')
+  parser.add_argument('--max_timing_s', type=float, default=240,
+                      help='no extra rounds once timing has taken this long')
+  parser.add_argument('--max_foreign_cpu', type=float, default=0.15,
+                      help='a step is quiet if other processes used at most this many CPU-seconds '
+                      'per second of the step')
+  parser.add_argument('--memory_steps', type=int, default=5, help='steps measured per memory config')
   parser.add_argument('--learning_rate', type=float, default=1e-4)
   parser.add_argument('--skip_memory', action='store_true', help='skip the peak-memory processes')
   parser.add_argument('--trace', action='store_true',
                       help='after timing, trace one step per config and print device busy time')
   parser.add_argument('--quick', action='store_true',
-                      help='smoke run: 3 rounds x 1 step, 2 warm-up steps')
+                      help='smoke run (1-3 minutes): 8 dense layers, 2 transformer blocks, 3 rounds '
+                      'of 1 step; its numbers are not the benchmark\'s')
   parser.add_argument('--memory_child', default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   args.suites = [s.strip() for s in args.suites.split(',') if s.strip()]
+  if args.layers is None:
+    args.layers = 8 if args.quick else 16
+  if args.tr_layers is None:
+    args.tr_layers = 2 if args.quick else 8
   if args.quick:
-    args.rounds, args.steps_per_round, args.warmup, args.memory_steps = 3, 1, 2, 2
+    args.rounds, args.steps_per_round, args.tr_steps_per_round = 3, 1, 1
+    args.min_clean, args.max_timing_s = 2, 60
+    args.warmup, args.memory_steps = 2, 2
   return args
 
 

@@ -1,0 +1,79 @@
+"""Registered models on the scikit-learn handwritten digits (8x8 images, 10 classes).
+
+  digits.TinyConvPipeline: a 4-layer conv net as one TensorPipeLayer, K = 4 cells (one per logical
+  device: --cpu_devices=4 on CPU, --worker_gpus=4 --worker_split_size=4 on GPUs), M = 8 micro-batches.
+
+Train: python -m tensorpipe.train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
+         --run_locally=cpu --logdir=/tmp/digits
+Eval:  python -m tensorpipe.train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
+         --run_locally=cpu --logdir=/tmp/digits --job=evaler_test
+"""
+
+from lingvo import model_registry
+from lingvo.core import base_model_params
+from lingvo.core import learner
+from lingvo.core import optimizer
+from lingvo.core import schedule
+
+from tensorpipe import classifier
+from tensorpipe import digits_input
+from tensorpipe import layer as layer_lib
+
+
+@model_registry.RegisterSingleTaskModel
+class TinyConvPipeline(base_model_params.SingleTaskModelParams):
+  """Tiny conv net on the digits, pipelined over 4 devices with 8 micro-batches."""
+
+  NUM_PARTITIONS = 4
+  NUM_MICRO_BATCHES = 8
+  BATCH_SIZE = 64
+  EVAL_BATCH_SIZE = 120  # 360 held-out examples = 3 batches; 15 per micro-batch.
+  MAX_STEPS = 800
+  DATA_DIR = ''  # scikit-learn's bundled copy.
+
+  def _Input(self, split):
+    p = digits_input.DigitsInput.Params()
+    p.data_dir = self.DATA_DIR
+    p.split = split
+    return p
+
+  def Train(self):
+    p = self._Input('train')
+    p.batch_size = self.BATCH_SIZE
+    p.max_shift = 1  # Random +-1 pixel shifts.
+    return p
+
+  def Test(self):
+    p = self._Input('test')
+    p.batch_size = self.EVAL_BATCH_SIZE
+    p.resettable = True  # The evaler covers the whole held-out split once per checkpoint.
+    return p
+
+  def Dev(self):
+    # No separate dev split: --job=evaler_dev evaluates the same held-out split as evaler_test.
+    return self.Test()
+
+  def Task(self):
+    p = classifier.PipelinedClassifier.Params().Set(name='digits', num_classes=10)
+    p.pipeline = layer_lib.TensorPipeLayer.Params().Set(
+        name='pipeline',
+        layers=classifier.TinyConvLayers(image_shape=(8, 8, 1), num_classes=10),
+        num_partitions=self.NUM_PARTITIONS,
+        num_micro_batches=self.NUM_MICRO_BATCHES,
+        cost_input_shapes=[[self.BATCH_SIZE, 8, 8, 1]],
+        recompute='always')
+    p.eval.samples_per_summary = 0  # The whole held-out split.
+
+    tp = p.train
+    tp.max_steps = self.MAX_STEPS
+    tp.save_interval_steps = 200
+    tp.save_max_to_keep = 10
+    tp.summary_interval_steps = 50
+    tp.learner = learner.Learner.Params().Set(
+        name='loss',
+        learning_rate=3e-3,
+        optimizer=optimizer.Adam.Params(),
+        lr_schedule=schedule.LinearSchedule.Params().Set(
+            start=(0, 1.0), limit=(self.MAX_STEPS, 0.05)),
+        l2_regularizer_weight=1e-4)
+    return p
