@@ -5,10 +5,14 @@ so the gradient function owns the cell's backward pass. Only the cell's inputs (
 activations) and theta are kept from the forward pass; the backward pass re-runs the forward pass and
 differentiates it. The re-run depends on the incoming gradients through a control dependency: without
 it grappler's common-subexpression elimination merges the re-computation into the original forward pass
-and keeps its activations alive after all.
+and keeps its activations alive after all. It skips Lingvo's CheckNumerics, which the forward pass
+already ran on the same values.
 """
 
+import copy
+
 from lingvo import compat as tf
+from lingvo.core import cluster_factory
 
 from tensorpipe import accumulation
 
@@ -32,6 +36,13 @@ class ReplayOrder:
   def Record(self, t, recomputed, rest):
     """Micro-batch t re-computed `recomputed`; `rest` holds the gradients of micro-batches > t."""
     self._done[t] = list(recomputed) + [r for r in rest if r is not None]
+
+
+def _WithoutNumericChecks():
+  """The current cluster with Lingvo's CheckNumerics off: a re-computation repeats values already checked."""
+  cluster = copy.deepcopy(cluster_factory.Current())
+  cluster.params.enable_check_numerics = False
+  return cluster
 
 
 def _IsDifferentiable(t):
@@ -99,7 +110,8 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
         deps = [d for d in dy_out if d is not None] + (order.Before(micro_batch) if order else [])
         with tf.control_dependencies(deps):
           src = [tf.identity(a) for a in xs + thetas]
-        _, targets = Forward(src[:num_x], src[num_x:])
+        with _WithoutNumericChecks():
+          _, targets = Forward(src[:num_x], src[num_x:])
         if order:
           order.Record(micro_batch, targets, dtheta_rest)
         pairs = [(y, d) for y, d in zip(targets, dy_out) if d is not None and _IsDifferentiable(y)]

@@ -2,6 +2,7 @@
 
 import numpy as np
 from lingvo import compat as tf
+from lingvo.core import layers as lingvo_layers
 from lingvo.core import test_utils
 
 from tests import helpers
@@ -30,6 +31,23 @@ class RecomputeCountTest(test_utils.TestCase):
     self.assertEqual(self._ForwardMatMuls('never'), L * M)
     self.assertEqual(self._ForwardMatMuls('always'), 2 * L * M)
     self.assertEqual(self._ForwardMatMuls('except_last'), 2 * L * M - L)
+
+
+class NumericChecksTest(test_utils.TestCase):
+
+  def testCheckNumericsRunsInTheForwardPassOnly(self):
+    fcs = [lingvo_layers.FCLayer.Params().Set(name='fc%d' % i, input_dim=8, output_dim=8)
+           for i in range(L)]
+    with tf.Graph().as_default() as g, helpers.Cluster(K):
+      out = helpers.Pipeline(fcs, K, M).Instantiate().FPropDefaultTheta(tf.ones([8, 8]))
+      loss = tf.reduce_sum(out * out)
+      grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
+      with helpers.Session(g, K) as sess:
+        sess.run(tf.global_variables_initializer())
+        _, nodes = helpers.TracedStep(sess, [loss, grads])
+    checks = [name for _, name, op_type, _, _ in nodes if op_type == 'CheckNumerics']
+    self.assertNotEmpty([c for c in checks if 'gradients' not in c])
+    self.assertEmpty([c for c in checks if 'gradients' in c])
 
 
 class RecomputeMemoryTest(test_utils.TestCase):

@@ -29,6 +29,11 @@ Usage:
   .venv/bin/python tools/benchmark_pipeline.py            # full run (about 8-10 minutes on 2 cores)
   .venv/bin/python tools/benchmark_pipeline.py --quick    # smoke run (a minute or two)
   .venv/bin/python tools/benchmark_pipeline.py --trace    # also: per-device busy time from one traced step
+  .venv/bin/python tools/benchmark_pipeline.py --diagnose # also: TensorPipe K=1,M=8,'never' (micro-batching
+                                                          # alone) on both stacks
+  .venv/bin/python tools/benchmark_pipeline.py --suites=dense --skip_memory   # dense speed only (~3 min)
+
+Results measured with it, and how to read them: docs/benchmarks.md.
 """
 
 import os
