@@ -69,6 +69,7 @@ from lingvo.core import layers_with_attention
 from lingvo.core import py_utils
 
 from tensorpipe import layer as tensorpipe_layer
+from tensorpipe import placement
 
 MIB = 1024.0 * 1024.0
 
@@ -176,12 +177,6 @@ def _LayerParams(config, args):
   raise ValueError(config.kind)
 
 
-def SessionConfig(args):
-  return tf.compat.v1.ConfigProto(
-      device_count={'CPU': args.devices}, intra_op_parallelism_threads=args.intra_op_threads,
-      inter_op_parallelism_threads=args.inter_op_threads, allow_soft_placement=False)
-
-
 class Step:
   """One configuration's training step, built in its own graph and session."""
 
@@ -226,7 +221,8 @@ class Step:
       self.num_ops = len(self.graph.get_operations())
       self.num_variables = len(variables)
       init = tf.global_variables_initializer()
-    self.sess = tf.Session(graph=self.graph, config=SessionConfig(args))
+    self.sess = tf.Session(graph=self.graph, config=placement.SessionConfig(
+        args.devices, args.intra_op_threads, args.inter_op_threads))
     self.sess.run(init)
     self.build_s = time.perf_counter() - t0
 
