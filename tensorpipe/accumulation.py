@@ -17,11 +17,16 @@ from tensorflow.core.framework import attr_value_pb2
 _DO_NOT_REMOVE = {'_grappler_do_not_remove': attr_value_pb2.AttrValue(b=True)}
 
 
+def _Kept():
+  """Scope in which new ops carry the attribute that stops grappler removing or fusing them."""
+  return tf.get_default_graph()._attr_scope(_DO_NOT_REMOVE)  # pylint: disable=protected-access
+
+
 def _KeptIdentity(g):
   """Identity of a gradient (dense or IndexedSlices) that grappler may not remove."""
   if g is None:
     return None
-  with tf.get_default_graph()._attr_scope(_DO_NOT_REMOVE):  # pylint: disable=protected-access
+  with _Kept():
     if isinstance(g, tf.IndexedSlices):
       return tf.IndexedSlices(tf.identity(g.values), g.indices, g.dense_shape)
     return tf.identity(g, name='accumulate')
@@ -36,7 +41,7 @@ def Accumulate(own, rest):
   if isinstance(own, tf.IndexedSlices) and isinstance(rest, tf.IndexedSlices):
     return tf.IndexedSlices(tf.concat([own.values, rest.values], 0),
                             tf.concat([own.indices, rest.indices], 0), own.dense_shape)
-  with tf.get_default_graph()._attr_scope(_DO_NOT_REMOVE):  # pylint: disable=protected-access
+  with _Kept():
     return tf.add(tf.convert_to_tensor(own), tf.convert_to_tensor(rest), name='accumulate')
 
 
