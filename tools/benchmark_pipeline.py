@@ -69,6 +69,7 @@ from lingvo.core import layers_with_attention
 from lingvo.core import py_utils
 
 from tensorpipe import layer as tensorpipe_layer
+from tensorpipe import partitioning
 from tensorpipe import placement
 
 MIB = 1024.0 * 1024.0
@@ -134,8 +135,7 @@ def _Cells(layer_params, k):
   n = len(layer_params)
   if n % k:
     raise ValueError('%d layers cannot be cut into %d equal cells' % (n, k))
-  per = n // k
-  return [[lp.Copy() for lp in layer_params[i * per:(i + 1) * per]] for i in range(k)]
+  return [[lp.Copy() for lp in cell] for cell in partitioning.SplitLayers(layer_params, k)]
 
 
 @dataclasses.dataclass(frozen=True)
