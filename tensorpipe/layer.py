@@ -16,7 +16,9 @@ from lingvo.core import base_layer
 from lingvo.core import py_utils
 
 from tensorpipe import accumulation
+from tensorpipe import cost_model
 from tensorpipe import micro_batching
+from tensorpipe import partition_report
 from tensorpipe import partitioning
 from tensorpipe import placement
 from tensorpipe import recomputation
@@ -44,8 +46,22 @@ class TensorPipeLayer(base_layer.BaseLayer):
     p.Define('num_partitions', None,
              'K, the number of cells `layers` is cut into (only with `layers`).')
     p.Define('cost_input_shapes', None,
-             'Shapes of the first layer\'s FProp inputs (list of lists), used to balance the cells '
-             'of `layers` by FPropMeta flops; None balances by layer count.')
+             'Shapes of the first layer\'s FProp inputs for one mini-batch (list of lists): needed to '
+             'balance `layers` by flops, time or memory, and for the partition report.')
+    p.Define('partition_cost', 'auto',
+             "What `layers` are balanced by: 'count', 'flops' (FPropMeta), 'measured' (each layer's "
+             "forward+backward time on the cells' device type), 'memory' (estimated bytes), or "
+             "'auto' ('flops' with cost_input_shapes, else 'count').")
+    p.Define('partition_algorithm', 'optimal',
+             "'optimal' (least max cell cost, exactly) or 'min_variance' (the GPipe paper's "
+             "heuristic).")
+    p.Define('memory_budget', None,
+             'Bytes each device may hold (parameters with optimizer slots and activations, as '
+             'cost_model estimates them); the split keeps every cell within it or raises. None: no '
+             'limit.')
+    p.Define('bytes_per_param', 12,
+             'Memory per trainable parameter including optimizer slots (12 = float32 weight + two '
+             'slots, e.g. RMSProp or Adam); used by memory costs and budgets.')
     p.Define('num_micro_batches', 1,
              'M: each mini-batch is split into this many micro-batches; must divide the batch.')
     p.Define('micro_batch_size', None,
@@ -81,36 +97,62 @@ class TensorPipeLayer(base_layer.BaseLayer):
       self._cell_layers.append(names)
 
   def _Cells(self, where):
-    """The K lists of layer Params, from `partitions` or by splitting `layers`."""
+    """The K lists of layer Params, from `partitions` or by splitting `layers` (see partitioning)."""
     p = self.params
     if (p.partitions is None) == (p.layers is None):
       raise ValueError('%s: set exactly one of `partitions` (explicit cells) and `layers` '
                        '(cut into num_partitions cells)' % where)
+    sizes = None
     if p.partitions is not None:
       if p.num_partitions is not None and p.num_partitions != len(p.partitions):
         raise ValueError('%s: num_partitions=%r but `partitions` lists %d cells' %
                          (where, p.num_partitions, len(p.partitions)))
       partitioning.CheckPartitions(p.partitions, where)
-      cells = [list(cell) for cell in p.partitions]
+      sizes = [len(cell) for cell in p.partitions]
+      layers = [layer_params for cell in p.partitions for layer_params in cell]
+      num_partitions = len(sizes)
     else:
       if p.num_partitions is None:
         raise ValueError('%s: `layers` needs num_partitions (the number of cells K)' % where)
-      cells = partitioning.SplitLayers(p.layers, p.num_partitions, p.cost_input_shapes, where)
+      layers, num_partitions = list(p.layers), p.num_partitions
     seen = set()
-    for k, cell in enumerate(cells):
-      for layer_params in cell:
-        if not layer_params.name:
-          raise ValueError('%s: a layer of partition %d (%s) has no name; every layer needs a '
-                           'unique name' % (where, k, layer_params.cls.__name__))
-        if layer_params.name in seen:
-          raise ValueError('%s: layer name %r appears twice; layer names must be unique' %
-                           (where, layer_params.name))
-        seen.add(layer_params.name)
+    for i, layer_params in enumerate(layers):
+      if not layer_params.name:
+        raise ValueError('%s: layer %d (%s) has no name; every layer needs a unique name' %
+                         (where, i, layer_params.cls.__name__))
+      if layer_params.name in seen:
+        raise ValueError('%s: layer name %r appears twice; layer names must be unique' %
+                         (where, layer_params.name))
+      seen.add(layer_params.name)
+    if p.micro_batch_size is None or p.cost_input_shapes is None:
+      num_micro = p.num_micro_batches
+    else:
+      num_micro = self.NumMicroBatches(p.cost_input_shapes[0][p.batch_dim])
+    device = None
+    if p.partition_cost == 'measured':
+      device = p.devices[0] if p.devices else self.cluster.WorkerDeviceInModelSplit(0)
+    self._plan = partitioning.MakePlan(
+        layers, num_partitions, p.cost_input_shapes, p.partition_cost, p.partition_algorithm,
+        p.memory_budget, num_micro, p.recompute, p.bytes_per_param, device, sizes, where)
+    cells = self._plan.Cells()
+    if sizes is None:
+      tf.logging.info('%s: %d layers in cells of %s by %s cost (%s), imbalance max/mean %.3f', where,
+                      len(layers), self._plan.sizes, self._plan.cost_source, p.partition_algorithm,
+                      self._plan.Imbalance())
     return [[layer_params.Copy() for layer_params in cell] for cell in cells]
 
   @property
   def num_partitions(self):
     return len(self._cell_layers)
+
+  @property
+  def partition_plan(self):
+    """The partitioning.Plan: cell sizes and the per-layer costs behind them."""
+    return self._plan
+
+  def PartitionReport(self):
+    """Per cell: layers, cost, share, parameters, estimated memory; imbalance and efficiency."""
+    return partition_report.Build(self._plan, 'TensorPipeLayer %r' % self.params.name)
 
   @property
   def devices(self):
@@ -198,5 +240,5 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def FPropMeta(cls, p, *args):
     """Cost of the whole pipeline: the sum of its layers' FPropMeta (used by enclosing partitioners)."""
     layer_params = list(p.layers) if p.layers is not None else [l for c in p.partitions for l in c]
-    costs, shapes = partitioning.ChainMeta(layer_params, args)
-    return py_utils.NestedMap(flops=sum(costs), out_shapes=shapes)
+    metas, shapes = cost_model.ChainMeta(layer_params, args)
+    return py_utils.NestedMap(flops=sum(flops for flops, _ in metas), out_shapes=shapes)

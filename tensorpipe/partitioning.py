@@ -1,10 +1,19 @@
-"""Partitioning: cut a sequential list of L layers into K contiguous, non-empty cells.
+"""Partitioning: cut a pipeline's L layers into K contiguous cells, and keep the reasons.
 
-The cost of each layer comes from its `FPropMeta` flops for given input shapes (or is 1 per layer when no
-shapes are given). `BalancedSplit` places each cut where the running cost is closest to k/K of the total.
+Explicit cells are only checked. A flat list of layers is split by `MakePlan`: per-layer costs come
+from `cost_model` (layer count, FPropMeta flops, measured time or memory), cell sizes from
+`balancing` (the exact min-max split, optionally within a per-device memory budget, or the paper's
+min-variance heuristic). The resulting `Plan` remembers costs and profiles so that
+`partition_report` can show per cell what it costs and holds.
 """
 
-from lingvo.core import tshape
+import dataclasses
+from typing import Any, List, Optional
+
+from tensorpipe import balancing
+from tensorpipe import cost_model
+
+COST_SOURCES = ('auto',) + cost_model.COST_SOURCES
 
 
 def CheckPartitions(partitions, where='TensorPipeLayer'):
@@ -21,96 +30,114 @@ def CheckPartitions(partitions, where='TensorPipeLayer'):
                        (where, k, len(partitions)))
 
 
-def _ToShape(shape):
-  return shape if isinstance(shape, tshape.Shape) else tshape.Shape(list(shape))
+@dataclasses.dataclass
+class Plan:
+  """A partitioning decision: cell sizes, the costs they balance, and how they were found."""
+  layer_params: List[Any]
+  sizes: List[int]
+  cost_source: str
+  algorithm: str
+  cost: balancing.CellCost
+  input_shapes: Optional[List[Any]] = None
+  num_micro_batches: int = 1
+  recompute: str = 'always'
+  bytes_per_param: int = 12
+  memory_budget: Optional[float] = None
+  _profiles: Optional[List[cost_model.LayerProfile]] = None
+
+  @property
+  def num_partitions(self):
+    return len(self.sizes)
+
+  def Cells(self):
+    """The layer Params of each cell."""
+    cells, start = [], 0
+    for size in self.sizes:
+      cells.append(list(self.layer_params[start:start + size]))
+      start += size
+    return cells
+
+  def CellCosts(self):
+    return self.cost.Cells(self.sizes)
+
+  def Imbalance(self):
+    """max / mean of the cell costs."""
+    return balancing.Imbalance(self.CellCosts())
+
+  def Efficiency(self, num_micro_batches=None):
+    """Predicted busy fraction of the devices from bubble and imbalance (see balancing.Efficiency)."""
+    return balancing.Efficiency(self.CellCosts(), num_micro_batches or self.num_micro_batches)
+
+  def Profiles(self):
+    """LayerProfiles (flops, parameters, activation sizes); None without input shapes."""
+    if self._profiles is None and self.input_shapes is not None:
+      self._profiles = cost_model.Profiles(self.layer_params, self.input_shapes)
+    return self._profiles
+
+  def Memory(self):
+    """Estimated per-cell memory as a balancing.CellCost (see cost_model.MemoryCost)."""
+    profiles = self.Profiles()
+    if profiles is None:
+      return None
+    return cost_model.MemoryCost(profiles, self.num_micro_batches, self.recompute,
+                                 self.bytes_per_param)
 
 
-def ChainMeta(layer_params, input_shapes):
-  """Runs FPropMeta through the layers in order.
+def MakePlan(layer_params, num_partitions, input_shapes=None, cost='auto', algorithm='optimal',
+             memory_budget=None, num_micro_batches=1, recompute='always', bytes_per_param=12,
+             device=None, sizes=None, where='TensorPipeLayer'):
+  """Splits `layer_params` into `num_partitions` cells (or describes the given cell `sizes`).
 
   Args:
     layer_params: the L layer Params, in order.
-    input_shapes: shapes (lists or tshape.Shape) of the first layer's FProp inputs.
+    num_partitions: K.
+    input_shapes: mini-batch shapes of the first layer's FProp inputs; needed by every cost source
+      but 'count' and by memory budgets.
+    cost: 'auto' ('flops' with input shapes, else 'count'), 'count', 'flops', 'measured', 'memory'.
+    algorithm: 'optimal' (least max cell cost) or 'min_variance' (the paper's heuristic).
+    memory_budget: bytes per device that no cell's estimated memory may exceed (None: no limit).
+    num_micro_batches: M (for memory estimates and the predicted efficiency).
+    recompute: the TensorPipeLayer's recompute mode (for memory estimates).
+    bytes_per_param: bytes per trainable parameter including optimizer slots.
+    device: a device of the type 'measured' times layers on.
+    sizes: explicit cell sizes: only describe them.
+    where: prefix of error messages.
 
   Returns:
-    (costs, out_shapes): the estimated flops of each layer (L non-negative floats) and the last
-    layer's output shapes.
-
-  Raises:
-    ValueError: when a layer does not implement FPropMeta, naming it.
+    A Plan.
   """
-  shapes = tuple(_ToShape(s) for s in input_shapes)
-  costs = []
-  for p in layer_params:
-    try:
-      meta = p.cls.FPropMeta(p, *shapes)
-    except NotImplementedError as e:
-      raise ValueError('Layer %r (%s) has no FPropMeta, so its cost cannot be estimated; give '
-                       'explicit `partitions` or leave `cost_input_shapes` unset to split by layer '
-                       'count' % (p.name, p.cls.__name__)) from e
-    costs.append(float(meta.flops))
-    shapes = tuple(meta.out_shapes)
-  return costs, shapes
-
-
-def LayerCosts(layer_params, input_shapes):
-  """Estimated flops of each layer for the given first-layer input shapes (see ChainMeta)."""
-  return ChainMeta(layer_params, input_shapes)[0]
-
-
-def BalancedSplit(costs, num_partitions, where='TensorPipeLayer'):
-  """Returns K cell sizes (numbers of layers) that split `costs` into balanced contiguous cells.
-
-  The cut after cell k is placed at the prefix whose cost is closest to (k + 1)/K of the total, moved
-  as needed so that every cell keeps at least one layer.
-  """
-  num_layers = len(costs)
-  if not isinstance(num_partitions, int) or num_partitions < 1:
-    raise ValueError('%s: num_partitions must be a positive integer, got %r' % (where, num_partitions))
-  if num_partitions > num_layers:
-    raise ValueError('%s: %d layers cannot fill %d partitions; every partition needs at least one '
-                     'layer' % (where, num_layers, num_partitions))
-  if any(c < 0 for c in costs):
-    raise ValueError('%s: layer costs must be non-negative, got %r' % (where, costs))
-  prefix = [0.0]
-  for c in costs:
-    prefix.append(prefix[-1] + c)
-  total = prefix[-1]
-  cuts = [0]
-  for k in range(1, num_partitions):
-    lo = cuts[-1] + 1
-    hi = num_layers - (num_partitions - k)
-    target = total * k / num_partitions
-    best = min(range(lo, hi + 1), key=lambda i: (abs(prefix[i] - target), i))
-    cuts.append(best)
-  cuts.append(num_layers)
-  return [cuts[k + 1] - cuts[k] for k in range(num_partitions)]
-
-
-def SplitLayers(layer_params, num_partitions, input_shapes=None, where='TensorPipeLayer'):
-  """Splits `layer_params` into `num_partitions` lists, balanced by cost (or by count without shapes)."""
   layer_params = list(layer_params)
   if not layer_params:
     raise ValueError('%s: `layers` is empty; give at least one layer' % where)
-  if input_shapes is None:
-    costs = [1.0] * len(layer_params)
+  balancing.CheckCounts(len(layer_params), num_partitions, where)
+  if cost not in COST_SOURCES:
+    raise ValueError('%s: partition_cost=%r is not one of %s' % (where, cost, COST_SOURCES))
+  if algorithm not in balancing.ALGORITHMS:
+    raise ValueError('%s: partition_algorithm=%r is not one of %s' %
+                     (where, algorithm, balancing.ALGORITHMS))
+  if cost == 'auto':
+    cost = 'count' if input_shapes is None else 'flops'
+  if input_shapes is None and (cost != 'count' or memory_budget is not None):
+    what = 'memory_budget' if cost == 'count' else 'partition_cost=%r' % cost
+    raise ValueError('%s: %s needs cost_input_shapes (the first layer\'s input shapes for one '
+                     'mini-batch)' % (where, what))
+  plan = Plan(layer_params, list(sizes or []), cost, algorithm, None, input_shapes,
+              num_micro_batches, recompute, bytes_per_param, memory_budget)
+  if cost == 'count':
+    plan.cost = balancing.CellCost([1.0] * len(layer_params))
+  elif cost == 'flops':
+    plan.cost = balancing.CellCost(cost_model.Flops(layer_params, input_shapes), where=where)
+  elif cost == 'measured':
+    plan.cost = balancing.CellCost(
+        cost_model.MeasureSeconds(layer_params, input_shapes, device), what='time', where=where)
   else:
-    if num_partitions > len(layer_params):
-      BalancedSplit([1.0] * len(layer_params), num_partitions, where)  # Raises the clear error.
-    costs = LayerCosts(layer_params, input_shapes)
-  sizes = BalancedSplit(costs, num_partitions, where)
-  cells, start = [], 0
-  for size in sizes:
-    cells.append(layer_params[start:start + size])
-    start += size
-  return cells
+    plan.cost = plan.Memory()
+  if not sizes:
+    memory = plan.Memory() if memory_budget is not None else None
+    plan.sizes = balancing.Split(plan.cost, num_partitions, algorithm, memory, memory_budget, where)
+  return plan
 
 
-def CellCosts(cells, input_shapes):
-  """Total estimated flops per cell for the given first-layer input shapes."""
-  costs = LayerCosts([p for cell in cells for p in cell], input_shapes)
-  out, start = [], 0
-  for cell in cells:
-    out.append(sum(costs[start:start + len(cell)]))
-    start += len(cell)
-  return out
+def SplitLayers(layer_params, num_partitions, input_shapes=None, where='TensorPipeLayer'):
+  """`layer_params` in `num_partitions` cells, balanced by flops (or by count without shapes)."""
+  return MakePlan(layer_params, num_partitions, input_shapes, where=where).Cells()

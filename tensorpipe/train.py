@@ -276,19 +276,27 @@ def _WalkValue(value, path):
       yield from _WalkValue(v, '%s[%r]' % (path, k))
 
 
-def PipelinePartitions(cfg):
-  """[(path, name, K)] for every TensorPipeLayer in model params `cfg` (K = number of cells)."""
+def Pipelines(cfg):
+  """[(path, Params)] of every TensorPipeLayer in model params `cfg`."""
   out = []
   for path, p in _Walk(cfg):
     cls = p.Get('cls') if 'cls' in p else None
     if isinstance(cls, type) and issubclass(cls, layer_lib.TensorPipeLayer):
-      if p.partitions is not None:
-        k = len(p.partitions)
-      elif p.num_partitions is not None:
-        k = p.num_partitions
-      else:
-        continue  # Misconfigured; the layer itself raises a clear error.
-      out.append((path, p.name, int(k)))
+      out.append((path, p))
+  return out
+
+
+def PipelinePartitions(cfg):
+  """[(path, name, K)] for every TensorPipeLayer in model params `cfg` (K = number of cells)."""
+  out = []
+  for path, p in Pipelines(cfg):
+    if p.partitions is not None:
+      k = len(p.partitions)
+    elif p.num_partitions is not None:
+      k = p.num_partitions
+    else:
+      continue  # Misconfigured; the layer itself raises a clear error.
+    out.append((path, p.name, int(k)))
   return out
 
 
@@ -311,7 +319,8 @@ def CheckDataDirs(cfg, dataset):
         raise UsageError('dataset %s: %s' % (dataset, e)) from e
 
 
-def _ModelParams(model_name, dataset):
+def ModelParams(model_name, dataset):
+  """The registered model's params for `dataset`; UsageError with a one-line message if it fails."""
   try:
     return ModelRegistry.GetParams(model_name, dataset)
   except base_model_params.DatasetError:
@@ -354,7 +363,7 @@ def Validate():
     if dataset and dataset not in datasets:
       datasets.append(dataset)
   for dataset in datasets:
-    cfg = _ModelParams(FLAGS.model, dataset)
+    cfg = ModelParams(FLAGS.model, dataset)
     CheckDataDirs(cfg, dataset)
     for path, name, k in PipelinePartitions(cfg):
       if k > split:

@@ -1,0 +1,65 @@
+"""Partition report: per-cell rows, predictions, and the command-line tool."""
+
+import contextlib
+import io
+
+from lingvo.core import test_utils
+
+from tensorpipe import partition_report
+from tensorpipe import partitioning
+from tests import helpers
+from tools import partition_report as tool
+
+
+class ReportTest(test_utils.TestCase):
+
+  def testRowsAndPredictions(self):
+    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=w) for i, w in enumerate([8, 8, 8, 24])]
+    plan = partitioning.MakePlan(layers, 2, [[4, 8]], num_micro_batches=4)
+    report = partition_report.Build(plan, 'pipe')
+    self.assertEqual([(r.first, r.last, r.num_layers) for r in report.rows],
+                     [('d0', 'd2', 3), ('d3', 'd3', 1)])
+    self.assertEqual([r.cost for r in report.rows], [3 * 2 * 4 * 8 * 8, 2 * 4 * 8 * 24])
+    self.assertAlmostEqual(sum(r.share for r in report.rows), 1.0)
+    self.assertEqual([r.params for r in report.rows], [3 * 64, 24 * 24])
+    self.assertEqual(report.rows[1].param_bytes, 24 * 24 * 12)
+    # d3's [4, 8] input stashed, and 2 of 4 micro-batches of its output held: 4 bytes each.
+    self.assertEqual(report.rows[1].activation_bytes, 4 * 8 * 4 + 0.5 * 4 * 8 * 4)
+    self.assertAlmostEqual(report.imbalance, 1536 / ((1536 + 1536) / 2))
+    self.assertAlmostEqual(report.bubble, 1 / 5)
+    self.assertAlmostEqual(report.efficiency, 4 / 5 / report.imbalance)
+    text = str(report)
+    self.assertIn('pipe: 2 cells, cost \'flops\', algorithm \'optimal\', M = 4', text)
+    self.assertIn('d0 .. d2', text)
+    self.assertIn('imbalance (max/mean cost) 1.000; bubble 20.0%; predicted efficiency 80.0%', text)
+
+
+class ToolTest(test_utils.TestCase):
+
+  def _Run(self, *argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      code = tool.main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+  def testReportsARegisteredModel(self):
+    code, out, _ = self._Run('--model=digits.TinyConvPipeline', '--num_partitions=2',
+                             '--algorithm=both')
+    self.assertEqual(code, 0)
+    self.assertIn("digits.TinyConvPipeline task.pipeline: 2 cells, cost 'flops', algorithm "
+                  "'optimal', M = 8", out)
+    self.assertIn("algorithm 'min_variance'", out)
+    self.assertEqual(out.count('predicted efficiency'), 2)
+
+  def testErrorsAreOneLine(self):
+    code, _, err = self._Run('--model=digits.TinyConvPipeline', '--memory_budget=1KiB')
+    self.assertEqual(code, 2)
+    self.assertRegex(err, r'^partition_report: error: .*fits a memory budget of 1.00 KiB per '
+                     r'device; the best split needs .*\n$')
+    code, _, err = self._Run('--model=digits.TinyConvPipeline', '--memory_budget=lots')
+    self.assertIn("memory budget 'lots' is not a size such as 8GiB", err)
+    self.assertEqual(tool.ParseBytes('1.5GiB'), 1.5 * 2**30)
+
+
+if __name__ == '__main__':
+  test_utils.main()

@@ -1,0 +1,101 @@
+"""Prints how a registered model's TensorPipeLayers are partitioned, and why.
+
+For every TensorPipeLayer in the model's training params: per cell its layers, cost, share of the
+total, parameters, estimated parameter and activation memory; then the imbalance (max/mean cell cost),
+the bubble and the efficiency they predict for M micro-batches. Flags re-partition the same layers to
+compare choices without editing the params.
+
+  python tools/partition_report.py --model=digits.TinyConvPipeline
+  python tools/partition_report.py --model=digits.TinyConvPipeline --num_partitions=2 \\
+      --cost=memory --algorithm=both --memory_budget=1MiB
+"""
+
+import os
+import sys
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import argparse  # pylint: disable=g-import-not-at-top
+import re
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)
+
+from absl import flags  # pylint: disable=g-import-not-at-top
+
+from tensorpipe import balancing  # pylint: disable=g-import-not-at-top
+from tensorpipe import partition_report
+from tensorpipe import partitioning
+from tensorpipe import train
+
+_UNITS = {'': 1, 'B': 1, 'KB': 1e3, 'MB': 1e6, 'GB': 1e9, 'TB': 1e12, 'KIB': 2**10, 'MIB': 2**20,
+          'GIB': 2**30, 'TIB': 2**40}
+
+
+def ParseBytes(text):
+  """'8GiB', '1.5GB', '1e9' -> bytes."""
+  match = re.fullmatch(r'\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*', text or '')
+  unit = match.group(2).upper() if match else None
+  if not match or unit not in _UNITS:
+    raise ValueError('memory budget %r is not a size such as 8GiB, 500MB or 1e9' % text)
+  return float(match.group(1)) * _UNITS[unit]
+
+
+def Reports(model, dataset='Train', num_partitions=None, num_micro_batches=None, cost=None,
+            algorithms=('optimal',), memory_budget=None):
+  """Reports for every TensorPipeLayer of `model` (flags override the params' values)."""
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()  # Lingvo's registry reads its override flags; keep the defaults.
+  train.ImportModel(model)
+  cfg = train.ModelParams(model, dataset)
+  pipelines = train.Pipelines(cfg)
+  if not pipelines:
+    raise ValueError('model %s has no TensorPipeLayer' % model)
+  reports = []
+  for path, p in pipelines:
+    if p.layers is not None:
+      layers, sizes = list(p.layers), None
+    else:
+      layers = [l for cell in p.partitions for l in cell]
+      sizes = [len(cell) for cell in p.partitions]
+    k = num_partitions or p.num_partitions or len(sizes)
+    if num_partitions or cost or memory_budget is not None or algorithms != ('optimal',):
+      sizes = None  # Re-partition.
+    m = num_micro_batches or p.num_micro_batches
+    for algorithm in algorithms:
+      plan = partitioning.MakePlan(
+          layers, k, p.cost_input_shapes, cost or p.partition_cost, algorithm,
+          memory_budget if memory_budget is not None else p.memory_budget, m, p.recompute,
+          p.bytes_per_param, None, sizes, where='%s (%s)' % (model, path))
+      reports.append(partition_report.Build(plan, '%s %s' % (model, path)))
+  return reports
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--model', required=True, help='Registered model, e.g. digits.TinyConvPipeline.')
+  parser.add_argument('--dataset', default='Train', help='Which dataset params to read.')
+  parser.add_argument('--num_partitions', type=int, default=None, help='Re-split into K cells.')
+  parser.add_argument('--num_micro_batches', type=int, default=None, help='M for the prediction.')
+  parser.add_argument('--cost', default=None, choices=partitioning.COST_SOURCES,
+                      help='Cost source (default: the params\' partition_cost).')
+  parser.add_argument('--algorithm', default='optimal',
+                      choices=balancing.ALGORITHMS + ('both',), help='Balancing algorithm.')
+  parser.add_argument('--memory_budget', default=None, help='Bytes per device, e.g. 8GiB.')
+  args = parser.parse_args(argv)
+  algorithms = balancing.ALGORITHMS if args.algorithm == 'both' else (args.algorithm,)
+  try:
+    budget = None if args.memory_budget is None else ParseBytes(args.memory_budget)
+    reports = Reports(args.model, args.dataset, args.num_partitions, args.num_micro_batches,
+                      args.cost, algorithms, budget)
+  except (ValueError, train.UsageError) as e:
+    print('partition_report: error: %s' % e, file=sys.stderr)
+    return 2
+  print('\n\n'.join(str(r) for r in reports))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
