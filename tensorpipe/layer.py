@@ -16,11 +16,13 @@ from lingvo.core import base_layer
 from lingvo.core import py_utils
 
 from tensorpipe import accumulation
+from tensorpipe import batch_norm
 from tensorpipe import cost_model
 from tensorpipe import micro_batching
 from tensorpipe import partition_report
 from tensorpipe import partitioning
 from tensorpipe import placement
+from tensorpipe import randomness
 from tensorpipe import recomputation
 from tensorpipe import schedule
 
@@ -164,12 +166,17 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """The names of the layers in each cell."""
     return [list(names) for names in self._cell_layers]
 
-  def _CellFn(self, k):
-    """Forward function of cell k: (theta NestedMap, inputs tuple) -> outputs (a tuple if > 1)."""
+  def _CellFn(self, k, t, collector):
+    """Forward function of cell k on micro-batch t: (theta NestedMap, inputs tuple) -> outputs.
+
+    Every run (the forward pass and its re-computation) draws micro-batch t's random masks (see
+    `randomness`) and records batch-norm statistics into `collector` (see `batch_norm`).
+    """
 
     def Fn(theta, args):
-      for name in self._cell_layers[k]:
-        args = self.children[name].FProp(theta[name], *_ToTuple(args))
+      with randomness.MicroBatch(t), collector.Collecting():
+        for name in self._cell_layers[k]:
+          args = self.children[name].FProp(theta[name], *_ToTuple(args))
       return args
 
     return Fn
@@ -194,6 +201,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     batch = micro_batching.BatchSize(args, p.batch_dim, where)
     num_micro = self.NumMicroBatches(batch)
     sched = schedule.FillDrainSchedule(self.num_partitions, num_micro)
+    collector = batch_norm.StatsCollector(num_micro, where)
     with tf.name_scope(p.name):
       with tf.device(self._devices[0]):
         if batch is None and num_micro > 1:
@@ -211,11 +219,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
             p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1))
         if recompute:
           acts[t], next_theta = recomputation.Recomputed(
-              self._CellFn(k), cell_theta[k], acts[t], self._devices[k], scope, pass_theta,
-              orders[k], t)
+              self._CellFn(k, t, collector), cell_theta[k], acts[t], self._devices[k], scope,
+              pass_theta, orders[k], t)
         else:
           with tf.device(self._devices[k]), tf.name_scope(scope):
-            acts[t] = self._CellFn(k)(cell_theta[k], acts[t])
+            acts[t] = self._CellFn(k, t, collector)(cell_theta[k], acts[t])
           if pass_theta:
             acts[t], next_theta = accumulation.PassOn(
                 cell_theta[k], acts[t], self._devices[k], name=scope + '_pass_on')
@@ -223,6 +231,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
           cell_theta[k] = next_theta
       with tf.device(self._devices[-1]):
         out = micro_batching.Concat(acts, p.batch_dim, where)
+        out = collector.Finish(out)
     return out
 
   def _AssertDivisible(self, args, num_micro):

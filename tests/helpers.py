@@ -116,3 +116,27 @@ def CountByType(nodes, types, predicate=lambda name: True):
     if op_type in types and predicate(name):
       counts[op_type] += 1
   return sum(counts.values())
+
+
+def StepWithBatchNormUpdates(params, inputs_fn, num_devices=4, loss_fn=None):
+  """One forward/backward pass that also runs the registered batch-norm updates.
+
+  Returns ({trainable var name: gradient}, {moving-average var name: value after the step}, the number
+  of registered batch-norm updates, the number of those Lingvo finds relevant to the loss).
+  """
+  graph = tf.Graph()
+  with graph.as_default(), Cluster(num_devices):
+    net = params.Instantiate()
+    out = net.FPropDefaultTheta(*inputs_fn())
+    loss = loss_fn(out) if loss_fn else tf.reduce_mean(tf.square(out - 0.5))
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+    updates = tf.get_collection(py_utils.BATCH_NORM_UPDATES)
+    relevant, _ = py_utils.FindRelevantBatchNormUpdates(loss, updates)
+    moving = [v for v in tf.global_variables() if 'moving_' in v.op.name]
+    with Session(graph, num_devices) as sess:
+      sess.run(tf.global_variables_initializer())
+      grad_values, _ = sess.run([grads, updates])
+      moving_values = sess.run(moving)
+  return ({v.op.name: g for v, g in zip(variables, grad_values)},
+          {v.op.name: m for v, m in zip(moving, moving_values)}, len(updates), len(relevant))

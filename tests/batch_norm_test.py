@@ -1,0 +1,164 @@
+"""GPipe batch norm: moving averages identical whatever K and M; no updates from re-computation."""
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import base_layer
+from lingvo.core import cluster_factory
+from lingvo.core import py_utils
+from lingvo.core import test_utils
+
+from tensorpipe import batch_norm
+from tests import helpers
+
+BATCH = 16
+DIM = 6
+
+
+class DenseBn(base_layer.BaseLayer):
+  """y = relu(BatchNorm(x w)): a dense layer followed by GPipe batch norm."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('dim', DIM, 'Input and output width.')
+    p.Define('seed', 0, 'Seed of the weight initialiser.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    self.CreateChild('bn', batch_norm.BatchNorm.Params().Set(name='bn', dim=p.dim, decay=0.9))
+
+  def _CreateLayerVariables(self):
+    super()._CreateLayerVariables()
+    p = self.params
+    self.CreateVariable('w', py_utils.WeightParams(
+        [p.dim, p.dim], py_utils.WeightInit.Gaussian(1.0, seed=p.seed)))
+
+  def FProp(self, theta, x):
+    with tf.name_scope(self.params.name):
+      return tf.nn.relu(self.bn.FProp(theta.bn, tf.matmul(x, theta.w)))
+
+
+def _Layers(num=4):
+  return [DenseBn.Params().Set(name='layer%d' % i, seed=10 + i) for i in range(num)]
+
+
+def _Inputs():
+  x = np.random.RandomState(3).normal(2.0, 3.0, size=[BATCH, DIM]).astype(np.float32)
+  return (tf.constant(x),)
+
+
+def _Step(params):
+  return helpers.StepWithBatchNormUpdates(params, _Inputs)
+
+
+def _UnpipelinedMovingAverages(num_micro_batches, decay=0.9):
+  """Moving averages after one step of the plain model, each layer normalised per micro-batch.
+
+  The plain model runs on each of the M slices of the batch in turn (registering ordinary
+  per-slice updates, which are not run); the expected moving averages are computed here in numpy from
+  those per-slice statistics: the whole mini-batch's mean and variance, one decay step from (0, 1).
+  """
+  graph = tf.Graph()
+  with graph.as_default(), helpers.Cluster(1):
+    net = helpers.Plain(_Layers()).Instantiate()
+    (x,) = _Inputs()
+    for piece in tf.split(x, num_micro_batches):
+      net.FPropDefaultTheta(piece)
+    stats = {}
+    for var, stat in py_utils._get_batch_norm_updates_dict().values():  # pylint: disable=protected-access
+      stats.setdefault(var.op.name, []).append(stat)
+    means = {n: s for n, s in stats.items() if 'moving_mean' in n}
+    with helpers.Session(graph, 1) as sess:
+      sess.run(tf.global_variables_initializer())
+      values = sess.run(stats)
+  expected = {}
+  for name in means:
+    var_name = name.replace('moving_mean', 'moving_variance')
+    mean_t, var_t = np.array(values[name]), np.array(values[var_name])
+    mean = mean_t.mean(0)
+    variance = (var_t + mean_t**2).mean(0) - mean**2
+    expected[name] = 0.0 - (0.0 - mean) * (1 - decay)
+    expected[var_name] = 1.0 - (1.0 - variance) * (1 - decay)
+  return expected
+
+
+class CombineMomentsTest(test_utils.TestCase):
+
+  def testEqualsWholeBatchMoments(self):
+    x = np.random.RandomState(0).normal(1.0, 2.0, size=[12, 5]).astype(np.float32)
+    with self.session():
+      parts = [tf.nn.moments(tf.constant(c), [0]) for c in np.split(x, 4)]
+      mean, var = batch_norm.CombineMoments([m for m, _ in parts], [v for _, v in parts])
+      mean, var = self.evaluate([mean, var])
+    self.assertAllClose(mean, x.mean(0), rtol=1e-5, atol=1e-6)
+    self.assertAllClose(var, x.var(0), rtol=1e-5, atol=1e-6)
+
+
+class PipelinedBatchNormTest(test_utils.TestCase):
+
+  def testMovingAveragesIdenticalWhateverKAndM(self):
+    for m in (1, 4):
+      reference = _UnpipelinedMovingAverages(m)
+      self.assertEqual(len(reference), 8)
+      self.assertGreater(np.abs(reference['pipe/layer0/bn/moving_mean/var']).max(), 0.1)
+      for k, mode in ((1, 'always'), (2, 'never'), (2, 'always'), (4, 'except_last'),
+                      (4, 'always')):
+        _, moving, num_updates, num_relevant = _Step(helpers.Pipeline(_Layers(), k, m, mode))
+        # One update per moving variable: none per micro-batch, none from the re-computation.
+        self.assertEqual(num_updates, 8, 'K=%d M=%d' % (k, m))
+        self.assertEqual(num_relevant, 8, 'K=%d M=%d' % (k, m))
+        self.assertEqual(sorted(moving), sorted(reference))
+        for name in reference:
+          self.assertAllClose(moving[name], reference[name], rtol=1e-5, atol=1e-6,
+                              msg='K=%d M=%d %s' % (k, m, name))
+
+  def testFirstLayerMovingAveragesIdenticalWhateverM(self):
+    """The first layer's input does not depend on M, so neither do its moving averages."""
+    _, plain, _, _ = _Step(helpers.Plain(_Layers(1)))
+    for k, m in ((1, 2), (1, 16), (2, 8)):
+      _, moving, _, _ = _Step(helpers.Pipeline(_Layers(1) + _Layers(2)[1:], k, m))
+      for name in plain:
+        self.assertAllClose(moving[name], plain[name], rtol=1e-5, atol=1e-6,
+                            msg='K=%d M=%d %s' % (k, m, name))
+
+  def testGradientsEqualPlainModelForOneMicroBatch(self):
+    reference, _, _, _ = _Step(helpers.Plain(_Layers()))
+    for k in (1, 2, 4):
+      grads, _, _, _ = _Step(helpers.Pipeline(_Layers(), k, 1))
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d' % k)
+
+  def testMicroBatchStatisticsIndependentOfK(self):
+    """With M > 1 each micro-batch is normalised on its own, whatever the number of cells is."""
+    reference, _, _, _ = _Step(helpers.Pipeline(_Layers(), 1, 4, 'never'))
+    plain, _, _, _ = _Step(helpers.Plain(_Layers()))
+    # Per-micro-batch statistics really change the function (so the comparison below means something).
+    self.assertGreater(helpers.MaxRelativeError(plain, reference), 1e-3)
+    for k in (2, 4):
+      grads, _, _, _ = _Step(helpers.Pipeline(_Layers(), k, 4, 'always'))
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d' % k)
+
+  def testEvalUsesMovingAverages(self):
+    x = np.random.RandomState(5).normal(size=[4, 3]).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default(), cluster_factory.SetEval(True):
+      bn = batch_norm.BatchNorm.Params().Set(name='bn', dim=3, epsilon=0.0).Instantiate()
+      y = bn.FPropDefaultTheta(tf.constant(x))
+      self.assertEmpty(tf.get_collection(py_utils.BATCH_NORM_UPDATES))
+      with self.session(graph=graph) as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run([tf.assign(bn.vars.moving_mean, [1.0, 2.0, 3.0]),
+                  tf.assign(bn.vars.moving_variance, [4.0, 1.0, 0.25]),
+                  tf.assign(bn.vars.gamma, [2.0, 2.0, 2.0])])
+        value = sess.run(y)
+    expected = (x - np.array([1.0, 2.0, 3.0])) / np.sqrt([4.0, 1.0, 0.25]) * 2.0
+    self.assertAllClose(value, expected, rtol=1e-5, atol=1e-5)
+
+  def testBadDim(self):
+    with self.assertRaisesRegex(ValueError, "BatchNorm 'bn': dim must be a positive integer, got 0"):
+      batch_norm.BatchNorm.Params().Set(name='bn').Instantiate()
+
+
+if __name__ == '__main__':
+  tf.test.main()
