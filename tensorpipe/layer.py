@@ -135,7 +135,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
       device = p.devices[0] if p.devices else self.cluster.WorkerDeviceInModelSplit(0)
     self._plan = partitioning.MakePlan(
         layers, num_partitions, p.cost_input_shapes, p.partition_cost, p.partition_algorithm,
-        p.memory_budget, num_micro, p.recompute, p.bytes_per_param, device, sizes, where)
+        p.memory_budget, num_micro, p.recompute, p.bytes_per_param, device, sizes, where=where)
     cells = self._plan.Cells()
     if sizes is None:
       tf.logging.info('%s: %d layers in cells of %s by %s cost (%s), imbalance max/mean %.3f', where,

@@ -85,7 +85,7 @@ class Plan:
 
 def MakePlan(layer_params, num_partitions, input_shapes=None, cost='auto', algorithm='optimal',
              memory_budget=None, num_micro_batches=1, recompute='always', bytes_per_param=12,
-             device=None, sizes=None, where='TensorPipeLayer'):
+             device=None, sizes=None, input_fn=None, where='TensorPipeLayer'):
   """Splits `layer_params` into `num_partitions` cells (or describes the given cell `sizes`).
 
   Args:
@@ -101,6 +101,8 @@ def MakePlan(layer_params, num_partitions, input_shapes=None, cost='auto', algor
     bytes_per_param: bytes per trainable parameter including optimizer slots.
     device: a device of the type 'measured' times layers on.
     sizes: explicit cell sizes: only describe them.
+    input_fn: for 'measured': a callable returning the first layer's FProp args (e.g. integer ids)
+      instead of uniform random floats of `input_shapes`.
     where: prefix of error messages.
 
   Returns:
@@ -129,7 +131,8 @@ def MakePlan(layer_params, num_partitions, input_shapes=None, cost='auto', algor
     plan.cost = balancing.CellCost(cost_model.Flops(layer_params, input_shapes), where=where)
   elif cost == 'measured':
     plan.cost = balancing.CellCost(
-        cost_model.MeasureSeconds(layer_params, input_shapes, device), what='time', where=where)
+        cost_model.MeasureSeconds(layer_params, input_shapes, device, input_fn=input_fn),
+        what='time', where=where)
   else:
     plan.cost = plan.Memory()
   if not sizes:
