@@ -62,6 +62,7 @@ def _UnpipelinedMovingAverages(num_micro_batches, decay=0.9):
   """
   graph = tf.Graph()
   with graph.as_default(), helpers.Cluster(1):
+    tf.random.set_seed(1234)  # As helpers.StepWithBatchNormUpdates, so the weights are the same.
     net = helpers.Plain(_Layers()).Instantiate()
     (x,) = _Inputs()
     for piece in tf.split(x, num_micro_batches):

@@ -126,6 +126,7 @@ def StepWithBatchNormUpdates(params, inputs_fn, num_devices=4, loss_fn=None):
   """
   graph = tf.Graph()
   with graph.as_default(), Cluster(num_devices):
+    tf.random.set_seed(1234)  # Lingvo then seeds unseeded variables from their names.
     net = params.Instantiate()
     out = net.FPropDefaultTheta(*inputs_fn())
     loss = loss_fn(out) if loss_fn else tf.reduce_mean(tf.square(out - 0.5))
@@ -134,7 +135,10 @@ def StepWithBatchNormUpdates(params, inputs_fn, num_devices=4, loss_fn=None):
     updates = tf.get_collection(py_utils.BATCH_NORM_UPDATES)
     relevant, _ = py_utils.FindRelevantBatchNormUpdates(loss, updates)
     moving = [v for v in tf.global_variables() if 'moving_' in v.op.name]
-    with Session(graph, num_devices) as sess:
+    config = placement.SessionConfig(num_devices)
+    # Values only: grappler's rewrites would take most of the time on these 10k-op graphs.
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    with tf.Session(graph=graph, config=config) as sess:
       sess.run(tf.global_variables_initializer())
       grad_values, _ = sess.run([grads, updates])
       moving_values = sess.run(moving)
