@@ -1,0 +1,196 @@
+"""Profiling: what each device did in one traced TensorPipe training step.
+
+`Trace` reads a step's RunMetadata and labels every executed op by what it was for, from the name
+scopes TensorPipeLayer gives its ops (`cell<k>_mb<t>`):
+  forward     F(k, t): ops in scope cell<k>_mb<t> outside the gradients;
+  recompute   R(k, t): the re-run of the forward pass inside that op's gradient function;
+  backward    B(k, t): the gradients inside it (or, without re-computation, the gradient ops of the
+              forward ops);
+  setup       splitting into and joining micro-batches (the pipeline's own ops, in no cell);
+  transfer    sends and receives between devices;
+  update      variable updates (Assign*/Apply* ops);
+  other       everything else (input pipeline, loss, ...).
+From those: per-device busy time, per-cell times per micro-batch (to feed `simulator`), and a
+timeline to draw.
+"""
+
+import collections
+import dataclasses
+import re
+from typing import Optional
+
+from lingvo import compat as tf
+
+from tensorpipe import simulator
+
+CATEGORIES = ('forward', 'recompute', 'backward', 'setup', 'transfer', 'update', 'other')
+# Ops that move or alias data rather than compute: left out of task spans, which would otherwise
+# start with weight reads issued long before the task's input arrives.
+_BOOKKEEPING = frozenset(['ReadVariableOp', 'Identity', 'IdentityN', 'Const', 'NoOp', '_Send',
+                          '_Recv', '_HostSend', '_HostRecv', 'VarHandleOp', 'Shape'])
+_CELL = re.compile(r'(?:^|/)cell(\d+)_mb(\d+)/')
+# Send/receive nodes TF adds between devices: '<producer>/_<n>'.
+_TRANSFER = re.compile(r'/_\d+$')
+# Inside the gradient function of a re-computed F(k, t): the re-run, then its gradients.
+_GRAD_FN = re.compile(r'IdentityN(?:_\d+)?_grad/cell(\d+)_mb(\d+)/(.*)$')
+
+
+@dataclasses.dataclass
+class Op:
+  """One executed op."""
+  device: str  # Short form, e.g. 'CPU:1'.
+  name: str
+  op_type: str
+  start: float  # Seconds from the first op of the step.
+  end: float
+  category: str
+  cell: Optional[int] = None
+  micro_batch: Optional[int] = None
+
+
+def _ShortDevice(device):
+  spec = tf.DeviceSpec.from_string(device)
+  return '%s:%d' % (spec.device_type, spec.device_index or 0) if spec.device_type else device
+
+
+def Classify(name, op_type, pipeline_scope=None):
+  """(category, cell, micro_batch) of an op, from its name (see the module docstring)."""
+  if op_type.startswith(('Assign', 'Apply', 'ResourceApply', 'ResourceScatter')):
+    return 'update', None, None
+  if op_type in ('_Send', '_Recv', '_HostSend', '_HostRecv') or _TRANSFER.search(name):
+    return 'transfer', None, None
+  match = _CELL.search(name)
+  if match is None:
+    if pipeline_scope and re.search(r'(?:^|/)%s(?:_\d+)?/' % re.escape(pipeline_scope), name):
+      return 'setup', None, None
+    return 'other', None, None
+  cell, micro_batch = int(match.group(1)), int(match.group(2))
+  if not name.startswith('gradients'):
+    return 'forward', cell, micro_batch
+  inside = _GRAD_FN.search(name)
+  if inside and not inside.group(3).startswith('gradients/'):
+    return 'recompute', int(inside.group(1)), int(inside.group(2))
+  return 'backward', cell, micro_batch
+
+
+class Trace:
+  """The executed ops of one step, labelled (see the module docstring)."""
+
+  def __init__(self, run_metadata, pipeline_scope=None):
+    records = []
+    for dev in run_metadata.step_stats.dev_stats:
+      if 'stream' in dev.device or 'memcpy' in dev.device:
+        continue
+      for n in dev.node_stats:
+        label = n.timeline_label or ''
+        op_type = label.split('(')[0].split('=')[-1].strip() if '=' in label else ''
+        if n.node_name == '_SOURCE':
+          continue
+        start = n.all_start_micros
+        end = start + max(n.all_end_rel_micros, 0)
+        records.append((dev.device, n.node_name, op_type, start, end))
+    if not records:
+      raise ValueError('the RunMetadata has no step stats; run the step with '
+                       'RunOptions(trace_level=FULL_TRACE)')
+    t0 = min(r[3] for r in records)
+    self.ops = []
+    for device, name, op_type, start, end in records:
+      category, cell, micro_batch = Classify(name, op_type, pipeline_scope)
+      self.ops.append(Op(_ShortDevice(device), name, op_type, (start - t0) / 1e6, (end - t0) / 1e6,
+                         category, cell, micro_batch))
+    self.step_time = max(op.end for op in self.ops)
+
+  @property
+  def devices(self):
+    return sorted({op.device for op in self.ops}, key=lambda d: (d.split(':')[0], _Index(d)))
+
+  def Busy(self, ops=None):
+    """{device: seconds with at least one op running} (over `ops`, default all)."""
+    spans = collections.defaultdict(list)
+    for op in self.ops if ops is None else ops:
+      spans[op.device].append((op.start, op.end))
+    return {d: _Union(s) for d, s in spans.items()}
+
+  def BusyByCategory(self):
+    """{device: {category: busy seconds}}; concurrent ops of one category count once."""
+    out = collections.defaultdict(dict)
+    for category in CATEGORIES:
+      for device, seconds in self.Busy([op for op in self.ops if op.category == category]).items():
+        out[device][category] = seconds
+    return dict(out)
+
+  def Tasks(self):
+    """[(cell, category, micro_batch, start, end)] of every pipeline task (its ops' span)."""
+    spans = {}
+    for op in self.ops:
+      if op.cell is None or op.op_type in _BOOKKEEPING:
+        continue
+      key = (op.cell, op.category, op.micro_batch)
+      start, end = spans.get(key, (op.start, op.end))
+      spans[key] = (min(start, op.start), max(end, op.end))
+    return sorted((k + v for k, v in spans.items()), key=lambda r: r[3])
+
+  def CellTimes(self):
+    """Per cell, simulator.CellCost: mean busy seconds per micro-batch of F, B and R."""
+    per = collections.defaultdict(lambda: collections.defaultdict(list))
+    for op in self.ops:
+      if op.cell is not None:
+        per[(op.cell, op.category)][op.micro_batch].append((op.start, op.end))
+    if not per:
+      raise ValueError('no TensorPipe cell ops in the trace (names with cell<k>_mb<t>)')
+    num_cells = 1 + max(cell for cell, _ in per)
+    out = []
+    for k in range(num_cells):
+      means = {}
+      for category in (simulator.FORWARD, simulator.BACKWARD, simulator.RECOMPUTE):
+        by_mb = per.get((k, category), {})
+        means[category] = (sum(_Union(s) for s in by_mb.values()) / len(by_mb)) if by_mb else 0.0
+      out.append(simulator.CellCost(means[simulator.FORWARD], means[simulator.BACKWARD],
+                                    means[simulator.RECOMPUTE]))
+    return out
+
+
+def _Index(device):
+  try:
+    return int(device.rsplit(':', 1)[1])
+  except (IndexError, ValueError):
+    return 0
+
+
+def _Union(spans):
+  """Total length of the union of (start, end) spans."""
+  total, cur_start, cur_end = 0.0, None, None
+  for start, end in sorted(spans):
+    if cur_end is None or start > cur_end:
+      if cur_end is not None:
+        total += cur_end - cur_start
+      cur_start, cur_end = start, end
+    else:
+      cur_end = max(cur_end, end)
+  if cur_end is not None:
+    total += cur_end - cur_start
+  return total
+
+
+def TracedRun(sess, fetches, feed_dict=None):
+  """Runs `fetches` once with a full trace; returns (values, RunMetadata)."""
+  opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+  meta = tf.compat.v1.RunMetadata()
+  values = sess.run(fetches, feed_dict=feed_dict, options=opts, run_metadata=meta)
+  return values, meta
+
+
+def Summary(trace):
+  """A text table: per device, busy seconds by category, idle share."""
+  by_cat = trace.BusyByCategory()
+  busy = trace.Busy()
+  lines = ['step %.1f ms' % (1e3 * trace.step_time),
+           '%-8s ' % 'device' + ' '.join('%9s' % c for c in CATEGORIES + ('busy',)) + '   idle']
+  for device in trace.devices:
+    cats = by_cat.get(device, {})
+    lines.append('%-8s ' % device + ' '.join('%7.1fms' % (1e3 * cats.get(c, 0.0))
+                                             for c in CATEGORIES) +
+                 ' %7.1fms %5.1f%%' % (1e3 * busy.get(device, 0.0),
+                                       100 * (1 - busy.get(device, 0.0) / trace.step_time)))
+  return '\n'.join(lines)
+

@@ -1,0 +1,94 @@
+"""Draws one real training step of a registered model as a per-device timeline PNG.
+
+Builds the model's training graph with its TensorPipeLayer cells on K logical CPU devices (or the
+devices Lingvo's cluster gives), runs a few warm-up steps, traces one, and writes:
+  - the traced step, one row per device: forward, re-computation, backward, other work, idle;
+  - with --simulated_out, the same step as `simulator` predicts it from the traced per-cell times;
+and prints each device's busy time by category.
+
+  python tools/timeline.py --model=digits.TinyConvPipeline --out=/tmp/timeline.png
+"""
+
+import os
+import sys
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+import argparse  # pylint: disable=g-import-not-at-top
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)
+
+from absl import flags  # pylint: disable=g-import-not-at-top
+from lingvo import compat as tf
+from lingvo.core import cluster_factory
+
+from tensorpipe import placement
+from tensorpipe import profiling
+from tensorpipe import simulator
+from tensorpipe import timeline
+from tensorpipe import train
+
+
+def TraceModel(model, warmup=3, intra_op_threads=1, inter_op_threads=2):
+  """(Trace, [(pipeline name, M)]) of one training step of registered `model` after `warmup` steps."""
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  train.ImportModel(model)
+  cfg = train.ModelParams(model, 'Train')
+  pipelines = train.Pipelines(cfg)
+  if not pipelines:
+    raise ValueError('model %s has no TensorPipeLayer to draw' % model)
+  num_devices = max(k for _, _, k in train.PipelinePartitions(cfg))
+  graph = tf.Graph()
+  with graph.as_default(), cluster_factory.ForTestingWorker(
+      mode='sync', job='trainer_client', cpus=num_devices, split_size=num_devices):
+    net = cfg.Instantiate()
+    net.ConstructFPropBPropGraph()
+    task = net.GetTask()
+    init = tf.global_variables_initializer()
+  config = placement.SessionConfig(num_devices, intra_op_threads, inter_op_threads)
+  with tf.Session(graph=graph, config=config) as sess:
+    sess.run(init)
+    task.input.Initialize(sess)
+    fetches = [task.train_op, task.eval_metrics]
+    for _ in range(warmup):
+      sess.run(fetches)
+    _, meta = profiling.TracedRun(sess, fetches)
+  name = pipelines[0][1].name
+  return profiling.Trace(meta, pipeline_scope=name), [(p.name, p.num_micro_batches)
+                                                      for _, p in pipelines]
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--model', required=True, help='Registered model, e.g. digits.TinyConvPipeline.')
+  parser.add_argument('--out', required=True, help='PNG path of the traced step.')
+  parser.add_argument('--simulated_out', default=None, help='PNG path of the simulated step.')
+  parser.add_argument('--warmup', type=int, default=3, help='Untraced steps first.')
+  args = parser.parse_args(argv)
+  try:
+    trace, pipelines = TraceModel(args.model, args.warmup)
+  except (ValueError, train.UsageError) as e:
+    print('timeline: error: %s' % e, file=sys.stderr)
+    return 2
+  num_micro = pipelines[0][1]
+  timeline.DrawTrace(trace, args.out, '%s: one traced training step (M = %d)' %
+                     (args.model, num_micro))
+  print(profiling.Summary(trace))
+  print('wrote %s' % args.out)
+  predicted = simulator.Simulate(trace.CellTimes(), num_micro)
+  print('simulator, fed with the traced per-cell times: pipeline part %.1f ms, idle %.1f%% '
+        '(traced step %.1f ms, including input, loss and update)' %
+        (1e3 * predicted.step_time, 100 * predicted.idle_fraction, 1e3 * trace.step_time))
+  if args.simulated_out:
+    timeline.DrawSimulated(predicted, args.simulated_out, '%s: simulated step (M = %d)' %
+                           (args.model, num_micro))
+    print('wrote %s' % args.simulated_out)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
