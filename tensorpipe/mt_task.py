@@ -1,0 +1,252 @@
+"""A translation task whose Transformer encoder and decoder stacks each run inside a TensorPipeLayer.
+
+`PipelinedTransformer` is a Lingvo BaseTask:
+  - a shared source/target embedding (x sqrt(D), plus sinusoidal positions) on the encoder's first
+    device;
+  - `encoder`: a TensorPipeLayer over transformer.StackLayers(is_decoder=False), fed
+    NestedMap(vec, paddings, seeds);
+  - `decoder`: a TensorPipeLayer over decoder layers, fed NestedMap(vec, paddings, aux_vec,
+    aux_paddings, seeds): the encoder output and source paddings travel through the pipeline as fields,
+    so every decoder layer of every cell and micro-batch gets its slice of them;
+  - a softmax (with logit clipping) and label-smoothed cross-entropy on the decoder's last device.
+Any layer mapping those NestedMaps works as `encoder` / `decoder` (e.g. a SequentialLayer over the
+same layers: the unpipelined model, with the same variable names).
+
+Decode runs greedy decoding (a tf.while_loop re-running the decoder on the growing prefix) and
+PostProcessDecodeOut scores corpus BLEU overall and per language (input_batch.lang indexes
+`languages`), with Lingvo's CorpusBleuMetric.
+"""
+
+import math
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import base_model
+from lingvo.core import layers
+from lingvo.core import metrics
+from lingvo.core import py_utils
+
+from tensorpipe import layer as layer_lib
+from tensorpipe import stateless_dropout
+from tensorpipe import transformer
+
+EMB_DROPOUT_SITE = -1
+
+
+def _Devices(child):
+  devices = getattr(child, 'devices', None)
+  return devices if devices else ['']
+
+
+class PipelinedTransformer(base_model.BaseTask):
+  """Encoder-decoder Transformer with pipelined layer stacks, greedy decoding and per-language BLEU."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('vocab_size', 64000, 'Size of the shared SentencePiece vocabulary.')
+    p.Define('model_dim', 1024, 'Model width D (embedding and every layer).')
+    # BaseTask's `encoder` / `decoder` params: the two stacks, each a TensorPipeLayer (or any layer
+    # mapping the NestedMaps described in the module docstring).
+    p.Define('dropout_keep_prob', 1.0, 'Keep probability of the embedding dropout.')
+    p.Define('label_smoothing', 0.1, 'Label smoothing of the training cross-entropy (0 disables).')
+    p.Define('logits_abs_max', 30.0,
+             'Clip logits to [-v, v] for stability of deep models; None disables.')
+    p.Define('sos_id', 2, 'Id that starts every target sequence (SentencePiece bos).')
+    p.Define('eos_id', 3, 'Id that ends every sequence (SentencePiece eos).')
+    p.Define('max_decode_length', 32, 'Greedy decoding emits at most this many target tokens.')
+    p.Define('languages', [], 'Language codes indexed by input_batch.lang, for per-language BLEU.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    if p.encoder is None or p.decoder is None:
+      raise ValueError('PipelinedTransformer %r: set both `encoder` and `decoder`' % p.name)
+    if p.vocab_size <= 0 or p.model_dim <= 0:
+      raise ValueError('PipelinedTransformer %r: vocab_size and model_dim must be positive, got %r, %r'
+                       % (p.name, p.vocab_size, p.model_dim))
+    self.CreateChild('encoder', p.encoder.Copy().Set(name=p.encoder.name or 'encoder'))
+    self.CreateChild('decoder', p.decoder.Copy().Set(name=p.decoder.name or 'decoder'))
+    with tf.device(_Devices(self.encoder)[0]):
+      self.CreateVariable('emb', py_utils.WeightParams(
+          [p.vocab_size, p.model_dim], py_utils.WeightInit.Gaussian(1.0 / math.sqrt(p.model_dim))))
+      self.CreateChild('position', layers.PositionalEmbeddingLayer.Params().Set(
+          embedding_dim=p.model_dim))
+    with tf.device(_Devices(self.decoder)[-1]):
+      self.CreateVariable('softmax_w', py_utils.WeightParams(
+          [p.model_dim, p.vocab_size], py_utils.WeightInit.Gaussian(1.0 / math.sqrt(p.model_dim))))
+      self.CreateVariable('softmax_b', py_utils.WeightParams(
+          [p.vocab_size], py_utils.WeightInit.Constant(0.0)))
+
+  def _Embed(self, theta, ids, seeds, site):
+    p = self.params
+    length = py_utils.GetShape(ids)[1]
+    x = tf.gather(theta.emb, ids) * math.sqrt(p.model_dim)
+    x += self.position.FProp(theta.position, length)[None, :, :]
+    if not self.do_eval and p.dropout_keep_prob < 1.0:
+      x = stateless_dropout.Dropout(x, p.dropout_keep_prob, seeds, site)
+    return x
+
+  def _Logits(self, theta, vec):
+    p = self.params
+    logits = tf.einsum('BTD,DV->BTV', vec, theta.softmax_w) + theta.softmax_b
+    if p.logits_abs_max:
+      logits = tf.clip_by_value(logits, -p.logits_abs_max, p.logits_abs_max)
+    return logits
+
+  def Encode(self, theta, src, seeds):
+    """The encoder stack's output NestedMap(vec [B, S, D], ...) for src.ids / src.paddings."""
+    with tf.device(_Devices(self.encoder)[0]):
+      x = self._Embed(theta, src.ids, seeds, 2 * EMB_DROPOUT_SITE)
+    return self.encoder.FProp(theta.encoder, py_utils.NestedMap(
+        vec=x, paddings=tf.cast(src.paddings, x.dtype), seeds=seeds))
+
+  def DecoderLogits(self, theta, enc_vec, src_paddings, tgt_ids, tgt_paddings, seeds):
+    """[B, T, V] logits of the decoder stack given the encoder output and target prefix ids."""
+    with tf.device(_Devices(self.decoder)[0]):
+      y = self._Embed(theta, tgt_ids, seeds, 3 * EMB_DROPOUT_SITE)
+    out = self.decoder.FProp(theta.decoder, py_utils.NestedMap(
+        vec=y, paddings=tf.cast(tgt_paddings, y.dtype), aux_vec=enc_vec,
+        aux_paddings=tf.cast(src_paddings, y.dtype), seeds=seeds))
+    with tf.device(_Devices(self.decoder)[-1]):
+      return self._Logits(theta, out.vec)
+
+  def _Seeds(self, ids):
+    return stateless_dropout.ExampleSeeds(py_utils.GetShape(ids)[0], py_utils.GetGlobalStep())
+
+  def ComputePredictions(self, theta, input_batch):
+    seeds = self._Seeds(input_batch.src.ids)
+    enc = self.Encode(theta, input_batch.src, seeds)
+    logits = self.DecoderLogits(theta, enc.vec, input_batch.src.paddings, input_batch.tgt.ids,
+                                input_batch.tgt.paddings, seeds)
+    return py_utils.NestedMap(logits=logits)
+
+  def ComputeLoss(self, theta, predictions, input_batch):
+    p = self.params
+    tgt = input_batch.tgt
+    with tf.device(_Devices(self.decoder)[-1]), tf.name_scope('loss'):
+      logits = predictions.logits
+      weights = tf.cast(tgt.weights, tf.float32)
+      labels = tf.cast(tgt.labels, tf.int32)
+      log_probs = tf.nn.log_softmax(logits, axis=-1)
+      nll = -tf.reduce_sum(tf.one_hot(labels, p.vocab_size) * log_probs, axis=-1)
+      if p.label_smoothing and not self.do_eval:
+        smooth = -tf.reduce_mean(log_probs, axis=-1)
+        xent = (1.0 - p.label_smoothing) * nll + p.label_smoothing * smooth
+      else:
+        xent = nll
+      num = tf.reduce_sum(weights)
+      denom = tf.maximum(num, 1.0)
+      loss = tf.reduce_sum(xent * weights) / denom
+      log_pplx = tf.reduce_sum(nll * weights) / denom
+      correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+      accuracy = tf.reduce_sum(correct * weights) / denom
+      per_example = tf.reduce_sum(nll * weights, axis=1)
+    m = {
+        'loss': (loss, num),
+        'log_pplx': (log_pplx, num),
+        'token_accuracy': (accuracy, num),
+        'num_predictions': (num, tf.constant(1.0)),
+    }
+    if 'weight' in input_batch and input_batch.weight is not None:
+      m['num_samples_in_batch'] = (tf.reduce_sum(input_batch.weight), tf.constant(1.0))
+    return m, {'loss': per_example}
+
+  def GreedyDecode(self, theta, src):
+    """[B, max_decode_length] greedy target ids (after eos: eos) for src.ids / src.paddings."""
+    p = self.params
+    seeds = self._Seeds(src.ids)
+    enc = self.Encode(theta, src, seeds)
+    b = py_utils.GetShape(src.ids)[0]
+    t = p.max_decode_length + 1
+    ids0 = tf.concat([tf.fill([b, 1], p.sos_id), tf.zeros([b, t - 1], tf.int32)], axis=1)
+    paddings = tf.zeros([b, t], tf.float32)
+
+    def Body(i, ids):
+      logits = self.DecoderLogits(theta, enc.vec, src.paddings, ids, paddings, seeds)
+      step_logits = tf.gather(logits, i, axis=1)
+      nxt = tf.argmax(step_logits, axis=-1, output_type=tf.int32)
+      prev = tf.gather(ids, i, axis=1)
+      done = tf.logical_and(tf.equal(prev, p.eos_id), i > 0)
+      nxt = tf.where(done, tf.fill([b], p.eos_id), nxt)
+      ids += tf.one_hot(i + 1, t, dtype=tf.int32)[None, :] * nxt[:, None]
+      return i + 1, ids
+
+    _, ids = tf.while_loop(lambda i, ids: i < t - 1, Body, [tf.constant(0), ids0],
+                           back_prop=False)
+    return ids[:, 1:]
+
+  def Decode(self, input_batch):
+    with tf.name_scope('decode'):
+      hyps = self.GreedyDecode(self.theta, input_batch.src)
+    out = {
+        'hyp_ids': hyps,
+        'ref_ids': input_batch.tgt.labels,
+        'ref_paddings': input_batch.tgt.paddings,
+        'src_ids': input_batch.src.ids,
+        'src_paddings': input_batch.src.paddings,
+        'lang': input_batch.lang,
+    }
+    if 'weight' in input_batch and input_batch.weight is not None:
+      out['weight'] = input_batch.weight
+    return out
+
+  def CreateDecoderMetrics(self):
+    m = {
+        'num_samples_in_batch': metrics.AverageMetric(),
+        'corpus_bleu': metrics.CorpusBleuMetric(),
+    }
+    for lang in self.params.languages:
+      m['corpus_bleu_%s' % lang] = metrics.CorpusBleuMetric()
+    return m
+
+  def _IdsToText(self, ids):
+    """Text of ids up to (excluding) eos, via the input generator's tokenizer."""
+    ids = [int(i) for i in ids]
+    if self.params.eos_id in ids:
+      ids = ids[:ids.index(self.params.eos_id)]
+    return self.input_generator.IdsToText(ids)
+
+  def PostProcessDecodeOut(self, dec_out, dec_metrics):
+    p = self.params
+    num = len(dec_out['hyp_ids'])
+    weights = dec_out.get('weight', np.ones([num]))
+    pairs = []
+    count = 0
+    for i in range(num):
+      if weights[i] <= 0:
+        continue
+      count += 1
+      n_ref = int(round(np.sum(1.0 - dec_out['ref_paddings'][i])))
+      ref = self._IdsToText(dec_out['ref_ids'][i][:n_ref])
+      hyp = self._IdsToText(dec_out['hyp_ids'][i])
+      n_src = int(round(np.sum(1.0 - dec_out['src_paddings'][i])))
+      src = self._IdsToText(dec_out['src_ids'][i][:n_src])
+      dec_metrics['corpus_bleu'].Update(ref, hyp)
+      lang = p.languages[int(dec_out['lang'][i])] if p.languages else None
+      if lang is not None:
+        dec_metrics['corpus_bleu_%s' % lang].Update(ref, hyp)
+      pairs.append((src, 'lang: %s src: %s ref: %s hyp: %s' % (lang, src, ref, hyp)))
+    dec_metrics['num_samples_in_batch'].Update(count)
+    return pairs
+
+
+def TransformerParams(num_layers, ffn_dim, num_heads, model_dim=1024, vocab_size=64000,
+                      num_partitions=1, num_micro_batches=1, head_dim=64, dropout_keep_prob=1.0,
+                      recompute='always', name='mt'):
+  """PipelinedTransformer Params for T(L, H, A): L encoder and L decoder layers, feed-forward H, A heads.
+
+  The encoder and the decoder stack are each a TensorPipeLayer of `num_partitions` cells on the same K
+  devices (cell k of both on device k), both with `num_micro_batches` micro-batches. The feed-forward
+  init is scaled by 1/sqrt(L) and logits are clipped (PipelinedTransformer.logits_abs_max).
+  """
+  p = PipelinedTransformer.Params().Set(name=name, vocab_size=vocab_size, model_dim=model_dim,
+                                        dropout_keep_prob=dropout_keep_prob)
+  for side, is_decoder in (('encoder', False), ('decoder', True)):
+    stack = transformer.StackLayers(num_layers, model_dim, ffn_dim, num_heads, is_decoder,
+                                    head_dim=head_dim, dropout_keep_prob=dropout_keep_prob)
+    p.Set(**{side: layer_lib.TensorPipeLayer.Params().Set(
+        name=side, layers=stack, num_partitions=num_partitions,
+        num_micro_batches=num_micro_batches, recompute=recompute)})
+  return p

@@ -1,0 +1,90 @@
+"""PipelinedTransformer: the pipelined encoder-decoder gives the plain model's gradients (with dropout on).
+
+The encoder and decoder stacks run as TensorPipeLayers with K in {1, 2, 4} cells and M = 2
+micro-batches (re-computation on); the reference runs the same layers in SequentialLayers. Weights are
+set to the same values by name, dropout (keep 0.8) is on, so equal gradients also show that every
+dropout mask is the same in the forward pass and in its re-computation, whatever K and M are.
+"""
+
+import zlib
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import builder_layers
+from lingvo.core import py_utils
+from lingvo.core import test_utils
+
+from tensorpipe import mt_task
+from tensorpipe import placement
+from tests import helpers
+
+VOCAB, BATCH, SRC_LEN, TGT_LEN = 40, 4, 7, 6
+
+
+def _Params(num_partitions, pipelined=True, keep=0.8):
+  p = mt_task.TransformerParams(num_layers=3, ffn_dim=24, num_heads=2, model_dim=16, head_dim=8,
+                                vocab_size=VOCAB, num_partitions=num_partitions, num_micro_batches=2,
+                                dropout_keep_prob=keep)
+  if not pipelined:
+    p.encoder = builder_layers.SequentialLayer.Params().Set(name='encoder', sub=p.encoder.layers)
+    p.decoder = builder_layers.SequentialLayer.Params().Set(name='decoder', sub=p.decoder.layers)
+  return p
+
+
+def _Batch():
+  rng = np.random.RandomState(0)
+  src_len = rng.randint(2, SRC_LEN + 1, size=BATCH)
+  tgt_len = rng.randint(2, TGT_LEN + 1, size=BATCH)
+  src_pad = (np.arange(SRC_LEN)[None, :] >= src_len[:, None]).astype(np.float32)
+  tgt_pad = (np.arange(TGT_LEN)[None, :] >= tgt_len[:, None]).astype(np.float32)
+  return py_utils.NestedMap(
+      src=py_utils.NestedMap(ids=tf.constant(rng.randint(4, VOCAB, size=[BATCH, SRC_LEN]), tf.int32),
+                             paddings=tf.constant(src_pad)),
+      tgt=py_utils.NestedMap(ids=tf.constant(rng.randint(4, VOCAB, size=[BATCH, TGT_LEN]), tf.int32),
+                             labels=tf.constant(rng.randint(4, VOCAB, size=[BATCH, TGT_LEN]),
+                                                tf.int32),
+                             paddings=tf.constant(tgt_pad), weights=tf.constant(1.0 - tgt_pad)))
+
+
+def _Value(name, shape):
+  rng = np.random.RandomState(zlib.crc32(name.encode()))
+  return (rng.normal(size=shape) * 0.3).astype(np.float32)
+
+
+def Gradients(params, num_devices=4):
+  """{variable name: gradient} and the loss of one step at global step 5, with weights set by name."""
+  graph = tf.Graph()
+  with graph.as_default(), helpers.Cluster(num_devices):
+    step = py_utils.GetOrCreateGlobalStepVar()
+    task = params.Instantiate()
+    metrics, _ = task.FPropDefaultTheta(_Batch())
+    loss = metrics['loss'][0]
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+    grads = [tf.convert_to_tensor(g) for g in grads]
+    config = placement.SessionConfig(num_devices)
+    config.graph_options.rewrite_options.disable_meta_optimizer = True  # Build speed only.
+    with tf.Session(graph=graph, config=config) as sess:
+      sess.run(tf.global_variables_initializer())
+      for v in variables:
+        v.load(_Value(v.op.name, v.shape.as_list()), sess)
+      step.load(5, sess)
+      values, loss_value = sess.run([grads, loss])
+  return {v.op.name: g for v, g in zip(variables, values)}, loss_value
+
+
+class PipelinedTransformerTest(test_utils.TestCase):
+
+  def testGradientsMatchUnpipelinedForK124WithDropout(self):
+    reference, ref_loss = Gradients(_Params(1, pipelined=False))
+    _, no_dropout_loss = Gradients(_Params(1, pipelined=False, keep=1.0))
+    self.assertGreater(abs(ref_loss - no_dropout_loss), 1e-3)  # Dropout is really on.
+    self.assertGreater(len(reference), 30)
+    for k in (1, 2, 4):
+      grads, loss = Gradients(_Params(k))
+      self.assertAllClose(loss, ref_loss, rtol=1e-6)
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d' % k)
+
+
+if __name__ == '__main__':
+  tf.test.main()
