@@ -137,19 +137,32 @@ class BatchNorm(base_layer.BaseLayer):
   def FProp(self, theta, x):
     p = self.params
     with tf.name_scope(p.name):
+      dtype = x.dtype
+      x = tf.cast(x, tf.float32)
       if self.do_eval:
         mean, variance = theta.moving_mean, theta.moving_variance
-      else:
-        axes = list(range(x.shape.rank - 1))
-        mean, variance = tf.nn.moments(tf.cast(x, tf.float32), axes)
-        collector = _ActiveCollector()
-        if collector is not None:
-          collector.Add(self, mean, variance)
+        y = tf.nn.batch_normalization(x, mean, variance, theta.beta, theta.gamma, p.epsilon)
+        return tf.cast(y, dtype)
+      if x.shape.rank == 4:
+        # One fused op (and one for its gradient) instead of a dozen: much smaller graphs.
+        y, mean, variance = tf.compat.v1.nn.fused_batch_norm(
+            x, theta.gamma, theta.beta, epsilon=p.epsilon, is_training=True)
+        # The fused op returns the Bessel-corrected variance; the moving average takes the biased one.
+        n = x.shape[:3].num_elements()
+        if n is None:
+          n = tf.cast(tf.reduce_prod(tf.shape(x)[:3]), tf.float32)
+          variance *= (n - 1.0) / tf.maximum(n, 1.0)
         else:
-          self.UpdateMovingAverages(mean, variance)
-      y = tf.nn.batch_normalization(tf.cast(x, tf.float32), mean, variance, theta.beta,
-                                    theta.gamma, p.epsilon)
-      return tf.cast(y, x.dtype)
+          variance *= (n - 1.0) / max(n, 1.0)
+      else:
+        mean, variance = tf.nn.moments(x, list(range(x.shape.rank - 1)))
+        y = tf.nn.batch_normalization(x, mean, variance, theta.beta, theta.gamma, p.epsilon)
+      collector = _ActiveCollector()
+      if collector is not None:
+        collector.Add(self, mean, variance)
+      else:
+        self.UpdateMovingAverages(mean, variance)
+      return tf.cast(y, dtype)
 
   @classmethod
   def FPropMeta(cls, p, x):

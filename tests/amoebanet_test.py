@@ -93,11 +93,18 @@ class TinyAmoebaNetPipelineTest(test_utils.TestCase):
                             msg='K=%d %s' % (k, name))
 
   def testDropPathAndDropoutMasksSurviveRecomputation(self):
-    layers = lambda: TinyLayers(keep_prob=0.6, dropout=0.5)
+    """stem, cell_0 (drop-path) and the classifier (dropout): 'always' re-computes the same masks."""
+
+    def Layers():
+      stem, cell, _, _, _, _, _, classifier = TinyLayers(keep_prob=0.6, dropout=0.5)
+      classifier.input_dim = amoebanet.Cell.Plan(cell).output_dim
+      return [stem, cell, classifier]
+
+    loss = lambda out: _Loss((out[0], out[0]))
     never, _, _, _ = helpers.StepWithBatchNormUpdates(
-        helpers.Pipeline(layers(), 2, 2, 'never'), _Inputs, loss_fn=_Loss)
+        helpers.Pipeline(Layers(), 2, 2, 'never'), _Inputs, loss_fn=loss)
     always, _, _, _ = helpers.StepWithBatchNormUpdates(
-        helpers.Pipeline(layers(), 2, 2, 'always'), _Inputs, loss_fn=_Loss)
+        helpers.Pipeline(Layers(), 2, 2, 'always'), _Inputs, loss_fn=loss)
     self.assertLess(helpers.MaxRelativeError(always, never), 1e-5)
 
   def testEvalHasNoAuxLogitsNorDropout(self):
