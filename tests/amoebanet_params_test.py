@@ -180,9 +180,10 @@ class ImageInputTest(test_utils.TestCase):
 
 
 class TinyTrainingTest(test_utils.TestCase):
+  """The tiny variants train on the digits through Lingvo's task (BN updates, aux loss, optimizer)."""
 
-  def testTinyAmoebaNetBLearnsTheDigits(self):
-    cfg = _Params('amoebanet.TinyAmoebaNetB')
+  def _Train(self, name, steps=25):
+    cfg = _Params(name)
     k = cfg.task.pipeline.num_partitions
     graph = tf.Graph()
     with graph.as_default(), cluster_factory.ForTestingWorker(
@@ -199,13 +200,19 @@ class TinyTrainingTest(test_utils.TestCase):
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(init)
       task.input.Initialize(sess)
-      for _ in range(25):
+      for _ in range(steps):
         metrics, _ = sess.run([task.eval_metrics, task.train_op])
         losses.append(metrics['loss'][0])
       moved = sess.run(moving)
     self.assertTrue(np.all(np.isfinite(losses)), losses)
-    self.assertLess(np.mean(losses[-5:]), 0.8 * np.mean(losses[:5]), losses)
+    self.assertLess(np.mean(losses[-5:]), 0.8 * np.mean(losses[:5]), '%s: %s' % (name, losses))
     self.assertGreater(max(np.abs(m).max() for m in moved), 0.0)  # BN updates were applied.
+
+  def testTinyAmoebaNetDLearnsTheDigitsWithFourCells(self):
+    self._Train('amoebanet.TinyAmoebaNetD')
+
+  def testTinyAmoebaNetBLearnsTheDigits(self):
+    self._Train('amoebanet.TinyAmoebaNetB')
 
 
 if __name__ == '__main__':
