@@ -6,15 +6,21 @@ set to the same values by name, dropout (keep 0.8) is on, so equal gradients als
 dropout mask is the same in the forward pass and in its re-computation, whatever K and M are.
 """
 
+import os
+import tempfile
 import zlib
 
 import numpy as np
 from lingvo import compat as tf
 from lingvo.core import builder_layers
+from lingvo.core import cluster_factory
+from lingvo.core import metrics
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
+from tensorpipe import mt_input
 from tensorpipe import mt_task
+from tensorpipe import num2words_corpus
 from tensorpipe import placement
 from tests import helpers
 
@@ -57,8 +63,7 @@ def Gradients(params, num_devices=4):
   with graph.as_default(), helpers.Cluster(num_devices):
     step = py_utils.GetOrCreateGlobalStepVar()
     task = params.Instantiate()
-    metrics, _ = task.FPropDefaultTheta(_Batch())
-    loss = metrics['loss'][0]
+    loss = task.FPropDefaultTheta(_Batch())[0]['loss'][0]
     variables = tf.trainable_variables()
     grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
     grads = [tf.convert_to_tensor(g) for g in grads]
@@ -88,3 +93,76 @@ class PipelinedTransformerTest(test_utils.TestCase):
 
 if __name__ == '__main__':
   tf.test.main()
+
+
+class GreedyDecodeBleuTest(test_utils.TestCase):
+  """Trains a tiny pipelined T(1, 128, 4) (K = 2, M = 2) on a small num2words corpus, then decodes the
+  test split greedily in eval mode and scores it with PostProcessDecodeOut (overall + per language)."""
+
+  LANGS = ['de', 'es', 'it']
+
+  def _Params(self, data_dir, vocab_size):
+    p = mt_task.TransformerParams(num_layers=1, ffn_dim=128, num_heads=4, model_dim=64, head_dim=16,
+                                  vocab_size=vocab_size, num_partitions=2, num_micro_batches=2,
+                                  dropout_keep_prob=1.0)
+    p.label_smoothing = 0.0
+    p.languages = self.LANGS
+    p.max_decode_length = 15
+    p.input = mt_input.MultilingualInput.Params().Set(
+        data_dir=data_dir, split='test', languages=self.LANGS, target_max_length=16)
+    p.input.batch_size = 16
+    return p
+
+  def testDecodeAndBleuEndToEnd(self):
+    data_dir = os.path.join(tempfile.mkdtemp(), 'corpus')
+    num2words_corpus.EnsureCorpus(data_dir, max_number=99, num_test=10, max_train=80, min_train=40,
+                                  vocab_size=300)
+    ckpt = os.path.join(tempfile.mkdtemp(), 'model')
+    graph = tf.Graph()
+    with graph.as_default(), helpers.Cluster(2):
+      step = py_utils.GetOrCreateGlobalStepVar()
+      train_input = mt_input.MultilingualInput.Params().Set(
+          data_dir=data_dir, split='train', languages=self.LANGS, target_max_length=16)
+      train_input.batch_size = 32
+      train_gen = train_input.Instantiate()
+      task = self._Params(data_dir, train_gen.vocab_size).Instantiate()
+      loss = task.FPropDefaultTheta(train_gen.GetPreprocessedInputBatch())[0]['loss'][0]
+      train_op = tf.train.AdamOptimizer(3e-3).minimize(loss, global_step=step,
+                                                       colocate_gradients_with_ops=True)
+      saver = tf.train.Saver()
+      with helpers.Session(graph, 2) as sess:
+        sess.run(tf.global_variables_initializer())
+        train_gen.Initialize(sess)
+        first = sess.run(loss)
+        for _ in range(150):
+          last, _ = sess.run([loss, train_op])
+        saver.save(sess, ckpt)
+    self.assertLess(last, 0.5 * first)
+
+    graph = tf.Graph()
+    with graph.as_default(), cluster_factory.ForTestingWorker(cpus=2, split_size=2, do_eval=True):
+      py_utils.GetOrCreateGlobalStepVar()
+      task = self._Params(data_dir, train_gen.vocab_size).Instantiate()
+      self.assertTrue(task.do_eval)
+      dec_out = task.Decode(task.input_generator.GetPreprocessedInputBatch())
+      with helpers.Session(graph, 2) as sess:
+        tf.train.Saver().restore(sess, ckpt)
+        task.input_generator.Initialize(sess)
+        dec_metrics = task.CreateDecoderMetrics()
+        pairs = []
+        try:
+          while True:
+            pairs += task.PostProcessDecodeOut(sess.run(dec_out), dec_metrics)
+        except tf.errors.OutOfRangeError:
+          pass
+    self.assertLen(pairs, 10 * len(self.LANGS))
+    # The overall BLEU is the BLEU of the logged (reference, hypothesis) pairs, rescored here.
+    rescored = metrics.CorpusBleuMetric()
+    for _, info in pairs:
+      ref, hyp = info.split(' ref: ')[1].split(' hyp: ')
+      rescored.Update(ref, hyp)
+    self.assertAllClose(dec_metrics['corpus_bleu'].value, rescored.value)
+    self.assertGreater(dec_metrics['corpus_bleu'].value, 0.2)
+    for lang in self.LANGS:
+      self.assertIn('corpus_bleu_%s' % lang, dec_metrics)
+      self.assertGreater(dec_metrics['corpus_bleu_%s' % lang].value, 0.0, lang)
