@@ -18,6 +18,7 @@ from lingvo.core import learner
 from lingvo.core import optimizer
 from lingvo.core import schedule
 
+from tensorpipe import lm_task
 from tensorpipe import mt_input
 from tensorpipe import mt_task
 from tensorpipe import num2words_corpus
@@ -49,6 +50,7 @@ class TransformerParamsBase(base_model_params.SingleTaskModelParams):
   DATA_DIR = ''  # '': the built-in num2words corpus.
   TEMPERATURE = 5.0
   LANGUAGES = None  # None: every language in DATA_DIR.
+  SMOKE_TEST = False  # Too large for params_test's CPU step; tests/mt_params_test.py builds them.
 
   def _Input(self, split):
     p = mt_input.MultilingualInput.Params().Set(
@@ -134,6 +136,7 @@ class Num2WordsTinyT(Num2WordsBase):
   BATCH_SIZE = 64
   DROPOUT_KEEP_PROB = 0.9
   MAX_STEPS = 1500
+  SMOKE_TEST = True
 
   def _Learner(self):
     # Adam with the Transformer schedule: the tiny model's steps are too few for Adafactor's recipe.
@@ -149,3 +152,177 @@ class Num2WordsTinyT(Num2WordsBase):
     p.train.summary_interval_steps = 100
     p.label_smoothing = 0.1
     return p
+
+
+class MultilingualT(TransformerParamsBase):
+  """The paper's multilingual T(L, H, A): 64k shared vocabulary, model dimension 1024, T = 5.
+
+  DATA_DIR must hold <lang>.train.tsv / <lang>.test.tsv for the languages and a 64k spm.model (set it
+  with --model_params_override or a subclass); the default '' falls back to the num2words corpus,
+  whose ids all fit the 64k table, so the graph also runs without real data.
+  """
+
+  VOCAB_SIZE = 64000
+  MODEL_DIM = 1024
+  BATCH_SIZE = 4096
+
+
+@model_registry.RegisterSingleTaskModel
+class T6H8192A16(MultilingualT):
+  """T(6, 8192, 16), ~400M parameters, 1 partition."""
+  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_PARTITIONS = 6, 8192, 16, 1
+  NUM_MICRO_BATCHES = 1
+
+
+@model_registry.RegisterSingleTaskModel
+class T24H8192A16(MultilingualT):
+  """T(24, 8192, 16), 1.3B deep, 4 partitions."""
+  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_PARTITIONS = 24, 8192, 16, 4
+  NUM_MICRO_BATCHES = 16
+
+
+@model_registry.RegisterSingleTaskModel
+class T12H16384A32(MultilingualT):
+  """T(12, 16384, 32), 1.3B wide, 2 partitions."""
+  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_PARTITIONS = 12, 16384, 32, 2
+  NUM_MICRO_BATCHES = 8
+
+
+@model_registry.RegisterSingleTaskModel
+class T32H16384A32(MultilingualT):
+  """T(32, 16384, 32), 3B, 8 partitions."""
+  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_PARTITIONS = 32, 16384, 32, 8
+  NUM_MICRO_BATCHES = 32
+
+
+@model_registry.RegisterSingleTaskModel
+class T64H16384A32(MultilingualT):
+  """T(64, 16384, 32), 6B (128 layers), 16 partitions."""
+  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_PARTITIONS = 64, 16384, 32, 16
+  NUM_MICRO_BATCHES = 64
+
+
+class BilingualBaseline(TransformerParamsBase):
+  """A bilingual German-English Transformer baseline with the (2.0, 8K) schedule, 32k vocabulary.
+
+  DATA_DIR must hold de.train.tsv / de.test.tsv and a 32k spm.model.
+  """
+
+  VOCAB_SIZE = 32000
+  LANGUAGES = ['de']
+  LEARNING_RATE = 2.0
+  WARMUP_STEPS = 8000
+  NUM_PARTITIONS = 1
+  NUM_MICRO_BATCHES = 1
+  BATCH_SIZE = 4096
+  DROPOUT_KEEP_PROB = 0.9
+
+
+@model_registry.RegisterSingleTaskModel
+class TransformerBig(BilingualBaseline):
+  """Transformer-Big: 6 + 6 layers, model 1024, feed-forward 4096, 16 heads."""
+  NUM_LAYERS, MODEL_DIM, FFN_DIM, NUM_HEADS = 6, 1024, 4096, 16
+  DROPOUT_KEEP_PROB = 0.7
+
+
+@model_registry.RegisterSingleTaskModel
+class TransformerBase(BilingualBaseline):
+  """Transformer-Base: 6 + 6 layers, model 512, feed-forward 2048, 8 heads."""
+  NUM_LAYERS, MODEL_DIM, FFN_DIM, NUM_HEADS = 6, 512, 2048, 8
+
+
+class LargeBatch(MultilingualT):
+  """The large-batch study: T(6, 8192, 16) on German-English, TOKENS tokens per batch.
+
+  Batch sentences = TOKENS / SOURCE_MAX_LENGTH (128), rounded to a power of two; pipelined over 4
+  partitions with 32 micro-batches.
+  """
+  NUM_LAYERS, FFN_DIM, NUM_HEADS = 6, 8192, 16
+  LANGUAGES = ['de']
+  NUM_PARTITIONS = 4
+  NUM_MICRO_BATCHES = 32
+
+
+@model_registry.RegisterSingleTaskModel
+class LargeBatch260K(LargeBatch):
+  """260K tokens per batch (2048 x 128 = 262K)."""
+  BATCH_SIZE = 2048
+
+
+@model_registry.RegisterSingleTaskModel
+class LargeBatch1M(LargeBatch):
+  """1M tokens per batch (8192 x 128 = 1.05M)."""
+  BATCH_SIZE = 8192
+
+
+@model_registry.RegisterSingleTaskModel
+class LargeBatch4M(LargeBatch):
+  """4M tokens per batch (32768 x 128 = 4.19M)."""
+  BATCH_SIZE = 32768
+
+
+class TransformerL(base_model_params.SingleTaskModelParams):
+  """Transformer-L of the paper's memory table: L layers, model 2048, feed-forward 8192, 32 heads,
+  32k vocabulary, sequence 1024, batch 32 (synthetic tokens: a memory/speed config, not a quality one).
+
+  NUM_PARTITIONS = 1 with RECOMPUTE 'never' is the paper's Naive-1; the others re-compute (GPipe).
+  """
+
+  NUM_LAYERS = 3
+  NUM_PARTITIONS = 1
+  NUM_MICRO_BATCHES = 1
+  RECOMPUTE = 'always'
+  BATCH_SIZE = 32
+  SEQ_LEN = 1024
+  VOCAB_SIZE = 32000
+  SMOKE_TEST = False
+
+  def Train(self):
+    p = lm_task.SyntheticLmInput.Params().Set(vocab_size=self.VOCAB_SIZE, seq_len=self.SEQ_LEN)
+    p.batch_size = self.BATCH_SIZE
+    return p
+
+  def Test(self):
+    return self.Train()
+
+  def Task(self):
+    p = lm_task.TransformerLmParams(
+        self.NUM_LAYERS, model_dim=2048, ffn_dim=8192, num_heads=32, vocab_size=self.VOCAB_SIZE,
+        num_partitions=self.NUM_PARTITIONS, num_micro_batches=self.NUM_MICRO_BATCHES,
+        recompute=self.RECOMPUTE)
+    p.train.learner = learner.Learner.Params().Set(
+        name='loss', learning_rate=3.0,
+        optimizer=optimizer.XLAShardingAdafactor.Params().Set(factored=True, beta1=0.0),
+        lr_schedule=schedule.TransformerSchedule.Params().Set(warmup_steps=40000, model_dim=2048),
+        clip_gradient_single_norm_to_value=1.0)
+    return p
+
+
+@model_registry.RegisterSingleTaskModel
+class TransformerL3Naive1(TransformerL):
+  """Naive-1: L = 3, no pipeline, no re-computation."""
+  NUM_LAYERS, NUM_PARTITIONS, NUM_MICRO_BATCHES, RECOMPUTE = 3, 1, 1, 'never'
+
+
+@model_registry.RegisterSingleTaskModel
+class TransformerL13Pipeline1(TransformerL):
+  """Pipeline-1: L = 13, one partition, re-computation with 32 micro-batches."""
+  NUM_LAYERS, NUM_PARTITIONS, NUM_MICRO_BATCHES = 13, 1, 32
+
+
+@model_registry.RegisterSingleTaskModel
+class TransformerL103Pipeline8(TransformerL):
+  """Pipeline-8: L = 103 on 8 partitions, 32 micro-batches."""
+  NUM_LAYERS, NUM_PARTITIONS, NUM_MICRO_BATCHES = 103, 8, 32
+
+
+@model_registry.RegisterSingleTaskModel
+class TransformerL415Pipeline32(TransformerL):
+  """Pipeline-32: L = 415 on 32 partitions, 32 micro-batches."""
+  NUM_LAYERS, NUM_PARTITIONS, NUM_MICRO_BATCHES = 415, 32, 32
+
+
+@model_registry.RegisterSingleTaskModel
+class TransformerL1663Pipeline128(TransformerL):
+  """Pipeline-128: L = 1663 on 128 partitions, 32 micro-batches."""
+  NUM_LAYERS, NUM_PARTITIONS, NUM_MICRO_BATCHES = 1663, 128, 32

@@ -94,6 +94,8 @@ class TransformerLayer(base_layer.BaseLayer):
     p.Define('num_heads', 16, 'A, the number of attention heads.')
     p.Define('head_dim', 64, 'Channels per attention head (attention width grows with heads).')
     p.Define('is_decoder', False, 'True: causal self-attention plus attention to aux_vec.')
+    p.Define('causal', None, 'Causal self-attention without aux_vec (a language model\'s layer); '
+             'None: same as is_decoder.')
     p.Define('dropout_keep_prob', 1.0, 'Keep probability of the residual-branch dropouts.')
     p.Define('layer_index', 0, 'Unique index of this layer in the model; selects its dropout sites.')
     p.Define('ffn_init_scale', 1.0,
@@ -137,7 +139,8 @@ class TransformerLayer(base_layer.BaseLayer):
     with tf.name_scope(p.name):
       x, seeds = inputs.vec, inputs.seeds
       h = self.self_norm.FProp(theta.self_norm, x)
-      h = self.self_att.FProp(theta.self_att, h, h, inputs.paddings, causal=p.is_decoder)
+      causal = p.is_decoder if p.causal is None else p.causal
+      h = self.self_att.FProp(theta.self_att, h, h, inputs.paddings, causal=causal)
       x += self._Dropout(h, seeds, 0)
       if p.is_decoder:
         h = self.cross_norm.FProp(theta.cross_norm, x)
@@ -175,8 +178,11 @@ class FinalNorm(base_layer.BaseLayer):
 
 
 def StackLayers(num_layers, model_dim, ffn_dim, num_heads, is_decoder, head_dim=64,
-                dropout_keep_prob=1.0, scale_ffn_init_by_depth=True):
-  """Layer Params of an encoder or decoder stack: `num_layers` TransformerLayers and a FinalNorm."""
+                dropout_keep_prob=1.0, scale_ffn_init_by_depth=True, causal=None):
+  """Layer Params of an encoder or decoder stack: `num_layers` TransformerLayers and a FinalNorm.
+
+  causal=True with is_decoder=False gives a language model's stack (no attention to aux_vec).
+  """
   if not isinstance(num_layers, int) or num_layers < 1:
     raise ValueError('StackLayers: num_layers must be a positive integer, got %r' % (num_layers,))
   prefix = 'dec' if is_decoder else 'enc'
@@ -187,6 +193,6 @@ def StackLayers(num_layers, model_dim, ffn_dim, num_heads, is_decoder, head_dim=
     out.append(TransformerLayer.Params().Set(
         name='%s_layer%03d' % (prefix, i), model_dim=model_dim, ffn_dim=ffn_dim, num_heads=num_heads,
         head_dim=head_dim, is_decoder=is_decoder, dropout_keep_prob=dropout_keep_prob,
-        layer_index=offset + i, ffn_init_scale=scale))
+        layer_index=offset + i, ffn_init_scale=scale, causal=causal))
   out.append(FinalNorm.Params().Set(name='%s_final_norm' % prefix, model_dim=model_dim))
   return out
