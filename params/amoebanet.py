@@ -66,6 +66,7 @@ class AmoebaNetBase(base_model_params.SingleTaskModelParams):
   AUX_SCALING = 0.4  # Aux head widths 128 and 768 scaled as in the AmoebaNet reference.
   DROP_PATH_KEEP_PROB = 0.7
   DROPOUT_KEEP_PROB = 0.5
+  BN_DECAY = 0.9997  # As the AmoebaNet reference (per mini-batch).
   NUM_EPOCHS = 100
   STEM_STRIDE = 2
   NUM_STEM_CELLS = 2
@@ -97,7 +98,8 @@ class AmoebaNetBase(base_model_params.SingleTaskModelParams):
         image_channels=self.IMAGE_CHANNELS, stem_filters=self.STEM_FILTERS, stem_stride=self.STEM_STRIDE,
         num_stem_cells=self.NUM_STEM_CELLS, aux_head=self.AUX_LOSS_WEIGHT > 0,
         aux_scaling=self.AUX_SCALING, drop_path_keep_prob=self.DROP_PATH_KEEP_PROB,
-        drop_path_steps=self._TrainSteps(), dropout_keep_prob=self.DROPOUT_KEEP_PROB)
+        drop_path_steps=self._TrainSteps(), dropout_keep_prob=self.DROPOUT_KEEP_PROB,
+        bn_decay=self.BN_DECAY)
 
   def _Learner(self):
     steps_per_epoch = max(1, self.NUM_TRAIN_IMAGES // self.BATCH_SIZE)
@@ -289,6 +291,7 @@ class _Tiny(AmoebaNetBase):
   MAX_STEPS = 600
   DROP_PATH_KEEP_PROB = 0.9
   DROPOUT_KEEP_PROB = 0.8
+  BN_DECAY = 0.95  # Moving averages must settle within a few hundred steps.
 
   def _Digits(self, split):
     return digits_input.DigitsInput.Params().Set(split=split)

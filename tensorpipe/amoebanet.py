@@ -73,6 +73,7 @@ def _ChainFlops(param_list, shape):
 
 
 def _Conv(name, kh, kw, cin, cout, stride=(1, 1), relu_first=True, **kwargs):
+  """A ConvBn (relu first by default, as in AmoebaNet's cells)."""
   return conv_layers.ConvBn.Params().Set(name=name, filter_shape=(kh, kw, cin, cout), stride=stride,
                                          relu_first=relu_first, **kwargs)
 
@@ -93,6 +94,7 @@ class CellOp(base_layer.BaseLayer):
     p.Define('num_cells', 1, 'Number of cells in the network, for the drop-path schedule.')
     p.Define('drop_path_steps', 0,
              'Steps over which drop-path ramps up to its final rate (0: from the start).')
+    p.Define('bn_decay', 0.9997, 'Batch-norm moving-average decay per mini-batch.')
     return p
 
   @classmethod
@@ -103,11 +105,12 @@ class CellOp(base_layer.BaseLayer):
       kind, size = op.split('_')[0], int(op.split('_')[-1].split('x')[0])
       if kind not in ('max', 'avg'):
         raise ValueError('CellOp %r: unknown pooling %r' % (p.name, op))
-      convs = [] if cin == f else [_Conv('conv', 1, 1, cin, f, relu_first=False)]
+      convs = [] if cin == f else [
+          _Conv('conv', 1, 1, cin, f, relu_first=False, bn_decay=p.bn_decay)]
       return (kind, size), convs
     if op in ('none', '1x1'):
       if s > 1 or op == '1x1' or cin != f:
-        return None, [_Conv('conv', 1, 1, cin, f, (s, s))]
+        return None, [_Conv('conv', 1, 1, cin, f, (s, s), bn_decay=p.bn_decay)]
       return None, []
     if 'separable' in op:
       parts = op.split('_')
@@ -117,20 +120,21 @@ class CellOp(base_layer.BaseLayer):
       for i in range(repeats):
         stride = s if i == 0 else 1
         convs.append(_Conv('sep%d' % i, kernel, kernel, cin if i == 0 else f, f, (stride, stride),
-                           separable=True, dilation=dilation if stride == 1 else 1))
+                           separable=True, dilation=dilation if stride == 1 else 1,
+                           bn_decay=p.bn_decay))
       return None, convs
     if op in ('3x3', '1x7_7x1'):
       reduced = f // 4
       inner = reduced if reduced >= 1 else f
-      convs = [] if reduced < 1 else [_Conv('pre', 1, 1, cin, inner)]
+      convs = [] if reduced < 1 else [_Conv('pre', 1, 1, cin, inner, bn_decay=p.bn_decay)]
       first_in = inner if reduced >= 1 else cin
       if op == '3x3':
-        convs.append(_Conv('conv3x3', 3, 3, first_in, inner, (s, s)))
+        convs.append(_Conv('conv3x3', 3, 3, first_in, inner, (s, s), bn_decay=p.bn_decay))
       else:
-        convs.append(_Conv('conv1x7', 1, 7, first_in, inner, (1, s)))
-        convs.append(_Conv('conv7x1', 7, 1, inner, inner, (s, 1)))
+        convs.append(_Conv('conv1x7', 1, 7, first_in, inner, (1, s), bn_decay=p.bn_decay))
+        convs.append(_Conv('conv7x1', 7, 1, inner, inner, (s, 1), bn_decay=p.bn_decay))
       if reduced >= 1:
-        convs.append(_Conv('post', 1, 1, inner, f))
+        convs.append(_Conv('post', 1, 1, inner, f, bn_decay=p.bn_decay))
       return None, convs
     raise ValueError('CellOp %r: unknown operation %r' % (p.name, op))
 
@@ -180,6 +184,7 @@ class FactorizedReduction(base_layer.BaseLayer):
     p.Define('output_dim', 0, 'Output channels (even for stride 2).')
     p.Define('stride', 2, '1 or 2.')
     p.Define('relu_first', False, 'Apply relu to the input first.')
+    p.Define('bn_decay', 0.9997, 'Batch-norm moving-average decay per mini-batch.')
     return p
 
   def __init__(self, params):
@@ -187,7 +192,7 @@ class FactorizedReduction(base_layer.BaseLayer):
     p = self.params
     if p.stride == 1:
       self.CreateChild('conv', _Conv('conv', 1, 1, p.input_dim, p.output_dim,
-                                     relu_first=p.relu_first))
+                                     relu_first=p.relu_first, bn_decay=p.bn_decay))
     else:
       if p.output_dim % 2:
         raise ValueError('FactorizedReduction %r: output_dim must be even, got %d' %
@@ -195,8 +200,10 @@ class FactorizedReduction(base_layer.BaseLayer):
       half = p.output_dim // 2
       for name in ('path1', 'path2'):
         self.CreateChild(name, _Conv(name, 1, 1, p.input_dim, half, (2, 2),
-                                     relu_first=p.relu_first, batch_norm=False, padding='VALID'))
-      self.CreateChild('bn', batch_norm.BatchNorm.Params().Set(name='bn', dim=p.output_dim))
+                                     relu_first=p.relu_first, batch_norm=False, padding='VALID',
+                                     bn_decay=p.bn_decay))
+      self.CreateChild('bn', batch_norm.BatchNorm.Params().Set(name='bn', dim=p.output_dim,
+                                                               decay=p.bn_decay))
 
   def FProp(self, theta, x):
     p = self.params
@@ -232,6 +239,7 @@ class Cell(base_layer.BaseLayer):
     p.Define('cell_index', 0, 'Index of this cell in the network, for the drop-path schedule.')
     p.Define('num_cells', 1, 'Number of cells in the network, for the drop-path schedule.')
     p.Define('drop_path_steps', 0, 'Steps over which drop-path ramps up (0: from the start).')
+    p.Define('bn_decay', 0.9997, 'Batch-norm moving-average decay per mini-batch.')
     return p
 
   @classmethod
@@ -244,15 +252,16 @@ class Cell(base_layer.BaseLayer):
     f, stride = p.filters, 2 if p.reduction else 1
     size = tuple(p.input_size)
     plan = py_utils.NestedMap(prev=None, ops=[], reductions=[])
-    plan.base = _Conv('base', 1, 1, p.input_dim, f)
+    plan.base = _Conv('base', 1, 1, p.input_dim, f, bn_decay=p.bn_decay)
     if p.prev_dim is None:
       dims = [f, p.input_dim]
     else:
       if p.prev_reduce:
         plan.prev = FactorizedReduction.Params().Set(name='prev', input_dim=p.prev_dim,
-                                                     output_dim=f, stride=2, relu_first=True)
+                                                     output_dim=f, stride=2, relu_first=True,
+                                                     bn_decay=p.bn_decay)
       elif p.prev_dim != f:
-        plan.prev = _Conv('prev', 1, 1, p.prev_dim, f)
+        plan.prev = _Conv('prev', 1, 1, p.prev_dim, f, bn_decay=p.bn_decay)
       dims = [f, f]
     sizes = [size, size]
     for i, (op, index) in enumerate(zip(ops, indices)):
@@ -261,7 +270,7 @@ class Cell(base_layer.BaseLayer):
           name='op%d_%s' % (i // 2, 'left' if i % 2 == 0 else 'right'), operation=op,
           input_dim=dims[index], filters=f, stride=op_stride,
           drop_path_keep_prob=p.drop_path_keep_prob, cell_index=p.cell_index,
-          num_cells=p.num_cells, drop_path_steps=p.drop_path_steps))
+          num_cells=p.num_cells, drop_path_steps=p.drop_path_steps, bn_decay=p.bn_decay))
       out_size = _Strided(sizes[index], op_stride)
       if i % 2 == 1:
         dims.append(f)
@@ -271,7 +280,7 @@ class Cell(base_layer.BaseLayer):
       if dims[i] != dims[-1] or sizes[i] != sizes[-1]:
         plan.reductions.append((i, FactorizedReduction.Params().Set(
             name='reduce%d' % i, input_dim=dims[i], output_dim=dims[-1],
-            stride=2 if sizes[i] != sizes[-1] else 1)))
+            stride=2 if sizes[i] != sizes[-1] else 1, bn_decay=p.bn_decay)))
     plan.output_dim = f * len(plan.concat)
     plan.output_size = sizes[-1]
     plan.state_sizes = sizes
@@ -336,12 +345,13 @@ class Stem(base_layer.BaseLayer):
     p.Define('input_dim', 3, 'Image channels.')
     p.Define('filters', 32, 'Output channels.')
     p.Define('stride', 2, 'Stride of the convolution (1 for small images).')
+    p.Define('bn_decay', 0.9997, 'Batch-norm moving-average decay per mini-batch.')
     return p
 
   @classmethod
   def _ConvParams(cls, p):
     return _Conv('conv', 3, 3, p.input_dim, p.filters, (p.stride, p.stride), relu_first=False,
-                 padding='VALID')
+                 padding='VALID', bn_decay=p.bn_decay)
 
   def __init__(self, params):
     super().__init__(params)
@@ -377,15 +387,17 @@ class AuxHead(base_layer.BaseLayer):
     p.Define('num_classes', 1000, 'Number of classes.')
     p.Define('proj_dim', 128, 'Channels of the 1x1 projection.')
     p.Define('hidden_dim', 768, 'Channels of the full-map convolution.')
+    p.Define('bn_decay', 0.9997, 'Batch-norm moving-average decay per mini-batch.')
     return p
 
   @classmethod
   def _Plan(cls, p):
     (wh, sh), (ww, sw) = AuxPool(p.input_size[0]), AuxPool(p.input_size[1])
     ph, pw = (p.input_size[0] - wh) // sh + 1, (p.input_size[1] - ww) // sw + 1
-    return [_Conv('proj', 1, 1, p.input_dim, p.proj_dim, relu_first=False, relu_last=True),
+    return [_Conv('proj', 1, 1, p.input_dim, p.proj_dim, relu_first=False, relu_last=True,
+                  bn_decay=p.bn_decay),
             _Conv('conv', ph, pw, p.proj_dim, p.hidden_dim, relu_first=False, relu_last=True,
-                  padding='VALID')], (wh, ww), (sh, sw)
+                  padding='VALID', bn_decay=p.bn_decay)], (wh, ww), (sh, sw)
 
   def __init__(self, params):
     super().__init__(params)
@@ -466,11 +478,12 @@ def ReductionIndices(num_cells, num_reductions=2):
 def AmoebaNetLayers(genotype='D', num_cells=18, filters=256, num_classes=1000, image_size=224,
                     image_channels=3, stem_filters=32, stem_stride=2, num_stem_cells=2,
                     aux_head=True, aux_scaling=1.0, drop_path_keep_prob=1.0, drop_path_steps=0,
-                    dropout_keep_prob=1.0):
+                    dropout_keep_prob=1.0, bn_decay=0.9997):
   """The flat layer sequence of AmoebaNet-`genotype` (L = num_cells, F = filters).
 
   Returns a list of layer Params: 'stem', 'stem_cell_<i>', 'cell_<i>' / 'reduction_cell_<i>',
   'aux_head' (if aux_head), 'classifier'. Small images: stem_stride=1 and num_stem_cells=0.
+  bn_decay: batch-norm moving-average decay per mini-batch (0.9997 for ImageNet; lower for short runs).
   """
   if genotype not in GENOTYPES:
     raise ValueError('AmoebaNet genotype must be one of %s, got %r' % (sorted(GENOTYPES), genotype))
@@ -484,7 +497,7 @@ def AmoebaNetLayers(genotype='D', num_cells=18, filters=256, num_classes=1000, i
   if size < 1:
     raise ValueError('AmoebaNet: image_size %d is too small for the stem' % image_size)
   layers = [Stem.Params().Set(name='stem', input_dim=image_channels, filters=stem_filters,
-                              stride=stem_stride)]
+                              stride=stem_stride, bn_decay=bn_decay)]
   state = dict(dim=stem_filters, size=(size, size), prev_dim=None, prev_size=None)
   cell_index = [0]
 
@@ -494,7 +507,7 @@ def AmoebaNetLayers(genotype='D', num_cells=18, filters=256, num_classes=1000, i
         input_dim=state['dim'], input_size=state['size'], prev_dim=state['prev_dim'],
         prev_reduce=state['prev_size'] is not None and state['prev_size'] != state['size'],
         drop_path_keep_prob=drop_path_keep_prob, cell_index=cell_index[0],
-        num_cells=total_cells, drop_path_steps=drop_path_steps)
+        num_cells=total_cells, drop_path_steps=drop_path_steps, bn_decay=bn_decay)
     plan = Cell.Plan(p)
     state.update(prev_dim=state['dim'], prev_size=state['size'], dim=plan.output_dim,
                  size=plan.output_size)
@@ -515,7 +528,7 @@ def AmoebaNetLayers(genotype='D', num_cells=18, filters=256, num_classes=1000, i
       layers.append(AuxHead.Params().Set(
           name='aux_head', input_dim=state['dim'], input_size=state['size'],
           num_classes=num_classes, proj_dim=int(128 * aux_scaling),
-          hidden_dim=int(768 * aux_scaling)))
+          hidden_dim=int(768 * aux_scaling), bn_decay=bn_decay))
   layers.append(Classifier.Params().Set(name='classifier', input_dim=state['dim'],
                                         num_classes=num_classes,
                                         dropout_keep_prob=dropout_keep_prob))
