@@ -1,0 +1,49 @@
+"""Prints the parameter count of every registered TensorPipe model (built, variables never allocated).
+
+  python tools/param_counts.py                 # every model registered by params/
+  python tools/param_counts.py --match '^mt\\.' # only those whose key matches a regular expression
+
+Each model's task is instantiated in a throwaway graph (tensorpipe.param_count), so counts come from
+the variables the model really declares. Building the deepest configurations takes minutes (Lingvo
+declares one variable at a time; Transformer-L 1663 has ~20k variables).
+"""
+
+import argparse
+import re
+import sys
+import time
+
+from tensorpipe import param_count
+from tensorpipe import train
+
+
+def _Human(n):
+  for unit, scale in (('B', 1e9), ('M', 1e6), ('K', 1e3)):
+    if n >= scale:
+      return '%.1f%s' % (n / scale, unit)
+  return str(n)
+
+
+def _IsOurs(cls):
+  """Whether a registered class comes from TensorPipe's params package (the registry may wrap it)."""
+  src = cls.__bases__[0] if cls.__name__ == cls.__bases__[0].__name__ else cls
+  return src.__module__.startswith(train.PARAMS_PACKAGE + '.')
+
+
+def main(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--match', default='', help='Regular expression the model key must match.')
+  args = parser.parse_args(argv)
+  models = train.RegisteredModels()
+  keys = sorted(k for k, cls in models.items() if _IsOurs(cls) and re.search(args.match, k))
+  if not keys:
+    raise SystemExit('param_counts: no registered model matches %r' % args.match)
+  print('%-34s %16s %8s %8s' % ('model', 'parameters', 'approx', 'seconds'))
+  for key in keys:
+    start = time.time()
+    n = param_count.CountParameters(models[key]().Task())
+    print('%-34s %16d %8s %8.1f' % (key, n, _Human(n), time.time() - start), flush=True)
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])
