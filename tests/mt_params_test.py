@@ -101,9 +101,8 @@ class MtParamsTest(test_utils.TestCase):
   def testBuiltCountsEqualClosedFormAndPaperLabels(self):
     built = {
         mt.T6H8192A16: ClosedFormCount(6, 1024, 8192, 16, 64000),
-        mt.T12H16384A32: ClosedFormCount(12, 1024, 16384, 32, 64000),
         mt.TransformerBase: ClosedFormCount(6, 512, 2048, 8, 32000),
-        mt.TransformerL13Pipeline1: ClosedFormCount(13, 2048, 8192, 32, 32000, lm=True),
+        mt.TransformerL3Naive1: ClosedFormCount(3, 2048, 8192, 32, 32000, lm=True),
     }
     for cls, expected in built.items():
       self.assertEqual(param_count.CountParameters(cls().Task()), expected, cls.__name__)
