@@ -166,6 +166,40 @@ class ImageInputTest(test_utils.TestCase):
     self.assertTrue(np.all((value.label >= 0) & (value.label < 7)))
     self.assertAllEqual(value.weight, np.ones([4]))
 
+  def testImageFolderThroughTensorflowDatasets(self):
+    """Real files read by tensorflow-datasets' ImageFolder, resized, flipped and cut out."""
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    with tempfile.TemporaryDirectory() as tmp:
+      for split in ('train', 'test'):
+        for label, value in (('cat', 40), ('dog', 200)):
+          folder = os.path.join(tmp, 'pets', split, label)
+          os.makedirs(folder)
+          for i in range(3):
+            Image.fromarray(np.full([10, 12, 3], value + i, np.uint8)).save(
+                os.path.join(folder, '%d.png' % i))
+      values = {}
+      for split in ('train', 'test'):
+        p = image_input.ImageInput.Params().Set(
+            tfds_name='image_folder:pets', data_dir=tmp, split=split, image_size=16,
+            num_classes=2, batch_size=4, cutout_size=6, seed=1)
+        with tf.Graph().as_default():
+          inp = p.Instantiate()
+          batch = inp.GetPreprocessedInputBatch()
+          with self.session() as sess:
+            inp.Initialize(sess)
+            values[split] = [sess.run(batch) for _ in range(2)]
+    train_batch = values['train'][0]
+    self.assertEqual(train_batch.image.shape, (4, 16, 16, 3))
+    self.assertTrue(set(train_batch.label.tolist()) <= {0, 1})
+    self.assertTrue(np.any(train_batch.image == 0))  # Cutout in training.
+    test_batches = values['test']
+    # Eval: 6 images = one full batch and one padded with weight 0, no cutout.
+    self.assertAllEqual(np.concatenate([b.weight for b in test_batches]), [1] * 6 + [0] * 2)
+    self.assertFalse(np.any(test_batches[0].image == 0))
+    pixel = test_batches[0].image[:, 0, 0, 0] * 255.0
+    expected = np.where(test_batches[0].label == 0, 41, 201)
+    self.assertAllClose(pixel, expected, atol=1.5)
+
   def testCutoutZeroesOneSquare(self):
     with tf.Graph().as_default():
       out = image_input.Cutout(tf.ones([32, 32, 3]), 8, seed=3)
