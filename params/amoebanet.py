@@ -67,6 +67,7 @@ class AmoebaNetBase(base_model_params.SingleTaskModelParams):
   DROP_PATH_KEEP_PROB = 0.7
   DROPOUT_KEEP_PROB = 0.5
   BN_DECAY = 0.9997  # As the AmoebaNet reference (per mini-batch).
+  BFLOAT16_ACTIVATIONS = 'accelerators'  # bfloat16 activations on TPUs/GPUs, float32 on CPUs.
   NUM_EPOCHS = 100
   STEM_STRIDE = 2
   NUM_STEM_CELLS = 2
@@ -115,7 +116,7 @@ class AmoebaNetBase(base_model_params.SingleTaskModelParams):
   def Task(self):
     p = image_classifier.ImageClassifier.Params().Set(
         name='amoebanet', num_classes=self.NUM_CLASSES, label_smoothing=self.LABEL_SMOOTHING,
-        aux_loss_weight=self.AUX_LOSS_WEIGHT)
+        aux_loss_weight=self.AUX_LOSS_WEIGHT, bfloat16_activations=self.BFLOAT16_ACTIVATIONS)
     p.pipeline = layer_lib.TensorPipeLayer.Params().Set(
         name='pipeline', layers=self._Layers(), num_partitions=self.NUM_PARTITIONS,
         num_micro_batches=self.NUM_MICRO_BATCHES, recompute=self.RECOMPUTE,

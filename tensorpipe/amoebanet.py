@@ -421,7 +421,7 @@ class AuxHead(base_layer.BaseLayer):
       for conv, conv_theta in zip(self.convs, theta.convs):
         h = conv.FProp(conv_theta, h)
       h = tf.reshape(h, [-1, self.params.hidden_dim])
-      return x, prev, tf.matmul(h, theta.w) + theta.b
+      return x, prev, tf.matmul(h, tf.cast(theta.w, h.dtype)) + tf.cast(theta.b, h.dtype)
 
   @classmethod
   def FPropMeta(cls, p, x, prev=None, aux=None):
@@ -461,7 +461,7 @@ class Classifier(base_layer.BaseLayer):
       if not self.do_eval and p.dropout_keep_prob < 1.0:
         h = randomness.Dropout(h, p.dropout_keep_prob, randomness.Seed(self),
                                where='Classifier %r' % p.name)
-      return tf.matmul(h, theta.w) + theta.b, aux
+      return tf.matmul(h, tf.cast(theta.w, h.dtype)) + tf.cast(theta.b, h.dtype), aux
 
   @classmethod
   def FPropMeta(cls, p, x, prev=None, aux=None):

@@ -1,6 +1,7 @@
 """Convolution + GPipe batch norm, the building block of the AmoebaNet and ResNet layers.
 
 `ConvBn` is [relu ->] conv (regular or depthwise-separable, no bias) [-> BatchNorm] [-> relu], NHWC.
+It computes in the input's dtype (float32 weights are cast, so bfloat16 activations work).
 Its FPropMeta gives the flops and output shape from the Params alone, so the layers built from it can
 estimate their cost for the pipeline's partitioner without building a graph.
 """
@@ -82,10 +83,11 @@ class ConvBn(base_layer.BaseLayer):
       if p.relu_first:
         x = tf.nn.relu(x)
       if p.separable:
-        x = tf.nn.depthwise_conv2d(x, theta.depthwise, strides, p.padding, dilations=dilations)
-        x = tf.nn.conv2d(x, theta.pointwise, [1, 1, 1, 1], 'VALID')
+        x = tf.nn.depthwise_conv2d(x, tf.cast(theta.depthwise, x.dtype), strides, p.padding,
+                                   dilations=dilations)
+        x = tf.nn.conv2d(x, tf.cast(theta.pointwise, x.dtype), [1, 1, 1, 1], 'VALID')
       else:
-        x = tf.nn.conv2d(x, theta.w, strides, p.padding, dilations=dilations)
+        x = tf.nn.conv2d(x, tf.cast(theta.w, x.dtype), strides, p.padding, dilations=dilations)
       if p.batch_norm:
         x = self.bn.FProp(theta.bn, x)
       if p.relu_last:

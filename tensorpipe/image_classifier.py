@@ -3,13 +3,24 @@
 `ImageClassifier` is a `classifier.PipelinedClassifier` whose pipeline returns either logits or
 (logits, aux_logits) (AmoebaNet's auxiliary head; aux_logits is None in evaluation). The loss is the
 label-smoothed softmax cross-entropy of the logits plus `aux_loss_weight` times that of the auxiliary
-logits. Metrics: loss, log_pplx (unsmoothed cross-entropy), accuracy, top-5 accuracy, error.
+logits, computed in float32. Metrics: loss, log_pplx (unsmoothed cross-entropy), accuracy, top-5
+accuracy, error. With `bfloat16_activations` the network runs on bfloat16 activations (the paper's
+setting on TPUs); weights, batch-norm statistics and the loss stay float32.
 """
 
 from lingvo import compat as tf
 from lingvo.core import py_utils
 
 from tensorpipe import classifier
+
+BFLOAT16_MODES = ('never', 'accelerators', 'always')
+
+
+def UsesBfloat16(mode, devices):
+  """bfloat16 activations for `mode` when the cells run on `devices` ('accelerators': TPUs/GPUs)."""
+  if mode == 'accelerators':
+    return all(('TPU' in d.upper() or 'GPU' in d.upper()) for d in devices)
+  return mode == 'always'
 
 
 class ImageClassifier(classifier.PipelinedClassifier):
@@ -20,17 +31,30 @@ class ImageClassifier(classifier.PipelinedClassifier):
     p = super().Params()
     p.Define('label_smoothing', 0.0, 'Label smoothing epsilon (0.1 in the GPipe ImageNet run).')
     p.Define('aux_loss_weight', 0.4, 'Weight of the auxiliary head\'s loss, if the net has one.')
+    p.Define('bfloat16_activations', 'never',
+             "Run the network on bfloat16 activations (weights stay float32): 'never', "
+             "'accelerators' (only when every cell is on a TPU or GPU) or 'always'.")
     return p
 
   def __init__(self, params):
     super().__init__(params)
     p = self.params
+    if p.bfloat16_activations not in BFLOAT16_MODES:
+      raise ValueError('ImageClassifier %r: bfloat16_activations=%r is not one of %s' %
+                       (p.name, p.bfloat16_activations, BFLOAT16_MODES))
     if not 0.0 <= p.label_smoothing < 1.0:
       raise ValueError('ImageClassifier %r: label_smoothing must be in [0, 1), got %r' %
                        (p.name, p.label_smoothing))
 
+  def UsesBfloat16(self):
+    """Whether activations are bfloat16 (per `bfloat16_activations` and the cells' devices)."""
+    return UsesBfloat16(self.params.bfloat16_activations, self.pipeline.devices)
+
   def ComputePredictions(self, theta, input_batch):
-    out = self.pipeline.FProp(theta.pipeline, input_batch.image)
+    image = input_batch.image
+    if self.UsesBfloat16():
+      image = tf.cast(image, tf.bfloat16)
+    out = self.pipeline.FProp(theta.pipeline, image)
     logits, aux = (out if isinstance(out, tuple) else (out, None))
     return py_utils.NestedMap(logits=logits, aux_logits=aux)
 

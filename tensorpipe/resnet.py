@@ -138,7 +138,8 @@ class Classifier(base_layer.BaseLayer):
 
   def FProp(self, theta, x):
     with tf.name_scope(self.params.name):
-      return tf.matmul(tf.reduce_mean(x, axis=[1, 2]), theta.w) + theta.b
+      h = tf.reduce_mean(x, axis=[1, 2])
+      return tf.matmul(h, tf.cast(theta.w, h.dtype)) + tf.cast(theta.b, h.dtype)
 
   @classmethod
   def FPropMeta(cls, p, x):
