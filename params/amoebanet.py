@@ -241,12 +241,19 @@ class _Transfer(ImageNetAmoebaNetB18x512):
 
   def Task(self):
     p = super().Task()
-    p.name = 'transfer'
     if self.IMAGENET_CHECKPOINT:
-      fresh = [r'.*/classifier/(w|b)/var.*', r'.*/aux_head/(w|b)/var.*']
       p.train.init_from_checkpoint_rules = {
-          self.IMAGENET_CHECKPOINT: ([('(.*)', '%s')], fresh)}
+          self.IMAGENET_CHECKPOINT: FreshSoftmaxRules(p.name)}
     return p
+
+
+def FreshSoftmaxRules(task_name):
+  """Lingvo checkpoint-loading rules: every model weight and batch-norm average of the pipeline, under
+  the same name, except the classifier's and auxiliary head's output layers (a fresh softmax); not the
+  optimizer's slots nor the global step."""
+  load = [(r'^(%s/pipeline/.*/var):0$' % task_name, '%s')]
+  ignore = [r'^%s/pipeline/(classifier|aux_head)/(w|b)/var:0$' % task_name]
+  return load, ignore
 
 
 _TRANSFER = {
@@ -332,3 +339,22 @@ class TinyAmoebaNetB(_Tiny):
   """Tiny AmoebaNet-B (3, 8) on the digits: K = 2 cells on 2 CPU devices, M = 2."""
   GENOTYPE = 'B'
   NUM_PARTITIONS = 2
+
+
+@model_registry.RegisterSingleTaskModel
+class TinyTransferAmoebaNetB(TinyAmoebaNetB):
+  """Fine-tunes a TinyAmoebaNetB checkpoint (set CHECKPOINT) with a fresh softmax: SGD with momentum,
+  as the paper's transfer runs (the digits stand in for the target data set)."""
+  CHECKPOINT = ''  # e.g. /tmp/tiny_b/train/ckpt-00000600; empty: train from scratch.
+  MAX_STEPS = 300
+
+  def _Learner(self):
+    return learner.Learner.Params().Set(
+        name='loss', learning_rate=0.05, optimizer=optimizer.Momentum.Params().Set(alpha=0.9),
+        lr_schedule=schedule.Constant.Params(), l2_regularizer_weight=4e-5)
+
+  def Task(self):
+    p = super().Task()
+    if self.CHECKPOINT:
+      p.train.init_from_checkpoint_rules = {self.CHECKPOINT: FreshSoftmaxRules(p.name)}
+    return p

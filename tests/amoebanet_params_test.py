@@ -3,6 +3,7 @@ configs, the image input (missing data named, synthetic data, flips and cutout),
 training on the digits."""
 
 import os
+import re
 import tempfile
 
 import numpy as np
@@ -13,6 +14,7 @@ from lingvo.core import optimizer
 from lingvo.core import schedule
 from lingvo.core import test_utils
 
+from params import amoebanet as amoebanet_params
 from tensorpipe import image_input
 from tensorpipe import model_size
 from tensorpipe import placement
@@ -124,12 +126,37 @@ class HyperParameterTest(test_utils.TestCase):
       self.assertEqual(cfg.task.num_classes, classes)
       self.assertEqual(_Layers(cfg)[-1].num_classes, classes)
       self.assertEqual(_CellFilters(_Layers(cfg)), (18, 512))
-      ((ckpt, (load, ignore)),) = cfg.task.train.init_from_checkpoint_rules.items()
+      ((ckpt, rules),) = cfg.task.train.init_from_checkpoint_rules.items()
       self.assertTrue(ckpt)
-      self.assertEqual(load, [('(.*)', '%s')])
-      # A fresh softmax: the classifier's and aux head's output layers are not loaded.
-      self.assertTrue(any('classifier' in r for r in ignore))
-      self.assertTrue(any('aux_head' in r for r in ignore))
+      self.assertEqual(cfg.task.name, 'amoebanet')  # Same variable names as the ImageNet model.
+      self.assertEqual(rules, amoebanet_params.FreshSoftmaxRules('amoebanet'))
+
+  def testFreshSoftmaxRulesLoadEverythingButTheOutputLayers(self):
+    """Lingvo's own rule matching on the tiny transfer model's variables (and a fake slot)."""
+    from lingvo.core import py_utils  # pylint: disable=g-import-not-at-top
+    cfg = _Params('amoebanet.TinyTransferAmoebaNetB')
+    k = cfg.task.pipeline.num_partitions
+    with tf.Graph().as_default(), cluster_factory.ForTestingWorker(cpus=k, split_size=k):
+      task = cfg.task.Instantiate()
+      del task
+      all_vars = tf.global_variables()
+      slot = tf.Variable(0.0, name='amoebanet/pipeline/cell_0/base/w/var/Momentum')
+      step = py_utils.GetOrCreateGlobalStepVar()
+      loaded = py_utils._GetVarsToLoad(  # pylint: disable=protected-access
+          all_vars + [slot, step], *amoebanet_params.FreshSoftmaxRules('amoebanet'), 'ckpt',
+          suppress_logging=True)
+    names = {v.name: ckpt_name for ckpt_name, v in loaded}
+    self.assertGreater(len(names), 100)
+    model_vars = [v for v in all_vars if v.name.startswith('amoebanet/pipeline/')]
+    self.assertGreater(len(model_vars), 100)
+    for v in model_vars:
+      fresh = re.match(r'.*/(classifier|aux_head)/(w|b)/var', v.name)
+      self.assertEqual(v.name in names, not fresh, v.name)
+      if not fresh:
+        self.assertEqual(names[v.name] + ':0', v.name)
+    self.assertNotIn(slot.name, names)
+    self.assertNotIn(step.name, names)
+    self.assertEqual(len(names), len(model_vars) - 4)  # All but classifier and aux head w, b.
 
 
 class Bfloat16Test(test_utils.TestCase):
