@@ -33,6 +33,7 @@ class LayerProfile:
   state: int  # Other variables (e.g. batch-norm moving averages).
   in_elements: int  # Elements of the layer's inputs (the stash if a cell starts here).
   out_elements: int  # Elements of the layer's outputs.
+  activation_elements: int = 0  # Elements of forward tensors its backward pass reads.
 
 
 def _ToShape(shape):
@@ -42,6 +43,8 @@ def _ToShape(shape):
 def _Elements(shapes):
   total = 0
   for shape in shapes:
+    if shape is None:  # An absent optional input or output.
+      continue
     try:
       total += int(shape.num_elements())
     except TypeError as e:  # A symbolic dimension.
@@ -81,35 +84,107 @@ def Flops(layer_params, input_shapes):
   return [flops for flops, _ in ChainMeta(layer_params, input_shapes)[0]]
 
 
+# Params fields that change neither a layer's variables nor their shapes.
+_SHAPE_NEUTRAL_FIELDS = ('name', 'cell_index', 'layer_index')
+
+
+def _ShapeKey(p):
+  p = p.Copy()
+  for field in _SHAPE_NEUTRAL_FIELDS:
+    if field in p:
+      p.Set(**{field: None})
+  return p.ToText()
+
+
+def _CountVariables(layer):
+  trainable = other = 0
+  for var in layer.vars.Flatten():
+    num = int(np.prod(var.shape.as_list()))
+    if var.trainable:
+      trainable += num
+    else:
+      other += num
+  return trainable, other
+
+
+# Ops whose outputs alias or describe other tensors rather than hold new activations.
+_NOT_ACTIVATIONS = frozenset(['ReadVariableOp', 'Identity', 'IdentityN', 'Const', 'Placeholder',
+                              'NoOp', 'Shape', 'Reshape', 'ExpandDims', 'Squeeze', 'StopGradient'])
+
+
+def _KeptElements(graph, first_forward_op, first_backward_op):
+  """Elements of the float tensors of the forward ops (created from `first_forward_op` on) that the
+  backward ops (created from `first_backward_op` on) read: what backprop keeps alive."""
+  forward = graph.get_operations()[first_forward_op:first_backward_op]
+  backward = graph.get_operations()[first_backward_op:]
+  read = {t.name for op in backward for t in op.inputs}
+  total = 0
+  for op in forward:
+    if op.type in _NOT_ACTIVATIONS:
+      continue
+    for out in op.outputs:
+      if out.name in read and out.dtype.is_floating and out.shape.is_fully_defined():
+        total += int(np.prod(out.shape.as_list()))
+  return total
+
+
+def _Facts(p, in_shapes):
+  """(trainable, other, activation elements or None) of one layer, from a graph never run."""
+  with tf.Graph().as_default() as graph:
+    layer = p.Copy().Instantiate()
+    trainable, other = _CountVariables(layer)
+    if in_shapes is None:
+      return trainable, other, None
+    inputs = [None if s is None else tf.zeros(_ToShape(s).ToTensorShape().as_list())
+              for s in in_shapes]
+    first = len(graph.get_operations())
+    try:
+      out = layer.FProp(layer.theta, *inputs)
+    except (TypeError, ValueError):  # E.g. integer ids: fall back to the outputs' size.
+      return trainable, other, None
+    ys = [y for y in tf.nest.flatten(out) if y is not None and y.dtype.is_floating]
+    if not ys:
+      return trainable, other, None
+    first_backward = len(graph.get_operations())
+    xs = [x for x in inputs if x is not None] + layer.theta.Flatten()
+    tf.gradients([tf.reduce_sum(y) for y in ys], xs)
+    return trainable, other, _KeptElements(graph, first, first_backward)
+
+
 def ParamCounts(layer_params):
-  """(trainable, other) variable elements of each layer, from a graph that is built but never run.
+  """(trainable, other) variable elements of each layer, from graphs that are built but never run.
 
   Variables are created as graph ops only, so even billion-parameter layers cost no memory here.
+  Layers whose Params differ only in name or position (e.g. the cells of one stack) are built once.
   """
-  counts = []
-  with tf.Graph().as_default():
-    for p in layer_params:
-      layer = p.Copy().Instantiate()
-      trainable = other = 0
-      for var in layer.vars.Flatten():
-        num = int(np.prod(var.shape.as_list()))
-        if var.trainable:
-          trainable += num
-        else:
-          other += num
-      counts.append((trainable, other))
-  return counts
+  counts, out = {}, []
+  for p in layer_params:
+    key = _ShapeKey(p)
+    if key not in counts:
+      counts[key] = _Facts(p, None)[:2]
+    out.append(counts[key])
+  return out
 
 
 def Profiles(layer_params, input_shapes):
-  """A LayerProfile per layer (FPropMeta flops and shapes, variable counts)."""
+  """A LayerProfile per layer: FPropMeta flops and shapes, variable counts, activation sizes.
+
+  Activation sizes come from building each layer's forward and backward pass on inputs of its
+  shapes in a graph that never runs, and adding up the forward tensors the backward ops read (what
+  backprop keeps alive), so the insides of composite layers count, not only their outputs.
+  """
   metas, out_shapes = ChainMeta(layer_params, input_shapes)
   in_shapes = [shapes for _, shapes in metas]
   out_elements = [_Elements(s) for s in in_shapes[1:]] + [_Elements(out_shapes)]
-  profiles = []
-  for p, (flops, shapes), (params, state), out in zip(layer_params, metas,
-                                                      ParamCounts(layer_params), out_elements):
-    profiles.append(LayerProfile(p.name, flops, params, state, _Elements(shapes), out))
+  cache, profiles = {}, []
+  for p, (flops, shapes), out in zip(layer_params, metas, out_elements):
+    key = (_ShapeKey(p), repr([None if s is None else list(s.ToTensorShape().as_list())
+                               for s in shapes]))
+    if key not in cache:
+      cache[key] = _Facts(p, shapes)
+    params, state, activations = cache[key]
+    profiles.append(LayerProfile(p.name, flops, params, state, _Elements(shapes), out,
+                                 out if activations is None else activations))
   return profiles
 
 
@@ -118,7 +193,7 @@ def MemoryCost(profiles, num_micro_batches, recompute='always', bytes_per_param=
   """The per-device bytes of a cell as a balancing.CellCost (an estimate, for budgets and balance).
 
   Per layer: parameters x bytes_per_param (weights and optimizer slots), other variables, and the
-  activations its backward pass holds: with re-computation those of the micro-batches being
+  activations its backward pass holds (the forward tensors it reads, see Profiles): with re-computation those of the micro-batches being
   re-computed (two at most, see recomputation.ReplayOrder; one more kept with 'except_last'),
   without it those of the whole mini-batch. At a cell's first layer: its input for the whole
   mini-batch, stashed until the backward pass.
@@ -129,7 +204,8 @@ def MemoryCost(profiles, num_micro_batches, recompute='always', bytes_per_param=
   else:
     held = min(2, m) / m + (1.0 / m if recompute == 'except_last' and m > 1 else 0.0)
   per_layer = [
-      p.params * bytes_per_param + (p.state + held * p.out_elements) * bytes_per_activation
+      p.params * bytes_per_param +
+      (p.state + held * max(p.activation_elements, p.out_elements)) * bytes_per_activation
       for p in profiles
   ]
   at_start = [p.in_elements * bytes_per_activation for p in profiles]

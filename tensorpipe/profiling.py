@@ -46,6 +46,7 @@ class Op:
   category: str
   cell: Optional[int] = None
   micro_batch: Optional[int] = None
+  layer: Optional[str] = None  # The name scope right inside the cell scope.
 
 
 def _ShortDevice(device):
@@ -97,7 +98,7 @@ class Trace:
     for device, name, op_type, start, end in records:
       category, cell, micro_batch = Classify(name, op_type, pipeline_scope)
       self.ops.append(Op(_ShortDevice(device), name, op_type, (start - t0) / 1e6, (end - t0) / 1e6,
-                         category, cell, micro_batch))
+                         category, cell, micro_batch, _Layer(name) if cell is not None else None))
     self.step_time = max(op.end for op in self.ops)
 
   @property
@@ -148,6 +149,35 @@ class Trace:
       out.append(simulator.CellCost(means[simulator.FORWARD], means[simulator.BACKWARD],
                                     means[simulator.RECOMPUTE]))
     return out
+
+  def LayerTimes(self, layer_names):
+    """Per layer, simulator.CellCost: busy seconds of its F, B and R ops summed over the step.
+
+    Summed over micro-batches, so a layer's costs are those of the whole mini-batch; concurrent
+    ops of one layer count once. Ops outside any layer's name scope are not counted.
+    """
+    spans = collections.defaultdict(list)
+    for op in self.ops:
+      if op.layer is not None and op.op_type not in _BOOKKEEPING:
+        spans[(op.layer, op.category, op.micro_batch)].append((op.start, op.end))
+    out = []
+    for name in layer_names:
+      total = collections.Counter()
+      for (layer, category, _), s in spans.items():
+        if layer == name:
+          total[category] += _Union(s)
+      out.append(simulator.CellCost(total[simulator.FORWARD], total[simulator.BACKWARD],
+                                    total[simulator.RECOMPUTE]))
+    return out
+
+
+def _Layer(name):
+  """The first name scope after the last cell<k>_mb<t>/ (the layer, for Lingvo layers' scopes)."""
+  last = None
+  for last in _CELL.finditer(name):
+    pass
+  rest = name[last.end():]
+  return rest.split('/', 1)[0] if '/' in rest else None
 
 
 def _Index(device):

@@ -34,6 +34,10 @@ class CostModelTest(test_utils.TestCase):
     self.assertEqual(profiles[1].out_elements, profiles[1].in_elements)
     self.assertEqual((profiles[1].params, profiles[1].state), (16, 3))
     self.assertEqual(profiles[0].flops, 2 * 2 * 8 * 8 * 9 * 4 + 2 * 2 * 8 * 8 * 4)
+    # What the backward ops read: the relu output at 8 x 8 (for the relu and max-pool gradients) and
+    # the pooled output; Dense: its tanh output. Not the conv or matmul outputs, which no gradient reads.
+    self.assertEqual(profiles[0].activation_elements, 512 + 128)
+    self.assertEqual(profiles[1].activation_elements, 128)
 
   def testBillionParameterLayerIsCountedWithoutAllocating(self):
     huge = helpers.Dense.Params().Set(name='huge', dim=40000)  # 1.6e9 weights, 6.4 GB as float32.
@@ -41,7 +45,7 @@ class CostModelTest(test_utils.TestCase):
 
   def testMemoryCostByRecomputeMode(self):
     profile = cost_model.LayerProfile('l', 1.0, params=10, state=2, in_elements=100,
-                                      out_elements=400)
+                                      out_elements=100, activation_elements=400)
     always = cost_model.MemoryCost([profile], 8, 'always', bytes_per_param=12)
     self.assertEqual(always.Of(0, 1), 10 * 12 + 2 * 4 + 400 * 2 / 8 * 4 + 100 * 4)
     never = cost_model.MemoryCost([profile], 8, 'never', bytes_per_param=12)

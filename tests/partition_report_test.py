@@ -14,23 +14,24 @@ from tools import partition_report as tool
 class ReportTest(test_utils.TestCase):
 
   def testRowsAndPredictions(self):
-    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=w) for i, w in enumerate([8, 8, 8, 24])]
+    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
     plan = partitioning.MakePlan(layers, 2, [[4, 8]], num_micro_batches=4)
     report = partition_report.Build(plan, 'pipe')
     self.assertEqual([(r.first, r.last, r.num_layers) for r in report.rows],
-                     [('d0', 'd2', 3), ('d3', 'd3', 1)])
-    self.assertEqual([r.cost for r in report.rows], [3 * 2 * 4 * 8 * 8, 2 * 4 * 8 * 24])
+                     [('d0', 'd1', 2), ('d2', 'd3', 2)])
+    self.assertEqual([r.cost for r in report.rows], [2 * 2 * 4 * 8 * 8] * 2)
     self.assertAlmostEqual(sum(r.share for r in report.rows), 1.0)
-    self.assertEqual([r.params for r in report.rows], [3 * 64, 24 * 24])
-    self.assertEqual(report.rows[1].param_bytes, 24 * 24 * 12)
-    # d3's [4, 8] input stashed, and 2 of 4 micro-batches of its output held: 4 bytes each.
-    self.assertEqual(report.rows[1].activation_bytes, 4 * 8 * 4 + 0.5 * 4 * 8 * 4)
-    self.assertAlmostEqual(report.imbalance, 1536 / ((1536 + 1536) / 2))
+    self.assertEqual([r.params for r in report.rows], [2 * 64, 2 * 64])
+    self.assertEqual(report.rows[1].param_bytes, 2 * 64 * 12)
+    # d2's [4, 8] input stashed; 2 of 4 micro-batches of d2's and d3's tanh outputs (which their
+    # gradients read) held while re-computing.
+    self.assertEqual(report.rows[1].activation_bytes, 4 * 8 * 4 + 0.5 * 2 * (4 * 8) * 4)
+    self.assertEqual(report.imbalance, 1.0)
     self.assertAlmostEqual(report.bubble, 1 / 5)
-    self.assertAlmostEqual(report.efficiency, 4 / 5 / report.imbalance)
+    self.assertAlmostEqual(report.efficiency, 4 / 5)
     text = str(report)
     self.assertIn('pipe: 2 cells, cost \'flops\', algorithm \'optimal\', M = 4', text)
-    self.assertIn('d0 .. d2', text)
+    self.assertIn('d0 .. d1', text)
     self.assertIn('imbalance (max/mean cost) 1.000; bubble 20.0%; predicted efficiency 80.0%', text)
 
 

@@ -1,6 +1,7 @@
 """Partitioning: explicit cells are checked; plans split by the chosen cost and algorithm."""
 
 from lingvo import compat as tf
+from lingvo.core import layers as lingvo_layers
 from lingvo.core import test_utils
 
 from tensorpipe import layer as layer_lib
@@ -62,13 +63,20 @@ class MakePlanTest(test_utils.TestCase):
     self.assertLess(optimal.Imbalance(), heuristic.Imbalance())
 
   def testMemoryCostAndBudget(self):
-    layers = _Widths([64, 8, 8, 8])
+    widths = [(8, 256), (256, 8), (8, 8), (8, 8)]
+    layers = [lingvo_layers.FCLayer.Params().Set(name='f%d' % i, input_dim=a, output_dim=b)
+              for i, (a, b) in enumerate(widths)]
     plan = partitioning.MakePlan(layers, 2, [[16, 8]], cost='memory', num_micro_batches=4)
-    self.assertEqual(plan.sizes, [1, 3])  # The 64 x 64 weights outweigh the rest together.
-    # Cell 0: 64 x 64 x 12 bytes of weights, its [16, 8] input stashed, and 2 of 4 micro-batches of
-    # its output (FPropMeta: [16, 8]) held during re-computation, 4 bytes an element.
-    self.assertEqual(plan.Memory().Of(0, 1), 64 * 64 * 12 + 16 * 8 * 4 + 0.5 * 16 * 8 * 4)
-    budget = plan.Memory().Of(0, 1)
+    mem = plan.Memory()
+    best = min(max(mem.Cells([s, 4 - s])) for s in range(1, 4))
+    self.assertEqual(max(mem.Cells(plan.sizes)), best)
+    # Cell 0 = f0: its weights x 12 bytes, its [16, 8] input stashed, and 2 of 4 micro-batches of
+    # its forward activations held while re-computing, 4 bytes an element.
+    f0 = plan.Profiles()[0]
+    self.assertEqual(f0.params, 8 * 256 + 256)
+    self.assertGreaterEqual(f0.activation_elements, 16 * 256)  # At least the relu output.
+    self.assertEqual(mem.Of(0, 1), f0.params * 12 + 16 * 8 * 4 + 0.5 * f0.activation_elements * 4)
+    budget = best
     flops = partitioning.MakePlan(layers, 2, [[16, 8]], memory_budget=budget, num_micro_batches=4)
     self.assertLessEqual(max(flops.Memory().Cells(flops.sizes)), budget)
     with self.assertRaisesRegex(ValueError, 'no split of 4 layers into 2 cells fits a memory budget '

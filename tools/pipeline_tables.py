@@ -1,0 +1,385 @@
+#!/usr/bin/env python
+"""Reproduces the GPipe paper's performance tables with TensorPipe on the devices at hand.
+
+Sections (all by default; pick with --sections):
+  throughput  Table 2: normalised throughput (to K=2, M=1) of a small AmoebaNet-D and a Transformer
+              stack for K x M grids, measured on K logical CPU devices; beside each measurement the
+              simulator's prediction, and predictions for K up to 128 (see below).
+  overhead    Figure 4: the shares of a step spent on setup (micro-batch split and concat),
+              bubble, load imbalance, re-computation and weight update, for a ResNet-style and a
+              Transformer stack at K = 2, 4, from traced steps.
+  memory      Table 1: for AmoebaNet-D and Transformer-L, the largest model that fits a
+              per-device memory budget for Naive-1 (no pipeline, no re-computation), Pipeline-1
+              and Pipeline-K, by cost_model's per-device estimate; the estimate is cross-checked
+              against the process-wide allocator peak of real steps of small models.
+
+How the simulator is fed: one traced step of each model with K = 1 and M micro-batches gives every
+layer's forward, re-computation and backward time at that micro-batch size (profiling.LayerTimes);
+simulator.SplitCosts cuts them into the same cells as the measured run and simulator.Simulate plays
+the fill-drain schedule. Logical CPU devices share this machine's cores, so measurements with more
+devices than cores fall behind the simulator's independent devices: compare where K <= cores.
+
+Usage:
+  .venv/bin/python tools/pipeline_tables.py                      # everything (15-25 minutes)
+  .venv/bin/python tools/pipeline_tables.py --sections=memory    # a few minutes
+  .venv/bin/python tools/pipeline_tables.py --quick              # smoke run (smaller grids)
+
+Results and the exact command: docs/benchmarks.md.
+"""
+
+import os
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
+
+import argparse  # pylint: disable=g-import-not-at-top
+import json
+import subprocess
+import sys
+import time
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf2
+from lingvo import compat as tf
+
+from tensorpipe import amoebanet
+from tensorpipe import balancing
+from tensorpipe import cost_model
+from tensorpipe import partitioning
+from tensorpipe import resnet
+from tensorpipe import simulator
+from tools import benchmark_partitioning as bp
+
+GIB = 2.0**30
+
+
+# ----------------------------------------------------------------------------------------------------
+# Models at CPU size.
+
+
+def _Images(batch, size):
+  rng = np.random.RandomState(0)
+
+  def Fn():
+    return (tf.constant(rng.uniform(size=[batch, size, size, 3]).astype(np.float32)),)
+
+  return Fn
+
+
+def _Ids(seq, batch, vocab):
+  rng = np.random.RandomState(0)
+
+  def Fn():
+    return (tf.constant(rng.randint(0, vocab, size=[seq, batch]).astype(np.int32)),)
+
+  return Fn
+
+
+def CpuModels(quick):
+  """{name: (layers, inputs_fn, batch_dim, batch)} of the throughput and overhead models."""
+  batch = 16 if quick else 32
+  return {
+      'AmoebaNet-D (6, 32)': (
+          amoebanet.AmoebaNetLayers('D', 6, 32, num_classes=10, image_size=32, stem_stride=1,
+                                    num_stem_cells=0, stem_filters=32, aux_head=False),
+          _Images(batch, 32), 0, batch),
+      'Transformer-8 (128, 512)': (
+          bp.TransformerStack(8, 128, 512, 4, 4000), _Ids(32, batch, 4000), 1, batch),
+      'ResNet-26 (width 16)': (
+          resnet.ResNetLayers(blocks=[2, 2, 2, 2], num_classes=10, base_width=16, stem_kernel=3,
+                              stem_stride=1, stem_max_pool=False),
+          _Images(batch, 32), 0, batch),
+  }
+
+
+def _CountSizes(layers, k):
+  """Cells of equal layer count (what the measured runs use, so the simulator cuts the same)."""
+  return balancing.OptimalSplit([1.0] * len(layers), k)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Throughput (Table 2) with simulator validation.
+
+
+def LayerCosts(layers, inputs_fn, batch_dim, m, warmup=2):
+  """Per layer simulator.CellCost (whole mini-batch) from a traced K=1 step with M micro-batches."""
+  step = bp.Step('K=1 M=%d' % m, layers, [len(layers)], inputs_fn, m, batch_dim, devices=1,
+                 warmup=warmup)
+  trace = step.Trace()
+  step.Close()
+  return trace.LayerTimes([p.name for p in layers])
+
+
+def Throughput(args):
+  ks, ms = ((1, 2), (1, 4)) if args.quick else ((1, 2, 4), (1, 4, 8))
+  models = CpuModels(args.quick)
+  for name in ('AmoebaNet-D (6, 32)', 'Transformer-8 (128, 512)'):
+    layers, inputs_fn, batch_dim, batch = models[name]
+    steps = {}
+    for k in ks:
+      for m in ms:
+        steps[(k, m)] = bp.Step('K=%d M=%d' % (k, m), layers, _CountSizes(layers, k), inputs_fn, m,
+                                batch_dim, devices=k, warmup=args.warmup)
+    order = list(steps.values())
+    for r in range(args.rounds):
+      for s in order[r % len(order):] + order[:r % len(order)]:
+        s.Time(args.steps_per_round)
+    predicted = {}
+    for m in ms:
+      costs = LayerCosts(layers, inputs_fn, batch_dim, m)
+      for k in ks:
+        predicted[(k, m)] = simulator.Simulate(
+            simulator.SplitCosts(costs, _CountSizes(layers, k), m), m).step_time
+    base_k = 2 if 2 in ks else ks[0]
+    base = steps[(base_k, 1)].Median()
+    pbase = predicted[(base_k, 1)]
+    print('\n%s, batch %d: throughput normalised to K=%d, M=1 (measured / simulated); step ms' %
+          (name, batch, base_k))
+    print('%4s ' % 'M' + ''.join('%22s' % ('K=%d' % k) for k in ks))
+    for m in ms:
+      row = ''
+      for k in ks:
+        meas = base / steps[(k, m)].Median()
+        sim = pbase / predicted[(k, m)]
+        row += '%10.2f / %4.2f (%3.0f)' % (meas, sim, 1e3 * steps[(k, m)].Median())
+      print('%4d ' % m + row)
+    errors = [abs(predicted[key] - steps[key].Median()) / steps[key].Median()
+              for key in steps if key[0] <= os.cpu_count()]
+    print('simulator vs measured step time, configurations with K <= %d cores: mean |error| %.0f%%, '
+          'max %.0f%%' % (os.cpu_count(), 100 * np.mean(errors), 100 * np.max(errors)))
+    for s in steps.values():
+      s.Close()
+    if name.startswith('Transformer'):
+      PredictDeep(costs_by_m={m: LayerCosts(layers, inputs_fn, batch_dim, m) for m in (1, 4)},
+                  name=name)
+
+
+def PredictDeep(costs_by_m, name):
+  """Simulated throughput of a 128-block stack of the measured Transformer blocks, K up to 128."""
+  print('\nSimulated: %s blocks stacked 128 deep (+ embedding and softmax), normalised to K=2, '
+        'M=1' % name.split(' ')[0])
+  ks = (2, 4, 8, 16, 32, 64, 128)
+  print('%4s ' % 'M' + ''.join('%8s' % ('K=%d' % k) for k in ks))
+  base = None
+  for m, costs in sorted(costs_by_m.items()):
+    block = costs[1:-1]
+    mean_block = simulator.CellCost(*[float(np.median([getattr(c, f) for c in block]))
+                                      for f in ('forward', 'backward', 'recompute')])
+    deep = [costs[0]] + [mean_block] * 128 + [costs[-1]]
+    row = []
+    for k in ks:
+      sizes = balancing.OptimalSplit([c.forward + c.backward + c.recompute for c in deep], k)
+      step = simulator.Simulate(simulator.SplitCosts(deep, sizes, m), m).step_time
+      if base is None:
+        base = step
+      row.append(base / step)
+    print('%4d ' % m + ''.join('%8.2f' % v for v in row))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Overhead breakdown (Figure 4).
+
+
+def Overhead(args):
+  models = CpuModels(args.quick)
+  m = 4
+  print('\nOverhead breakdown (Figure 4): share of K x step time, M = %d, from one traced step' % m)
+  print('%-28s %2s %8s %8s %10s %10s %8s %8s %8s' % ('model', 'K', 'setup', 'bubble', 'imbalance',
+                                                    'recompute', 'update', 'other', 'work'))
+  for name in ('ResNet-26 (width 16)', 'Transformer-8 (128, 512)'):
+    layers, inputs_fn, batch_dim, _ = models[name]
+    for k in (2, 4):
+      sizes = partitioning.MakePlan(layers, k, None, cost='count').sizes
+      step = bp.Step('K=%d' % k, layers, sizes, inputs_fn, m, batch_dim, devices=k,
+                     warmup=args.warmup)
+      trace = step.Trace()
+      step.Close()
+      shares = OverheadShares(trace, m)
+      print('%-28s %2d %7.1f%% %7.1f%% %9.1f%% %9.1f%% %7.1f%% %7.1f%% %7.1f%%' % (
+          (name, k) + tuple(100 * shares[c] for c in ('setup', 'bubble', 'imbalance', 'recompute',
+                                                       'update', 'other', 'work'))))
+
+
+def OverheadShares(trace, num_micro_batches):
+  """Shares of (devices x step time): setup, bubble, imbalance, recompute, update, other, work.
+
+  Busy time by category comes from the trace. Idle time is split into bubble and imbalance with the
+  simulator: the idle share the same schedule has with every cell at the mean cell time is bubble;
+  the rest of the idle time is put down to imbalance (and to dependencies the schedule does not
+  model, such as transfers).
+  """
+  devices = trace.devices
+  total = len(devices) * trace.step_time
+  by_cat = trace.BusyByCategory()
+  busy = trace.Busy()
+  shares = {c: sum(by_cat[d].get(c, 0.0) for d in devices) / total
+            for c in ('setup', 'recompute', 'update', 'forward', 'backward', 'transfer', 'other')}
+  idle = 1.0 - sum(busy.values()) / total
+  cells = trace.CellTimes()
+  mean = simulator.CellCost(*[float(np.mean([getattr(c, f) for c in cells]))
+                              for f in ('forward', 'backward', 'recompute')])
+  bubble = simulator.Simulate([mean] * len(cells), num_micro_batches).idle_fraction
+  bubble = min(bubble, idle)
+  return {'setup': shares['setup'], 'bubble': bubble, 'imbalance': idle - bubble,
+          'recompute': shares['recompute'], 'update': shares['update'],
+          'other': shares['other'] + shares['transfer'],
+          'work': shares['forward'] + shares['backward']}
+
+
+# ----------------------------------------------------------------------------------------------------
+# Memory (Table 1).
+
+
+_PROFILES = {}
+
+
+def AmoebaProfiles(num_cells, filters, shapes):
+  """cost_model.Profiles of AmoebaNet-D (num_cells, filters), cached (they do not depend on K, M)."""
+  key = (num_cells, filters, str(shapes))
+  if key not in _PROFILES:
+    layers = amoebanet.AmoebaNetLayers('D', num_cells, filters, image_size=shapes[0][1])
+    _PROFILES[key] = cost_model.Profiles(layers, shapes)
+  return _PROFILES[key]
+
+
+def PeakOfBestSplit(profiles, k, m, recompute):
+  """(estimated bytes of the fullest device, sizes) for the split that minimises it."""
+  mem = cost_model.MemoryCost(profiles, m, recompute)
+  sizes = balancing.OptimalSplit(mem, k)
+  return max(mem.Cells(sizes)), sizes
+
+
+def LargestFilters(num_cells, shapes, k, m, recompute, budget, lo=16, hi=2048, step=16):
+  """The largest filter count (multiple of `step`) that fits `budget`, by bisection; or None."""
+  def Fits(d):
+    return PeakOfBestSplit(AmoebaProfiles(num_cells, d, shapes), k, m, recompute)[0] <= budget
+  if not Fits(lo):
+    return None
+  lo_i, hi_i = lo // step, hi // step
+  while lo_i < hi_i:
+    mid = (lo_i + hi_i + 1) // 2
+    if Fits(mid * step):
+      lo_i = mid
+    else:
+      hi_i = mid - 1
+  return lo_i * step
+
+
+def Memory(args):
+  budget = args.memory_budget_gib * GIB
+  print('\nMemory (Table 1): largest AmoebaNet-D whose estimated per-device peak fits %.0f GiB '
+        '(parameters x 12 bytes + activations, float32)' % args.memory_budget_gib)
+  batch, m = 128, 16
+  shapes = [[batch, 224, 224, 3]]
+  configs = [('Naive-1', 1, 1, 'never'), ('Pipeline-1', 1, m, 'always'),
+             ('Pipeline-2', 2, m, 'always'), ('Pipeline-4', 4, m, 'always'),
+             ('Pipeline-8', 8, m, 'always')]
+  cell_counts = (18, 36, 72)
+  if args.quick:
+    configs, cell_counts = configs[:2], (18,)
+  print('224x224, batch %d, M = %d; each config: the (L, D) with the most parameters over L in %s'
+        % (batch, m, list(cell_counts)))
+  print('%-12s %10s %12s %12s %14s' % ('config', '(L, D)', 'parameters', 'param mem',
+                                      'peak / device'))
+  fits = {}
+  for label, k, mm, recompute in configs:
+    best = None
+    for num_cells in cell_counts:
+      d = LargestFilters(num_cells, shapes, k, mm, recompute, budget)
+      if d is None:
+        continue
+      profiles = AmoebaProfiles(num_cells, d, shapes)
+      params = sum(p.params for p in profiles)
+      if best is None or params > best[2]:
+        best = (num_cells, d, params, PeakOfBestSplit(profiles, k, mm, recompute)[0])
+    if best is None:
+      print('%-12s %10s' % (label, 'none fits'))
+      continue
+    num_cells, d, params, peak = best
+    fits[label] = params
+    print('%-12s %10s %11.0fM %8.2f GiB %10.2f GiB' % (label, '(%d, %d)' % (num_cells, d),
+                                                    params / 1e6, params * 12 / GIB, peak / GIB))
+  last = configs[-1][0]
+  if 'Naive-1' in fits and last in fits and last != 'Naive-1':
+    print('%s / Naive-1 parameters: %.1fx (the paper: 25x for Pipeline-8)' %
+          (last, fits[last] / fits['Naive-1']))
+  CrossCheck(args)
+
+
+def _MemoryChild(spec):
+  """Runs in a child process: the allocator peak of one training step of a small AmoebaNet."""
+  layers = amoebanet.AmoebaNetLayers('D', 6, spec['filters'], num_classes=10, image_size=32,
+                                     stem_stride=1, num_stem_cells=0, stem_filters=16,
+                                     aux_head=False)
+  sizes = _CountSizes(layers, spec['k'])
+  step = bp.Step('mem', layers, sizes, _Images(spec['batch'], 32), spec['m'], 0, devices=spec['k'],
+                 recompute=spec['recompute'], warmup=1)
+  tf2.config.experimental.reset_memory_stats('CPU:0')
+  step.sess.run(step.fetches)
+  peak = tf2.config.experimental.get_memory_info('CPU:0')['peak']
+  # 8 bytes a parameter: the weight and its gradient (this step's SGD update has no slots).
+  plan = partitioning.MakePlan(layers, spec['k'], [[spec['batch'], 32, 32, 3]], cost='count',
+                               num_micro_batches=spec['m'], recompute=spec['recompute'],
+                               bytes_per_param=8, sizes=sizes)
+  mem = plan.Memory()
+  return {'measured': peak, 'estimated_total': sum(mem.Cells(sizes)),
+          'estimated_max': max(mem.Cells(sizes))}
+
+
+def CrossCheck(args):
+  """Estimated vs measured process-wide peak for small AmoebaNets (one process per config)."""
+  print('\nCross-check on this machine: small AmoebaNet-D (6, F), 32x32, batch 64; the process '
+        'allocator peak (all logical devices share it) against the sum of the per-device estimates')
+  print('%-30s %12s %12s %8s' % ('config', 'measured', 'estimated', 'ratio'))
+  specs = [dict(filters=32, batch=64, k=1, m=1, recompute='never'),
+           dict(filters=32, batch=64, k=1, m=8, recompute='always'),
+           dict(filters=32, batch=64, k=2, m=8, recompute='always')]
+  if not args.quick:
+    specs.append(dict(filters=64, batch=64, k=2, m=8, recompute='always'))
+  for spec in specs:
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), '--memory_child',
+                          json.dumps(spec)], capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    label = 'F=%d K=%d M=%d %s' % (spec['filters'], spec['k'], spec['m'], spec['recompute'])
+    print('%-30s %9.1f MiB %9.1f MiB %8.2f' % (label, result['measured'] / 2**20,
+                                               result['estimated_total'] / 2**20,
+                                               result['estimated_total'] / result['measured']))
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--sections', default='throughput,overhead,memory',
+                      help='Comma-separated: throughput, overhead, memory.')
+  parser.add_argument('--quick', action='store_true', help='Smaller grids (a smoke run).')
+  parser.add_argument('--rounds', type=int, default=4, help='Interleaved timing rounds.')
+  parser.add_argument('--steps_per_round', type=int, default=3, help='Timed steps per round.')
+  parser.add_argument('--warmup', type=int, default=2, help='Untimed steps first.')
+  parser.add_argument('--memory_budget_gib', type=float, default=8.0,
+                      help='Per-device budget of the memory table (8 GiB: a TPUv2 core).')
+  parser.add_argument('--memory_child', default=None, help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.memory_child:
+    print(json.dumps(_MemoryChild(json.loads(args.memory_child))))
+    return 0
+  start = time.time()
+  sections = args.sections.split(',')
+  for section in sections:
+    if section not in ('throughput', 'overhead', 'memory'):
+      parser.error('unknown section %r' % section)
+  if 'throughput' in sections:
+    Throughput(args)
+  if 'overhead' in sections:
+    Overhead(args)
+  if 'memory' in sections:
+    Memory(args)
+  print('\n(%.0f s)' % (time.time() - start))
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
