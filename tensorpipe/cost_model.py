@@ -12,6 +12,7 @@ Four sources (TensorPipeLayer's `partition_cost`):
 Shapes are those of the whole mini-batch; memory estimates divide by M where micro-batches matter.
 """
 
+import concurrent.futures
 import dataclasses
 import time
 
@@ -34,6 +35,13 @@ class LayerProfile:
   in_elements: int  # Elements of the layer's inputs (the stash if a cell starts here).
   out_elements: int  # Elements of the layer's outputs.
   activation_elements: int = 0  # Elements of forward tensors its backward pass reads.
+
+
+def _OutsideLayerStack(fn, *args):
+  """Runs fn(*args) on a fresh thread: layers it builds are not taken for children of a layer
+  being constructed on this one (Lingvo keeps its layer stack per thread)."""
+  with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    return pool.submit(fn, *args).result()
 
 
 def _ToShape(shape):
@@ -161,7 +169,7 @@ def ParamCounts(layer_params):
   for p in layer_params:
     key = _ShapeKey(p)
     if key not in counts:
-      counts[key] = _Facts(p, None)[:2]
+      counts[key] = _OutsideLayerStack(_Facts, p, None)[:2]
     out.append(counts[key])
   return out
 
@@ -181,7 +189,7 @@ def Profiles(layer_params, input_shapes):
     key = (_ShapeKey(p), repr([None if s is None else list(s.ToTensorShape().as_list())
                                for s in shapes]))
     if key not in cache:
-      cache[key] = _Facts(p, shapes)
+      cache[key] = _OutsideLayerStack(_Facts, p, shapes)
     params, state, activations = cache[key]
     profiles.append(LayerProfile(p.name, flops, params, state, _Elements(shapes), out,
                                  out if activations is None else activations))
@@ -234,6 +242,10 @@ def MeasureSeconds(layer_params, input_shapes, device=None, repeats=5, input_fn=
   Returns:
     L floats (seconds).
   """
+  return _OutsideLayerStack(_MeasureSeconds, layer_params, input_shapes, device, repeats, input_fn)
+
+
+def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn):
   graph = tf.Graph()
   with graph.as_default(), tf.device(_LocalDevice(device)):
     if input_fn is not None:

@@ -61,6 +61,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
              'Bytes each device may hold (parameters with optimizer slots and activations, as '
              'cost_model estimates them); the split keeps every cell within it or raises. None: no '
              'limit.')
+    p.Define('log_partition_report', False,
+             'Log the partition report (per cell: layers, cost, parameters, estimated memory; '
+             'imbalance, bubble) when the layer is built; needs cost_input_shapes, and takes a '
+             'while for big models (it builds each distinct layer in a throwaway graph).')
     p.Define('bytes_per_param', 12,
              'Memory per trainable parameter including optimizer slots (12 = float32 weight + two '
              'slots, e.g. RMSProp or Adam); used by memory costs and budgets.')
@@ -141,6 +145,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
       tf.logging.info('%s: %d layers in cells of %s by %s cost (%s), imbalance max/mean %.3f', where,
                       len(layers), self._plan.sizes, self._plan.cost_source, p.partition_algorithm,
                       self._plan.Imbalance())
+    if p.log_partition_report:
+      if p.cost_input_shapes is None:
+        raise ValueError('%s: log_partition_report needs cost_input_shapes' % where)
+      tf.logging.info('%s', partition_report.Build(self._plan, where))
     return [[layer_params.Copy() for layer_params in cell] for cell in cells]
 
   @property

@@ -3,6 +3,7 @@
 import contextlib
 import io
 
+from lingvo import compat as tf
 from lingvo.core import test_utils
 
 from tensorpipe import partition_report
@@ -33,6 +34,19 @@ class ReportTest(test_utils.TestCase):
     self.assertIn('pipe: 2 cells, cost \'flops\', algorithm \'optimal\', M = 4', text)
     self.assertIn('d0 .. d1', text)
     self.assertIn('imbalance (max/mean cost) 1.000; bubble 20.0%; predicted efficiency 80.0%', text)
+
+
+  def testTensorPipeLayerLogsItsReport(self):
+    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      with self.assertLogs(level='INFO') as logs:
+        net = helpers.Pipeline(layers, 2, 4, cost_input_shapes=[[4, 8]],
+                               log_partition_report=True).Instantiate()
+      self.assertTrue(any('predicted efficiency 80.0%' in line for line in logs.output), logs.output)
+      self.assertEqual(str(net.PartitionReport()), str(partition_report.Build(
+          net.partition_plan, "TensorPipeLayer 'pipe'")))
+      with self.assertRaisesRegex(ValueError, 'log_partition_report needs cost_input_shapes'):
+        helpers.Pipeline(layers, 2, 4, log_partition_report=True, name='q').Instantiate()
 
 
 class ToolTest(test_utils.TestCase):

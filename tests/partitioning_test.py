@@ -122,6 +122,16 @@ class LayerParamsTest(test_utils.TestCase):
         self.assertEqual([len(c) for c in net.cell_layer_names], sizes)
         self.assertEqual(net.partition_plan.algorithm, algorithm)
 
+  def testMeasuredAndMemoryCostsInsideTheLayer(self):
+    layers = [_Repeated.Params().Set(name='r%d' % i, repeats=n) for i, n in enumerate([1, 1, 40, 1])]
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      net = helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]],
+                             partition_cost='measured').Instantiate()
+      self.assertEqual([len(c) for c in net.cell_layer_names], [2, 2])
+      net = helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]], partition_cost='memory',
+                             name='m').Instantiate()
+      self.assertEqual(net.partition_plan.cost_source, 'memory')
+
   def testBadParamsAreNamed(self):
     with tf.Graph().as_default(), helpers.Cluster(2):
       with self.assertRaisesRegex(ValueError, "partition_cost='flop' is not one of"):
