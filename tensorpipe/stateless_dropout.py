@@ -54,5 +54,5 @@ def Dropout(x, keep_prob, seeds, site):
     raise ValueError('keep_prob must be in (0, 1], got %r' % (keep_prob,))
   if keep_prob >= 1.0:
     return x
-  keep = tf.cast(Uniform(x, seeds, site) < keep_prob, x.dtype)
+  keep = tf.cast(Uniform(x, seeds, site) < keep_prob, x.dtype, name='dropout_mask')
   return x * keep * (1.0 / keep_prob)
