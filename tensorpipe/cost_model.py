@@ -93,7 +93,10 @@ def Flops(layer_params, input_shapes):
 
 
 # Params fields that change neither a layer's variables nor their shapes.
-_SHAPE_NEUTRAL_FIELDS = ('name', 'cell_index', 'layer_index')
+_SHAPE_NEUTRAL_FIELDS = ('name', 'cell_index', 'layer_index', 'num_cells', 'drop_path_keep_prob',
+                         'drop_path_steps', 'dropout_keep_prob')
+# Per process: (layer configuration, input shapes) -> (trainable, other, activation elements).
+_FACTS = {}
 
 
 def _ShapeKey(p):
@@ -159,19 +162,27 @@ def _Facts(p, in_shapes):
     return trainable, other, _KeptElements(graph, first, first_backward)
 
 
+def _CachedFacts(p, in_shapes=None):
+  key = (_ShapeKey(p), None if in_shapes is None else repr(
+      [None if s is None else _ToShape(s).ToTensorShape().as_list() for s in in_shapes]))
+  if key not in _FACTS:
+    _FACTS[key] = _OutsideLayerStack(_Facts, p, in_shapes)
+  return _FACTS[key]
+
+
 def ParamCounts(layer_params):
   """(trainable, other) variable elements of each layer, from graphs that are built but never run.
 
   Variables are created as graph ops only, so even billion-parameter layers cost no memory here.
-  Layers whose Params differ only in name or position (e.g. the cells of one stack) are built once.
+  Layers whose Params differ only in name, position or regularisation (e.g. the cells of one stack)
+  are built once per process.
   """
-  counts, out = {}, []
-  for p in layer_params:
-    key = _ShapeKey(p)
-    if key not in counts:
-      counts[key] = _OutsideLayerStack(_Facts, p, None)[:2]
-    out.append(counts[key])
-  return out
+  return [_CachedFacts(p)[:2] for p in layer_params]
+
+
+def ParamCount(layer_params):
+  """Total trainable parameters of a sequence of layer Params (see ParamCounts)."""
+  return sum(trainable for trainable, _ in ParamCounts(layer_params))
 
 
 def Profiles(layer_params, input_shapes):
@@ -184,13 +195,9 @@ def Profiles(layer_params, input_shapes):
   metas, out_shapes = ChainMeta(layer_params, input_shapes)
   in_shapes = [shapes for _, shapes in metas]
   out_elements = [_Elements(s) for s in in_shapes[1:]] + [_Elements(out_shapes)]
-  cache, profiles = {}, []
+  profiles = []
   for p, (flops, shapes), out in zip(layer_params, metas, out_elements):
-    key = (_ShapeKey(p), repr([None if s is None else list(s.ToTensorShape().as_list())
-                               for s in shapes]))
-    if key not in cache:
-      cache[key] = _OutsideLayerStack(_Facts, p, shapes)
-    params, state, activations = cache[key]
+    params, state, activations = _CachedFacts(p, shapes)
     profiles.append(LayerProfile(p.name, flops, params, state, _Elements(shapes), out,
                                  out if activations is None else activations))
   return profiles

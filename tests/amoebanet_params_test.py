@@ -16,7 +16,7 @@ from lingvo.core import test_utils
 
 from params import amoebanet as amoebanet_params
 from tensorpipe import image_input
-from tensorpipe import model_size
+from tensorpipe import cost_model
 from tensorpipe import placement
 from tensorpipe import train
 
@@ -62,9 +62,9 @@ class ParameterCountTest(test_utils.TestCase):
       layers = _Layers(cfg)
       self.assertEqual(_CellFilters(layers), (num_cells, filters), name)
       self.assertEqual(cfg.task.pipeline.num_partitions, k, name)
-      count = model_size.ParamCount(layers)
+      count = cost_model.ParamCount(layers)
       self.assertBetween(count / paper - 1, -tolerance, tolerance, '%s: %d' % (name, count))
-    count = model_size.ParamCount(_Layers(_Params('amoebanet.ImageNetAmoebaNetB18x512')))
+    count = cost_model.ParamCount(_Layers(_Params('amoebanet.ImageNetAmoebaNetB18x512')))
     self.assertBetween(count / 557e6 - 1, -0.02, 0.02, count)
 
 

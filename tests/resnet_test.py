@@ -6,7 +6,7 @@ from lingvo import compat as tf
 from lingvo.core import test_utils
 from lingvo.core import tshape
 
-from tensorpipe import model_size
+from tensorpipe import cost_model
 from tensorpipe import resnet
 from tests import helpers
 
@@ -27,7 +27,7 @@ class ResNetTest(test_utils.TestCase):
     self.assertLen(layers, 1 + 33 + 1)
     # 44,549,160: torchvision's / the paper's ResNet-101 (convolutions without bias, batch-norm scale and
     # offset, a 2048 x 1000 classifier with bias).
-    self.assertEqual(model_size.ParamCount(layers), 44549160)
+    self.assertEqual(cost_model.ParamCount(layers), 44549160)
 
   def testFPropMetaShapesMatchFProp(self):
     layers = resnet.ResNetLayers(50, num_classes=7, base_width=4)

@@ -71,6 +71,7 @@ from lingvo.core import py_utils
 from tensorpipe import layer as tensorpipe_layer
 from tensorpipe import partitioning
 from tensorpipe import placement
+from tensorpipe import profiling
 
 MIB = 1024.0 * 1024.0
 
@@ -266,29 +267,9 @@ class Step:
     t0 = time.perf_counter()
     self.Run(options=opts, run_metadata=meta)
     wall = time.perf_counter() - t0
-    busy, op_types = {}, collections.Counter()
-    for dev in meta.step_stats.dev_stats:
-      if '/device:CPU:' not in dev.device or 'stream' in dev.device:
-        continue
-      intervals = []
-      for n in dev.node_stats:
-        start = n.all_start_micros
-        intervals.append((start, start + max(n.all_end_rel_micros, 0)))
-        label = n.timeline_label
-        if label and '=' in label:
-          op_types[label.split('=', 1)[1].strip().split('(')[0]] += 1
-      intervals.sort()
-      total, cur_s, cur_e = 0, None, None
-      for s, e in intervals:  # Union of the intervals: time with at least one op running.
-        if cur_e is None or s > cur_e:
-          if cur_e is not None:
-            total += cur_e - cur_s
-          cur_s, cur_e = s, e
-        else:
-          cur_e = max(cur_e, e)
-      if cur_e is not None:
-        total += cur_e - cur_s
-      busy[dev.device.split('/')[-1]] = total / 1e6
+    trace = profiling.Trace(meta)
+    busy = {device: seconds for device, seconds in trace.Busy().items() if device.startswith('CPU')}
+    op_types = collections.Counter(op.op_type for op in trace.ops if op.op_type)
     return wall, busy, op_types
 
   def Close(self):

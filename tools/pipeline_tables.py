@@ -253,7 +253,7 @@ def PeakOfBestSplit(profiles, k, m, recompute):
   return max(mem.Cells(sizes)), sizes
 
 
-def LargestFilters(num_cells, shapes, k, m, recompute, budget, lo=16, hi=2048, step=16):
+def LargestFilters(num_cells, shapes, k, m, recompute, budget, lo=32, hi=1024, step=32):
   """The largest filter count (multiple of `step`) that fits `budget`, by bisection; or None."""
   def Fits(d):
     return PeakOfBestSplit(AmoebaProfiles(num_cells, d, shapes), k, m, recompute)[0] <= budget
