@@ -10,9 +10,9 @@ layers (tests/balancing_test.py checks it against brute force): where it is abov
 are too coarse for any split to do better.
 
 Part 2, step time: a training step (forward, backward, SGD update) of a TensorPipeLayer with K = 2
-on 2 logical CPU devices (intra_op=1, inter_op=2), M = 4, for a small transformer stack whose
-softmax is expensive and a small AmoebaNet-D; each model cut by layer count, by flops and by
-measured layer time (all with the optimal algorithm). Configurations are timed interleaved, in
+on 2 logical CPU devices (intra_op=1, inter_op=2), M = 4, for a dense stack with its work up front,
+a small transformer stack whose softmax is expensive, and a small AmoebaNet-D; each model cut by
+layer count, by flops and by measured layer time (all with the optimal algorithm). Configurations are timed interleaved, in
 rounds, in one process (see benchmark_pipeline for why); ratios are of median step times.
 
 Usage:
@@ -102,6 +102,33 @@ class SoftmaxLogits(base_layer.BaseLayer):
     t, b = vecs[0], vecs[1]
     flops = 2 * t * b * p.model_dim * p.vocab_size + 3 * t * b * p.vocab_size
     return py_utils.NestedMap(flops=flops, out_shapes=(vecs.__class__([t, b, p.vocab_size]),))
+
+
+class RepeatedDense(base_layer.BaseLayer):
+  """x -> tanh(x w) applied `repeats` times with one weight: cost set by repeats, shape kept."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('dim', 512, 'Width.')
+    p.Define('repeats', 1, 'How many times the weight is applied.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    self.CreateVariable('w', py_utils.WeightParams(
+        [p.dim, p.dim], py_utils.WeightInit.Gaussian(p.dim**-0.5)))
+
+  def FProp(self, theta, x):
+    with tf.name_scope(self.params.name):
+      for _ in range(self.params.repeats):
+        x = tf.tanh(tf.matmul(x, theta.w))
+      return x
+
+  @classmethod
+  def FPropMeta(cls, p, x):
+    return py_utils.NestedMap(flops=2 * x[0] * p.dim * p.dim * p.repeats, out_shapes=(x,))
 
 
 def TransformerStack(num_layers, model_dim, hidden_dim, num_heads, vocab_size):
@@ -219,10 +246,16 @@ def _TimingModels(args):
   def Images():
     return (tf.constant(rng.uniform(size=[32, 32, 32, 3]).astype(np.float32)),)
 
+  def Vectors():
+    return (tf.constant(rng.uniform(size=[256, 512]).astype(np.float32)),)
+
+  front_heavy = [RepeatedDense.Params().Set(name='dense%d' % i, repeats=r)
+                 for i, r in enumerate([6, 6, 6, 1, 1, 1, 1, 1])]
   transformer = TransformerStack(6, 128, 512, 4, 8000)
   amoeba = amoebanet.AmoebaNetLayers('D', 6, 16, num_classes=10, image_size=32, stem_stride=1,
                                      num_stem_cells=0, stem_filters=16)
-  return [('transformer (6 blocks, dim 128, 8k-vocab softmax)', transformer, Ids, [[t, b]], 1),
+  return [('dense, 3 heavy layers then 5 light (512 wide)', front_heavy, Vectors, [[256, 512]], 0),
+          ('transformer (6 blocks, dim 128, 8k-vocab softmax)', transformer, Ids, [[t, b]], 1),
           ('AmoebaNet-D (6, 16), 32x32 inputs', amoeba, Images, [[32, 32, 32, 3]], 0)]
 
 
