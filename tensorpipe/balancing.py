@@ -158,7 +158,8 @@ def _Pick(cost, ends, num_partitions):
   return [cuts[k + 1] - cuts[k] for k in range(num_partitions)]
 
 
-def _FormatBytes(num):
+def FormatBytes(num):
+  """'1.50 GiB', '12.00 KiB', '512 B'."""
   for unit, scale in (('GiB', 2**30), ('MiB', 2**20), ('KiB', 2**10)):
     if num >= scale:
       return '%.2f %s' % (num / scale, unit)
@@ -200,8 +201,8 @@ def OptimalSplit(costs, num_partitions, memory=None, memory_budget=None, where='
       raise ValueError(
           '%s: no split of %d layers into %d cells fits a memory budget of %s per device; the best '
           'split needs %s on its fullest device (cell sizes %s)' %
-          (where, len(cost), num_partitions, _FormatBytes(memory_budget),
-           _FormatBytes(max(mem.Cells(sizes))), sizes))
+          (where, len(cost), num_partitions, FormatBytes(memory_budget),
+           FormatBytes(max(mem.Cells(sizes))), sizes))
 
   def Ends(bound):
     ends = cost.Ends(bound)

@@ -10,23 +10,12 @@ import numpy as np
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 
-from tensorpipe import layer as layer_lib
+from tensorpipe import train
 
 
 def MaxPartitions(params):
   """The largest num_partitions (or len(partitions)) of any TensorPipeLayer inside `params`."""
-  best = 1
-  stack = [params]
-  while stack:
-    p = stack.pop()
-    if hasattr(p, 'cls') and issubclass(p.cls, layer_lib.TensorPipeLayer):
-      best = max(best, p.num_partitions or len(p.partitions or []) or 1)
-    for _, value in p.IterParams():
-      values = value if isinstance(value, (list, tuple)) else [value]
-      for v in values:
-        if hasattr(v, 'IterParams') and hasattr(v, 'cls'):
-          stack.append(v)
-  return best
+  return max([1] + [k for _, _, k in train.PipelinePartitions(params)])
 
 
 def BuildTask(task_params):

@@ -80,12 +80,7 @@ def _Num(value):
 
 
 def _Bytes(value):
-  if value is None:
-    return '-'
-  for unit, scale in (('GiB', 2**30), ('MiB', 2**20), ('KiB', 2**10)):
-    if value >= scale:
-      return '%.2f %s' % (value / scale, unit)
-  return '%d B' % value
+  return '-' if value is None else balancing.FormatBytes(value)
 
 
 def Format(report):
