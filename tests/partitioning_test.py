@@ -7,21 +7,7 @@ from lingvo.core import test_utils
 from tensorpipe import layer as layer_lib
 from tensorpipe import partitioning
 from tests import helpers
-
-
-class _Repeated(helpers.Dense):
-  """Dense applied `repeats` times with the same weights: cost grows with repeats, shapes do not."""
-
-  @classmethod
-  def Params(cls):
-    p = super().Params().Set(dim=64)
-    p.Define('repeats', 1, 'How many times the weights are applied.')
-    return p
-
-  def FProp(self, theta, x):
-    for _ in range(self.params.repeats):
-      x = tf.tanh(tf.matmul(x, theta.w))
-    return x
+from tools import benchmark_partitioning as bp
 
 
 def _Widths(widths):
@@ -84,7 +70,8 @@ class MakePlanTest(test_utils.TestCase):
       partitioning.MakePlan(layers, 2, [[16, 8]], memory_budget=1024)
 
   def testMeasuredCostsFollowTheWork(self):
-    layers = [_Repeated.Params().Set(name='r%d' % i, repeats=n) for i, n in enumerate([1, 1, 40, 1])]
+    layers = [bp.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
+              for i, n in enumerate([1, 1, 40, 1])]
     plan = partitioning.MakePlan(layers, 2, [[256, 64]], cost='measured')
     costs = plan.cost.per_layer
     self.assertEqual(plan.cost_source, 'measured')
@@ -123,7 +110,8 @@ class LayerParamsTest(test_utils.TestCase):
         self.assertEqual(net.partition_plan.algorithm, algorithm)
 
   def testMeasuredAndMemoryCostsInsideTheLayer(self):
-    layers = [_Repeated.Params().Set(name='r%d' % i, repeats=n) for i, n in enumerate([1, 1, 40, 1])]
+    layers = [bp.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
+              for i, n in enumerate([1, 1, 40, 1])]
     with tf.Graph().as_default(), helpers.Cluster(2):
       net = helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]],
                              partition_cost='measured').Instantiate()
