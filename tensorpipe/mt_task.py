@@ -12,9 +12,10 @@
 Any layer mapping those NestedMaps works as `encoder` / `decoder` (e.g. a SequentialLayer over the
 same layers: the unpipelined model, with the same variable names).
 
-Decode runs greedy decoding (a tf.while_loop re-running the decoder on the growing prefix) and
-PostProcessDecodeOut scores corpus BLEU overall and per language (input_batch.lang indexes
-`languages`), with Lingvo's CorpusBleuMetric.
+Decode runs greedy decoding (beam_size = 1) or beam search (tensorpipe/beam_search.py), both
+re-running the decoder on the whole growing prefix each step (no cache), and PostProcessDecodeOut
+scores corpus BLEU overall and per language (input_batch.lang indexes `languages`), with Lingvo's
+CorpusBleuMetric.
 """
 
 import math
@@ -26,6 +27,7 @@ from lingvo.core import layers
 from lingvo.core import metrics
 from lingvo.core import py_utils
 
+from tensorpipe import beam_search
 from tensorpipe import layer as layer_lib
 from tensorpipe import stateless_dropout
 from tensorpipe import transformer
@@ -39,7 +41,7 @@ def _Devices(child):
 
 
 class PipelinedTransformer(base_model.BaseTask):
-  """Encoder-decoder Transformer with pipelined layer stacks, greedy decoding and per-language BLEU."""
+  """Encoder-decoder Transformer: pipelined stacks, greedy or beam decoding, per-language BLEU."""
 
   @classmethod
   def Params(cls):
@@ -54,7 +56,11 @@ class PipelinedTransformer(base_model.BaseTask):
              'Clip logits to [-v, v] for stability of deep models; None disables.')
     p.Define('sos_id', 2, 'Id that starts every target sequence (SentencePiece bos).')
     p.Define('eos_id', 3, 'Id that ends every sequence (SentencePiece eos).')
-    p.Define('max_decode_length', 32, 'Greedy decoding emits at most this many target tokens.')
+    p.Define('max_decode_length', 32, 'Decoding emits at most this many tokens, eos included.')
+    p.Define('beam_size', 1, 'Hypotheses kept per example when decoding; 1 decodes greedily.')
+    p.Define('length_normalization', 0.0,
+             'Beam search ranks log P / ((5 + length) / 6)^alpha with this alpha >= 0; larger '
+             'favours longer outputs (0: plain log P; 0.6 is common). Unused when beam_size is 1.')
     p.Define('languages', [], 'Language codes indexed by input_batch.lang, for per-language BLEU.')
     return p
 
@@ -63,6 +69,12 @@ class PipelinedTransformer(base_model.BaseTask):
     p = self.params
     if p.encoder is None or p.decoder is None:
       raise ValueError('PipelinedTransformer %r: set both `encoder` and `decoder`' % p.name)
+    if not isinstance(p.beam_size, int) or p.beam_size < 1:
+      raise ValueError('PipelinedTransformer %r: beam_size must be an int >= 1 (1 = greedy), got %r'
+                       % (p.name, p.beam_size))
+    if not isinstance(p.length_normalization, (int, float)) or p.length_normalization < 0:
+      raise ValueError('PipelinedTransformer %r: length_normalization must be >= 0, got %r'
+                       % (p.name, p.length_normalization))
     if p.vocab_size <= 0 or p.model_dim <= 0:
       raise ValueError('PipelinedTransformer %r: vocab_size and model_dim must be positive, got %r, %r'
                        % (p.name, p.vocab_size, p.model_dim))
@@ -177,9 +189,31 @@ class PipelinedTransformer(base_model.BaseTask):
                            back_prop=False)
     return ids[:, 1:]
 
+  def BeamSearchDecode(self, theta, src, beam_size, length_normalization):
+    """beam_search.BeamSearch's NestedMap(ids [B, max_decode_length], scores, lengths) for src."""
+    p = self.params
+    seeds = self._Seeds(src.ids)
+    enc = self.Encode(theta, src, seeds)
+    b = py_utils.GetShape(src.ids)[0]
+    enc_vec, src_paddings, seeds = [tf.repeat(x, beam_size, axis=0)
+                                    for x in (enc.vec, src.paddings, seeds)]
+    paddings = tf.zeros([b * beam_size, p.max_decode_length + 1], tf.float32)
+
+    def LogProbs(ids, step):
+      logits = self.DecoderLogits(theta, enc_vec, src_paddings, ids, paddings, seeds)
+      return tf.nn.log_softmax(tf.gather(logits, step, axis=1), axis=-1)
+
+    return beam_search.BeamSearch(LogProbs, b, beam_size, p.max_decode_length, p.sos_id, p.eos_id,
+                                  length_normalization)
+
   def Decode(self, input_batch):
+    p = self.params
     with tf.name_scope('decode'):
-      hyps = self.GreedyDecode(self.theta, input_batch.src)
+      if p.beam_size == 1:
+        hyps = self.GreedyDecode(self.theta, input_batch.src)
+      else:
+        hyps = self.BeamSearchDecode(self.theta, input_batch.src, p.beam_size,
+                                     p.length_normalization).ids
     out = {
         'hyp_ids': hyps,
         'ref_ids': input_batch.tgt.labels,
