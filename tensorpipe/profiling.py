@@ -12,6 +12,13 @@ scopes TensorPipeLayer gives its ops (`cell<k>_mb<t>`):
   other       everything else (input pipeline, loss, ...).
 From those: per-device busy time, per-cell times per micro-batch (to feed `simulator`), and a
 timeline to draw.
+
+Memory: with a full trace every op's allocations and deallocations are recorded with their times.
+`PeakMemory` replays them per device (an allocation counts on the device of the op that made it,
+until it is freed), so it gives each device's peak of memory allocated during the step, even where
+logical CPU devices share one allocator and the allocator itself can only report the process-wide
+peak. Memory held before the step (variables, inputs) is not in it; a variable update that writes a
+new buffer counts it until the update ends, when the old buffer is freed.
 """
 
 import collections
@@ -21,6 +28,7 @@ from typing import Optional
 
 from lingvo import compat as tf
 
+from tensorpipe import balancing
 from tensorpipe import simulator
 
 CATEGORIES = ('forward', 'recompute', 'backward', 'setup', 'transfer', 'update', 'other')
@@ -49,7 +57,8 @@ class Op:
   layer: Optional[str] = None  # The name scope right inside the cell scope.
 
 
-def _ShortDevice(device):
+def ShortDevice(device):
+  """'CPU:1' for '/job:localhost/replica:0/task:0/device:CPU:1' (and for '/device:CPU:1')."""
   spec = tf.DeviceSpec.from_string(device)
   return '%s:%d' % (spec.device_type, spec.device_index or 0) if spec.device_type else device
 
@@ -79,6 +88,7 @@ class Trace:
 
   def __init__(self, run_metadata, pipeline_scope=None):
     records = []
+    self._allocations = []  # (device, micros, bytes); negative bytes free.
     for dev in run_metadata.step_stats.dev_stats:
       if 'stream' in dev.device or 'memcpy' in dev.device:
         continue
@@ -90,6 +100,15 @@ class Trace:
         start = n.all_start_micros
         end = start + max(n.all_end_rel_micros, 0)
         records.append((dev.device, n.node_name, op_type, start, end))
+        net = 0
+        for memory in n.memory:
+          for r in memory.allocation_records:
+            self._allocations.append((ShortDevice(dev.device), r.alloc_micros, r.alloc_bytes))
+            net += r.alloc_bytes
+        if net > 0 and Classify(n.node_name, op_type)[0] == 'update':
+          # The update wrote a new buffer; the old one, allocated before the step, is freed as the
+          # op ends, without a record here.
+          self._allocations.append((ShortDevice(dev.device), end, -net))
     if not records:
       raise ValueError('the RunMetadata has no step stats; run the step with '
                        'RunOptions(trace_level=FULL_TRACE)')
@@ -97,7 +116,7 @@ class Trace:
     self.ops = []
     for device, name, op_type, start, end in records:
       category, cell, micro_batch = Classify(name, op_type, pipeline_scope)
-      self.ops.append(Op(_ShortDevice(device), name, op_type, (start - t0) / 1e6, (end - t0) / 1e6,
+      self.ops.append(Op(ShortDevice(device), name, op_type, (start - t0) / 1e6, (end - t0) / 1e6,
                          category, cell, micro_batch, _Layer(name) if cell is not None else None))
     self.step_time = max(op.end for op in self.ops)
 
@@ -119,6 +138,29 @@ class Trace:
       for device, seconds in self.Busy([op for op in self.ops if op.category == category]).items():
         out[device][category] = seconds
     return dict(out)
+
+  def PeakMemory(self, devices=None):
+    """Bytes: the peak of memory allocated during the step and not yet freed, on `devices`.
+
+    Args:
+      devices: None: {device: its own peak} for every device that allocated; a list of devices:
+        the peak of their sum (e.g. all of them, to compare with a process-wide allocator peak).
+    """
+    if not self._allocations:
+      raise ValueError('the trace has no allocation records; run the step with '
+                       'RunOptions(trace_level=FULL_TRACE)')
+    if devices is None:
+      return {d: self.PeakMemory([d]) for d in sorted({a[0] for a in self._allocations})}
+    live = peak = 0
+    # At equal times frees go first, so an op that frees and allocates at once is not counted twice.
+    for _, _, size in sorted((a[1], a[2], a[2]) for a in self._allocations if a[0] in devices):
+      live += size
+      peak = max(peak, live)
+    return peak
+
+  def HasMemory(self):
+    """Whether the trace recorded allocations (it does with FULL_TRACE on CPU and GPU)."""
+    return bool(self._allocations)
 
   def Tasks(self):
     """[(cell, category, micro_batch, start, end)] of every pipeline task (its ops' span)."""
@@ -211,16 +253,28 @@ def TracedRun(sess, fetches, feed_dict=None):
 
 
 def Summary(trace):
-  """A text table: per device, busy seconds by category, idle share."""
+  """A text table: per device, busy seconds by category, idle share and peak step memory."""
   by_cat = trace.BusyByCategory()
   busy = trace.Busy()
+  peaks = trace.PeakMemory() if trace.HasMemory() else {}
   lines = ['step %.1f ms' % (1e3 * trace.step_time),
-           '%-8s ' % 'device' + ' '.join('%9s' % c for c in CATEGORIES + ('busy',)) + '   idle']
+           '%-8s ' % 'device' + ' '.join('%9s' % c for c in CATEGORIES + ('busy',)) +
+           '   idle  peak memory']
   for device in trace.devices:
     cats = by_cat.get(device, {})
     lines.append('%-8s ' % device + ' '.join('%7.1fms' % (1e3 * cats.get(c, 0.0))
                                              for c in CATEGORIES) +
                  ' %7.1fms %5.1f%%' % (1e3 * busy.get(device, 0.0),
-                                       100 * (1 - busy.get(device, 0.0) / trace.step_time)))
+                                       100 * (1 - busy.get(device, 0.0) / trace.step_time)) +
+                 '  %11s' % (balancing.FormatBytes(peaks[device]) if device in peaks else '-'))
+  return '\n'.join(lines)
+
+
+def CellSummary(trace):
+  """A text table: per cell, mean F, B and R milliseconds per micro-batch."""
+  lines = ['%-5s %10s %10s %10s' % ('cell', 'forward', 'backward', 'recompute')]
+  for k, c in enumerate(trace.CellTimes()):
+    lines.append('%-5d %8.2fms %8.2fms %8.2fms' % (k, 1e3 * c.forward, 1e3 * c.backward,
+                                                   1e3 * c.recompute))
   return '\n'.join(lines)
 

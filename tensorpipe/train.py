@@ -16,6 +16,10 @@ Extra flags:
                    Without --cpu_devices nothing is changed: the stock flags apply (e.g. on GPUs
                    --worker_gpus=K --worker_split_size=K).
   --list_models    prints the registered models and exits.
+  --tensorpipe_profile_every_n_steps=N (default 100; 0: off)
+                   the trainer traces step 2 and every N-th step, and logs and summarises per-cell
+                   forward/backward/re-computation times and per-device busy time and peak step
+                   memory (tensorpipe/... scalars in TensorBoard).
 
 Models are looked up in TensorPipe's top-level `params` package first (--model=digits.X imports
 params.digits), then wherever Lingvo looks. Before any job starts, the launcher checks the model name,
@@ -41,6 +45,7 @@ from lingvo.core import hyperparams
 from lingvo.core import py_utils
 
 from tensorpipe import layer as layer_lib
+from tensorpipe import trainer_profiling
 
 flags.DEFINE_integer(
     'cpu_devices', None,
@@ -220,6 +225,10 @@ class RunnerManager(trainer.RunnerManager):
   """Lingvo's RunnerManager with TensorPipe's model lookup and the --cpu_devices cluster layout."""
 
   model_registry = ModelRegistry
+
+  @property
+  def Trainer(self):
+    return trainer_profiling.ProfilingTrainer if not py_utils.IsEagerMode() else super().Trainer
 
   def UpdateClusterParamsFromFlags(self, cluster, job_name):
     super().UpdateClusterParamsFromFlags(cluster, job_name)

@@ -10,12 +10,19 @@ from tensorpipe import profiling
 from tests import helpers
 
 
-def _TracedStep(recompute, num_micro_batches=2):
+def _TracedSteps(recompute, num_micro_batches=2, num_layers=4, dim=64, batch=16, steps=1,
+                 first_cell=None):
+  """[(Trace, allocator peak above what was allocated before the step)] of `steps` traced steps."""
   graph = tf.Graph()
+  out = []
   with graph.as_default(), helpers.Cluster(2):
-    net = helpers.Pipeline(helpers.DenseLayers(4, dim=64), 2, num_micro_batches,
-                           recompute=recompute).Instantiate()
-    x = tf.constant(np.random.RandomState(0).uniform(size=[16, 64]).astype(np.float32))
+    layers = helpers.DenseLayers(num_layers, dim=dim)
+    p = helpers.Pipeline(layers, 2, num_micro_batches, recompute=recompute)
+    if first_cell is not None:
+      p.Set(layers=None, num_partitions=None,
+            partitions=[layers[:first_cell], layers[first_cell:]])
+    net = p.Instantiate()
+    x = tf.constant(np.random.RandomState(0).uniform(size=[batch, dim]).astype(np.float32))
     loss = tf.reduce_mean(net.FPropDefaultTheta(x))
     variables = tf.trainable_variables()
     grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
@@ -23,8 +30,17 @@ def _TracedStep(recompute, num_micro_batches=2):
     with helpers.Session(graph, 2) as sess:
       sess.run(tf.global_variables_initializer())
       sess.run(train_op)
-      _, meta = profiling.TracedRun(sess, [train_op, loss])
-  return profiling.Trace(meta, pipeline_scope='pipe')
+      for _ in range(steps):
+        before = tf.config.experimental.get_memory_info('CPU:0')['current']
+        tf.config.experimental.reset_memory_stats('CPU:0')
+        _, meta = profiling.TracedRun(sess, [train_op, loss])
+        peak = tf.config.experimental.get_memory_info('CPU:0')['peak'] - before
+        out.append((profiling.Trace(meta, pipeline_scope='pipe'), peak))
+  return out
+
+
+def _TracedStep(recompute, num_micro_batches=2):
+  return _TracedSteps(recompute, num_micro_batches)[0][0]
 
 
 class TraceTest(test_utils.TestCase):
@@ -69,6 +85,27 @@ class TraceTest(test_utils.TestCase):
     text = profiling.Summary(trace)
     self.assertIn('CPU:0', text)
     self.assertIn('recompute', text)
+
+  def testPeakMemoryPerDeviceAndAgainstTheAllocator(self):
+    # 'never' keeps every activation of a cell until its backward pass: cell 1 (five 512-wide layers)
+    # holds five times the activations of cell 0 (one layer), 256 x 512 floats = 0.5 MiB each.
+    steps = _TracedSteps('never', num_micro_batches=1, num_layers=6, dim=512, batch=256, steps=3,
+                         first_cell=1)
+    mib = 2.0**20
+    for trace, allocator_peak in steps:
+      per_device = trace.PeakMemory()
+      self.assertEqual(sorted(per_device), ['CPU:0', 'CPU:1'])
+      self.assertGreater(per_device['CPU:1'], per_device['CPU:0'] + 2 * mib)
+      together = trace.PeakMemory(trace.devices)
+      self.assertGreaterEqual(together, max(per_device.values()))
+      self.assertLessEqual(together, sum(per_device.values()))
+      # The trace sees a subset of the allocator's allocations, so never more than its peak.
+      self.assertLessEqual(together, allocator_peak + 1024)
+    # Once warm, the two agree (the first traced step may allocate outside any op's records).
+    self.assertTrue(any(abs(t.PeakMemory(t.devices) - p) <= 0.1 * p for t, p in steps),
+                    [(t.PeakMemory(t.devices), p) for t, p in steps])
+    self.assertIn('MiB', profiling.Summary(steps[-1][0]))
+    self.assertIn('recompute', profiling.CellSummary(steps[-1][0]))
 
   def testClassifyNames(self):
     self.assertEqual(profiling.Classify('pipe_1/cell0_mb3/layer0/MatMul', 'MatMul'),

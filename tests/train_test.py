@@ -7,6 +7,8 @@ the final checkpoint with --job=evaler_once_test@STEP. About 2 minutes on 2 core
 sleeps of Lingvo's sync-mode trainer).
 """
 
+import collections
+import glob
 import os
 import re
 import signal
@@ -176,7 +178,7 @@ class TrainerSmokeTest(test_utils.TestCase):
 
   EXTRA_STEPS = 40
 
-  def _Args(self, logdir, max_steps):
+  def _Args(self, logdir, max_steps, *extra):
     override = ';'.join([
         'task.pipeline.num_partitions: 2',
         'train.max_steps: %d' % max_steps,
@@ -184,7 +186,7 @@ class TrainerSmokeTest(test_utils.TestCase):
         'train.save_interval_seconds: 2',
     ])
     return _Launcher('--model=%s' % MODEL, '--cpu_devices=2', '--mode=sync', '--run_locally=cpu',
-                     '--logdir=%s' % logdir, '--model_params_override=%s' % override)
+                     '--logdir=%s' % logdir, '--model_params_override=%s' % override, *extra)
 
   def _Log(self, path):
     with open(path) as f:
@@ -218,7 +220,8 @@ class TrainerSmokeTest(test_utils.TestCase):
     # 2. The same command again (a few more steps): resumes from the last checkpoint.
     final = resume_from + self.EXTRA_STEPS
     log2 = os.path.join(logdir, 'run2.log')
-    status, stdout, stderr = _Run(self._Args(logdir, final), timeout=300)
+    status, stdout, stderr = _Run(self._Args(logdir, final, '--tensorpipe_profile_every_n_steps=15'),
+                                  timeout=300)
     run2 = stdout + stderr
     with open(log2, 'w') as f:
       f.write(run2)
@@ -237,6 +240,23 @@ class TrainerSmokeTest(test_utils.TestCase):
     self.assertIn(final, _Checkpoints(train_dir))
     self.assertIn('TensorPipe: training done; latest checkpoint %s' %
                   os.path.join(train_dir, 'ckpt-%08d' % final), run2)
+
+    # The trainer traced its second step and every 15th: per-device and per-cell tables in the log,
+    # tensorpipe/ scalars in the summaries.
+    self.assertIn('TensorPipe profile of step %d' % (restored_step + 2), run2)
+    profile = run2[run2.index('TensorPipe profile of step'):]
+    self.assertRegex(profile, r'CPU:1 .* [KM]iB')
+    self.assertRegex(profile, r'\n1 +\d+\.\d+ms +\d+\.\d+ms +\d+\.\d+ms')
+    tags = collections.defaultdict(list)
+    for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
+      for event in tf.compat.v1.train.summary_iterator(path):
+        for value in event.summary.value:
+          tags[value.tag].append((event.step, value.simple_value))
+    for tag in ('tensorpipe/cell0/forward_ms', 'tensorpipe/cell1/recompute_ms',
+                'tensorpipe/CPU_1/peak_step_memory_mib', 'tensorpipe/CPU_0/busy_fraction'):
+      self.assertNotEmpty(tags[tag], sorted(tags))
+      self.assertTrue(all(v > 0 for _, v in tags[tag]), (tag, tags[tag]))
+    self.assertGreaterEqual(len(tags['tensorpipe/cell0/forward_ms']), 3)  # Steps 2, 15, 30 of run 2.
 
     # 3. The loss went down: first steps of run 1 vs the last steps of run 2.
     first = np.mean([losses1[s] for s in sorted(losses1)[:10]])

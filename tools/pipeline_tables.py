@@ -33,6 +33,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
 
 import argparse  # pylint: disable=g-import-not-at-top
+import collections
 import json
 import subprocess
 import sys
@@ -50,6 +51,7 @@ from tensorpipe import amoebanet
 from tensorpipe import balancing
 from tensorpipe import cost_model
 from tensorpipe import partitioning
+from tensorpipe import profiling
 from tensorpipe import resnet
 from tensorpipe import simulator
 from tools import benchmark_partitioning as bp
@@ -311,43 +313,63 @@ def Memory(args):
 
 
 def _MemoryChild(spec):
-  """Runs in a child process: the allocator peak of one training step of a small AmoebaNet."""
+  """Runs in a child process: measured and estimated peaks of one training step of a small AmoebaNet.
+
+  Measured per device: the variables placed on it plus its peak of step allocations, replayed from
+  the allocation records of a traced step (profiling.Trace.PeakMemory). Measured for the process:
+  the allocator's own peak, which the logical CPU devices share; the trace's all-device peak plus all
+  variables is checked against it.
+  """
   layers = amoebanet.AmoebaNetLayers('D', 6, spec['filters'], num_classes=10, image_size=32,
                                      stem_stride=1, num_stem_cells=0, stem_filters=16,
                                      aux_head=False)
   sizes = _CountSizes(layers, spec['k'])
   step = bp.Step('mem', layers, sizes, _Images(spec['batch'], 32), spec['m'], 0, devices=spec['k'],
                  recompute=spec['recompute'], warmup=1)
+  with step.graph.as_default():
+    variables = tf.global_variables()
+  resident = collections.Counter()
+  for v in variables:
+    resident[profiling.ShortDevice(v.device)] += v.dtype.size * v.shape.num_elements()
   tf2.config.experimental.reset_memory_stats('CPU:0')
-  step.sess.run(step.fetches)
-  peak = tf2.config.experimental.get_memory_info('CPU:0')['peak']
+  _, meta = profiling.TracedRun(step.sess, step.fetches)
+  process = tf2.config.experimental.get_memory_info('CPU:0')['peak']
+  trace = profiling.Trace(meta)
+  peaks = trace.PeakMemory()
+  devices = ['CPU:%d' % k for k in range(spec['k'])]
   # 8 bytes a parameter: the weight and its gradient (this step's SGD update has no slots).
   plan = partitioning.MakePlan(layers, spec['k'], [[spec['batch'], 32, 32, 3]], cost='count',
                                num_micro_batches=spec['m'], recompute=spec['recompute'],
                                bytes_per_param=8, sizes=sizes)
-  mem = plan.Memory()
-  return {'measured': peak, 'estimated_total': sum(mem.Cells(sizes)),
-          'estimated_max': max(mem.Cells(sizes))}
+  return {'process': process,
+          'trace_total': trace.PeakMemory(trace.devices) + sum(resident.values()),
+          'measured': [peaks.get(d, 0) + resident[d] for d in devices],
+          'estimated': list(plan.Memory().Cells(sizes))}
 
 
 def CrossCheck(args):
-  """Estimated vs measured process-wide peak for small AmoebaNets (one process per config)."""
-  print('\nCross-check on this machine: small AmoebaNet-D (6, F), 32x32, batch 64; the process '
-        'allocator peak (all logical devices share it) against the sum of the per-device estimates')
-  print('%-30s %12s %12s %8s' % ('config', 'measured', 'estimated', 'ratio'))
+  """Estimated vs measured per-device peaks for small AmoebaNets (one process per config)."""
+  print('\nCross-check on this machine: small AmoebaNet-D (6, F), 32x32, batch 64, one traced step. '
+        'Per device: variables + peak of step allocations from the trace, against the estimate. '
+        'Process: the shared allocator\'s peak against the trace\'s all-device peak + variables.')
+  print('%-28s %-24s %-24s %7s %10s %10s' % ('config', 'measured / device', 'estimated / device',
+                                            'est/meas', 'process', 'trace'))
   specs = [dict(filters=32, batch=64, k=1, m=1, recompute='never'),
            dict(filters=32, batch=64, k=1, m=8, recompute='always'),
            dict(filters=32, batch=64, k=2, m=8, recompute='always')]
   if not args.quick:
-    specs.append(dict(filters=64, batch=64, k=2, m=8, recompute='always'))
+    specs += [dict(filters=64, batch=64, k=2, m=8, recompute='always'),
+              dict(filters=32, batch=64, k=4, m=8, recompute='always')]
+  mib = 2.0**20
   for spec in specs:
     out = subprocess.run([sys.executable, os.path.abspath(__file__), '--memory_child',
                           json.dumps(spec)], capture_output=True, text=True, check=True)
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    r = json.loads(out.stdout.strip().splitlines()[-1])
     label = 'F=%d K=%d M=%d %s' % (spec['filters'], spec['k'], spec['m'], spec['recompute'])
-    print('%-30s %9.1f MiB %9.1f MiB %8.2f' % (label, result['measured'] / 2**20,
-                                               result['estimated_total'] / 2**20,
-                                               result['estimated_total'] / result['measured']))
+    print('%-28s %-24s %-24s %7.2f %6.1f MiB %6.1f MiB' % (
+        label, ' '.join('%.1f' % (b / mib) for b in r['measured']),
+        ' '.join('%.1f' % (b / mib) for b in r['estimated']),
+        max(r['estimated']) / max(r['measured']), r['process'] / mib, r['trace_total'] / mib))
 
 
 def main(argv=None):
