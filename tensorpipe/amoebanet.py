@@ -11,8 +11,8 @@ tuple (x, prev, aux_logits) to the next such tuple; the classifier maps it to (l
 aux_logits is None until the auxiliary head and in evaluation. Each cell runs 5 steps: two operations on
 two hidden states (chosen by index), added, appended as a new state; the output concatenates the states
 no step consumed (reshaped to a common size by a factorized reduction where they differ). Operations
-other than 'none' get NASNet's scheduled drop-path, with masks that a re-computation reproduces (see
-`randomness`). Every layer has FPropMeta from its Params alone, so the pipeline balances cells by flops.
+other than 'none' get NASNet's scheduled drop-path, with per-example masks that neither re-computation
+nor K or M change (see `randomness`). Every layer has FPropMeta from its Params alone, so the pipeline balances cells by flops.
 
 Layer shapes and channel counts are computed statically by `AmoebaNetLayers`, so building the layers
 (without running FProp) creates all variables; parameter counts come from them without a forward pass.
@@ -156,7 +156,7 @@ class CellOp(base_layer.BaseLayer):
       if p.operation != 'none' and p.drop_path_keep_prob < 1.0 and not self.do_eval:
         keep = randomness.ScheduledKeepProb(p.drop_path_keep_prob, p.cell_index, p.num_cells,
                                             p.drop_path_steps)
-        x = randomness.DropPath(x, keep, randomness.Seed(self), where='CellOp %r' % p.name)
+        x = randomness.DropPath(x, keep, randomness.Site(self), where='CellOp %r' % p.name)
       return x
 
   @classmethod
@@ -459,7 +459,7 @@ class Classifier(base_layer.BaseLayer):
     with tf.name_scope(p.name):
       h = tf.reduce_mean(tf.nn.relu(x), axis=[1, 2])
       if not self.do_eval and p.dropout_keep_prob < 1.0:
-        h = randomness.Dropout(h, p.dropout_keep_prob, randomness.Seed(self),
+        h = randomness.Dropout(h, p.dropout_keep_prob, randomness.Site(self),
                                where='Classifier %r' % p.name)
       return tf.matmul(h, tf.cast(theta.w, h.dtype)) + tf.cast(theta.b, h.dtype), aux
 

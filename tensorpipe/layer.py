@@ -174,15 +174,15 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """The names of the layers in each cell."""
     return [list(names) for names in self._cell_layers]
 
-  def _CellFn(self, k, t, collector):
-    """Forward function of cell k on micro-batch t: (theta NestedMap, inputs tuple) -> outputs.
+  def _CellFn(self, k, offset, collector):
+    """Forward function of cell k on the micro-batch starting at example `offset` of the mini-batch.
 
-    Every run (the forward pass and its re-computation) draws micro-batch t's random masks (see
+    Every run (the forward pass and its re-computation) draws the random masks of those examples (see
     `randomness`) and records batch-norm statistics into `collector` (see `batch_norm`).
     """
 
     def Fn(theta, args):
-      with randomness.MicroBatch(t), collector.Collecting():
+      with randomness.ExampleOffset(offset), collector.Collecting():
         for name in self._cell_layers[k]:
           args = self.children[name].FProp(theta[name], *_ToTuple(args))
       return args
@@ -215,6 +215,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
         if batch is None and num_micro > 1:
           args = self._AssertDivisible(args, num_micro)
         acts = micro_batching.Split(args, num_micro, p.batch_dim)
+        offsets = self._ExampleOffsets(acts[0], batch, num_micro)
       cell_theta = [
           py_utils.NestedMap({name: theta[name] for name in names}) for names in self._cell_layers
       ]
@@ -227,11 +228,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
             p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1))
         if recompute:
           acts[t], next_theta = recomputation.Recomputed(
-              self._CellFn(k, t, collector), cell_theta[k], acts[t], self._devices[k], scope,
+              self._CellFn(k, offsets[t], collector), cell_theta[k], acts[t], self._devices[k], scope,
               pass_theta, orders[k], t)
         else:
           with tf.device(self._devices[k]), tf.name_scope(scope):
-            acts[t] = self._CellFn(k, t, collector)(cell_theta[k], acts[t])
+            acts[t] = self._CellFn(k, offsets[t], collector)(cell_theta[k], acts[t])
           if pass_theta:
             acts[t], next_theta = accumulation.PassOn(
                 cell_theta[k], acts[t], self._devices[k], name=scope + '_pass_on')
@@ -241,6 +242,16 @@ class TensorPipeLayer(base_layer.BaseLayer):
         out = micro_batching.Concat(acts, p.batch_dim, where)
         out = collector.Finish(out)
     return out
+
+  def _ExampleOffsets(self, first_micro_batch, batch, num_micro):
+    """The index in the mini-batch of each micro-batch's first example (a tensor if batch is unknown)."""
+    p = self.params
+    if batch is not None:
+      return [t * (batch // num_micro) for t in range(num_micro)]
+    first = [x for x in tf.nest.flatten(first_micro_batch)
+             if micro_batching.IsBatched(x, p.batch_dim)][0]
+    size = tf.shape(first)[p.batch_dim]
+    return [0] + [t * size for t in range(1, num_micro)]
 
   def _AssertDivisible(self, args, num_micro):
     """Run-time check for a batch size unknown when the graph is built."""

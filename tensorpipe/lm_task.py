@@ -17,7 +17,6 @@ from lingvo.core import layers
 from lingvo.core import py_utils
 
 from tensorpipe import layer as layer_lib
-from tensorpipe import stateless_dropout
 from tensorpipe import transformer
 
 
@@ -55,13 +54,12 @@ class PipelinedTransformerLm(base_model.BaseTask):
   def ComputePredictions(self, theta, input_batch):
     p = self.params
     ids = input_batch.ids
-    b, t = py_utils.GetShape(ids)[0], py_utils.GetShape(ids)[1]
+    t = py_utils.GetShape(ids)[1]
     with tf.device(self._devices[0]):
       x = tf.gather(theta.emb, ids) * math.sqrt(p.model_dim)
       x += self.position.FProp(theta.position, t)[None, :, :]
-    seeds = stateless_dropout.ExampleSeeds(b, py_utils.GetGlobalStep())
     out = self.stack.FProp(theta.stack, py_utils.NestedMap(
-        vec=x, paddings=tf.cast(input_batch.paddings, x.dtype), seeds=seeds))
+        vec=x, paddings=tf.cast(input_batch.paddings, x.dtype)))
     with tf.device(self._devices[-1]):
       logits = tf.einsum('BTD,DV->BTV', out.vec, theta.softmax_w) + theta.softmax_b
       if p.logits_abs_max:

@@ -4,10 +4,10 @@
   - a shared source/target embedding (x sqrt(D), plus sinusoidal positions) on the encoder's first
     device;
   - `encoder`: a TensorPipeLayer over transformer.StackLayers(is_decoder=False), fed
-    NestedMap(vec, paddings, seeds);
+    NestedMap(vec, paddings);
   - `decoder`: a TensorPipeLayer over decoder layers, fed NestedMap(vec, paddings, aux_vec,
-    aux_paddings, seeds): the encoder output and source paddings travel through the pipeline as fields,
-    so every decoder layer of every cell and micro-batch gets its slice of them;
+    aux_paddings): the encoder output and source paddings travel through the pipeline as fields, so
+    every decoder layer of every cell and micro-batch gets its slice of them;
   - a softmax (with logit clipping) and label-smoothed cross-entropy on the decoder's last device.
 Any layer mapping those NestedMaps works as `encoder` / `decoder` (e.g. a SequentialLayer over the
 same layers: the unpipelined model, with the same variable names).
@@ -29,10 +29,8 @@ from lingvo.core import py_utils
 
 from tensorpipe import beam_search
 from tensorpipe import layer as layer_lib
-from tensorpipe import stateless_dropout
+from tensorpipe import randomness
 from tensorpipe import transformer
-
-EMB_DROPOUT_SITE = -1
 
 
 def _Devices(child):
@@ -91,13 +89,14 @@ class PipelinedTransformer(base_model.BaseTask):
       self.CreateVariable('softmax_b', py_utils.WeightParams(
           [p.vocab_size], py_utils.WeightInit.Constant(0.0)))
 
-  def _Embed(self, theta, ids, seeds, site):
+  def _Embed(self, theta, ids, use):
     p = self.params
     length = py_utils.GetShape(ids)[1]
     x = tf.gather(theta.emb, ids) * math.sqrt(p.model_dim)
     x += self.position.FProp(theta.position, length)[None, :, :]
     if not self.do_eval and p.dropout_keep_prob < 1.0:
-      x = stateless_dropout.Dropout(x, p.dropout_keep_prob, seeds, site)
+      x = randomness.Dropout(x, p.dropout_keep_prob, randomness.Site(self, use),
+                             where='PipelinedTransformer %r' % p.name)
     return x
 
   def _Logits(self, theta, vec):
@@ -107,31 +106,27 @@ class PipelinedTransformer(base_model.BaseTask):
       logits = tf.clip_by_value(logits, -p.logits_abs_max, p.logits_abs_max)
     return logits
 
-  def Encode(self, theta, src, seeds):
+  def Encode(self, theta, src):
     """The encoder stack's output NestedMap(vec [B, S, D], ...) for src.ids / src.paddings."""
     with tf.device(_Devices(self.encoder)[0]):
-      x = self._Embed(theta, src.ids, seeds, 2 * EMB_DROPOUT_SITE)
+      x = self._Embed(theta, src.ids, 'src_embedding')
     return self.encoder.FProp(theta.encoder, py_utils.NestedMap(
-        vec=x, paddings=tf.cast(src.paddings, x.dtype), seeds=seeds))
+        vec=x, paddings=tf.cast(src.paddings, x.dtype)))
 
-  def DecoderLogits(self, theta, enc_vec, src_paddings, tgt_ids, tgt_paddings, seeds):
+  def DecoderLogits(self, theta, enc_vec, src_paddings, tgt_ids, tgt_paddings):
     """[B, T, V] logits of the decoder stack given the encoder output and target prefix ids."""
     with tf.device(_Devices(self.decoder)[0]):
-      y = self._Embed(theta, tgt_ids, seeds, 3 * EMB_DROPOUT_SITE)
+      y = self._Embed(theta, tgt_ids, 'tgt_embedding')
     out = self.decoder.FProp(theta.decoder, py_utils.NestedMap(
         vec=y, paddings=tf.cast(tgt_paddings, y.dtype), aux_vec=enc_vec,
-        aux_paddings=tf.cast(src_paddings, y.dtype), seeds=seeds))
+        aux_paddings=tf.cast(src_paddings, y.dtype)))
     with tf.device(_Devices(self.decoder)[-1]):
       return self._Logits(theta, out.vec)
 
-  def _Seeds(self, ids):
-    return stateless_dropout.ExampleSeeds(py_utils.GetShape(ids)[0], py_utils.GetGlobalStep())
-
   def ComputePredictions(self, theta, input_batch):
-    seeds = self._Seeds(input_batch.src.ids)
-    enc = self.Encode(theta, input_batch.src, seeds)
+    enc = self.Encode(theta, input_batch.src)
     logits = self.DecoderLogits(theta, enc.vec, input_batch.src.paddings, input_batch.tgt.ids,
-                                input_batch.tgt.paddings, seeds)
+                                input_batch.tgt.paddings)
     return py_utils.NestedMap(logits=logits)
 
   def ComputeLoss(self, theta, predictions, input_batch):
@@ -168,15 +163,14 @@ class PipelinedTransformer(base_model.BaseTask):
   def GreedyDecode(self, theta, src):
     """[B, max_decode_length] greedy target ids (after eos: eos) for src.ids / src.paddings."""
     p = self.params
-    seeds = self._Seeds(src.ids)
-    enc = self.Encode(theta, src, seeds)
+    enc = self.Encode(theta, src)
     b = py_utils.GetShape(src.ids)[0]
     t = p.max_decode_length + 1
     ids0 = tf.concat([tf.fill([b, 1], p.sos_id), tf.zeros([b, t - 1], tf.int32)], axis=1)
     paddings = tf.zeros([b, t], tf.float32)
 
     def Body(i, ids):
-      logits = self.DecoderLogits(theta, enc.vec, src.paddings, ids, paddings, seeds)
+      logits = self.DecoderLogits(theta, enc.vec, src.paddings, ids, paddings)
       step_logits = tf.gather(logits, i, axis=1)
       nxt = tf.argmax(step_logits, axis=-1, output_type=tf.int32)
       prev = tf.gather(ids, i, axis=1)
@@ -192,15 +186,13 @@ class PipelinedTransformer(base_model.BaseTask):
   def BeamSearchDecode(self, theta, src, beam_size, length_normalization):
     """beam_search.BeamSearch's NestedMap(ids [B, max_decode_length], scores, lengths) for src."""
     p = self.params
-    seeds = self._Seeds(src.ids)
-    enc = self.Encode(theta, src, seeds)
+    enc = self.Encode(theta, src)
     b = py_utils.GetShape(src.ids)[0]
-    enc_vec, src_paddings, seeds = [tf.repeat(x, beam_size, axis=0)
-                                    for x in (enc.vec, src.paddings, seeds)]
+    enc_vec, src_paddings = [tf.repeat(x, beam_size, axis=0) for x in (enc.vec, src.paddings)]
     paddings = tf.zeros([b * beam_size, p.max_decode_length + 1], tf.float32)
 
     def LogProbs(ids, step):
-      logits = self.DecoderLogits(theta, enc_vec, src_paddings, ids, paddings, seeds)
+      logits = self.DecoderLogits(theta, enc_vec, src_paddings, ids, paddings)
       return tf.nn.log_softmax(tf.gather(logits, step, axis=1), axis=-1)
 
     return beam_search.BeamSearch(LogProbs, b, beam_size, p.max_decode_length, p.sos_id, p.eos_id,

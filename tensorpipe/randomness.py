@@ -1,44 +1,68 @@
-"""Dropout and drop-path whose masks are the same in a cell's forward pass and in its re-computation.
+"""Dropout and drop-path whose masks do not depend on re-computation, K or M.
 
-Lingvo's dropout draws from stateful random ops seeded by name scopes, and GPipe's re-computation runs a
-cell again under another name scope, so it would draw another mask and the gradient would belong to a
-different network. Here every mask comes from a stateless random op whose seed is a pure function of
-(global step, the layer's variable scope, the micro-batch index, a per-use salt). TensorPipeLayer sets
-the micro-batch index (`MicroBatch`) around every run of a cell, the forward pass and the re-computation
-alike, so both see the same mask; a new training step draws new masks. Outside a TensorPipeLayer the
-micro-batch index is 0, so an unpipelined model draws the masks of a pipeline with one micro-batch.
+Lingvo's dropout draws from stateful random ops, and GPipe's re-computation runs a cell again, so it
+would draw another mask and the gradient would belong to a different network. Here each element's
+keep/drop decision is a 32-bit integer hash of
+
+  (global step, site, example, position)
+
+where `site` names the dropout use (a layer's variable scope plus a per-use name, see `Site`),
+`example` is the element's example index in the whole mini-batch and `position` is its flat index
+among the other axes. TensorPipeLayer runs micro-batch t (the forward pass and its re-computation
+alike) inside `ExampleOffset(t * micro-batch size)`, so a layer's local example b is example
+offset + b of the mini-batch; outside a pipeline the offset is 0. The mask of an example is therefore
+the same in the forward pass, in its re-computation, and whatever K and M are, so a pipelined model
+with dropout gets exactly the plain model's gradients; a new training step draws new masks.
 """
 
 import contextlib
+import numbers
 import threading
 import zlib
 
 from lingvo import compat as tf
 from lingvo.core import py_utils
 
+_MASK32 = 0xFFFFFFFF
+_GOLDEN = 0x9E3779B1
 _STATE = threading.local()
 
 
 def _Stack():
-  if not hasattr(_STATE, 'micro_batches'):
-    _STATE.micro_batches = []
-  return _STATE.micro_batches
+  if not hasattr(_STATE, 'offsets'):
+    _STATE.offsets = []
+  return _STATE.offsets
 
 
 @contextlib.contextmanager
-def MicroBatch(index):
-  """Within this context, layers draw the random masks of micro-batch `index`."""
-  if not isinstance(index, int) or index < 0:
-    raise ValueError('micro-batch index must be a non-negative integer, got %r' % (index,))
-  _Stack().append(index)
+def ExampleOffset(offset):
+  """Within this context, example b of a layer's batch is example `offset` + b of the mini-batch.
+
+  Offsets of nested contexts add up (a pipeline inside a pipeline's cell).
+
+  Args:
+    offset: a non-negative Python int or a scalar integer tensor.
+  """
+  if isinstance(offset, tf.Tensor):
+    if not offset.dtype.is_integer or offset.shape.rank not in (None, 0):
+      raise ValueError('example offset must be a scalar integer tensor, got %r' % (offset,))
+  elif isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+    raise ValueError('example offset must be a non-negative integer, got %r' % (offset,))
+  stack = _Stack()
+  outer = CurrentExampleOffset()
+  if isinstance(outer, tf.Tensor) or isinstance(offset, tf.Tensor):
+    total = tf.cast(outer, tf.int64) + tf.cast(offset, tf.int64)
+  else:
+    total = outer + offset
+  stack.append(total)
   try:
     yield
   finally:
-    _Stack().pop()
+    stack.pop()
 
 
-def CurrentMicroBatch():
-  """The index set by the innermost `MicroBatch` context, or 0 outside any."""
+def CurrentExampleOffset():
+  """The offset of the innermost `ExampleOffset` context (summed over nesting), or 0 outside any."""
   stack = _Stack()
   return stack[-1] if stack else 0
 
@@ -49,44 +73,91 @@ def LayerKey(layer):
   return scope.name if scope is not None else layer.path
 
 
-def Seed(layer, salt=0):
-  """A [2] int64 stateless-op seed from (global step, layer, current micro-batch, salt)."""
-  key = '%s|%d|%d' % (LayerKey(layer), CurrentMicroBatch(), salt)
-  local = zlib.crc32(key.encode('utf-8'))
+def Site(layer, use=''):
+  """A Python int naming one dropout use in `layer` (distinct `use` strings for distinct uses)."""
+  return zlib.crc32(('%s|%s' % (LayerKey(layer), use)).encode('utf-8'))
+
+
+def _Mix32(h):
+  """murmur3's 32-bit finaliser (a bijection) on int64 tensors holding values in [0, 2^32)."""
+  h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, 16))
+  h = tf.bitwise.bitwise_and(h * 0x85EBCA6B, _MASK32)
+  h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, 13))
+  h = tf.bitwise.bitwise_and(h * 0xC2B2AE35, _MASK32)
+  return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, 16))
+
+
+def _Step():
   step = py_utils.GetGlobalStep()
-  step = tf.constant(0, tf.int64) if step is None else tf.cast(tf.identity(step), tf.int64)
-  return tf.stack([step, tf.constant(local, tf.int64)])
+  return tf.constant(0, tf.int64) if step is None else tf.cast(tf.identity(step), tf.int64)
+
+
+def Uniform(shape, site, batch_axis=0):
+  """Float32 values in [0, 1) of `shape`, each a hash of (global step, site, example, position).
+
+  Args:
+    shape: the output shape (list of ints or a 1-D integer tensor); axis `batch_axis` is the batch.
+    site: a Python int naming the use (see `Site`).
+    batch_axis: the axis of `shape` that indexes examples.
+
+  The example of an element is CurrentExampleOffset() + its index along `batch_axis`; its position is
+  its flat index over the other axes (in row-major order).
+  """
+  if not isinstance(site, int):
+    raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
+  shape = tf.cast(tf.convert_to_tensor(shape), tf.int64)
+  rank = tf.compat.dimension_value(shape.shape[0])
+  if not isinstance(batch_axis, int) or batch_axis < 0 or (rank is not None and batch_axis >= rank):
+    raise ValueError('batch_axis must be an axis of a rank-%s shape, got %r' % (rank, batch_axis))
+  step = _Step()
+  key = _Mix32(tf.constant((site ^ 0x7F4A7C15) & _MASK32, tf.int64))
+  key = _Mix32(tf.bitwise.bitwise_xor(key, tf.bitwise.bitwise_and(step, _MASK32)))
+  key = _Mix32(tf.bitwise.bitwise_xor(key, tf.bitwise.right_shift(step, 32)))
+  batch = shape[batch_axis]
+  examples = tf.range(batch) + tf.cast(CurrentExampleOffset(), tf.int64)
+  per_example = _Mix32(tf.bitwise.bitwise_and(key + examples * _GOLDEN, _MASK32))
+  inner = tf.reduce_prod(shape[batch_axis + 1:])
+  flat = tf.range(tf.reduce_prod(shape), dtype=tf.int64)
+  example = (flat // inner) % batch
+  position = (flat // (inner * batch)) * inner + flat % inner
+  seed = tf.gather(per_example, example)
+  h = _Mix32(tf.bitwise.bitwise_and(seed + position * _GOLDEN, _MASK32))
+  uniform = tf.cast(tf.bitwise.right_shift(h, 8), tf.float32) * (1.0 / (1 << 24))
+  return tf.reshape(uniform, shape)
 
 
 def _CheckKeepProb(keep_prob, where):
-  if isinstance(keep_prob, (int, float)) and not 0.0 < keep_prob <= 1.0:
+  if isinstance(keep_prob, numbers.Real) and not 0.0 < keep_prob <= 1.0:
     raise ValueError('%s: keep_prob must be in (0, 1], got %r' % (where, keep_prob))
 
 
-def Dropout(x, keep_prob, seed, noise_shape=None, where='Dropout'):
-  """x * mask / keep_prob, mask ~ Bernoulli(keep_prob) drawn with a stateless op from `seed`.
+def Dropout(x, keep_prob, site, batch_axis=0, noise_shape=None, where='Dropout'):
+  """x * mask / keep_prob, mask = Uniform(...) < keep_prob; x itself when keep_prob is 1.
 
   Args:
-    x: float tensor.
-    keep_prob: probability of keeping an element (a Python float in (0, 1] or a scalar tensor).
-    seed: [2] int seed (see `Seed`).
-    noise_shape: shape of the mask (broadcast against x); None: x's shape.
+    x: float tensor whose axis `batch_axis` indexes examples.
+    keep_prob: probability of keeping an element: a Python number in (0, 1] or a scalar tensor.
+    site: a Python int naming this use (see `Site`); distinct per layer and per use in a layer.
+    batch_axis: the batch axis of x (and of noise_shape).
+    noise_shape: shape of the mask, broadcast against x; None: x's shape.
     where: names the caller in error messages.
   """
   _CheckKeepProb(keep_prob, where)
-  if isinstance(keep_prob, (int, float)) and keep_prob >= 1.0:
+  if isinstance(keep_prob, numbers.Real) and keep_prob >= 1.0:
     return x
-  shape = tf.shape(x) if noise_shape is None else noise_shape
-  uniform = tf.random.stateless_uniform(shape, seed=seed, dtype=tf.float32)
+  shape = py_utils.GetShape(x) if noise_shape is None else noise_shape
   keep_prob = tf.cast(keep_prob, tf.float32)
-  mask = tf.cast(uniform < keep_prob, x.dtype) / tf.cast(keep_prob, x.dtype)
-  return x * mask
+  mask = tf.cast(Uniform(shape, site, batch_axis) < keep_prob, x.dtype, name='dropout_mask')
+  return x * mask / tf.cast(keep_prob, x.dtype)
 
 
-def DropPath(x, keep_prob, seed, where='DropPath'):
-  """Drops whole examples of x ([B, ...]) with probability 1 - keep_prob (NASNet's drop-path)."""
-  noise_shape = tf.concat([tf.shape(x)[:1], tf.ones([tf.rank(x) - 1], tf.int32)], axis=0)
-  return Dropout(x, keep_prob, seed, noise_shape=noise_shape, where=where)
+def DropPath(x, keep_prob, site, batch_axis=0, where='DropPath'):
+  """Keeps or drops whole examples of x with probability keep_prob (NASNet's drop-path), rescaled."""
+  rank = x.shape.rank
+  if rank is None or not isinstance(batch_axis, int) or not 0 <= batch_axis < rank:
+    raise ValueError('%s: batch_axis must be an axis of x (rank %s), got %r' % (where, rank, batch_axis))
+  noise_shape = [py_utils.GetShape(x)[batch_axis] if i == batch_axis else 1 for i in range(rank)]
+  return Dropout(x, keep_prob, site, batch_axis, noise_shape=noise_shape, where=where)
 
 
 def ScheduledKeepProb(keep_prob, cell_index, num_cells, total_steps):
@@ -95,6 +166,10 @@ def ScheduledKeepProb(keep_prob, cell_index, num_cells, total_steps):
   The drop probability 1 - keep_prob is scaled by the cell's depth ((cell_index + 1) / num_cells) and
   by training progress (min(1, global step / total_steps); no ramp when total_steps is 0).
   """
+  _CheckKeepProb(keep_prob, 'ScheduledKeepProb')
+  if not 0 <= cell_index < num_cells:
+    raise ValueError('ScheduledKeepProb: cell_index must be in [0, num_cells=%r), got %r' %
+                     (num_cells, cell_index))
   if keep_prob >= 1.0:
     return 1.0
   drop = (1.0 - keep_prob) * (cell_index + 1) / float(num_cells)

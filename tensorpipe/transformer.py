@@ -5,12 +5,12 @@ list that TensorPipeLayer can cut into cells and micro-batch along dimension 0:
 
   vec           [B, T, D]  the activations this layer transforms;
   paddings      [B, T]     1.0 at padded positions;
-  seeds         [B]        per-example dropout seeds (see stateless_dropout);
   aux_vec       [B, S, D]  decoder only: the encoder output, passed on unchanged to every layer;
   aux_paddings  [B, S]     decoder only: the source paddings, passed on unchanged.
 
 Batch-major (rather than Lingvo's time-major layers) because the pipeline splits micro-batches along
-dimension 0 and because dropout masks are keyed by example. Layers are pre-layer-norm (x + f(LN(x))),
+dimension 0. Dropout masks are keyed by each example's index in the mini-batch (see `randomness`), so
+they are the same whatever K and M are. Layers are pre-layer-norm (x + f(LN(x))),
 which is stable for deep stacks; `ffn_init_scale` lets deep models scale the feed-forward init down by
 depth, as the GPipe paper needed.
 """
@@ -22,11 +22,7 @@ from lingvo.core import base_layer
 from lingvo.core import layers
 from lingvo.core import py_utils
 
-from tensorpipe import stateless_dropout
-
-# Dropout sites: layer_index * _SITES_PER_LAYER + the site's number inside the layer.
-_SITES_PER_LAYER = 8
-DECODER_LAYER_OFFSET = 1 << 16
+from tensorpipe import randomness
 
 
 def _Gaussian(fan_in, scale=1.0):
@@ -97,7 +93,6 @@ class TransformerLayer(base_layer.BaseLayer):
     p.Define('causal', None, 'Causal self-attention without aux_vec (a language model\'s layer); '
              'None: same as is_decoder.')
     p.Define('dropout_keep_prob', 1.0, 'Keep probability of the residual-branch dropouts.')
-    p.Define('layer_index', 0, 'Unique index of this layer in the model; selects its dropout sites.')
     p.Define('ffn_init_scale', 1.0,
              'Multiplies the feed-forward weights\' init std; set 1/sqrt(num_layers) for deep models.')
     return p
@@ -127,30 +122,30 @@ class TransformerLayer(base_layer.BaseLayer):
     self.CreateVariable('ffn_b2', py_utils.WeightParams([p.model_dim],
                                                         py_utils.WeightInit.Constant(0.)))
 
-  def _Dropout(self, x, seeds, site):
+  def _Dropout(self, x, use):
     p = self.params
     if self.do_eval or p.dropout_keep_prob >= 1.0:
       return x
-    return stateless_dropout.Dropout(x, p.dropout_keep_prob, seeds,
-                                     p.layer_index * _SITES_PER_LAYER + site)
+    return randomness.Dropout(x, p.dropout_keep_prob, randomness.Site(self, use),
+                              where='TransformerLayer %r' % p.name)
 
   def FProp(self, theta, inputs):
     p = self.params
     with tf.name_scope(p.name):
-      x, seeds = inputs.vec, inputs.seeds
+      x = inputs.vec
       h = self.self_norm.FProp(theta.self_norm, x)
       causal = p.is_decoder if p.causal is None else p.causal
       h = self.self_att.FProp(theta.self_att, h, h, inputs.paddings, causal=causal)
-      x += self._Dropout(h, seeds, 0)
+      x += self._Dropout(h, 'self_att')
       if p.is_decoder:
         h = self.cross_norm.FProp(theta.cross_norm, x)
         h = self.cross_att.FProp(theta.cross_att, h, inputs.aux_vec, inputs.aux_paddings)
-        x += self._Dropout(h, seeds, 1)
+        x += self._Dropout(h, 'cross_att')
       h = self.ffn_norm.FProp(theta.ffn_norm, x)
       h = tf.nn.relu(tf.einsum('BTD,DH->BTH', h, theta.ffn_w1) + theta.ffn_b1)
-      h = self._Dropout(h, seeds, 2)
+      h = self._Dropout(h, 'ffn_hidden')
       h = tf.einsum('BTH,HD->BTD', h, theta.ffn_w2) + theta.ffn_b2
-      x += self._Dropout(h, seeds, 3)
+      x += self._Dropout(h, 'ffn_out')
       out = py_utils.NestedMap(inputs)
       out.vec = x
       return out
@@ -186,13 +181,12 @@ def StackLayers(num_layers, model_dim, ffn_dim, num_heads, is_decoder, head_dim=
   if not isinstance(num_layers, int) or num_layers < 1:
     raise ValueError('StackLayers: num_layers must be a positive integer, got %r' % (num_layers,))
   prefix = 'dec' if is_decoder else 'enc'
-  offset = DECODER_LAYER_OFFSET if is_decoder else 0
   scale = 1.0 / math.sqrt(num_layers) if scale_ffn_init_by_depth else 1.0
   out = []
   for i in range(num_layers):
     out.append(TransformerLayer.Params().Set(
         name='%s_layer%03d' % (prefix, i), model_dim=model_dim, ffn_dim=ffn_dim, num_heads=num_heads,
         head_dim=head_dim, is_decoder=is_decoder, dropout_keep_prob=dropout_keep_prob,
-        layer_index=offset + i, ffn_init_scale=scale, causal=causal))
+        ffn_init_scale=scale, causal=causal))
   out.append(FinalNorm.Params().Set(name='%s_final_norm' % prefix, model_dim=model_dim))
   return out

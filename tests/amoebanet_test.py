@@ -1,5 +1,5 @@
-"""AmoebaNet layers: FPropMeta shapes match FProp, a tiny AmoebaNet-D pipelines exactly, dropout/drop-path
-masks survive re-computation, bad genotypes and sizes are reported."""
+"""AmoebaNet layers: FPropMeta shapes match FProp, a tiny AmoebaNet-D pipelines exactly with drop-path and
+dropout on, their masks do not depend on re-computation, K or M, bad genotypes and sizes are reported."""
 
 import numpy as np
 from lingvo import compat as tf
@@ -8,6 +8,7 @@ from lingvo.core import test_utils
 from lingvo.core import tshape
 
 from tensorpipe import amoebanet
+from tensorpipe import conv_layers
 from tests import helpers
 
 BATCH = 8
@@ -77,14 +78,15 @@ class AmoebaNetStructureTest(test_utils.TestCase):
 
 class TinyAmoebaNetPipelineTest(test_utils.TestCase):
 
-  def testSameGradientsAndMovingAveragesAsUnpipelinedForK124(self):
+  def testSameGradientsAndMovingAveragesAsUnpipelinedForK124WithDropPath(self):
     reference, ref_moving, num_updates, _ = helpers.StepWithBatchNormUpdates(
-        helpers.Plain(TinyLayers()), _Inputs, loss_fn=_Loss)
+        helpers.Plain(TinyLayers(keep_prob=0.6, dropout=0.5)), _Inputs, loss_fn=_Loss)
     self.assertGreater(len(ref_moving), 50)
     self.assertEqual(num_updates, len(ref_moving))
     for k, mode in ((1, 'never'), (2, 'always'), (4, 'always')):
       grads, moving, num_updates, num_relevant = helpers.StepWithBatchNormUpdates(
-          helpers.Pipeline(TinyLayers(), k, 1, mode), _Inputs, loss_fn=_Loss)
+          helpers.Pipeline(TinyLayers(keep_prob=0.6, dropout=0.5), k, 1, mode), _Inputs,
+          loss_fn=_Loss)
       self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-4, 'K=%d' % k)
       self.assertEqual(num_updates, len(ref_moving))
       self.assertEqual(num_relevant, num_updates)
@@ -106,6 +108,36 @@ class TinyAmoebaNetPipelineTest(test_utils.TestCase):
     always, _, _, _ = helpers.StepWithBatchNormUpdates(
         helpers.Pipeline(Layers(), 2, 2, 'always'), _Inputs, loss_fn=loss)
     self.assertLess(helpers.MaxRelativeError(always, never), 1e-5)
+
+  def testDropPathAndDropoutMasksDoNotDependOnKOrM(self):
+    """Batch-norm-free drop-path cells and the classifier: pipelined gradients equal the plain ones.
+
+    (Batch norm normalises each micro-batch on its own, so with it only M = 1 matches the plain model.)
+    """
+
+    def Layers(keep):
+      def Conv(name, cin):
+        return conv_layers.ConvBn.Params().Set(name=name, filter_shape=(3, 3, cin, 8),
+                                               relu_first=True, batch_norm=False)
+      def Pool(name, op, cell_index):
+        return amoebanet.CellOp.Params().Set(name=name, operation=op, input_dim=8, filters=8,
+                                             drop_path_keep_prob=keep, cell_index=cell_index,
+                                             num_cells=2)
+      return [Conv('conv0', 1), Pool('pool0', 'max_pool_3x3', 0), Conv('conv1', 8),
+              Pool('pool1', 'avg_pool_3x3', 1),
+              amoebanet.Classifier.Params().Set(name='classifier', input_dim=8,
+                                                num_classes=NUM_CLASSES, dropout_keep_prob=keep)]
+
+    loss = lambda out: _Loss((out[0], out[0]))
+    reference = helpers.StepWithBatchNormUpdates(helpers.Plain(Layers(0.5)), _Inputs,
+                                                 loss_fn=loss)[0]
+    no_dropout = helpers.StepWithBatchNormUpdates(helpers.Plain(Layers(1.0)), _Inputs,
+                                                  loss_fn=loss)[0]
+    self.assertGreater(helpers.MaxRelativeError(no_dropout, reference), 0.05)  # Masks matter.
+    for k, m in ((1, 4), (2, 1), (2, 2), (2, 4), (4, 2)):
+      grads = helpers.StepWithBatchNormUpdates(helpers.Pipeline(Layers(0.5), k, m), _Inputs,
+                                               loss_fn=loss)[0]
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
 
   def testEvalHasNoAuxLogitsNorDropout(self):
     graph = tf.Graph()

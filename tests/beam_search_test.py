@@ -278,11 +278,10 @@ class PipelinedTransformerBeamSearchTest(test_utils.TestCase):
       one = task.BeamSearchDecode(theta, src, 1, 0.0)
       two = task.BeamSearchDecode(theta, src, 2, 0.6)
       # The model's own log P of the beam's hypotheses, by teacher forcing.
-      seeds = task._Seeds(src.ids)  # pylint: disable=protected-access
-      enc = task.Encode(theta, src, seeds)
+      enc = task.Encode(theta, src)
       prefix = tf.concat([tf.fill([4, 1], task.params.sos_id), two.ids[:, :-1]], axis=1)
       logits = task.DecoderLogits(theta, enc.vec, src.paddings, prefix,
-                                  tf.zeros([4, self.MAX_LENGTH]), seeds)
+                                  tf.zeros([4, self.MAX_LENGTH]))
       token_log_p = tf.reduce_sum(tf.nn.log_softmax(logits) * tf.one_hot(two.ids, vocab_size), -1)
       counted = tf.sequence_mask(two.lengths, self.MAX_LENGTH, tf.float32)
       rescored = (tf.reduce_sum(token_log_p * counted, -1)

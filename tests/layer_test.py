@@ -11,6 +11,7 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import layer as layer_lib
+from tensorpipe import randomness
 from tests import helpers
 
 BATCH = 16
@@ -202,6 +203,56 @@ class BehaviourTest(test_utils.TestCase):
     meta = params.cls.FPropMeta(params, py_utils.tshape.Shape([BATCH, DIM]))
     self.assertEqual(meta.flops, 3 * 2 * BATCH * DIM * DIM)
     self.assertEqual(meta.out_shapes[0].ToTensorShape().as_list(), [BATCH, DIM])
+
+
+class _DropoutDense(helpers.Dense):
+  """tanh(x w), then dropout (keep 0.5) whose examples are along `batch_axis` of x ([..., dim])."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('batch_axis', 0, 'The batch axis of x.')
+    return p
+
+  def FProp(self, theta, x):
+    with tf.name_scope(self.params.name):
+      h = tf.tanh(tf.einsum('...i,ij->...j', x, theta.w))
+      return randomness.Dropout(h, 0.5, randomness.Site(self), batch_axis=self.params.batch_axis)
+
+
+def _DropoutLayers(num_layers, batch_axis=0):
+  return [_DropoutDense.Params().Set(name='drop%d' % i, dim=DIM, seed=200 + i, batch_axis=batch_axis)
+          for i in range(num_layers)]
+
+
+class DropoutTest(test_utils.TestCase):
+  """Each cell runs with its micro-batch's example offset, so dropout masks do not depend on K or M."""
+
+  def testTimeMajorGradientsEqualPlain(self):
+    x = np.random.RandomState(4).uniform(-1, 1, size=[3, BATCH, DIM]).astype(np.float32)
+    inputs = lambda: (tf.constant(x),)
+    reference, _ = helpers.Gradients(helpers.Plain(_DropoutLayers(4, batch_axis=1)), inputs)
+    for k, m in ((2, 4), (4, 2)):
+      params = helpers.Pipeline(_DropoutLayers(4, batch_axis=1), k, m).Set(batch_dim=1)
+      grads, _ = helpers.Gradients(params, inputs)
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, 'K=%d M=%d' % (k, m))
+
+  def testDynamicBatchSizeGivesThePlainOutputs(self):
+    x = np.random.RandomState(5).uniform(-1, 1, size=[BATCH, DIM]).astype(np.float32)
+
+    def Forward(params, batch_dim_size):
+      with tf.Graph().as_default() as g, helpers.Cluster(2):
+        net = params.Instantiate()
+        placeholder = tf.placeholder(tf.float32, [batch_dim_size, DIM])
+        out = net.FPropDefaultTheta(placeholder)
+        with helpers.Session(g, 2) as sess:
+          sess.run(tf.global_variables_initializer())
+          return sess.run(out, {placeholder: x})
+
+    expected = Forward(helpers.Plain(_DropoutLayers(3)), BATCH)
+    out = Forward(helpers.Pipeline(_DropoutLayers(3), 2, 4), None)
+    self.assertGreater(np.mean(out == 0), 0.25)
+    self.assertAllClose(out, expected, rtol=1e-6, atol=1e-7)
 
 
 class PipeliningTest(test_utils.TestCase):

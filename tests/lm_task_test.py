@@ -13,10 +13,10 @@ from tensorpipe import placement
 from tests import helpers
 
 
-def _Params(num_partitions, pipelined=True):
+def _Params(num_partitions, num_micro_batches=1, pipelined=True):
   p = lm_task.TransformerLmParams(3, model_dim=16, ffn_dim=32, num_heads=2, head_dim=8,
                                   vocab_size=30, num_partitions=num_partitions,
-                                  num_micro_batches=2, dropout_keep_prob=0.8)
+                                  num_micro_batches=num_micro_batches, dropout_keep_prob=0.8)
   if not pipelined:
     p.stack = builder_layers.SequentialLayer.Params().Set(name='stack', sub=p.stack.layers)
   return p
@@ -45,11 +45,12 @@ def _Gradients(params, num_devices):
 
 class PipelinedTransformerLmTest(test_utils.TestCase):
 
-  def testPipelinedGradientsMatchPlain(self):
-    reference, ref_loss = _Gradients(_Params(1, pipelined=False), 2)
-    grads, loss = _Gradients(_Params(2), 2)
-    self.assertAllClose(loss, ref_loss, rtol=1e-6)
-    self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5)
+  def testPipelinedGradientsMatchPlainWithDropout(self):
+    reference, ref_loss = _Gradients(_Params(1, pipelined=False), 4)
+    for k, m in ((2, 2), (4, 4)):
+      grads, loss = _Gradients(_Params(k, m), 4)
+      self.assertAllClose(loss, ref_loss, rtol=1e-6, msg='K=%d M=%d' % (k, m))
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
 
   def testSyntheticInputShiftsLabels(self):
     with self.session(graph=tf.Graph()) as sess:

@@ -1,6 +1,6 @@
 """PipelinedTransformer: the pipelined encoder-decoder gives the plain model's gradients (with dropout on).
 
-The encoder and decoder stacks run as TensorPipeLayers with K in {1, 2, 4} cells and M = 2
+The encoder and decoder stacks run as TensorPipeLayers with K in {1, 2, 4} cells and M in {1, 2, 4}
 micro-batches (re-computation on); the reference runs the same layers in SequentialLayers. Weights are
 set to the same values by name, dropout (keep 0.8) is on, so equal gradients also show that every
 dropout mask is the same in the forward pass and in its re-computation, whatever K and M are.
@@ -28,10 +28,10 @@ from tests import helpers
 VOCAB, BATCH, SRC_LEN, TGT_LEN = 40, 4, 7, 6
 
 
-def _Params(num_partitions, pipelined=True, keep=0.8):
+def _Params(num_partitions, num_micro_batches=1, pipelined=True, keep=0.8):
   p = mt_task.TransformerParams(num_layers=3, ffn_dim=24, num_heads=2, model_dim=16, head_dim=8,
-                                vocab_size=VOCAB, num_partitions=num_partitions, num_micro_batches=2,
-                                dropout_keep_prob=keep)
+                                vocab_size=VOCAB, num_partitions=num_partitions,
+                                num_micro_batches=num_micro_batches, dropout_keep_prob=keep)
   if not pipelined:
     p.encoder = builder_layers.SequentialLayer.Params().Set(name='encoder', sub=p.encoder.layers)
     p.decoder = builder_layers.SequentialLayer.Params().Set(name='decoder', sub=p.decoder.layers)
@@ -83,15 +83,15 @@ def Gradients(params, num_devices=4):
 
 class PipelinedTransformerTest(test_utils.TestCase):
 
-  def testGradientsMatchUnpipelinedForK124WithDropout(self):
+  def testGradientsMatchUnpipelinedForSeveralKAndMWithDropout(self):
     reference, ref_loss, ref_hashes = Gradients(_Params(1, pipelined=False))
     self.assertGreater(len(reference), 30)
     # Dropout is really on: 3 masks per encoder layer, 4 per decoder layer, 2 on the embeddings.
     self.assertEqual(ref_hashes, 3 * 3 + 3 * 4 + 2)
-    for k in (1, 2, 4):
-      grads, loss, _ = Gradients(_Params(k))
-      self.assertAllClose(loss, ref_loss, rtol=1e-6)
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d' % k)
+    for k, m in ((1, 4), (2, 2), (4, 1)):
+      grads, loss, _ = Gradients(_Params(k, m))
+      self.assertAllClose(loss, ref_loss, rtol=1e-6, msg='K=%d M=%d' % (k, m))
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""Stateless dropout and drop-path: masks depend only on (step, layer, micro-batch), and really drop."""
+"""randomness: masks are a pure function of (step, site, example, position), whatever the micro-batching."""
 
 import numpy as np
 from lingvo import compat as tf
@@ -13,46 +13,76 @@ class _Layer(base_layer.BaseLayer):
   pass
 
 
-class RandomnessTest(test_utils.TestCase):
+class DropoutTest(test_utils.TestCase):
 
-  def _Masks(self, keep_prob=0.5):
-    """Drop-path masks of [64, 3, 3, 2] ones for two layers x two micro-batches, drawn twice."""
-    graph = tf.Graph()
-    with graph.as_default():
+  def testMaskIsPerExampleWhateverTheMicroBatchesAndHasTheKeepRate(self):
+    with self.session(graph=tf.Graph()) as sess:
       step = py_utils.GetOrCreateGlobalStepVar()
-      layers = [_Layer.Params().Set(name=n).Instantiate() for n in ('a', 'b')]
-      x = tf.ones([64, 3, 3, 2])
-      outs = {}
-      for draw in range(2):
-        for layer in layers:
-          for t in range(2):
-            with randomness.MicroBatch(t):
-              outs[(draw, layer.params.name, t)] = randomness.DropPath(
-                  x, keep_prob, randomness.Seed(layer))
-      with self.session(graph=graph) as sess:
-        sess.run(tf.global_variables_initializer())
-        first = sess.run(outs)
-        sess.run(tf.assign_add(step, 1))
-        second = sess.run(outs)
-    return first, second
-
-  def testSameMaskForSameLayerAndMicroBatchOnly(self):
-    first, second = self._Masks()
-    for key in [('a', 0), ('a', 1), ('b', 0), ('b', 1)]:
-      self.assertAllEqual(first[(0,) + key], first[(1,) + key])  # Re-drawn: the same mask.
-      self.assertNotAllEqual(first[(0,) + key], second[(0,) + key])  # Next step: a new mask.
-    self.assertNotAllEqual(first[(0, 'a', 0)], first[(0, 'a', 1)])
-    self.assertNotAllEqual(first[(0, 'a', 0)], first[(0, 'b', 0)])
+      x = tf.ones([8, 40, 50])
+      full = randomness.Dropout(x, 0.8, 3)
+      again = randomness.Dropout(x, 0.8, 3)
+      split = {}
+      for m in (2, 4):
+        size = 8 // m
+        parts = []
+        for t in range(m):
+          with randomness.ExampleOffset(t * size):
+            parts.append(randomness.Dropout(x[t * size:(t + 1) * size], 0.8, 3))
+        split[m] = tf.concat(parts, axis=0)
+      with randomness.ExampleOffset(4), randomness.ExampleOffset(tf.constant(2)):
+        nested = randomness.Dropout(x[6:], 0.8, 3)  # Offsets of nested contexts add up.
+      other_site = randomness.Dropout(x, 0.8, 4)
+      time_major = randomness.Dropout(tf.ones([40, 8, 50]), 0.8, 3, batch_axis=1)
+      sess.run(tf.global_variables_initializer())
+      sess.run(tf.assign(step, 7))
+      y, again, split, nested, other_site, time_major = sess.run(
+          [full, again, split, nested, other_site, time_major])
+      sess.run(tf.assign(step, 8))
+      next_step = sess.run(full)
+    self.assertAllEqual(y, again)
+    for m in (2, 4):
+      self.assertAllEqual(y, split[m], msg='M=%d' % m)
+    self.assertAllEqual(y[6:], nested)
+    self.assertAllEqual(y, np.transpose(time_major, [1, 0, 2]))
+    self.assertAllClose(np.mean(y == 0), 0.2, atol=0.01)
+    self.assertAllClose(y[y != 0], np.full([np.sum(y != 0)], 1.25))
+    for other in (other_site, next_step):
+      self.assertAllClose(np.mean((y == 0) != (other == 0)), 2 * 0.2 * 0.8, atol=0.02)
+    self.assertGreater(np.mean((y[0] == 0) != (y[1] == 0)), 0.2)  # Examples differ.
 
   def testDropPathDropsWholeExamplesAndRescales(self):
-    first, _ = self._Masks(keep_prob=0.5)
-    out = first[(0, 'a', 0)]
+    with self.session(graph=tf.Graph()) as sess:
+      x = tf.ones([64, 3, 3, 2])
+      batch_major = randomness.DropPath(x, 0.5, 11)
+      with randomness.ExampleOffset(32):
+        second_half = randomness.DropPath(x[32:], 0.5, 11)
+      time_major = randomness.DropPath(tf.transpose(x, [1, 0, 2, 3]), 0.5, 11, batch_axis=1)
+      self.assertEqual(batch_major.shape.as_list(), [64, 3, 3, 2])
+      out, second_half, time_major = sess.run([batch_major, second_half, time_major])
     per_example = out.reshape([64, -1])
     self.assertAllEqual(per_example.min(1), per_example.max(1))  # Whole examples kept or dropped.
     self.assertEqual(set(np.unique(per_example).tolist()), {0.0, 2.0})
     self.assertBetween(float((per_example[:, 0] == 0).mean()), 0.25, 0.75)
+    self.assertAllEqual(out[32:], second_half)
+    self.assertAllEqual(out, np.transpose(time_major, [1, 0, 2, 3]))
 
-  def testScheduledKeepProbGrowsWithDepthAndSteps(self):
+  def testSitesNameLayerAndUse(self):
+    with tf.Graph().as_default():
+      a, b = [_Layer.Params().Set(name=n).Instantiate() for n in ('a', 'b')]
+      sites = [randomness.Site(a), randomness.Site(b), randomness.Site(a, 'ffn'),
+               randomness.Site(a, 'attention')]
+      self.assertLen(set(sites), 4)
+      self.assertEqual(randomness.Site(a, 'ffn'), sites[2])
+
+  def testKeepOneIsIdentity(self):
+    x = tf.ones([2, 3])
+    self.assertIs(randomness.Dropout(x, 1.0, 0), x)
+    self.assertIs(randomness.DropPath(x, 1, 0), x)
+
+
+class ScheduledKeepProbTest(test_utils.TestCase):
+
+  def testGrowsWithDepthAndSteps(self):
     self.assertAllClose(randomness.ScheduledKeepProb(0.7, 9, 10, 0), 0.7)
     self.assertAllClose(randomness.ScheduledKeepProb(0.7, 4, 10, 0), 0.85)
     self.assertEqual(randomness.ScheduledKeepProb(1.0, 4, 10, 100), 1.0)
@@ -67,12 +97,35 @@ class RandomnessTest(test_utils.TestCase):
         sess.run(tf.assign(step, 500))
         self.assertAllClose(sess.run(keep), 0.7)
 
+
+class BadInputTest(test_utils.TestCase):
+
   def testBadKeepProb(self):
+    x = tf.ones([2, 3])
     with self.assertRaisesRegex(ValueError, 'Dropout: keep_prob must be in \\(0, 1\\], got 1.5'):
-      randomness.Dropout(tf.ones([2]), 1.5, [0, 0])
-    with self.assertRaisesRegex(ValueError, 'micro-batch index must be a non-negative integer'):
-      with randomness.MicroBatch(-1):
+      randomness.Dropout(x, 1.5, 0)
+    with self.assertRaisesRegex(ValueError, "CellOp 'c': keep_prob must be in \\(0, 1\\], got 0"):
+      randomness.DropPath(x, 0, 0, where="CellOp 'c'")
+    with self.assertRaisesRegex(ValueError, 'ScheduledKeepProb: keep_prob must be in \\(0, 1\\], '
+                                'got -0.5'):
+      randomness.ScheduledKeepProb(-0.5, 0, 10, 0)
+    with self.assertRaisesRegex(ValueError, 'cell_index must be in \\[0, num_cells=10\\), got 10'):
+      randomness.ScheduledKeepProb(0.5, 10, 10, 0)
+
+  def testBadOffsetSiteAndAxis(self):
+    with self.assertRaisesRegex(ValueError, 'example offset must be a non-negative integer, got -1'):
+      with randomness.ExampleOffset(-1):
         pass
+    with self.assertRaisesRegex(ValueError, 'example offset must be a scalar integer tensor'):
+      with randomness.ExampleOffset(tf.constant(1.0)):
+        pass
+    with self.assertRaisesRegex(ValueError, "site must be a Python int .*, got 'ffn'"):
+      randomness.Dropout(tf.ones([2, 3]), 0.5, 'ffn')
+    with self.assertRaisesRegex(ValueError, 'batch_axis must be an axis of a rank-2 shape, got 2'):
+      randomness.Dropout(tf.ones([2, 3]), 0.5, 0, batch_axis=2)
+    with self.assertRaisesRegex(ValueError, 'DropPath: batch_axis must be an axis of x \\(rank 2\\), '
+                                'got -1'):
+      randomness.DropPath(tf.ones([2, 3]), 0.5, 0, batch_axis=-1)
 
 
 if __name__ == '__main__':
