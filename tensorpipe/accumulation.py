@@ -17,7 +17,7 @@ from tensorflow.core.framework import attr_value_pb2
 _DO_NOT_REMOVE = {'_grappler_do_not_remove': attr_value_pb2.AttrValue(b=True)}
 
 
-def _Kept():
+def Kept():
   """Scope in which new ops carry the attribute that stops grappler removing or fusing them."""
   return tf.get_default_graph()._attr_scope(_DO_NOT_REMOVE)  # pylint: disable=protected-access
 
@@ -26,7 +26,7 @@ def _KeptIdentity(g):
   """Identity of a gradient (dense or IndexedSlices) that grappler may not remove."""
   if g is None:
     return None
-  with _Kept():
+  with Kept():
     if isinstance(g, tf.IndexedSlices):
       return tf.IndexedSlices(tf.identity(g.values), g.indices, g.dense_shape)
     return tf.identity(g, name='accumulate')
@@ -41,7 +41,7 @@ def Accumulate(own, rest):
   if isinstance(own, tf.IndexedSlices) and isinstance(rest, tf.IndexedSlices):
     return tf.IndexedSlices(tf.concat([own.values, rest.values], 0),
                             tf.concat([own.indices, rest.indices], 0), own.dense_shape)
-  with _Kept():
+  with Kept():
     return tf.add(tf.convert_to_tensor(own), tf.convert_to_tensor(rest), name='accumulate')
 
 

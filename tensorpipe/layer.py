@@ -11,6 +11,8 @@ Variables are named `<layer>/<child layer>/...` whatever K is, so a checkpoint l
 partitioning.
 """
 
+import contextlib
+
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import py_utils
@@ -18,6 +20,7 @@ from lingvo.core import py_utils
 from tensorpipe import accumulation
 from tensorpipe import batch_norm
 from tensorpipe import cost_model
+from tensorpipe import matmul_gradient
 from tensorpipe import micro_batching
 from tensorpipe import partition_report
 from tensorpipe import partitioning
@@ -77,6 +80,14 @@ class TensorPipeLayer(base_layer.BaseLayer):
     p.Define('recompute', 'always',
              "Backprop re-computation: 'always' (GPipe: keep only partition-boundary activations), "
              "'except_last' (the last micro-batch keeps its activations), or 'never'.")
+    p.Define('recompute_overlap', True,
+             'With re-computation: True lets a cell re-compute micro-batch t while the backward pass of '
+             't + 1 still runs (faster; two micro-batches of re-computed activations per cell); False '
+             'waits for it (one micro-batch per cell: lower peak memory, somewhat slower).')
+    p.Define('two_d_weight_gradients', True,
+             'Inside the cells, compute weight gradients of x [..., n] @ w [n, m] matmuls (projections '
+             'of rank-3 activations) as one 2-D matmul instead of TF\'s per-leading-index products; '
+             'same values, far less time when micro-batches are small. See matmul_gradient.')
     p.Define('devices', None,
              'Optional list of K device strings overriding cluster.WorkerDeviceInModelSplit(k).')
     return p
@@ -180,9 +191,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
     Every run (the forward pass and its re-computation) draws the random masks of those examples (see
     `randomness`) and records batch-norm statistics into `collector` (see `batch_norm`).
     """
+    two_d = self.params.two_d_weight_gradients
 
     def Fn(theta, args):
-      with randomness.ExampleOffset(offset), collector.Collecting():
+      with randomness.ExampleOffset(offset), collector.Collecting(), (
+          matmul_gradient.Scope() if two_d else contextlib.nullcontext()):
         for name in self._cell_layers[k]:
           args = self.children[name].FProp(theta[name], *_ToTuple(args))
       return args
@@ -219,7 +232,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
       cell_theta = [
           py_utils.NestedMap({name: theta[name] for name in names}) for names in self._cell_layers
       ]
-      orders = [recomputation.ReplayOrder() for _ in range(self.num_partitions)]
+      orders = [recomputation.ReplayOrder(p.recompute_overlap) for _ in range(self.num_partitions)]
       for task in sched.ForwardOrder():
         k, t = task.cell, task.micro_batch
         scope = 'cell%d_mb%d' % (k, t)

@@ -8,6 +8,8 @@ micro-batch.
 
 from lingvo import compat as tf
 
+from tensorpipe import accumulation
+
 
 def NumMicroBatches(batch_size, num_micro_batches=None, micro_batch_size=None, where='TensorPipeLayer'):
   """Returns M for a mini-batch of `batch_size` examples, checking every value it is given.
@@ -112,9 +114,34 @@ def Concat(structures, batch_dim, where='TensorPipeLayer'):
     if column[0] is None:
       joined.append(None)
     elif IsBatched(column[0], batch_dim):
-      joined.append(tf.concat(list(column), axis=batch_dim))
+      joined.append(_Join(list(column), batch_dim))
     else:
       raise ValueError('%s: %s has rank %s, so it has no batch dimension %d to concatenate '
                        'micro-batches along; return per-example values instead' %
                        (where, name, column[0].shape.rank, batch_dim))
   return tf.nest.pack_sequence_as(first, joined)
+
+
+def _Join(parts, batch_dim):
+  """tf.concat(parts, batch_dim) whose gradient gives each micro-batch its own copy of its slice.
+
+  TF's gradient slices the incoming gradient; along the first dimension those slices alias it, so the
+  whole mini-batch's gradient would stay alive until the last micro-batch's backward pass (the first
+  micro-batch's, in fill-drain order) is done. Copies let it go at once, and each slice goes when its
+  micro-batch is done.
+  """
+
+  @tf.custom_gradient
+  def Join(*xs):
+
+    def Grad(dy):
+      sizes = [tf.shape(x)[batch_dim] for x in xs]
+      pieces = tf.split(dy, sizes, axis=batch_dim)
+      if batch_dim == 0:
+        with accumulation.Kept():  # Else grappler hoists the copies above the split.
+          pieces = [tf.raw_ops.DeepCopy(x=piece) for piece in pieces]
+      return [tf.ensure_shape(piece, x.shape) for piece, x in zip(pieces, xs)]
+
+    return tf.concat(list(xs), axis=batch_dim), Grad
+
+  return Join(*parts)

@@ -20,13 +20,16 @@ from tensorpipe import accumulation
 class ReplayOrder:
   """Orders the re-computations of one cell across micro-batches (backward passes run t = M-1 .. 0).
 
-  Re-computing micro-batch t waits for its incoming gradients, for the re-computation of t + 1 and for
-  the whole backward pass of t + 2. So it overlaps the backward pass of t + 1 (a device is not idle
-  while it re-computes), yet at most two micro-batches' re-computed activations are alive per cell.
+  With `overlap` (the default), re-computing micro-batch t waits for its incoming gradients, for the
+  re-computation of t + 1 and for the whole backward pass of t + 2. So it overlaps the backward pass
+  of t + 1 (a device is not idle while it re-computes), yet at most two micro-batches' re-computed
+  activations are alive per cell. Without `overlap` it waits for the whole backward pass of t + 1:
+  one micro-batch's activations per cell, for a lower peak, and less overlap.
   `tf.gradients` builds the backward ops of t + 1 before those of t, which this relies on.
   """
 
-  def __init__(self):
+  def __init__(self, overlap=True):
+    self._overlap = overlap
     self._done = {}
 
   def Before(self, t):
@@ -35,7 +38,14 @@ class ReplayOrder:
 
   def Record(self, t, recomputed, rest):
     """Micro-batch t re-computed `recomputed`; `rest` holds the gradients of micro-batches > t."""
-    self._done[t] = list(recomputed) + [r for r in rest if r is not None]
+    if self._overlap:
+      self._done[t] = list(recomputed) + [r for r in rest if r is not None]
+
+  def RecordBackward(self, t, grads):
+    """Micro-batch t's backward pass produced `grads` (its input and accumulated weight gradients)."""
+    if not self._overlap:
+      self._done[t] = [g.values if isinstance(g, tf.IndexedSlices) else g
+                       for g in grads if g is not None]
 
 
 def _WithoutNumericChecks():
@@ -122,6 +132,8 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
         dxs, dthetas = list(grads[:num_x]), list(grads[num_x:])
         if pass_theta:
           dthetas = [accumulation.Accumulate(own, rest) for own, rest in zip(dthetas, dtheta_rest)]
+        if order:
+          order.RecordBackward(micro_batch, dxs + dthetas)
       return dxs + dthetas, [None] * len(variables or [])
 
     return ys + passed, Grad

@@ -11,6 +11,7 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import layer as layer_lib
+from tensorpipe import profiling
 from tensorpipe import randomness
 from tests import helpers
 
@@ -79,6 +80,13 @@ class GradientConsistencyTest(test_utils.TestCase):
 
   def testNestedMapInputs(self):
     self._Check(_NestedInputs, helpers.MaskedDense, _NestedLoss)
+
+  def testWithoutReplayOverlap(self):
+    reference, _ = helpers.Gradients(helpers.Plain(helpers.DenseLayers(NUM_LAYERS, DIM)), _Inputs)
+    for k, m in ((2, 4), (3, 8), (4, 16)):
+      params = helpers.Pipeline(helpers.DenseLayers(NUM_LAYERS, DIM), k, m, recompute_overlap=False)
+      grads, _ = helpers.Gradients(params, _Inputs)
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, 'K=%d M=%d' % (k, m))
 
 
 class BehaviourTest(test_utils.TestCase):
@@ -297,6 +305,25 @@ class PipeliningTest(test_utils.TestCase):
           if overlapped:
             break
         self.assertTrue(overlapped, 'cell 0 never ran micro-batch t + 1 while cell 1 ran t')
+
+  def testWithoutOverlapReComputationWaitsForTheLaterBackwardPass(self):
+    k, m = 2, 4
+    with tf.Graph().as_default() as g, helpers.Cluster(k):
+      net = helpers.Pipeline(helpers.DenseLayers(4, dim=128), k, m,
+                             recompute_overlap=False).Instantiate()
+      out = net.FPropDefaultTheta(tf.random.uniform([256, 128]))
+      grads = tf.gradients(tf.reduce_mean(out * out), tf.trainable_variables(),
+                           colocate_gradients_with_ops=True)
+      with helpers.Session(g, k) as sess:
+        sess.run(tf.global_variables_initializer())
+        for _ in range(3):
+          _, meta = profiling.TracedRun(sess, grads)
+          tasks = {(c, kind, t): (start, end)
+                   for c, kind, t, start, end in profiling.Trace(meta).Tasks()}
+          for cell in range(k):
+            for t in range(m - 1):
+              self.assertGreaterEqual(tasks[(cell, 'recompute', t)][0],
+                                      tasks[(cell, 'backward', t + 1)][1] - 1e-6, (cell, t))
 
 
 class BadInputTest(test_utils.TestCase):

@@ -44,6 +44,7 @@ os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
 
 import argparse  # pylint: disable=g-import-not-at-top
 import collections
+import contextlib
 import dataclasses
 import json
 import platform
@@ -69,6 +70,7 @@ from lingvo.core import layers_with_attention
 from lingvo.core import py_utils
 
 from tensorpipe import layer as tensorpipe_layer
+from tensorpipe import matmul_gradient
 from tensorpipe import partitioning
 from tensorpipe import placement
 from tensorpipe import profiling
@@ -142,30 +144,34 @@ def _Cells(layer_params, k):
 @dataclasses.dataclass(frozen=True)
 class Config:
   suite: str  # 'dense' or 'transformer'
-  kind: str  # 'plain', 'tensorpipe' or 'gpipe'
+  kind: str  # 'plain', 'plain_2d' (plain with matmul_gradient.Scope()), 'tensorpipe' or 'gpipe'
   k: int = 1
   m: int = 1
   recompute: str = 'always'
+  overlap: bool = True  # TensorPipeLayer.recompute_overlap
 
   @property
   def name(self):
     if self.kind == 'plain':
       return '%s/plain' % self.suite
+    if self.kind == 'plain_2d':
+      return '%s/plain, 2-D weight grads' % self.suite
     if self.kind == 'gpipe':
       return '%s/lingvo_gpipe K=%d,M=%d' % (self.suite, self.k, self.m)
-    return '%s/tensorpipe K=%d,M=%d,%s' % (self.suite, self.k, self.m, self.recompute)
+    return '%s/tensorpipe K=%d,M=%d,%s%s' % (self.suite, self.k, self.m, self.recompute,
+                                            '' if self.overlap else ',no_overlap')
 
 
 def _LayerParams(config, args):
   """The Params of the network of `config`."""
   layer_list = _DenseLayers(args) if config.suite == 'dense' else _TransformerLayers(args)
   batch_dim = 0 if config.suite == 'dense' else 1
-  if config.kind == 'plain':
+  if config.kind in ('plain', 'plain_2d'):
     return builder_layers.SequentialLayer.Params().Set(name='net', sub=layer_list)
   if config.kind == 'tensorpipe':
     return tensorpipe_layer.TensorPipeLayer.Params().Set(
         name='net', partitions=_Cells(layer_list, config.k), num_micro_batches=config.m,
-        recompute=config.recompute, batch_dim=batch_dim)
+        recompute=config.recompute, recompute_overlap=config.overlap, batch_dim=batch_dim)
   if config.kind == 'gpipe':
     if config.k < 2:
       raise ValueError("Lingvo's PipeliningLayer only pipelines with K > 1 cells")
@@ -204,7 +210,8 @@ class Step:
           paddings = tf.Variable(pad, trainable=False, name='paddings')
           inputs = (v.read_value(), paddings.read_value())
       self.net = _LayerParams(config, args).Instantiate()
-      out = self.net.FPropDefaultTheta(*inputs)
+      with (matmul_gradient.Scope() if config.kind == 'plain_2d' else contextlib.nullcontext()):
+        out = self.net.FPropDefaultTheta(*inputs)
       if isinstance(out, (tuple, list)):
         out = out[0]
       with tf.device(out.device):
@@ -256,7 +263,7 @@ class Step:
 
   def Median(self, min_clean):
     """(median step time, whether it is over clean steps only)."""
-    if len(self.clean_times) >= min_clean:
+    if self.clean_times and len(self.clean_times) >= min_clean:
       return statistics.median(self.clean_times), True
     return statistics.median(self.times), False
 
@@ -290,6 +297,7 @@ def TimingConfigs(args):
         Config('dense', 'tensorpipe', 2, 1, 'always'),
         Config('dense', 'tensorpipe', 2, 8, 'always'),
         Config('dense', 'gpipe', 2, 8),
+        Config('dense', 'tensorpipe', 2, 8, 'always', overlap=False),
     ]
     if args.devices >= 4:
       configs += [Config('dense', 'tensorpipe', 4, 8, 'always'), Config('dense', 'gpipe', 4, 8)]
@@ -298,6 +306,7 @@ def TimingConfigs(args):
   if 'transformer' in args.suites:
     configs += [
         Config('transformer', 'plain'),
+        Config('transformer', 'plain_2d'),
         Config('transformer', 'tensorpipe', 2, 8, 'always'),
         Config('transformer', 'gpipe', 2, 8),
     ]
@@ -311,6 +320,7 @@ def MemoryConfigs():
       Config('dense', 'tensorpipe', 2, 8, 'always'),
       Config('dense', 'tensorpipe', 2, 8, 'never'),
       Config('dense', 'gpipe', 2, 8),
+      Config('dense', 'tensorpipe', 2, 8, 'always', overlap=False),
   ]
 
 
@@ -325,6 +335,14 @@ def SpeedTargets():
       ('TensorPipe >= 1.2x Lingvo GPipe, K=4,M=8', tp(4, 8), Config('dense', 'gpipe', 4, 8), 1.2),
       ('transformer TensorPipe K=2,M=8 >= 0.7x plain',
        Config('transformer', 'tensorpipe', 2, 8, 'always'), Config('transformer', 'plain'), 0.7),
+      # Not targets (need None): the no-overlap replay order, and the plain model with the 2-D
+      # weight gradients TensorPipe's cells use.
+      ('  no_overlap K=2,M=8 / K=2,M=1', Config('dense', 'tensorpipe', 2, 8, overlap=False), tp(2, 1),
+       None),
+      ('  no_overlap K=2,M=8 / Lingvo GPipe K=2,M=8', Config('dense', 'tensorpipe', 2, 8, overlap=False),
+       Config('dense', 'gpipe', 2, 8), None),
+      ('  transformer TensorPipe K=2,M=8 / plain 2-D grads',
+       Config('transformer', 'tensorpipe', 2, 8, 'always'), Config('transformer', 'plain_2d'), None),
   ]
 
 
@@ -416,7 +434,7 @@ def Main(args):
     step.Warmup(args.warmup)
     step.steps_per_round = (args.steps_per_round if config.suite == 'dense' else
                             args.tr_steps_per_round)
-    print('  built %-40s %6d ops  build %5.1f s  warm-up %5.1f s  loss %.4g' %
+    print('  built %-44s %6d ops  build %5.1f s  warm-up %5.1f s  loss %.4g' %
           (config.name, step.num_ops, step.build_s, step.warmup_s, step.loss_value), flush=True)
     steps.append(step)
 
@@ -445,12 +463,12 @@ def Main(args):
         '(from /proc/stat minus this process\'s own CPU time); medians are over quiet steps when a '
         'config has >= %d of them, else over all steps (marked *).' %
         (args.max_foreign_cpu, args.min_clean))
-  print('%-40s %9s %7s %9s %9s %9s' % ('config', 'median s', 'quiet', 'all: med', 'min s',
+  print('%-44s %9s %7s %9s %9s %9s' % ('config', 'median s', 'quiet', 'all: med', 'min s',
                                           'vs plain'))
   for s in steps:
     name = s.config.name
     plain = median.get('%s/plain' % s.config.suite)
-    print('%-40s %8.3f%1s %3d/%-3d %9.3f %9.3f %9s' %
+    print('%-44s %8.3f%1s %3d/%-3d %9.3f %9.3f %9s' %
           (name, median[name], '' if clean[name] else '*', len(s.clean_times), len(s.times),
            statistics.median(s.times), min(s.times),
            '%.2fx' % (plain / median[name]) if plain else '-'))
@@ -461,7 +479,7 @@ def Main(args):
     for s in steps:
       wall, busy, op_types = s.Trace()
       mm = {k: v for k, v in op_types.items() if 'MatMul' in k}
-      print('  %-40s wall %.3f s  busy %s  matmul ops %s' %
+      print('  %-44s wall %.3f s  busy %s  matmul ops %s' %
             (s.config.name, wall, ' '.join('%s=%.3f' % kv for kv in sorted(busy.items())),
              dict(sorted(mm.items()))))
 
@@ -471,13 +489,16 @@ def Main(args):
   print()
   if args.quick:
     print('--quick: smaller models and few steps; the verdicts below are a smoke test only.')
-  print('%-48s %9s %9s %s' % ('target', 'measured', 'needed', ''))
+  print('%-56s %9s %9s %s' % ('target', 'measured', 'needed', ''))
   for desc, num, den, need in SpeedTargets():
     if num.name not in median or den.name not in median:
       continue
     ratio = median[den.name] / median[num.name]
     noisy = '' if clean[num.name] and clean[den.name] else '  (* medians over all steps: noisy)'
-    print('%-48s %8.2fx %8.2fx %s%s' % (desc, ratio, need, Verdict(ratio >= need), noisy))
+    if need is None:
+      print('%-56s %8.2fx   (not a target)%s' % (desc, ratio, noisy))
+    else:
+      print('%-56s %8.2fx %8.2fx %s%s' % (desc, ratio, need, Verdict(ratio >= need), noisy))
 
   if not args.skip_memory:
     mem = MeasureMemory(args)
@@ -488,20 +509,22 @@ def Main(args):
     print('Peak memory of one training step (dense stack, one process per config, %d steps each): the '
           'CPU allocator peak (all logical devices), max and median over the steps, and the max '
           'minus what was allocated before the step (variables, inputs).' % args.memory_steps)
-    print('%-40s %9s %9s %12s' % ('config', 'peak MiB', 'median', 'above resid.'))
+    print('%-44s %9s %9s %12s' % ('config', 'peak MiB', 'median', 'above resid.'))
     for name, r in mem.items():
-      print('%-40s %9.1f %9.1f %12.1f' % (name, r['peak'] / MIB, statistics.median(r['peaks']) / MIB,
+      print('%-44s %9.1f %9.1f %12.1f' % (name, r['peak'] / MIB, statistics.median(r['peaks']) / MIB,
                                           (r['peak'] - r['base']) / MIB))
     print()
-    if tp_always and lingvo:
-      ratio = tp_always['peak'] / lingvo['peak']
-      print('%-48s %8.2fx %8.2fx %s' % ('peak TensorPipe K=2,M=8 <= 0.5x Lingvo GPipe', ratio, 0.5,
-                                        Verdict(ratio <= 0.5)))
-      print('%-48s %8.2fx   (not a target)' % (
-          '  same, above resident memory only', (tp_always['peak'] - tp_always['base']) /
-          (lingvo['peak'] - lingvo['base'])))
+    tp_strict = mem.get(MemoryConfigs()[3].name)
+    for label, tp in (('', tp_always), (', no_overlap', tp_strict)):
+      if tp and lingvo:
+        ratio = tp['peak'] / lingvo['peak']
+        print('%-56s %8.2fx %8.2fx %s' % ('peak TensorPipe K=2,M=8%s <= 0.5x Lingvo GPipe' % label,
+                                          ratio, 0.5, Verdict(ratio <= 0.5)))
+        print('%-56s %8.2fx   (not a target)' % (
+            '  same, above resident memory only', (tp['peak'] - tp['base']) /
+            (lingvo['peak'] - lingvo['base'])))
     if tp_always and tp_never:
-      print('%-48s %8.2fx   (not a target)' % ("peak TensorPipe K=2,M=8 'always' / 'never'",
+      print('%-56s %8.2fx   (not a target)' % ("peak TensorPipe K=2,M=8 'always' / 'never'",
                                                tp_always['peak'] / tp_never['peak']))
   print()
   print('total %.0f s' % (time.perf_counter() - t_start))
