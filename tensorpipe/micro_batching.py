@@ -136,7 +136,7 @@ def _Join(parts, batch_dim):
 
     def Grad(dy):
       sizes = [tf.shape(x)[batch_dim] for x in xs]
-      pieces = tf.split(dy, sizes, axis=batch_dim)
+      pieces = tf.split(tf.convert_to_tensor(dy), sizes, axis=batch_dim)
       if batch_dim == 0:
         with accumulation.Kept():  # Else grappler hoists the copies above the split.
           pieces = [tf.raw_ops.DeepCopy(x=piece) for piece in pieces]
