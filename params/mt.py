@@ -3,6 +3,8 @@
   mt.Num2WordsTinyT        T(3, 256, 4), model 64, on the built-in num2words corpus (43 languages ->
                            English, temperature T = 5); K = 2 cells, M = 4 micro-batches; trains on
                            a CPU in minutes.
+  mt.Num2WordsDeepT        T(6, 256, 4) and T(3, 704, 4): the same but deep or wide at about the
+  mt.Num2WordsWideT        same parameter count (tools/deep_vs_wide.py compares them).
 
 Train:  python -m tensorpipe.train --model=mt.Num2WordsTinyT --cpu_devices=2 --mode=sync \
           --run_locally=cpu --logdir=/tmp/n2w
@@ -152,6 +154,30 @@ class Num2WordsTinyT(Num2WordsBase):
     p.train.summary_interval_steps = 100
     p.label_smoothing = 0.1
     return p
+
+
+@model_registry.RegisterSingleTaskModel
+class Num2WordsDeepT(Num2WordsTinyT):
+  """Deep side of the deep-vs-wide comparison: T(6, 256, 4), model 64, K = 2, M = 4.
+
+  Twice Num2WordsTinyT's depth; Num2WordsWideT has about the same parameter count with half the
+  layers and a wider feed-forward (the paper's T(24, 8192, 16) vs T(12, 16384, 32) at 1.3B).
+  tools/deep_vs_wide.py trains and decodes both.
+  """
+
+  NUM_LAYERS = 6
+  FFN_DIM = 256
+
+
+@model_registry.RegisterSingleTaskModel
+class Num2WordsWideT(Num2WordsTinyT):
+  """Wide side of the deep-vs-wide comparison: T(3, 704, 4), model 64, K = 2, M = 4.
+
+  FFN_DIM 704 makes its parameter count match Num2WordsDeepT's to within 0.2%.
+  """
+
+  NUM_LAYERS = 3
+  FFN_DIM = 704
 
 
 class MultilingualT(TransformerParamsBase):
