@@ -10,8 +10,10 @@ scopes TensorPipeLayer gives its ops (`cell<k>_mb<t>`):
   transfer    sends and receives between devices;
   update      variable updates (Assign*/Apply* ops);
   other       everything else (input pipeline, loss, ...).
-From those: per-device busy time, per-cell times per micro-batch (to feed `simulator`), and a
-timeline to draw.
+From those: per-device busy time, per-cell and per-layer times (to feed `simulator`), and a timeline
+to draw. A task's time is the union of its ops' spans (its span); its work is the sum of its ops'
+durations (core-seconds: each op runs on one thread with intra_op_parallelism_threads=1), and work /
+span is how many of its ops run at once, which the simulator's shared-core model needs.
 
 Memory: with a full trace every op's allocations and deallocations are recorded with their times.
 `PeakMemory` replays them per device (an allocation counts on the device of the op that made it,
@@ -139,6 +141,13 @@ class Trace:
         out[device][category] = seconds
     return dict(out)
 
+  def WorkByCategory(self):
+    """{device: {category: summed op seconds}}; concurrent ops all count (core-seconds)."""
+    out = collections.defaultdict(collections.Counter)
+    for op in self.ops:
+      out[op.device][op.category] += op.end - op.start
+    return {d: dict(c) for d, c in out.items()}
+
   def PeakMemory(self, devices=None):
     """Bytes: the peak of memory allocated during the step and not yet freed, on `devices`.
 
@@ -174,7 +183,7 @@ class Trace:
     return sorted((k + v for k, v in spans.items()), key=lambda r: r[3])
 
   def CellTimes(self):
-    """Per cell, simulator.CellCost: mean busy seconds per micro-batch of F, B and R."""
+    """Per cell, simulator.CellCost: mean span per micro-batch of F, B and R, and parallelism."""
     per = collections.defaultdict(lambda: collections.defaultdict(list))
     for op in self.ops:
       if op.cell is not None:
@@ -184,33 +193,51 @@ class Trace:
     num_cells = 1 + max(cell for cell, _ in per)
     out = []
     for k in range(num_cells):
-      means = {}
-      for category in (simulator.FORWARD, simulator.BACKWARD, simulator.RECOMPUTE):
-        by_mb = per.get((k, category), {})
-        means[category] = (sum(_Union(s) for s in by_mb.values()) / len(by_mb)) if by_mb else 0.0
-      out.append(simulator.CellCost(means[simulator.FORWARD], means[simulator.BACKWARD],
-                                    means[simulator.RECOMPUTE]))
+      by_kind = {}
+      for kind in simulator.KINDS:
+        by_mb = per.get((k, kind), {})
+        by_kind[kind] = ([_Union(s) for s in by_mb.values()],
+                         sum(end - start for s in by_mb.values() for start, end in s))
+      out.append(_CellCost(by_kind, per_micro_batch=True))
     return out
 
   def LayerTimes(self, layer_names):
-    """Per layer, simulator.CellCost: busy seconds of its F, B and R ops summed over the step.
+    """Per layer, simulator.CellCost: span of its F, B, R ops summed over the step, and parallelism.
 
     Summed over micro-batches, so a layer's costs are those of the whole mini-batch; concurrent
-    ops of one layer count once. Ops outside any layer's name scope are not counted.
+    ops of one layer count once in its span, and each in its work. Ops outside any layer's name
+    scope are not counted.
     """
     spans = collections.defaultdict(list)
     for op in self.ops:
       if op.layer is not None and op.op_type not in _BOOKKEEPING:
         spans[(op.layer, op.category, op.micro_batch)].append((op.start, op.end))
+    by_layer = collections.defaultdict(list)
+    for (layer, category, _), s in spans.items():
+      by_layer[layer].append((category, s))
     out = []
     for name in layer_names:
-      total = collections.Counter()
-      for (layer, category, _), s in spans.items():
-        if layer == name:
-          total[category] += _Union(s)
-      out.append(simulator.CellCost(total[simulator.FORWARD], total[simulator.BACKWARD],
-                                    total[simulator.RECOMPUTE]))
+      by_kind = {}
+      for kind in simulator.KINDS:
+        mine = [s for category, s in by_layer.get(name, []) if category == kind]
+        by_kind[kind] = ([_Union(s) for s in mine],
+                         sum(end - start for s in mine for start, end in s))
+      out.append(_CellCost(by_kind, per_micro_batch=False))
     return out
+
+
+def _CellCost(by_kind, per_micro_batch):
+  """simulator.CellCost from {kind: (span of each micro-batch's task, summed op seconds)}.
+
+  Times: the spans summed, or their mean with `per_micro_batch`; parallelism: work / span (1 without
+  ops).
+  """
+  fields = {}
+  for kind, (spans, work) in by_kind.items():
+    span = float(sum(spans))
+    fields[kind] = span / len(spans) if per_micro_batch and spans else span
+    fields[kind + '_parallelism'] = max(1.0, work / span) if span > 0 else 1.0
+  return simulator.CellCost(**fields)
 
 
 def _Layer(name):

@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import re
 
 from lingvo import compat as tf
 from lingvo.core import test_utils
@@ -39,6 +40,29 @@ class PipelineTablesTest(test_utils.TestCase):
     self.assertEqual(len(sizes), 2)
     bigger = tables.AmoebaProfiles(3, piped + 8, shapes)
     self.assertGreater(tables.PeakOfBestSplit(bigger, 2, 4, 'always')[0], budget)
+
+  def testThroughputTableNormalisesAndGivesBothErrors(self):
+    ks, ms = (1, 2, 4), (1, 4)
+    measured = {(k, m): 0.1 * (1 + k + m) for k in ks for m in ms}
+    independent = {key: 1.5 * value for key, value in measured.items()}
+    shared = dict(measured)
+    shared[(4, 4)] = 1.9 * measured[(4, 4)]
+    lines = tables.ThroughputTable(ks, ms, measured, independent, shared, cores=2).splitlines()
+    self.assertIn('K=2, M=1', lines[0])
+    self.assertEqual(lines[1].split(), ['M', 'K=1', 'K=2', 'K=4'])
+    cells = [re.findall(r'([\d.]+) / ([\d.]+) / ([\d.]+) \((\d+)/(\d+)/(\d+)\)', line)
+             for line in lines[2:4]]
+    self.assertEqual(cells[0][1], ('1.00', '1.00', '1.00', '400', '600', '400'))  # K=2, M=1.
+    self.assertEqual(cells[1][2], ('0.44', '0.44', '0.23', '900', '1350', '1710'))  # K=4, M=4.
+    self.assertIn('independent devices mean 50% (max 50%), shared cores mean 15% (max 90%)',
+                  lines[4])
+    self.assertIn('with K <= 2 only (4 configurations): independent devices mean 50%, shared '
+                  'cores mean 0%', lines[5])
+    scaled = tables.ThroughputTable(ks, ms, measured, independent, shared, 2,
+                                    tracing={1: 0.7, 4: 0.9}).splitlines()[-1]
+    # Scaled, independent is 5% off at M=1 and 35% at M=4; shared 30% at M=1, 10% and 71% at M=4.
+    self.assertIn('M=1: 0.70, M=4: 0.90), K > 1 only (4 configurations): independent devices mean '
+                  '20%, shared cores mean 35%', scaled)
 
   def testDeepPredictionsPrintATable(self):
     block = simulator.CellCost(1.0, 2.0, 1.0)

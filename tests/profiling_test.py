@@ -43,6 +43,16 @@ def _TracedStep(recompute, num_micro_batches=2):
   return _TracedSteps(recompute, num_micro_batches)[0][0]
 
 
+def _Metadata(ops):
+  """A RunMetadata with the given ops: [(name, op type, start micros, end micros)] on CPU:0."""
+  meta = tf.compat.v1.RunMetadata()
+  dev = meta.step_stats.dev_stats.add(device='/job:localhost/replica:0/task:0/device:CPU:0')
+  for name, op_type, start, end in ops:
+    dev.node_stats.add(node_name=name, all_start_micros=start, all_end_rel_micros=end - start,
+                       timeline_label='%s = %s(x)' % (name, op_type))
+  return meta
+
+
 class TraceTest(test_utils.TestCase):
 
   def testOpsAreLabelledAndPlaced(self):
@@ -121,6 +131,35 @@ class TraceTest(test_utils.TestCase):
     self.assertEqual(profiling.Classify('pipe_1/split', 'Split', 'pipe'), ('setup', None, None))
     self.assertEqual(profiling.Classify('pipe/layer0/w/AssignSub', 'AssignSubVariableOp'),
                      ('update', None, None))
+
+  def testTimesCarryWorkAndParallelism(self):
+    # fc0's forward on micro-batch 0 runs two ops at once; the weight read is bookkeeping.
+    trace = profiling.Trace(_Metadata([
+        ('net/cell0_mb0/fc0/MatMul', 'MatMul', 1000, 1010),
+        ('net/cell0_mb0/fc0/MatMul_1', 'MatMul', 1000, 1010),
+        ('net/cell0_mb1/fc0/MatMul', 'MatMul', 1020, 1030),
+        ('net/cell0_mb0/fc1/ReadVariableOp', 'ReadVariableOp', 990, 991),
+        ('net/cell0_mb0/fc1/Relu', 'Relu', 1010, 1014),
+        ('gradients/net/cell0_mb0/fc0/MatMul_grad/MatMul', 'MatMul', 1040, 1046),
+        ('loss/Mean', 'Mean', 1035, 1037)]), pipeline_scope='net')
+    us = 1e-6
+    fc0, fc1 = trace.LayerTimes(['fc0', 'fc1'])
+    self.assertAlmostEqual(fc0.forward, 20 * us, places=12)
+    self.assertAlmostEqual(fc0.forward_parallelism, 30 / 20)
+    self.assertAlmostEqual(fc0.Work('forward'), 30 * us, places=12)
+    self.assertAlmostEqual(fc0.backward, 6 * us, places=12)
+    self.assertEqual(fc0.backward_parallelism, 1.0)
+    self.assertEqual((fc0.recompute, fc0.recompute_parallelism), (0.0, 1.0))
+    self.assertAlmostEqual(fc1.forward, 4 * us, places=12)
+    self.assertEqual(fc1.forward_parallelism, 1.0)
+    cell, = trace.CellTimes()
+    # Per micro-batch: spans 10 + 1 + 4 and 10; work 25 and 10.
+    self.assertAlmostEqual(cell.forward, (15 + 10) / 2 * us, places=12)
+    self.assertAlmostEqual(cell.forward_parallelism, 35 / 25)
+    work = trace.WorkByCategory()['CPU:0']
+    self.assertAlmostEqual(work['forward'], 35 * us, places=12)
+    self.assertAlmostEqual(work['backward'], 6 * us, places=12)
+    self.assertAlmostEqual(work['other'], 2 * us, places=12)
 
   def testUntracedMetadataIsRejected(self):
     with self.assertRaisesRegex(ValueError, 'FULL_TRACE'):

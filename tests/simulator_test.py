@@ -1,5 +1,7 @@
 """Simulator: fill-drain timing from per-cell task times (plain data, no TensorFlow run)."""
 
+import random
+import re
 import unittest
 
 from tensorpipe import schedule
@@ -67,6 +69,110 @@ class SimulateTest(unittest.TestCase):
       simulator.Simulate(_Equal(2), 0)
     with self.assertRaisesRegex(ValueError, 'no cells'):
       simulator.Simulate([], 2)
+
+
+def _Random(rng, num_cells, recompute=True, parallel=False):
+  """Unequal cells; with `parallel`, tasks that can keep 1 to 3 cores busy."""
+  def P():
+    return rng.uniform(1.0, 3.0) if parallel else 1.0
+  return [simulator.CellCost(rng.uniform(0.1, 3.0), rng.uniform(0.1, 3.0),
+                             rng.uniform(0.1, 3.0) if recompute else 0.0, P(), P(), P())
+          for _ in range(num_cells)]
+
+
+class SharedCoresTest(unittest.TestCase):
+
+  def testWithACorePerDeviceAndSerialDevicesItIsTheIndependentModel(self):
+    # Without re-computation, or without recompute_overlap, the graph itself keeps each device on
+    # one task at a time, so with a core per device nothing is shared.
+    rng = random.Random(0)
+    for k, m, transfer in ((1, 1, 0.0), (1, 5, 0.0), (2, 4, 0.3), (3, 7, 0.0), (5, 3, 0.1)):
+      for recompute in (False, True):
+        costs = _Random(rng, k, recompute)
+        independent = simulator.Simulate(costs, m, transfer)
+        for cores in (k, k + 1.5, 100):
+          shared = simulator.Simulate(costs, m, transfer, cores=cores, recompute_overlap=False)
+          self.assertAlmostEqual(shared.step_time, independent.step_time, places=9)
+          for a, b in zip(shared.busy, independent.busy):
+            self.assertAlmostEqual(a, b, places=9)
+
+  def testOneCoreRunsTheTotalWork(self):
+    rng = random.Random(1)
+    for k, m in ((1, 1), (1, 4), (2, 4), (4, 8)):
+      costs = _Random(rng, k, parallel=True)
+      work = m * sum(c.Work(kind) for c in costs for kind in simulator.KINDS)
+      self.assertAlmostEqual(simulator.Simulate(costs, m, cores=1).step_time, work, places=9)
+      self.assertGreater(work, simulator.Simulate(costs, m).step_time)
+
+  def testOneDeviceRunsTwoMicroBatchesAtOnceOnTwoCores(self):
+    # Re-computing t waits for the re-computation of t + 1 and for the backward pass of t + 2, so
+    # R(t) runs beside B(t + 1): one task-time per micro-batch instead of two, plus the first R.
+    m = 8
+    costs = [simulator.CellCost(forward=0.0, backward=1.0, recompute=1.0)]
+    self.assertAlmostEqual(simulator.Simulate(costs, m).step_time, 2 * m)
+    self.assertAlmostEqual(simulator.Simulate(costs, m, cores=1).step_time, 2 * m)
+    two = simulator.Simulate(costs, m, cores=2)
+    self.assertAlmostEqual(two.step_time, m + 1)
+    spans = {(i.kind, i.micro_batch): (i.start, i.end) for i in two.timeline}
+    for t in range(m - 1):
+      self.assertEqual(spans[(simulator.RECOMPUTE, t)], spans[(simulator.BACKWARD, t + 1)])
+    # Without overlap, R(t) waits for B(t + 1): serial again.
+    serial = simulator.Simulate(costs, m, cores=2, recompute_overlap=False)
+    self.assertAlmostEqual(serial.step_time, 2 * m)
+
+  def testForwardPassesOfOneDeviceStayInOrder(self):
+    # F(k, t + 1) reads the weights F(k, t) passes on, so two cores do not speed up K = 1 forwards.
+    costs = [simulator.CellCost(forward=1.0, backward=0.0)]
+    self.assertAlmostEqual(simulator.Simulate(costs, 6, cores=2).step_time, 6.0)
+    result = simulator.Simulate(_Random(random.Random(2), 3), 5, cores=8)
+    spans = {(i.kind, i.cell, i.micro_batch): (i.start, i.end) for i in result.timeline}
+    for k in range(3):
+      for t in range(4):
+        self.assertGreaterEqual(spans[(simulator.FORWARD, k, t + 1)][0],
+                                spans[(simulator.FORWARD, k, t)][1] - 1e-12)
+
+  def testATaskUsesTheCoresItsParallelismAllows(self):
+    cell = simulator.CellCost(forward=2.0, backward=3.0, forward_parallelism=2.0,
+                              backward_parallelism=1.5)
+    # Alone a task takes its span if the cores allow, else its work over the cores.
+    self.assertAlmostEqual(simulator.Simulate([cell], 1, cores=2).step_time, 2.0 + 3.0)
+    self.assertAlmostEqual(simulator.Simulate([cell], 1, cores=1).step_time, 4.0 + 4.5)
+    self.assertAlmostEqual(simulator.Simulate([cell], 1, cores=1.5).step_time, 4.0 / 1.5 + 3.0)
+
+  def testMoreCoresNeverMakeTheStepSlower(self):
+    rng = random.Random(3)
+    for _ in range(40):
+      k, m = rng.randint(1, 5), rng.randint(1, 6)
+      costs = _Random(rng, k, recompute=rng.random() < 0.7, parallel=True)
+      transfer = rng.choice([0.0, 0.2])
+      steps = [simulator.Simulate(costs, m, transfer, cores=c).step_time
+               for c in (0.5, 1, 1.5, 2, 3, 4, 8, 64)]
+      for fewer, more in zip(steps, steps[1:]):
+        self.assertLessEqual(more, fewer * (1 + 1e-9))
+      # Unlimited cores: never slower than devices that run one task at a time.
+      self.assertLessEqual(steps[-1], simulator.Simulate(costs, m, transfer).step_time + 1e-9)
+
+  def testSplitCostsCarriesWorkAndParallelism(self):
+    layers = [simulator.CellCost(4.0, 8.0, 0.0, 2.0, 1.5),
+              simulator.CellCost(2.0, 4.0, 0.0, 1.0, 1.0)]
+    cell, = simulator.SplitCosts(layers, [2], 2)
+    self.assertAlmostEqual(cell.forward, 3.0)
+    self.assertAlmostEqual(cell.Work(simulator.FORWARD), (8.0 + 2.0) / 2)
+    self.assertAlmostEqual(cell.forward_parallelism, 10.0 / 6.0)
+    self.assertAlmostEqual(cell.backward_parallelism, 16.0 / 12.0)
+    self.assertEqual(cell.recompute, 0.0)
+    self.assertEqual(cell.recompute_parallelism, 1.0)
+
+  def testBadCoresAndParallelismAreNamed(self):
+    for cores in (0, -2, 'two', float('nan'), True):
+      with self.assertRaisesRegex(ValueError, 'cores must be a positive number.*got %s' %
+                                  re.escape(repr(cores))):
+        simulator.Simulate(_Equal(2), 2, cores=cores)
+    for value in (0.5, -1.0, None, float('inf')):
+      with self.assertRaisesRegex(ValueError, 'cell 1 has recompute_parallelism %s; it must be a '
+                                  'number >= 1' % re.escape(repr(value))):
+        simulator.Simulate([simulator.CellCost(1, 1), simulator.CellCost(1, 1, 1, 1, 1, value)], 2,
+                           cores=2)
 
 
 if __name__ == '__main__':

@@ -14,10 +14,14 @@ Sections (all by default; pick with --sections):
               against the process-wide allocator peak of real steps of small models.
 
 How the simulator is fed: one traced step of each model with K = 1 and M micro-batches gives every
-layer's forward, re-computation and backward time at that micro-batch size (profiling.LayerTimes);
-simulator.SplitCosts cuts them into the same cells as the measured run and simulator.Simulate plays
-the fill-drain schedule. Logical CPU devices share this machine's cores, so measurements with more
-devices than cores fall behind the simulator's independent devices: compare where K <= cores.
+layer's forward, re-computation and backward span and work at that micro-batch size
+(profiling.LayerTimes); simulator.SplitCosts cuts them into the same cells as the measured run and
+simulator.Simulate plays the fill-drain schedule twice: with independent devices (one task at a
+time each, as separate accelerators) and with the shared-core model (the logical CPU devices' tasks
+run as the graph allows and share the C threads that run ops: min(os.cpu_count(), the sessions'
+inter_op_parallelism_threads)). Under each table: both models' step time errors; the same with the
+predictions scaled by the K=1 timed / traced step ratio (tracing slows ops down; K = 1 then only sets
+the scale, so those errors are over K > 1); and per traced step its time, work and spans.
 
 Usage:
   .venv/bin/python tools/pipeline_tables.py                      # everything (15-25 minutes)
@@ -57,6 +61,9 @@ from tensorpipe import simulator
 from tools import benchmark_partitioning as bp
 
 GIB = 2.0**30
+# The throughput sessions: ops run on at most this many threads at once, each op on one thread.
+_INTER_OP_THREADS = 2
+_INTRA_OP_THREADS = 1
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -107,57 +114,135 @@ def _CountSizes(layers, k):
 # Throughput (Table 2) with simulator validation.
 
 
+def Cores():
+  """C of the shared-core model: how many ops the throughput sessions run at once here."""
+  return min(os.cpu_count() or 1, _INTER_OP_THREADS)
+
+
+def _Step(name, layers, sizes, inputs_fn, m, batch_dim, k, warmup):
+  return bp.Step(name, layers, sizes, inputs_fn, m, batch_dim, devices=k, warmup=warmup,
+                 intra_op_threads=_INTRA_OP_THREADS, inter_op_threads=_INTER_OP_THREADS)
+
+
+def TracedCosts(layers, inputs_fn, batch_dim, m, warmup=2, traces=2):
+  """(per layer simulator.CellCost for the whole mini-batch, the profiling.Trace) of a K=1 step.
+
+  Of `traces` traced steps the fastest is used: the least disturbed (a process's first trace also
+  starts the profiler).
+  """
+  step = _Step('K=1 M=%d' % m, layers, [len(layers)], inputs_fn, m, batch_dim, 1, warmup)
+  trace = min((step.Trace() for _ in range(traces)), key=lambda t: t.step_time)
+  step.Close()
+  return trace.LayerTimes([p.name for p in layers]), trace
+
+
 def LayerCosts(layers, inputs_fn, batch_dim, m, warmup=2):
   """Per layer simulator.CellCost (whole mini-batch) from a traced K=1 step with M micro-batches."""
-  step = bp.Step('K=1 M=%d' % m, layers, [len(layers)], inputs_fn, m, batch_dim, devices=1,
-                 warmup=warmup)
-  trace = step.Trace()
-  step.Close()
-  return trace.LayerTimes([p.name for p in layers])
+  return TracedCosts(layers, inputs_fn, batch_dim, m, warmup)[0]
 
 
 def Throughput(args):
   ks, ms = ((1, 2), (1, 4)) if args.quick else ((1, 2, 4), (1, 4, 8))
   models = CpuModels(args.quick)
+  cores = Cores()
   for name in ('AmoebaNet-D (6, 32)', 'Transformer-8 (128, 512)'):
     layers, inputs_fn, batch_dim, batch = models[name]
     steps = {}
     for k in ks:
       for m in ms:
-        steps[(k, m)] = bp.Step('K=%d M=%d' % (k, m), layers, _CountSizes(layers, k), inputs_fn, m,
-                                batch_dim, devices=k, warmup=args.warmup)
+        steps[(k, m)] = _Step('K=%d M=%d' % (k, m), layers, _CountSizes(layers, k), inputs_fn, m,
+                              batch_dim, k, args.warmup)
     order = list(steps.values())
     for r in range(args.rounds):
       for s in order[r % len(order):] + order[:r % len(order)]:
         s.Time(args.steps_per_round)
-    predicted = {}
-    for m in ms:
-      costs = LayerCosts(layers, inputs_fn, batch_dim, m)
-      for k in ks:
-        predicted[(k, m)] = simulator.Simulate(
-            simulator.SplitCosts(costs, _CountSizes(layers, k), m), m).step_time
-    base_k = 2 if 2 in ks else ks[0]
-    base = steps[(base_k, 1)].Median()
-    pbase = predicted[(base_k, 1)]
-    print('\n%s, batch %d: throughput normalised to K=%d, M=1 (measured / simulated); step ms' %
-          (name, batch, base_k))
-    print('%4s ' % 'M' + ''.join('%22s' % ('K=%d' % k) for k in ks))
-    for m in ms:
-      row = ''
-      for k in ks:
-        meas = base / steps[(k, m)].Median()
-        sim = pbase / predicted[(k, m)]
-        row += '%10.2f / %4.2f (%3.0f)' % (meas, sim, 1e3 * steps[(k, m)].Median())
-      print('%4d ' % m + row)
-    errors = [abs(predicted[key] - steps[key].Median()) / steps[key].Median()
-              for key in steps if key[0] <= os.cpu_count()]
-    print('simulator vs measured step time, configurations with K <= %d cores: mean |error| %.0f%%, '
-          'max %.0f%%' % (os.cpu_count(), 100 * np.mean(errors), 100 * np.max(errors)))
+    measured = {key: s.Median() for key, s in steps.items()}
     for s in steps.values():
       s.Close()
+    traced = {m: TracedCosts(layers, inputs_fn, batch_dim, m) for m in ms}
+    independent, shared = {}, {}
+    for m in ms:
+      for k in ks:
+        cells = simulator.SplitCosts(traced[m][0], _CountSizes(layers, k), m)
+        independent[(k, m)] = simulator.Simulate(cells, m).step_time
+        shared[(k, m)] = simulator.Simulate(cells, m, cores=cores).step_time
+    print('\n%s, batch %d' % (name, batch))
+    tracing = {m: measured[(1, m)] / traced[m][1].step_time for m in ms if (1, m) in measured}
+    print(ThroughputTable(ks, ms, measured, independent, shared, cores, tracing))
+    for m in ms:
+      print(TraceNote(m, traced[m][1], traced[m][0], measured.get((1, m))))
     if name.startswith('Transformer'):
-      PredictDeep(costs_by_m={m: LayerCosts(layers, inputs_fn, batch_dim, m) for m in (1, 4)},
+      PredictDeep(costs_by_m={m: traced[m][0] if m in traced else
+                              LayerCosts(layers, inputs_fn, batch_dim, m) for m in (1, 4)},
                   name=name)
+
+
+def ThroughputTable(ks, ms, measured, independent, shared, cores, tracing=None):
+  """Text: the K x M grid of measured and simulated throughput and step times, and the mean errors.
+
+  Args:
+    ks, ms: the grid's K and M values.
+    measured, independent, shared: {(K, M): step seconds} measured, simulated with independent
+      devices, and simulated with `cores` shared cores.
+    cores: C of the shared-core model.
+    tracing: optional {M: timed / traced step time of K=1}: adds the errors of the predictions
+      scaled by it (the tracing's own cost taken out), over K > 1 only, since K = 1 set the scale.
+  """
+  base_k = 2 if 2 in ks else ks[0]
+  lines = ['throughput normalised to K=%d, M=1: measured / independent devices / shared cores '
+           '(C=%s); in brackets the step ms of each' % (base_k, cores)]
+  lines.append('%4s ' % 'M' + ''.join('%35s' % ('K=%d' % k) for k in ks))
+  for m in ms:
+    row = ''
+    for k in ks:
+      row += '  %5.2f / %4.2f / %4.2f (%3.0f/%3.0f/%3.0f)' % (
+          tuple(v[(base_k, 1)] / v[(k, m)] for v in (measured, independent, shared)) +
+          tuple(1e3 * v[(k, m)] for v in (measured, independent, shared)))
+    lines.append('%4d ' % m + row)
+
+  def Errors(model, keys):
+    errors = [abs(model[key] - measured[key]) / measured[key] for key in keys]
+    return 100 * float(np.mean(errors)), 100 * float(np.max(errors))
+
+  keys = sorted(measured)
+  lines.append('step time error over %d configurations: independent devices mean %.0f%% '
+               '(max %.0f%%), shared cores mean %.0f%% (max %.0f%%)' % (
+                   (len(keys),) + Errors(independent, keys) + Errors(shared, keys)))
+  few = [key for key in keys if key[0] <= cores]
+  if len(few) < len(keys):
+    lines.append('  with K <= %s only (%d configurations): independent devices mean %.0f%%, shared '
+                 'cores mean %.0f%%' % (cores, len(few), Errors(independent, few)[0],
+                                        Errors(shared, few)[0]))
+  if tracing:
+    scaled = [key for key in keys if key[0] > 1 and key[1] in tracing]
+
+    def Scaled(model):
+      return {key: model[key] * tracing[key[1]] for key in scaled}
+
+    lines.append('  scaled by timed/traced K=1 step (%s), K > 1 only (%d configurations): '
+                 'independent devices mean %.0f%%, shared cores mean %.0f%%' % (
+                     ', '.join('M=%d: %.2f' % (m, tracing[m]) for m in sorted(tracing)),
+                     len(scaled), Errors(Scaled(independent), scaled)[0],
+                     Errors(Scaled(shared), scaled)[0]))
+  return '\n'.join(lines)
+
+
+def TraceNote(m, trace, layer_costs, timed):
+  """One line on the traced K=1 step that fed the simulator: time, work and spans.
+
+  The traced step against the timed one shows the tracing's own cost; the layers' spans summed
+  against the tasks' (F, R, B per micro-batch, first op to last) show how much layers overlap each
+  other, which per-layer costs cannot carry; the other ops' work is outside the simulated tasks.
+  """
+  work = sum(sum(by_cat.values()) for by_cat in trace.WorkByCategory().values())
+  layer_work = sum(c.Work(kind) for c in layer_costs for kind in simulator.KINDS)
+  layer_span = sum(getattr(c, kind) for c in layer_costs for kind in simulator.KINDS)
+  task_span = sum(end - start for _, kind, _, start, end in trace.Tasks()
+                  if kind in simulator.KINDS)
+  return ('  traced K=1 M=%d step %.0f ms (timed %s): layers\' F, R, B ops %.0f core-ms, their '
+          'spans %.0f ms, the tasks\' %.0f ms; other ops %.0f core-ms' % (
+              m, 1e3 * trace.step_time, '%.0f ms' % (1e3 * timed) if timed else '-',
+              1e3 * layer_work, 1e3 * layer_span, 1e3 * task_span, 1e3 * (work - layer_work)))
 
 
 def PredictDeep(costs_by_m, name):
