@@ -7,6 +7,8 @@ import re
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
+from tensorpipe import balancing
+from tensorpipe import cost_model
 from tensorpipe import simulator
 from tests import helpers
 from tools import benchmark_partitioning as bp
@@ -76,6 +78,19 @@ class PipelineTablesTest(test_utils.TestCase):
     self.assertEqual(k2_m1, 1.0)  # Normalised to K=2, M=1.
     k128_m4 = float(lines[3].split()[-1])
     self.assertGreater(k128_m4, 1.0)
+
+  def testLargestTransformerLGrowsWithTheNumberOfDevices(self):
+    budget, bytes_per_param = 16 * 2**30, 8
+    one = tables.LargestL(1, 32, 'always', budget, bytes_per_param, hi=64)
+    eight = tables.LargestL(8, 32, 'always', budget, bytes_per_param, hi=256)
+    self.assertGreater(one, 1)
+    self.assertGreaterEqual(eight, 7 * one)
+    for num_layers, fits in ((eight, True), (eight + 1, False)):
+      mem = cost_model.MemoryCost(tables.TransformerLProfiles(num_layers), 32, 'always',
+                                  bytes_per_param)
+      self.assertEqual(max(mem.Cells(balancing.OptimalSplit(mem, 8))) <= budget, fits)
+    # Without re-computation the whole batch's activations of one layer do not fit.
+    self.assertIsNone(tables.LargestL(1, 1, 'never', budget, bytes_per_param, hi=64))
 
 
 if __name__ == '__main__':

@@ -394,7 +394,74 @@ def Memory(args):
   if 'Naive-1' in fits and last in fits and last != 'Naive-1':
     print('%s / Naive-1 parameters: %.1fx (the paper: 25x for Pipeline-8)' %
           (last, fits[last] / fits['Naive-1']))
+  TransformerLMemory(args)
   CrossCheck(args)
+
+
+_TRANSFORMER_L = {}
+
+
+def TransformerLProfiles(num_layers):
+  """cost_model.Profiles of Transformer-L with `num_layers` blocks (one block profiled, repeated)."""
+  if 'one' not in _TRANSFORMER_L:
+    # Model 2048, feed-forward 8192, 32 heads, 32k vocabulary; ids [sequence 1024, batch 32].
+    layers = bp.TransformerStack(1, 2048, 8192, 32, 32000)
+    _TRANSFORMER_L['one'] = cost_model.Profiles(layers, [[1024, 32]])
+  embedding, block, softmax = _TRANSFORMER_L['one']
+  return [embedding] + [block] * num_layers + [softmax]
+
+
+def LargestL(k, m, recompute, budget, bytes_per_param, hi=8192):
+  """The largest Transformer-L whose fullest device's estimate fits `budget`, by bisection; or None."""
+  def Fits(num_layers):
+    if num_layers + 2 < k:
+      return True
+    mem = cost_model.MemoryCost(TransformerLProfiles(num_layers), m, recompute, bytes_per_param)
+    return max(mem.Cells(balancing.OptimalSplit(mem, k))) <= budget
+  if not Fits(1):
+    return None
+  lo = 1
+  while lo < hi:
+    mid = (lo + hi + 1) // 2
+    if Fits(mid):
+      lo = mid
+    else:
+      hi = mid - 1
+  return lo
+
+
+def TransformerLMemory(args):
+  """Table 1's Transformer-L rows: the largest L per config, by the estimate."""
+  budget = args.transformer_budget_gib * GIB
+  bytes_per_param = 8
+  m = 32
+  configs = [('Naive-1', 1, 1, 'never'), ('Pipeline-1', 1, m, 'always'),
+             ('Pipeline-8', 8, m, 'always'), ('Pipeline-32', 32, m, 'always'),
+             ('Pipeline-128', 128, m, 'always')]
+  print('\nMemory (Table 1): largest Transformer-L (2048, 8192, 32 heads, 32k vocabulary; sequence '
+        '1024, batch 32) whose estimated per-device peak fits %.0f GiB; M = %d, %d bytes per '
+        'parameter (weight + gradient; factored Adafactor slots are small), float32'
+        % (args.transformer_budget_gib, m, bytes_per_param))
+  print('%-14s %16s %12s %12s %14s   %s' % ('config', 'L', 'parameters', 'param mem',
+                                          'peak / device', 'the paper (TPUv3, 16 GB)'))
+  paper = {'Naive-1': 3, 'Pipeline-1': 13, 'Pipeline-8': 103, 'Pipeline-32': 415,
+           'Pipeline-128': 1663}
+  fits = {}
+  for label, k, mm, recompute in configs:
+    num_layers = LargestL(k, mm, recompute, budget, bytes_per_param)
+    shown = num_layers or 1
+    profiles = TransformerLProfiles(shown)
+    params = sum(p.params for p in profiles)
+    mem = cost_model.MemoryCost(profiles, mm, recompute, bytes_per_param)
+    peak = max(mem.Cells(balancing.OptimalSplit(mem, min(k, shown + 2))))
+    if num_layers:
+      fits[label] = num_layers
+    print('%-14s %16s %11.2fB %8.1f GiB %10.2f GiB   L=%d' % (
+        label, num_layers or 'none (L=1 shown)', params / 1e9, params * bytes_per_param / GIB,
+        peak / GIB, paper[label]))
+  if 'Pipeline-1' in fits and 'Pipeline-128' in fits:
+    print('Pipeline-128 / Pipeline-1 layers: %.0fx (the paper: %.0fx)' % (
+        fits['Pipeline-128'] / fits['Pipeline-1'], paper['Pipeline-128'] / paper['Pipeline-1']))
 
 
 def _MemoryChild(spec):
@@ -468,6 +535,8 @@ def main(argv=None):
   parser.add_argument('--warmup', type=int, default=2, help='Untimed steps first.')
   parser.add_argument('--memory_budget_gib', type=float, default=8.0,
                       help='Per-device budget of the memory table (8 GiB: a TPUv2 core).')
+  parser.add_argument('--transformer_budget_gib', type=float, default=16.0,
+                      help='Per-device budget of the Transformer-L memory rows (16 GiB: a TPUv3 core).')
   parser.add_argument('--memory_child', default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.memory_child:
