@@ -109,11 +109,12 @@ class TraceTest(test_utils.TestCase):
       together = trace.PeakMemory(trace.devices)
       self.assertGreaterEqual(together, max(per_device.values()))
       self.assertLessEqual(together, sum(per_device.values()))
-      # The trace sees a subset of the allocator's allocations, so never more than its peak.
-      self.assertLessEqual(together, allocator_peak + 1024)
-    # Once warm, the two agree (the first traced step may allocate outside any op's records).
-    self.assertTrue(any(abs(t.PeakMemory(t.devices) - p) <= 0.1 * p for t, p in steps),
-                    [(t.PeakMemory(t.devices), p) for t, p in steps])
+      # The trace sees a subset of the allocator's allocations; record times across threads can
+      # misorder a free and an allocation, by one tensor (0.5 MiB) at most here.
+      self.assertLessEqual(together, allocator_peak + mib)
+    errors = sorted(abs(t.PeakMemory(t.devices) - p) / p for t, p in steps)
+    # The first traced step may allocate outside any op's records; the typical one agrees.
+    self.assertLessEqual(errors[1], 0.15, [(t.PeakMemory(t.devices), p) for t, p in steps])
     self.assertIn('MiB', profiling.Summary(steps[-1][0]))
     self.assertIn('recompute', profiling.CellSummary(steps[-1][0]))
 
