@@ -131,7 +131,7 @@ class Trace:
     spans = collections.defaultdict(list)
     for op in self.ops if ops is None else ops:
       spans[op.device].append((op.start, op.end))
-    return {d: _Union(s) for d, s in spans.items()}
+    return {d: simulator.UnionLength(s) for d, s in spans.items()}
 
   def BusyByCategory(self):
     """{device: {category: busy seconds}}; concurrent ops of one category count once."""
@@ -196,7 +196,7 @@ class Trace:
       by_kind = {}
       for kind in simulator.KINDS:
         by_mb = per.get((k, kind), {})
-        by_kind[kind] = ([_Union(s) for s in by_mb.values()],
+        by_kind[kind] = ([simulator.UnionLength(s) for s in by_mb.values()],
                          sum(end - start for s in by_mb.values() for start, end in s))
       out.append(_CellCost(by_kind, per_micro_batch=True))
     return out
@@ -220,7 +220,7 @@ class Trace:
       by_kind = {}
       for kind in simulator.KINDS:
         mine = [s for category, s in by_layer.get(name, []) if category == kind]
-        by_kind[kind] = ([_Union(s) for s in mine],
+        by_kind[kind] = ([simulator.UnionLength(s) for s in mine],
                          sum(end - start for s in mine for start, end in s))
       out.append(_CellCost(by_kind, per_micro_batch=False))
     return out
@@ -254,21 +254,6 @@ def _Index(device):
     return int(device.rsplit(':', 1)[1])
   except (IndexError, ValueError):
     return 0
-
-
-def _Union(spans):
-  """Total length of the union of (start, end) spans."""
-  total, cur_start, cur_end = 0.0, None, None
-  for start, end in sorted(spans):
-    if cur_end is None or start > cur_end:
-      if cur_end is not None:
-        total += cur_end - cur_start
-      cur_start, cur_end = start, end
-    else:
-      cur_end = max(cur_end, end)
-  if cur_end is not None:
-    total += cur_end - cur_start
-  return total
 
 
 def TracedRun(sess, fetches, feed_dict=None):

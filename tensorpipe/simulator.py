@@ -244,7 +244,7 @@ def _SimulateShared(costs, num_micro_batches, transfer, cores, recompute_overlap
         remaining[x] -= rate[x] * step
   timeline = sorted((Interval(k, kind, t, start[(kind, k, t)], end[(kind, k, t)])
                      for kind, k, t in end), key=lambda i: (i.start, i.cell))
-  busy = [_Union([(i.start, i.end) for i in timeline if i.cell == k]) for k in range(len(costs))]
+  busy = [UnionLength([(i.start, i.end) for i in timeline if i.cell == k]) for k in range(len(costs))]
   return Result(max(end.values()), busy, timeline)
 
 
@@ -282,8 +282,8 @@ def SplitCosts(layer_costs, sizes, num_micro_batches, overhead=0.0):
   return out
 
 
-def _Union(spans):
-  """Total length of the union of (start, end) spans."""
+def UnionLength(spans):
+  """Total length of the union of (start, end) spans (busy time of overlapping tasks or ops)."""
   total, cur_start, cur_end = 0.0, None, None
   for s, e in sorted(spans):
     if cur_end is None or s > cur_end:
