@@ -289,7 +289,7 @@ class ImageInputTest(test_utils.TestCase):
 class TinyTrainingTest(test_utils.TestCase):
   """The tiny variants train on the digits through Lingvo's task (BN updates, aux loss, optimizer)."""
 
-  def _Train(self, name, steps=25):
+  def _Train(self, name, steps=50):
     cfg = _Params(name)
     k = cfg.task.pipeline.num_partitions
     graph = tf.Graph()
