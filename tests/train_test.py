@@ -249,9 +249,12 @@ class TrainerSmokeTest(test_utils.TestCase):
     self.assertRegex(profile, r'\n1 +\d+\.\d+ms +\d+\.\d+ms +\d+\.\d+ms')
     tags = collections.defaultdict(list)
     for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
-      for event in tf.compat.v1.train.summary_iterator(path):
-        for value in event.summary.value:
-          tags[value.tag].append((event.step, value.simple_value))
+      try:
+        for event in tf.compat.v1.train.summary_iterator(path):
+          for value in event.summary.value:
+            tags[value.tag].append((event.step, value.simple_value))
+      except tf.errors.DataLossError:
+        pass  # Run 1 was killed: its files may end in a truncated record.
     for tag in ('tensorpipe/cell0/forward_ms', 'tensorpipe/cell1/recompute_ms',
                 'tensorpipe/CPU_1/peak_step_memory_mib', 'tensorpipe/CPU_0/busy_fraction'):
       self.assertNotEmpty(tags[tag], sorted(tags))
