@@ -282,10 +282,10 @@ def Summary(trace):
   return '\n'.join(lines)
 
 
-def CellSummary(trace):
-  """A text table: per cell, mean F, B and R milliseconds per micro-batch."""
+def CellSummary(cells):
+  """A text table of `Trace.CellTimes()`: per cell, mean F, B and R milliseconds per micro-batch."""
   lines = ['%-5s %10s %10s %10s' % ('cell', 'forward', 'backward', 'recompute')]
-  for k, c in enumerate(trace.CellTimes()):
+  for k, c in enumerate(cells):
     lines.append('%-5d %8.2fms %8.2fms %8.2fms' % (k, 1e3 * c.forward, 1e3 * c.backward,
                                                    1e3 * c.recompute))
   return '\n'.join(lines)

@@ -44,7 +44,7 @@ def StepProfile(trace):
   except ValueError:  # No TensorPipeLayer in the model.
     cells = []
   if cells:
-    text += '\n' + profiling.CellSummary(trace)
+    text += '\n' + profiling.CellSummary(cells)
   for k, cell in enumerate(cells):
     for name in ('forward', 'backward', 'recompute'):
       values['tensorpipe/cell%d/%s_ms' % (k, name)] = 1e3 * getattr(cell, name)
