@@ -134,12 +134,26 @@ class Trace:
     return {d: simulator.UnionLength(s) for d, s in spans.items()}
 
   def BusyByCategory(self):
-    """{device: {category: busy seconds}}; concurrent ops of one category count once."""
-    out = collections.defaultdict(dict)
-    for category in CATEGORIES:
-      for device, seconds in self.Busy([op for op in self.ops if op.category == category]).items():
-        out[device][category] = seconds
-    return dict(out)
+    """{device: {category: busy seconds}}, adding up to `Busy()` per device.
+
+    Concurrent ops of one category count once; an instant when ops of n categories run on a device
+    counts 1/n to each, so shares of the step (e.g. bubble vs re-computation) never sum past 1.
+    """
+    events = collections.defaultdict(list)
+    for op in self.ops:
+      events[op.device] += [(op.start, 1, op.category), (op.end, -1, op.category)]
+    out = {}
+    for device, evs in events.items():
+      running, seconds, last = collections.Counter(), collections.Counter(), None
+      for t, delta, category in sorted(evs, key=lambda e: (e[0], e[1])):
+        active = [c for c, n in running.items() if n > 0]
+        if active and t > last:
+          for c in active:
+            seconds[c] += (t - last) / len(active)
+        running[category] += delta
+        last = t
+      out[device] = dict(seconds)
+    return out
 
   def WorkByCategory(self):
     """{device: {category: summed op seconds}}; concurrent ops all count (core-seconds)."""

@@ -162,6 +162,21 @@ class TraceTest(test_utils.TestCase):
     self.assertAlmostEqual(work['backward'], 6 * us, places=12)
     self.assertAlmostEqual(work['other'], 2 * us, places=12)
 
+  def testBusyByCategorySplitsOverlapsAndAddsUpToBusy(self):
+    # A forward op overlaps a backward op for 4 us; two backward ops overlap each other.
+    trace = profiling.Trace(_Metadata([
+        ('net/cell0_mb1/fc0/MatMul', 'MatMul', 1000, 1010),
+        ('gradients/net/cell0_mb0/fc0/MatMul_grad/MatMul', 'MatMul', 1006, 1016),
+        ('gradients/net/cell0_mb0/fc0/MatMul_grad/MatMul_1', 'MatMul', 1008, 1012),
+        ('loss/Mean', 'Mean', 1020, 1022)]), pipeline_scope='net')
+    us = 1e-6
+    cats = trace.BusyByCategory()['CPU:0']
+    self.assertAlmostEqual(cats['forward'], (6 + 4 / 2) * us, places=12)
+    self.assertAlmostEqual(cats['backward'], (4 / 2 + 6) * us, places=12)
+    self.assertAlmostEqual(cats['other'], 2 * us, places=12)
+    self.assertAlmostEqual(sum(cats.values()), trace.Busy()['CPU:0'], places=12)
+    self.assertAlmostEqual(trace.Busy()['CPU:0'], 18 * us, places=12)
+
   def testUntracedMetadataIsRejected(self):
     with self.assertRaisesRegex(ValueError, 'FULL_TRACE'):
       profiling.Trace(tf.compat.v1.RunMetadata())
