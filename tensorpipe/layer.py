@@ -83,7 +83,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
     p.Define('recompute_overlap', True,
              'With re-computation: True lets a cell re-compute micro-batch t while the backward pass of '
              't + 1 still runs (faster; two micro-batches of re-computed activations per cell); False '
-             'waits for it (one micro-batch per cell: lower peak memory, somewhat slower).')
+             'waits for it and keeps weight gradients in step with input gradients (one micro-batch '
+             'per cell: lower peak memory, somewhat slower).')
     p.Define('two_d_weight_gradients', True,
              'Inside the cells, compute weight gradients of x [..., n] @ w [n, m] matmuls (projections '
              'of rank-3 activations) as one 2-D matmul instead of TF\'s per-leading-index products; '
@@ -185,22 +186,23 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """The names of the layers in each cell."""
     return [list(names) for names in self._cell_layers]
 
-  def _CellFn(self, k, offset, collector):
-    """Forward function of cell k on the micro-batch starting at example `offset` of the mini-batch.
+  def _CellStages(self, k, offset, collector):
+    """Forward functions of cell k's layers, in order, on the micro-batch starting at example `offset`.
 
-    Every run (the forward pass and its re-computation) draws the random masks of those examples (see
-    `randomness`) and records batch-norm statistics into `collector` (see `batch_norm`).
+    Each stage runs one layer. Every run (the forward pass and its re-computation) draws the random
+    masks of those examples (see `randomness`) and records batch-norm statistics into `collector`
+    (see `batch_norm`).
     """
     two_d = self.params.two_d_weight_gradients
 
-    def Fn(theta, args):
-      with randomness.ExampleOffset(offset), collector.Collecting(), (
-          matmul_gradient.Scope() if two_d else contextlib.nullcontext()):
-        for name in self._cell_layers[k]:
-          args = self.children[name].FProp(theta[name], *_ToTuple(args))
-      return args
+    def Stage(name):
+      def Fn(theta, args):
+        with randomness.ExampleOffset(offset), collector.Collecting(), (
+            matmul_gradient.Scope() if two_d else contextlib.nullcontext()):
+          return self.children[name].FProp(theta[name], *_ToTuple(args))
+      return Fn
 
-    return Fn
+    return [Stage(name) for name in self._cell_layers[k]]
 
   def NumMicroBatches(self, batch_size):
     """M for a mini-batch of `batch_size` examples (checked: divisible, 1 <= M <= batch)."""
@@ -241,11 +243,12 @@ class TensorPipeLayer(base_layer.BaseLayer):
             p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1))
         if recompute:
           acts[t], next_theta = recomputation.Recomputed(
-              self._CellFn(k, offsets[t], collector), cell_theta[k], acts[t], self._devices[k], scope,
-              pass_theta, orders[k], t)
+              self._CellStages(k, offsets[t], collector), cell_theta[k], acts[t], self._devices[k],
+              scope, pass_theta, orders[k], t)
         else:
           with tf.device(self._devices[k]), tf.name_scope(scope):
-            acts[t] = self._CellFn(k, offsets[t], collector)(cell_theta[k], acts[t])
+            for stage in self._CellStages(k, offsets[t], collector):
+              acts[t] = stage(cell_theta[k], acts[t])
           if pass_theta:
             acts[t], next_theta = accumulation.PassOn(
                 cell_theta[k], acts[t], self._devices[k], name=scope + '_pass_on')

@@ -80,7 +80,7 @@ def Classify(name, op_type, pipeline_scope=None):
   if not name.startswith('gradients'):
     return 'forward', cell, micro_batch
   inside = _GRAD_FN.search(name)
-  if inside and not inside.group(3).startswith('gradients/'):
+  if inside and not re.match(r'gradients(?:_\d+)?/', inside.group(3)):
     return 'recompute', int(inside.group(1)), int(inside.group(2))
   return 'backward', cell, micro_batch
 

@@ -7,6 +7,12 @@ differentiates it. The re-run depends on the incoming gradients through a contro
 it grappler's common-subexpression elimination merges the re-computation into the original forward pass
 and keeps its activations alive after all. It skips Lingvo's CheckNumerics, which the forward pass
 already ran on the same values.
+
+A cell given as stages (one per layer) is differentiated stage by stage, last to first. In the
+low-memory order (ReplayOrder without overlap) the backward pass of stage j also waits until the weight
+gradients of stage j + 2 are summed: left alone, the executor may run the chain of input gradients far
+ahead of the cheap weight-gradient ops beside it (e.g. a bias gradient's reduction), and each layer's
+output gradient stays alive until they run (0.5 MiB per layer and micro-batch on the dense benchmark).
 """
 
 import copy
@@ -24,13 +30,19 @@ class ReplayOrder:
   re-computation of t + 1 and for the whole backward pass of t + 2. So it overlaps the backward pass
   of t + 1 (a device is not idle while it re-computes), yet at most two micro-batches' re-computed
   activations are alive per cell. Without `overlap` it waits for the whole backward pass of t + 1:
-  one micro-batch's activations per cell, for a lower peak, and less overlap.
+  one micro-batch's activations per cell; and within a backward pass the weight gradients keep up with
+  the input gradients (see `stage_lag`). A lower peak, and less overlap.
   `tf.gradients` builds the backward ops of t + 1 before those of t, which this relies on.
   """
 
   def __init__(self, overlap=True):
     self._overlap = overlap
     self._done = {}
+
+  @property
+  def stage_lag(self):
+    """Stage j's backward pass waits for the weight gradients of stage j + stage_lag (None: no wait)."""
+    return None if self._overlap else 2
 
   def Before(self, t):
     """Tensors the re-computation of micro-batch t must wait for."""
@@ -67,7 +79,10 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
   re-computation runs in reverse micro-batch order, as fill-drain has it (see ReplayOrder).
 
   Args:
-    fn: the cell's forward function, (theta NestedMap, inputs structure) -> outputs structure.
+    fn: the cell's forward function, (theta NestedMap, inputs structure) -> outputs structure; or a
+      list of such functions (stages, e.g. one per layer) applied in order, each to the previous
+      one's outputs, so that the backward pass can run stage by stage. A stage must get every
+      tensor it uses from its inputs or theta: gradients do not flow through other paths.
     theta: NestedMap of the cell's weights (variables or tensors).
     inputs: the micro-batch's inputs (tensors, tuples, NestedMaps; None allowed).
     device: device string for the forward pass and its re-computation.
@@ -83,23 +98,62 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
   Raises:
     ValueError: (when gradients are built) if `fn` reads a trainable variable other than through theta.
   """
+  stages = list(fn) if isinstance(fn, (list, tuple)) else [fn]
   in_leaves = tf.nest.flatten(inputs)
   in_index = [i for i, x in enumerate(in_leaves) if x is not None]
   theta_leaves = theta.Flatten()
   num_x = len(in_index)
   structure = {}
 
-  def Forward(xs, thetas):
+  def Forward(xs, thetas, boundaries=None):
+    """(outputs, their non-None leaves); `boundaries` gets every stage's inputs and the outputs."""
     leaves = list(in_leaves)
     for i, x in zip(in_index, xs):
       leaves[i] = x
-    out = fn(theta.Pack(list(thetas)), tf.nest.pack_sequence_as(inputs, leaves))
+    out = tf.nest.pack_sequence_as(inputs, leaves)
+    stage_theta = theta.Pack(list(thetas))
+    for stage in stages:
+      if boundaries is not None:
+        boundaries.append(out)
+      out = stage(stage_theta, out)
+    if boundaries is not None:
+      boundaries.append(out)
     ys = [y for y in tf.nest.flatten(out) if y is not None]
     for y in ys:
       if not isinstance(y, tf.Tensor):
         raise TypeError('%s: cell outputs must be tensors (None allowed), got %s' %
                         (name, type(y).__name__))
     return out, ys
+
+  def Backward(boundaries, src, dy_out, dtheta_rest):
+    """Gradients of the cell's inputs and weights, stage by stage (see the module docstring)."""
+    thetas = src[num_x:]
+    lag = order.stage_lag if order else None
+    dthetas = list(dtheta_rest) if pass_theta else [None] * len(thetas)
+    final = [y for y in tf.nest.flatten(boundaries[-1]) if y is not None]
+    # The cell's outputs pair with dy_out by position (a tensor output twice gets both gradients);
+    # a stage's inputs get one gradient per tensor.
+    pairs = list(zip(final, dy_out))
+    done = {}  # stage -> its weight gradients, summed
+    dys = {}
+    for j in reversed(range(len(stages))):
+      if j < len(stages) - 1:
+        outs = {id(y): y for y in tf.nest.flatten(boundaries[j + 1]) if y is not None}
+        pairs = [(y, dys.get(i)) for i, y in outs.items()]
+      pairs = [(y, d) for y, d in pairs if d is not None and _IsDifferentiable(y)]
+      ins = [x for x in tf.nest.flatten(boundaries[j]) if x is not None]
+      if not pairs:
+        dys = {}
+        continue
+      with tf.control_dependencies(done.get(j + lag, []) if lag else []):
+        grad_ys = [tf.identity(d) for _, d in pairs]
+      grads = tf.gradients([y for y, _ in pairs], ins + thetas, grad_ys=grad_ys, stop_gradients=ins)
+      dys = dict(zip([id(x) for x in ins], grads[:len(ins)]))
+      own = grads[len(ins):]
+      dthetas = [accumulation.Accumulate(g, d) for g, d in zip(own, dthetas)]
+      done[j] = [d.values if isinstance(d, tf.IndexedSlices) else d
+                 for g, d in zip(own, dthetas) if g is not None]
+    return [dys.get(id(x)) for x in src[:num_x]], dthetas
 
   @tf.custom_gradient
   def Op(*args):
@@ -120,18 +174,12 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
         deps = [d for d in dy_out if d is not None] + (order.Before(micro_batch) if order else [])
         with tf.control_dependencies(deps):
           src = [tf.identity(a) for a in xs + thetas]
+        boundaries = []
         with _WithoutNumericChecks():
-          _, targets = Forward(src[:num_x], src[num_x:])
+          _, targets = Forward(src[:num_x], src[num_x:], boundaries)
         if order:
           order.Record(micro_batch, targets, dtheta_rest)
-        pairs = [(y, d) for y, d in zip(targets, dy_out) if d is not None and _IsDifferentiable(y)]
-        if pairs:
-          grads = tf.gradients([y for y, _ in pairs], src, grad_ys=[d for _, d in pairs])
-        else:
-          grads = [None] * len(src)
-        dxs, dthetas = list(grads[:num_x]), list(grads[num_x:])
-        if pass_theta:
-          dthetas = [accumulation.Accumulate(own, rest) for own, rest in zip(dthetas, dtheta_rest)]
+        dxs, dthetas = Backward(boundaries, src, dy_out, dtheta_rest)
         if order:
           order.RecordBackward(micro_batch, dxs + dthetas)
       return dxs + dthetas, [None] * len(variables or [])

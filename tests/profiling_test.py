@@ -127,6 +127,9 @@ class TraceTest(test_utils.TestCase):
     self.assertEqual(profiling.Classify(
         'gradients/pipe_1/cell1_mb2/IdentityN_grad/cell1_mb2/gradients/gradients/pipe_1/cell1_mb2/'
         'IdentityN_grad/cell1_mb2/layer2/MatMul_grad/MatMul', 'MatMul'), ('backward', 1, 2))
+    self.assertEqual(profiling.Classify(  # The gradients of the cell's third-last layer.
+        'gradients/pipe_1/cell1_mb2/IdentityN_grad/cell1_mb2/gradients_2/gradients/pipe_1/cell1_mb2/'
+        'IdentityN_grad/cell1_mb2/layer2/MatMul_grad/MatMul', 'MatMul'), ('backward', 1, 2))
     self.assertEqual(profiling.Classify('gradients/pipe_1/cell0_mb0/layer0/MatMul_grad/MatMul_1',
                                         'MatMul'), ('backward', 0, 0))
     self.assertEqual(profiling.Classify('pipe_1/split', 'Split', 'pipe'), ('setup', None, None))
