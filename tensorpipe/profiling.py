@@ -198,15 +198,34 @@ class Trace:
 
   def CellTimes(self):
     """Per cell, simulator.CellCost: mean span per micro-batch of F, B and R, and parallelism."""
+    cells = [op.cell for op in self.ops if op.cell is not None]
+    if not cells:
+      raise ValueError('no TensorPipe cell ops in the trace (names with cell<k>_mb<t>)')
+    return self._TaskCosts(1 + max(cells), lambda op: op.cell)
+
+  def GroupTimes(self, groups):
+    """Per group of layers, simulator.CellCost as if the group had been one cell, per micro-batch.
+
+    For predicting another partition from this trace (e.g. K = 2 cells from a K = 1 step with the
+    same M): group g's task on micro-batch t spans the union of its layers' ops on t, so ops of
+    neighbouring layers that overlap count once, and its parallelism is its work over that span.
+
+    Args:
+      groups: lists of layer names (the first name scope inside a cell, see `LayerTimes`).
+    """
+    index = {name: g for g, names in enumerate(groups) for name in names}
+    return self._TaskCosts(len(groups), lambda op: (
+        index.get(op.layer) if op.op_type not in _BOOKKEEPING else None))
+
+  def _TaskCosts(self, num_tasks, task_of):
+    """simulator.CellCost per task index (`task_of(op)`: an index or None) from per-micro-batch spans."""
     per = collections.defaultdict(lambda: collections.defaultdict(list))
     for op in self.ops:
-      if op.cell is not None:
-        per[(op.cell, op.category)][op.micro_batch].append((op.start, op.end))
-    if not per:
-      raise ValueError('no TensorPipe cell ops in the trace (names with cell<k>_mb<t>)')
-    num_cells = 1 + max(cell for cell, _ in per)
+      task = task_of(op)
+      if task is not None:
+        per[(task, op.category)][op.micro_batch].append((op.start, op.end))
     out = []
-    for k in range(num_cells):
+    for k in range(num_tasks):
       by_kind = {}
       for kind in simulator.KINDS:
         by_mb = per.get((k, kind), {})

@@ -65,6 +65,11 @@ class PipelineTablesTest(test_utils.TestCase):
     # Scaled, independent is 5% off at M=1 and 35% at M=4; shared 30% at M=1, 10% and 71% at M=4.
     self.assertIn('M=1: 0.70, M=4: 0.90), K > 1 only (4 configurations): independent devices mean '
                   '20%, shared cores mean 35%', scaled)
+    tasks = {key: 1.2 * value for key, value in measured.items()}
+    with_tasks = tables.ThroughputTable(ks, ms, measured, independent, shared, 2,
+                                        shared_tasks=tasks).splitlines()
+    self.assertIn('shared cores fed per-task spans and parallelism: mean 20% (max 20%)',
+                  with_tasks[-1])
 
   def testDeepPredictionsPrintATable(self):
     block = simulator.CellCost(1.0, 2.0, 1.0)

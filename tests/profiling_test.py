@@ -165,6 +165,26 @@ class TraceTest(test_utils.TestCase):
     self.assertAlmostEqual(work['backward'], 6 * us, places=12)
     self.assertAlmostEqual(work['other'], 2 * us, places=12)
 
+  def testGroupTimesCountOverlapBetweenLayersOnce(self):
+    # On micro-batch 0, fc1's backward starts before fc0's weight gradient ends.
+    trace = profiling.Trace(_Metadata([
+        ('net/cell0_mb0/fc0/MatMul', 'MatMul', 1000, 1010),
+        ('net/cell0_mb0/fc1/ReadVariableOp', 'ReadVariableOp', 990, 991),
+        ('net/cell0_mb0/fc1/MatMul', 'MatMul', 1010, 1014),
+        ('net/cell0_mb1/fc0/MatMul', 'MatMul', 1020, 1030),
+        ('gradients/net/cell0_mb0/fc1/MatMul_grad/MatMul', 'MatMul', 1040, 1046),
+        ('gradients/net/cell0_mb0/fc0/MatMul_grad/MatMul_1', 'MatMul', 1044, 1050)]),
+                            pipeline_scope='net')
+    us = 1e-6
+    both, = trace.GroupTimes([['fc0', 'fc1']])
+    self.assertAlmostEqual(both.forward, (14 + 10) / 2 * us, places=12)
+    self.assertAlmostEqual(both.backward, 10 * us, places=12)  # The union 1040-1050.
+    self.assertAlmostEqual(both.backward_parallelism, 12 / 10)
+    fc0, fc1 = trace.GroupTimes([['fc0'], ['fc1']])
+    self.assertAlmostEqual(fc0.forward, 10 * us, places=12)
+    self.assertAlmostEqual(fc1.forward, 4 * us, places=12)  # Only micro-batch 0 ran fc1 here.
+    self.assertAlmostEqual(fc1.backward + fc0.backward, 12 * us, places=12)
+
   def testBusyByCategorySplitsOverlapsAndAddsUpToBusy(self):
     # A forward op overlaps a backward op for 4 us; two backward ops overlap each other.
     trace = profiling.Trace(_Metadata([

@@ -19,7 +19,9 @@ layer's forward, re-computation and backward span and work at that micro-batch s
 simulator.Simulate plays the fill-drain schedule twice: with independent devices (one task at a
 time each, as separate accelerators) and with the shared-core model (the logical CPU devices' tasks
 run as the graph allows and share the C threads that run ops: min(os.cpu_count(), the sessions'
-inter_op_parallelism_threads)). Under each table: both models' step time errors; the same with the
+inter_op_parallelism_threads)). A third prediction feeds the shared-core model per-task costs
+instead (profiling.Trace.GroupTimes: each would-be cell's span and work per micro-batch, taken from
+the same trace, so overlap between neighbouring layers counts once). Under each table: both models' step time errors; the same with the
 predictions scaled by the K=1 timed / traced step ratio (tracing slows ops down; K = 1 then only sets
 the scale, so those errors are over K > 1); and per traced step its time, work and spans.
 
@@ -160,15 +162,19 @@ def Throughput(args):
     for s in steps.values():
       s.Close()
     traced = {m: TracedCosts(layers, inputs_fn, batch_dim, m) for m in ms}
-    independent, shared = {}, {}
+    independent, shared, shared_tasks = {}, {}, {}
     for m in ms:
       for k in ks:
-        cells = simulator.SplitCosts(traced[m][0], _CountSizes(layers, k), m)
+        sizes = _CountSizes(layers, k)
+        cells = simulator.SplitCosts(traced[m][0], sizes, m)
         independent[(k, m)] = simulator.Simulate(cells, m).step_time
         shared[(k, m)] = simulator.Simulate(cells, m, cores=cores).step_time
+        groups = np.split(np.array([p.name for p in layers]), np.cumsum(sizes)[:-1])
+        shared_tasks[(k, m)] = simulator.Simulate(
+            traced[m][1].GroupTimes([list(g) for g in groups]), m, cores=cores).step_time
     print('\n%s, batch %d' % (name, batch))
     tracing = {m: measured[(1, m)] / traced[m][1].step_time for m in ms if (1, m) in measured}
-    print(ThroughputTable(ks, ms, measured, independent, shared, cores, tracing))
+    print(ThroughputTable(ks, ms, measured, independent, shared, cores, tracing, shared_tasks))
     for m in ms:
       print(TraceNote(m, traced[m][1], traced[m][0], measured.get((1, m))))
     if name.startswith('Transformer'):
@@ -177,7 +183,7 @@ def Throughput(args):
                   name=name)
 
 
-def ThroughputTable(ks, ms, measured, independent, shared, cores, tracing=None):
+def ThroughputTable(ks, ms, measured, independent, shared, cores, tracing=None, shared_tasks=None):
   """Text: the K x M grid of measured and simulated throughput and step times, and the mean errors.
 
   Args:
@@ -187,6 +193,8 @@ def ThroughputTable(ks, ms, measured, independent, shared, cores, tracing=None):
     cores: C of the shared-core model.
     tracing: optional {M: timed / traced step time of K=1}: adds the errors of the predictions
       scaled by it (the tracing's own cost taken out), over K > 1 only, since K = 1 set the scale.
+    shared_tasks: optional {(K, M): step seconds} of the shared-core model fed with per-task costs
+      (profiling.Trace.GroupTimes) instead of summed per-layer ones: adds its errors.
   """
   base_k = 2 if 2 in ks else ks[0]
   lines = ['throughput normalised to K=%d, M=1: measured / independent devices / shared cores '
@@ -213,6 +221,9 @@ def ThroughputTable(ks, ms, measured, independent, shared, cores, tracing=None):
     lines.append('  with K <= %s only (%d configurations): independent devices mean %.0f%%, shared '
                  'cores mean %.0f%%' % (cores, len(few), Errors(independent, few)[0],
                                         Errors(shared, few)[0]))
+  if shared_tasks:
+    lines.append('  shared cores fed per-task spans and parallelism: mean %.0f%% (max %.0f%%)' %
+                 Errors(shared_tasks, keys))
   if tracing:
     scaled = [key for key in keys if key[0] > 1 and key[1] in tracing]
 
@@ -220,10 +231,12 @@ def ThroughputTable(ks, ms, measured, independent, shared, cores, tracing=None):
       return {key: model[key] * tracing[key[1]] for key in scaled}
 
     lines.append('  scaled by timed/traced K=1 step (%s), K > 1 only (%d configurations): '
-                 'independent devices mean %.0f%%, shared cores mean %.0f%%' % (
+                 'independent devices mean %.0f%%, shared cores mean %.0f%%%s' % (
                      ', '.join('M=%d: %.2f' % (m, tracing[m]) for m in sorted(tracing)),
                      len(scaled), Errors(Scaled(independent), scaled)[0],
-                     Errors(Scaled(shared), scaled)[0]))
+                     Errors(Scaled(shared), scaled)[0],
+                     ', per-task %.0f%%' % Errors(Scaled(shared_tasks), scaled)[0]
+                     if shared_tasks else ''))
   return '\n'.join(lines)
 
 
