@@ -21,9 +21,10 @@ time each, as separate accelerators) and with the shared-core model (the logical
 run as the graph allows and share the C threads that run ops: min(os.cpu_count(), the sessions'
 inter_op_parallelism_threads)). A third prediction feeds the shared-core model per-task costs
 instead (profiling.Trace.GroupTimes: each would-be cell's span and work per micro-batch, taken from
-the same trace, so overlap between neighbouring layers counts once). Under each table: both models' step time errors; the same with the
-predictions scaled by the K=1 timed / traced step ratio (tracing slows ops down; K = 1 then only sets
-the scale, so those errors are over K > 1); and per traced step its time, work and spans.
+the same trace, so overlap between neighbouring layers counts once). Under each table: the models'
+step time errors; the same with the predictions scaled by the K=1 timed / traced step ratio (tracing
+slows ops down; K = 1 then only sets the scale, so those errors are over K > 1); and per traced step
+its time, work and spans.
 
 Usage:
   .venv/bin/python tools/pipeline_tables.py                      # everything (15-25 minutes)
