@@ -213,12 +213,29 @@ class Trace:
     Args:
       groups: lists of layer names (the first name scope inside a cell, see `LayerTimes`).
     """
+    return self._GroupCosts(groups, per_micro_batch=True)
+
+  def LayerTimes(self, layer_names):
+    """Per layer, simulator.CellCost: span of its F, B, R ops summed over the step, and parallelism.
+
+    Summed over micro-batches, so a layer's costs are those of the whole mini-batch; concurrent
+    ops of one layer count once in its span, and each in its work. Ops outside any layer's name
+    scope are not counted.
+    """
+    return self._GroupCosts([[name] for name in layer_names], per_micro_batch=False)
+
+  def _GroupCosts(self, groups, per_micro_batch):
+    """_TaskCosts with group g's tasks made of its layers' ops (bookkeeping ops left out)."""
     index = {name: g for g, names in enumerate(groups) for name in names}
     return self._TaskCosts(len(groups), lambda op: (
-        index.get(op.layer) if op.op_type not in _BOOKKEEPING else None))
+        index.get(op.layer) if op.op_type not in _BOOKKEEPING else None), per_micro_batch)
 
-  def _TaskCosts(self, num_tasks, task_of):
-    """simulator.CellCost per task index (`task_of(op)`: an index or None) from per-micro-batch spans."""
+  def _TaskCosts(self, num_tasks, task_of, per_micro_batch=True):
+    """simulator.CellCost per task index from per-micro-batch spans.
+
+    `task_of(op)` gives an op's task index, or None to leave it out. Times are the mean over
+    micro-batches with `per_micro_batch`, else the sum.
+    """
     per = collections.defaultdict(lambda: collections.defaultdict(list))
     for op in self.ops:
       task = task_of(op)
@@ -231,31 +248,7 @@ class Trace:
         by_mb = per.get((k, kind), {})
         by_kind[kind] = ([simulator.UnionLength(s) for s in by_mb.values()],
                          sum(end - start for s in by_mb.values() for start, end in s))
-      out.append(_CellCost(by_kind, per_micro_batch=True))
-    return out
-
-  def LayerTimes(self, layer_names):
-    """Per layer, simulator.CellCost: span of its F, B, R ops summed over the step, and parallelism.
-
-    Summed over micro-batches, so a layer's costs are those of the whole mini-batch; concurrent
-    ops of one layer count once in its span, and each in its work. Ops outside any layer's name
-    scope are not counted.
-    """
-    spans = collections.defaultdict(list)
-    for op in self.ops:
-      if op.layer is not None and op.op_type not in _BOOKKEEPING:
-        spans[(op.layer, op.category, op.micro_batch)].append((op.start, op.end))
-    by_layer = collections.defaultdict(list)
-    for (layer, category, _), s in spans.items():
-      by_layer[layer].append((category, s))
-    out = []
-    for name in layer_names:
-      by_kind = {}
-      for kind in simulator.KINDS:
-        mine = [s for category, s in by_layer.get(name, []) if category == kind]
-        by_kind[kind] = ([simulator.UnionLength(s) for s in mine],
-                         sum(end - start for s in mine for start, end in s))
-      out.append(_CellCost(by_kind, per_micro_batch=False))
+      out.append(_CellCost(by_kind, per_micro_batch))
     return out
 
 
