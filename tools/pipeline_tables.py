@@ -358,16 +358,24 @@ def LargestFilters(num_cells, shapes, k, m, recompute, budget, lo=32, hi=1024, s
   """The largest filter count (multiple of `step`) that fits `budget`, by bisection; or None."""
   def Fits(d):
     return PeakOfBestSplit(AmoebaProfiles(num_cells, d, shapes), k, m, recompute)[0] <= budget
-  if not Fits(lo):
+  largest = _Largest(lambda i: Fits(i * step), lo // step, hi // step)
+  return None if largest is None else largest * step
+
+
+def _Largest(fits, lo, hi):
+  """The largest integer n in [lo, hi] with fits(n), by bisection (fits is true up to some n).
+
+  None if not fits(lo).
+  """
+  if not fits(lo):
     return None
-  lo_i, hi_i = lo // step, hi // step
-  while lo_i < hi_i:
-    mid = (lo_i + hi_i + 1) // 2
-    if Fits(mid * step):
-      lo_i = mid
+  while lo < hi:
+    mid = (lo + hi + 1) // 2
+    if fits(mid):
+      lo = mid
     else:
-      hi_i = mid - 1
-  return lo_i * step
+      hi = mid - 1
+  return lo
 
 
 def Memory(args):
@@ -432,16 +440,7 @@ def LargestL(k, m, recompute, budget, bytes_per_param, hi=8192):
       return True
     mem = cost_model.MemoryCost(TransformerLProfiles(num_layers), m, recompute, bytes_per_param)
     return max(mem.Cells(balancing.OptimalSplit(mem, k))) <= budget
-  if not Fits(1):
-    return None
-  lo = 1
-  while lo < hi:
-    mid = (lo + hi + 1) // 2
-    if Fits(mid):
-      lo = mid
-    else:
-      hi = mid - 1
-  return lo
+  return _Largest(Fits, 1, hi)
 
 
 def TransformerLMemory(args):
