@@ -7,8 +7,9 @@ sums that runs as each micro-batch's backward pass finishes. A re-computed cell 
 and adds with `Accumulate`; otherwise `PassOn` does it, whose gradient is an Identity. Both are marked
 for grappler to keep, which stops its arithmetic optimiser from fusing the chain back into one M-input
 AddN. Passing on after the previous micro-batch's forward pass also keeps each device on the fill-drain
-order, and so does the order in which backward passes are released (see PassOn and
-recomputation.ReplayOrder).
+order (a re-computed cell with recompute_overlap relaxes it to two micro-batches at once; see
+recomputation.Recomputed), and so does the order in which backward passes are released (see PassOn
+and recomputation.ReplayOrder).
 """
 
 from lingvo import compat as tf

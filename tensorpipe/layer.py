@@ -5,7 +5,10 @@ live on device k. FProp splits the mini-batch into M micro-batches, runs F(k, t)
 (see `schedule`), and joins the outputs on the last device. In training each F(k, t) is one
 `recomputation.Recomputed` op, so backprop re-computes the cell from its saved boundary input, and
 micro-batch t + 1 reads the weights passed on by micro-batch t (see `accumulation`), so weight gradients
-are summed as a running sum before Lingvo's learner applies them once per mini-batch.
+are summed as a running sum before Lingvo's learner applies them once per mini-batch. With
+`recompute_overlap` a cell's forward pass reads the weights as they were and waits only for micro-batch
+t - 2, so two micro-batches of a cell can be in their forward passes at once (two devices fill sooner
+where cells share cores, as logical CPU devices do).
 
 Variables are named `<layer>/<child layer>/...` whatever K is, so a checkpoint loads for any
 partitioning.
@@ -81,10 +84,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
              "Backprop re-computation: 'always' (GPipe: keep only partition-boundary activations), "
              "'except_last' (the last micro-batch keeps its activations), or 'never'.")
     p.Define('recompute_overlap', True,
-             'With re-computation: True lets a cell re-compute micro-batch t while the backward pass of '
-             't + 1 still runs (faster; two micro-batches of re-computed activations per cell); False '
-             'waits for it and keeps weight gradients in step with input gradients (one micro-batch '
-             'per cell: lower peak memory, somewhat slower).')
+             'With re-computation: True lets a cell work on two micro-batches at once: the forward '
+             'passes of t and t + 1, and re-computing t while the backward pass of t + 1 still runs '
+             '(faster; two micro-batches of re-computed activations per cell). False keeps a cell on '
+             'one micro-batch at a time and weight gradients in step with input gradients (one '
+             'micro-batch per cell: lower peak memory, somewhat slower).')
     p.Define('two_d_weight_gradients', True,
              'Inside the cells, compute weight gradients of x [..., n] @ w [n, m] matmuls (projections '
              'of rank-3 activations) as one 2-D matmul instead of TF\'s per-leading-index products; '
@@ -235,6 +239,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
           py_utils.NestedMap({name: theta[name] for name in names}) for names in self._cell_layers
       ]
       orders = [recomputation.ReplayOrder(p.recompute_overlap) for _ in range(self.num_partitions)]
+      first_theta = list(cell_theta)
+      outputs = [[] for _ in range(self.num_partitions)]  # [k][t]: the leaves of F(k, t)'s outputs
       for task in sched.ForwardOrder():
         k, t = task.cell, task.micro_batch
         scope = 'cell%d_mb%d' % (k, t)
@@ -242,9 +248,14 @@ class TensorPipeLayer(base_layer.BaseLayer):
         recompute = not self.do_eval and (
             p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1))
         if recompute:
+          forward = {}
+          if p.recompute_overlap:
+            # Two micro-batches of a cell in its forward pass at once, as two devices fill.
+            forward = dict(forward_theta=first_theta[k],
+                           forward_after=outputs[k][t - 2] if t >= 2 else None)
           acts[t], next_theta = recomputation.Recomputed(
               self._CellStages(k, offsets[t], collector), cell_theta[k], acts[t], self._devices[k],
-              scope, pass_theta, orders[k], t)
+              scope, pass_theta, orders[k], t, **forward)
         else:
           with tf.device(self._devices[k]), tf.name_scope(scope):
             for stage in self._CellStages(k, offsets[t], collector):
@@ -254,6 +265,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
                 cell_theta[k], acts[t], self._devices[k], name=scope + '_pass_on')
         if pass_theta:
           cell_theta[k] = next_theta
+        outputs[k].append([y for y in tf.nest.flatten(acts[t]) if y is not None])
       with tf.device(self._devices[-1]):
         out = micro_batching.Concat(acts, p.batch_dim, where)
         out = collector.Finish(out)

@@ -71,12 +71,18 @@ def _IsDifferentiable(t):
   return t.dtype.is_floating or t.dtype.is_complex
 
 
-def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, micro_batch=None):
+def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, micro_batch=None,
+               forward_theta=None, forward_after=None):
   """Runs `fn(theta, inputs)` on `device`; its gradient re-computes `fn` instead of keeping activations.
 
   With `pass_theta` the op also returns theta for the next micro-batch (see `accumulation`): its
   backward pass then adds the next micro-batch's weight gradients to its own. With `order`, the
   re-computation runs in reverse micro-batch order, as fill-drain has it (see ReplayOrder).
+
+  The theta a micro-batch gets passed on exists only once the previous micro-batch's forward pass
+  is done. With `forward_theta` (the same values, read before that chain) the forward pass need not
+  wait for it, so two micro-batches of a cell can run at once; the gradients still flow through
+  `theta` and its chain.
 
   Args:
     fn: the cell's forward function, (theta NestedMap, inputs structure) -> outputs structure; or a
@@ -90,6 +96,9 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
     pass_theta: also return theta for the next micro-batch.
     order: optional ReplayOrder shared by the cell's micro-batches.
     micro_batch: this micro-batch's index t (with `order`).
+    forward_theta: optional NestedMap like theta with the same values, read by the forward pass
+      (not by the re-computation); it gets no gradient.
+    forward_after: optional tensors the forward pass waits for.
 
   Returns:
     (outputs, next_theta): `fn`'s outputs, same structure, and theta for the next micro-batch (None
@@ -155,10 +164,16 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
                  for g, d in zip(own, dthetas) if g is not None]
     return [dys.get(id(x)) for x in src[:num_x]], dthetas
 
+  forward_leaves = forward_theta.Flatten() if forward_theta is not None else []
+  num_theta = len(theta_leaves)
+
   @tf.custom_gradient
   def Op(*args):
-    xs, thetas = list(args[:num_x]), list(args[num_x:])
-    out, ys = Forward(xs, thetas)
+    xs, thetas = list(args[:num_x]), list(args[num_x:num_x + num_theta])
+    if forward_after:
+      with tf.control_dependencies(forward_after):
+        xs = [tf.identity(x) for x in xs]
+    out, ys = Forward(xs, list(args[num_x + num_theta:]) or thetas)
     structure['out'] = out
     with tf.control_dependencies(ys):
       passed = [tf.identity(t) for t in thetas] if pass_theta else []
@@ -182,12 +197,12 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
         dxs, dthetas = Backward(boundaries, src, dy_out, dtheta_rest)
         if order:
           order.RecordBackward(micro_batch, dxs + dthetas)
-      return dxs + dthetas, [None] * len(variables or [])
+      return dxs + dthetas + [None] * len(forward_leaves), [None] * len(variables or [])
 
     return ys + passed, Grad
 
   with tf.device(device), tf.name_scope(name):
-    results = Op(*([in_leaves[i] for i in in_index] + theta_leaves))
+    results = Op(*([in_leaves[i] for i in in_index] + theta_leaves + forward_leaves))
   results = list(results) if isinstance(results, (list, tuple)) else [results]
   num_passed = len(theta_leaves) if pass_theta else 0
   ys = iter(results[:len(results) - num_passed])

@@ -157,9 +157,11 @@ def Dependencies(num_cells, num_micro_batches, recompute, recompute_overlap=True
   Tasks are (kind, cell, micro_batch). On logical CPU devices TensorFlow runs any op whose inputs
   exist, so a device's tasks are ordered only by these edges:
     F(k, t) waits for F(k-1, t) and for F(k, t-1), whose outputs gate the weights passed on to t
-      (accumulation / recomputation pass theta on);
+      (accumulation / recomputation pass theta on); with re-computation and `recompute_overlap`,
+      F(k, t) reads the weights as they were and waits for F(k, t-2) only, but its outputs still
+      come out with the passed-on weights, after F(k, t-1);
     the gradient reaching cell k for micro-batch t comes from B(k+1, t), or for the last cell from
-      the loss, i.e. F(K-1, M-1);
+      the loss, i.e. the last outputs of F(K-1, .);
     with re-computation (`recompute[k]`), R(k, t) waits for that gradient, for R(k, t+1) and for
       B(k, t+2) (recomputation.ReplayOrder; B(k, t+1) without `recompute_overlap`), and B(k, t) for
       R(k, t), so R(k, t) may run beside B(k, t+1), and B(k, t) beside the end of B(k, t+1);
@@ -168,12 +170,19 @@ def Dependencies(num_cells, num_micro_batches, recompute, recompute_overlap=True
   """
   k_cells, m = num_cells, num_micro_batches
   deps = {}
+  two_forwards = [r and recompute_overlap for r in recompute]
+
+  def Outputs(k, t, crosses):
+    """What the outputs of F(k, t) wait for."""
+    return [((FORWARD, k, u), crosses) for u in range(max(t - 1, 0) if two_forwards[k] else t, t + 1)]
+
   for k in range(k_cells):
     for t in range(m):
-      deps[(FORWARD, k, t)] = ([((FORWARD, k - 1, t), True)] if k else []) + (
-          [((FORWARD, k, t - 1), False)] if t else [])
-      incoming = [((BACKWARD, k + 1, t), True)] if k < k_cells - 1 else [
-          ((FORWARD, k_cells - 1, m - 1), False)]
+      lag = 2 if two_forwards[k] else 1
+      deps[(FORWARD, k, t)] = (Outputs(k - 1, t, True) if k else []) + (
+          [((FORWARD, k, t - lag), False)] if t >= lag else [])
+      incoming = [((BACKWARD, k + 1, t), True)] if k < k_cells - 1 else Outputs(
+          k_cells - 1, m - 1, False)
       if recompute[k]:
         wait = t + (2 if recompute_overlap else 1)
         deps[(RECOMPUTE, k, t)] = (incoming +

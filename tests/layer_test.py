@@ -301,8 +301,11 @@ class PipeliningTest(test_utils.TestCase):
           self.assertLen(spans, 2 * k * m)
           for cell in range(k):
             for t in range(m - 1):
-              # Forward: micro-batch t + 1 starts after t ends on the same device.
-              self.assertLessEqual(spans[('forward', cell, t)][1], spans[('forward', cell, t + 1)][0])
+              # Forward: micro-batch t + 2 starts after t ends on the same device (with
+              # recompute_overlap two micro-batches of a cell may run at once).
+              if t + 2 < m:
+                self.assertLessEqual(spans[('forward', cell, t)][1],
+                                     spans[('forward', cell, t + 2)][0])
               # Backward: re-computation runs in reverse micro-batch order.
               self.assertLess(spans[('recompute', cell, t + 1)][0], spans[('recompute', cell, t)][0])
           for t in range(m - 1):

@@ -82,6 +82,46 @@ class StageOrderTest(test_utils.TestCase):
     self.assertEqual(checked, num_micro * K * (per_cell - 2))
 
 
+def _Ancestors(op):
+  """Every op `op` waits for, through data and control edges."""
+  seen, todo = set(), [op]
+  while todo:
+    current = todo.pop()
+    for before in [x.op for x in current.inputs] + list(current.control_inputs):
+      if before not in seen:
+        seen.add(before)
+        todo.append(before)
+  return seen
+
+
+class ForwardOrderTest(test_utils.TestCase):
+  """With recompute_overlap, F(k, t) waits for F(k, t - 2) but not for F(k, t - 1); without, for t - 1."""
+
+  def _WaitsFor(self, overlap):
+    num_micro = 4
+    with tf.Graph().as_default() as g, helpers.Cluster(K):
+      net = helpers.Pipeline(helpers.DenseLayers(L), K, num_micro,
+                             recompute_overlap=overlap).Instantiate()
+      loss = tf.reduce_sum(tf.square(net.FPropDefaultTheta(tf.ones([8, 8]))))
+      tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
+    matmuls = {op.name.split('/', 1)[1]: op for op in g.get_operations()
+               if op.type == 'MatMul' and 'gradients' not in op.name}
+    waits = {}
+    for k in range(K):
+      first, last = 'layer%d' % (k * L // K), 'layer%d' % ((k + 1) * L // K - 1)
+      for t in range(1, num_micro):
+        ancestors = _Ancestors(matmuls['cell%d_mb%d/%s/MatMul' % (k, t, first)])
+        waits[(k, t)] = [u for u in range(t) if matmuls['cell%d_mb%d/%s/MatMul' % (k, u, last)]
+                         in ancestors]
+    return waits
+
+  def testTwoMicroBatchesOfACellRunTheirForwardPassesAtOnce(self):
+    for (k, t), waits in self._WaitsFor(True).items():
+      self.assertEqual(waits, list(range(t - 1)), (k, t))
+    for (k, t), waits in self._WaitsFor(False).items():
+      self.assertEqual(waits, list(range(t)), (k, t))
+
+
 class RecomputeMemoryTest(test_utils.TestCase):
   """On a deep, narrow model 'always' keeps only boundary activations: a much lower peak."""
 

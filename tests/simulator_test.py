@@ -124,12 +124,23 @@ class SharedCoresTest(unittest.TestCase):
     # F(k, t + 1) reads the weights F(k, t) passes on, so two cores do not speed up K = 1 forwards.
     costs = [simulator.CellCost(forward=1.0, backward=0.0)]
     self.assertAlmostEqual(simulator.Simulate(costs, 6, cores=2).step_time, 6.0)
-    result = simulator.Simulate(_Random(random.Random(2), 3), 5, cores=8)
-    spans = {(i.kind, i.cell, i.micro_batch): (i.start, i.end) for i in result.timeline}
-    for k in range(3):
-      for t in range(4):
-        self.assertGreaterEqual(spans[(simulator.FORWARD, k, t + 1)][0],
-                                spans[(simulator.FORWARD, k, t)][1] - 1e-12)
+    # A re-computed cell with recompute_overlap reads the weights as they were and waits for
+    # F(k, t - 2) only: two forward passes at once.
+    costs = [simulator.CellCost(forward=1.0, backward=0.0, recompute=1e-9)]
+    self.assertAlmostEqual(simulator.Simulate(costs, 6, cores=2).step_time, 3.0, places=6)
+    self.assertAlmostEqual(
+        simulator.Simulate(costs, 6, cores=2, recompute_overlap=False).step_time, 6.0, places=6)
+    for overlap, lag in ((False, 1), (True, 2)):
+      result = simulator.Simulate(_Random(random.Random(2), 3), 5, cores=8,
+                                  recompute_overlap=overlap)
+      spans = {(i.kind, i.cell, i.micro_batch): (i.start, i.end) for i in result.timeline}
+      for k in range(3):
+        for t in range(5 - lag):
+          self.assertGreaterEqual(spans[(simulator.FORWARD, k, t + lag)][0],
+                                  spans[(simulator.FORWARD, k, t)][1] - 1e-12)
+      if overlap:
+        self.assertTrue(any(spans[(simulator.FORWARD, k, t + 1)][0] <
+                            spans[(simulator.FORWARD, k, t)][1] for k in range(3) for t in range(4)))
 
   def testATaskUsesTheCoresItsParallelismAllows(self):
     cell = simulator.CellCost(forward=2.0, backward=3.0, forward_parallelism=2.0,

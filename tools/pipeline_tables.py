@@ -149,6 +149,8 @@ def Throughput(args):
   models = CpuModels(args.quick)
   cores = Cores()
   for name in ('AmoebaNet-D (6, 32)', 'Transformer-8 (128, 512)'):
+    if name.split('-')[0].lower() not in args.throughput_models.split(','):
+      continue
     layers, inputs_fn, batch_dim, batch = models[name]
     steps = {}
     for k in ks:
@@ -546,6 +548,8 @@ def main(argv=None):
   parser.add_argument('--rounds', type=int, default=4, help='Interleaved timing rounds.')
   parser.add_argument('--steps_per_round', type=int, default=3, help='Timed steps per round.')
   parser.add_argument('--warmup', type=int, default=2, help='Untimed steps first.')
+  parser.add_argument('--throughput_models', default='amoebanet,transformer',
+                      help='Comma-separated models of the throughput section: amoebanet, transformer.')
   parser.add_argument('--memory_budget_gib', type=float, default=8.0,
                       help='Per-device budget of the memory table (8 GiB: a TPUv2 core).')
   parser.add_argument('--transformer_budget_gib', type=float, default=16.0,
