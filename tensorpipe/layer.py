@@ -249,7 +249,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
             p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1))
         if recompute:
           forward = {}
-          if p.recompute_overlap:
+          if p.recompute_overlap and t:
             # Two micro-batches of a cell in its forward pass at once, as two devices fill.
             forward = dict(forward_theta=first_theta[k],
                            forward_after=outputs[k][t - 2] if t >= 2 else None)

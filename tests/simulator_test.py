@@ -120,7 +120,7 @@ class SharedCoresTest(unittest.TestCase):
     serial = simulator.Simulate(costs, m, cores=2, recompute_overlap=False)
     self.assertAlmostEqual(serial.step_time, 2 * m)
 
-  def testForwardPassesOfOneDeviceStayInOrder(self):
+  def testForwardPassesOfOneDeviceRunInOrderOneOrTwoAtATime(self):
     # F(k, t + 1) reads the weights F(k, t) passes on, so two cores do not speed up K = 1 forwards.
     costs = [simulator.CellCost(forward=1.0, backward=0.0)]
     self.assertAlmostEqual(simulator.Simulate(costs, 6, cores=2).step_time, 6.0)
