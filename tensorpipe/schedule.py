@@ -4,7 +4,8 @@ A schedule is a list of clock ticks; each tick holds the tasks that run concurre
 cell. Forward task F(k, t) runs cell k on micro-batch t at tick k + t, so cell k + 1 starts micro-batch t
 as soon as cell k has finished it. All backward tasks follow all forward tasks and run in reverse:
 B(k, t) runs at tick (M + K - 1) + (K - 1 - k) + (M - 1 - t). `TensorPipeLayer` builds its graph in this
-order and its data dependencies keep each device on this order.
+order and its data dependencies keep each device on this order (with `recompute_overlap`, a device
+may run two neighbouring micro-batches at once).
 """
 
 import dataclasses
