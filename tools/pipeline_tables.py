@@ -144,13 +144,15 @@ def LayerCosts(layers, inputs_fn, batch_dim, m, warmup=2):
   return TracedCosts(layers, inputs_fn, batch_dim, m, warmup)[0]
 
 
+# --throughput_models name -> the model of CpuModels.
+THROUGHPUT_MODELS = {'amoebanet': 'AmoebaNet-D (6, 32)', 'transformer': 'Transformer-8 (128, 512)'}
+
+
 def Throughput(args):
   ks, ms = ((1, 2), (1, 4)) if args.quick else ((1, 2, 4), (1, 4, 8))
   models = CpuModels(args.quick)
   cores = Cores()
-  for name in ('AmoebaNet-D (6, 32)', 'Transformer-8 (128, 512)'):
-    if name.split('-')[0].lower() not in args.throughput_models.split(','):
-      continue
+  for name in [THROUGHPUT_MODELS[key] for key in args.throughput_models.split(',')]:
     layers, inputs_fn, batch_dim, batch = models[name]
     steps = {}
     for k in ks:
@@ -564,6 +566,10 @@ def main(argv=None):
   for section in sections:
     if section not in ('throughput', 'overhead', 'memory'):
       parser.error('unknown section %r' % section)
+  for model in args.throughput_models.split(','):
+    if model not in THROUGHPUT_MODELS:
+      parser.error('unknown --throughput_models entry %r (known: %s)' %
+                   (model, ', '.join(THROUGHPUT_MODELS)))
   if 'throughput' in sections:
     Throughput(args)
   if 'overhead' in sections:
