@@ -86,9 +86,9 @@ class TensorPipeLayer(base_layer.BaseLayer):
     p.Define('recompute_overlap', True,
              'With re-computation: True lets a cell work on two micro-batches at once: the forward '
              'passes of t and t + 1, and re-computing t while the backward pass of t + 1 still runs '
-             '(faster; two micro-batches of re-computed activations per cell). False keeps a cell on '
-             'one micro-batch at a time and weight gradients in step with input gradients (one '
-             'micro-batch per cell: lower peak memory, somewhat slower).')
+             '(faster; up to two micro-batches of re-computed activations per cell). False keeps a '
+             'cell on one micro-batch at a time (somewhat slower; on the dense benchmark the peak is '
+             'about the same).')
     p.Define('two_d_weight_gradients', True,
              'Inside the cells, compute weight gradients of x [..., n] @ w [n, m] matmuls (projections '
              'of rank-3 activations) as one 2-D matmul instead of TF\'s per-leading-index products; '

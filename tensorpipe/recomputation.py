@@ -8,11 +8,16 @@ it grappler's common-subexpression elimination merges the re-computation into th
 and keeps its activations alive after all. It skips Lingvo's CheckNumerics, which the forward pass
 already ran on the same values.
 
-A cell given as stages (one per layer) is differentiated stage by stage, last to first. In the
-low-memory order (ReplayOrder without overlap) the backward pass of stage j also waits until the weight
-gradients of stage j + 2 are summed: left alone, the executor may run the chain of input gradients far
-ahead of the cheap weight-gradient ops beside it (e.g. a bias gradient's reduction), and each layer's
-output gradient stays alive until they run (0.5 MiB per layer and micro-batch on the dense benchmark).
+A cell given as stages (one per layer) is differentiated stage by stage, last to first, and each
+stage's backward pass waits for two things (see ReplayOrder): the summed weight gradients of the
+stage after it (j + 1) in the same micro-batch, and those of the same stage in the micro-batch
+back-propagated before. Left alone, the executor may run the chain of input gradients far ahead of
+the cheap weight-gradient ops beside it (e.g. a bias gradient's reduction), and each layer's output
+gradient stays alive until they run (0.5 MiB per layer and micro-batch on the dense benchmark); or
+run two micro-batches' weight gradients of a stage at once, each held until the other is summed. A stage's summed weight gradients
+exist only after its input gradients, the last ops that read its weights: so when the sum of the
+last micro-batch is ready nothing reads the weights any more, and the optimizer updates them in place
+instead of copying each one (a copy of every weight per step otherwise, measured).
 """
 
 import copy
@@ -24,25 +29,24 @@ from tensorpipe import accumulation
 
 
 class ReplayOrder:
-  """Orders the re-computations of one cell across micro-batches (backward passes run t = M-1 .. 0).
+  """Orders the backward passes of one cell across micro-batches (they run t = M-1 .. 0).
 
   With `overlap` (the default), re-computing micro-batch t waits for its incoming gradients, for the
   re-computation of t + 1 and for the whole backward pass of t + 2. So it overlaps the backward pass
   of t + 1 (a device is not idle while it re-computes), yet at most two micro-batches' re-computed
   activations are alive per cell. Without `overlap` it waits for the whole backward pass of t + 1:
-  one micro-batch's activations per cell; and within a backward pass the weight gradients keep up with
-  the input gradients (see `stage_lag`). A lower peak, and less overlap.
+  one micro-batch's activations per cell. A lower peak, and less overlap.
+  In both, stage j's backward pass of t waits for the summed weight gradients of stage j + STAGE_LAG
+  of t and of stage j of t + 1 (see the module docstring).
   `tf.gradients` builds the backward ops of t + 1 before those of t, which this relies on.
   """
+
+  STAGE_LAG = 1
 
   def __init__(self, overlap=True):
     self._overlap = overlap
     self._done = {}
-
-  @property
-  def stage_lag(self):
-    """Stage j's backward pass waits for the weight gradients of stage j + stage_lag (None: no wait)."""
-    return None if self._overlap else 2
+    self._stage_sums = {}
 
   def Before(self, t):
     """Tensors the re-computation of micro-batch t must wait for."""
@@ -56,8 +60,28 @@ class ReplayOrder:
   def RecordBackward(self, t, grads):
     """Micro-batch t's backward pass produced `grads` (its input and accumulated weight gradients)."""
     if not self._overlap:
-      self._done[t] = [g.values if isinstance(g, tf.IndexedSlices) else g
-                       for g in grads if g is not None]
+      self._done[t] = _Dense(grads)
+
+  def StageBefore(self, t, stage, done):
+    """Tensors stage `stage` of t's backward pass waits for; `done`: t's summed gradients by stage."""
+    return done.get(stage + self.STAGE_LAG, []) + self._stage_sums.get((t + 1, stage), [])
+
+  def RecordStage(self, t, stage, sums):
+    """Stage `stage` of micro-batch t summed its weight gradients into `sums`."""
+    self._stage_sums[(t, stage)] = sums
+
+
+def _Dense(grads):
+  """The tensors behind gradients that may be None or IndexedSlices (for control dependencies)."""
+  return [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads if g is not None]
+
+
+def _After(grad, deps):
+  """`grad` (a tensor or IndexedSlices) as it is once `deps` have run."""
+  with tf.control_dependencies(deps):
+    if isinstance(grad, tf.IndexedSlices):
+      return tf.IndexedSlices(tf.identity(grad.values), grad.indices, grad.dense_shape)
+    return tf.identity(grad)
 
 
 def _WithoutNumericChecks():
@@ -137,7 +161,6 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
   def Backward(boundaries, src, dy_out, dtheta_rest):
     """Gradients of the cell's inputs and weights, stage by stage (see the module docstring)."""
     thetas = src[num_x:]
-    lag = order.stage_lag if order else None
     dthetas = list(dtheta_rest) if pass_theta else [None] * len(thetas)
     final = [y for y in tf.nest.flatten(boundaries[-1]) if y is not None]
     # The cell's outputs pair with dy_out by position (a tensor output twice gets both gradients);
@@ -154,14 +177,18 @@ def Recomputed(fn, theta, inputs, device, name, pass_theta=False, order=None, mi
       if not pairs:
         dys = {}
         continue
-      with tf.control_dependencies(done.get(j + lag, []) if lag else []):
+      with tf.control_dependencies(order.StageBefore(micro_batch, j, done) if order else []):
         grad_ys = [tf.identity(d) for _, d in pairs]
       grads = tf.gradients([y for y, _ in pairs], ins + thetas, grad_ys=grad_ys, stop_gradients=ins)
       dys = dict(zip([id(x) for x in ins], grads[:len(ins)]))
       own = grads[len(ins):]
-      dthetas = [accumulation.Accumulate(g, d) for g, d in zip(own, dthetas)]
-      done[j] = [d.values if isinstance(d, tf.IndexedSlices) else d
-                 for g, d in zip(own, dthetas) if g is not None]
+      read_last = _Dense(grads[:len(ins)])
+      sums = map(accumulation.Accumulate, own, dthetas)
+      dthetas = [d if g is None or not read_last else _After(d, read_last)
+                 for g, d in zip(own, sums)]
+      done[j] = _Dense(d for g, d in zip(own, dthetas) if g is not None)
+      if order:
+        order.RecordStage(micro_batch, j, done[j])
     return [dys.get(id(x)) for x in src[:num_x]], dthetas
 
   forward_leaves = forward_theta.Flatten() if forward_theta is not None else []

@@ -1,5 +1,8 @@
 """Gradient accumulation: a running sum over micro-batches, not M partial weight gradients at once."""
 
+import collections
+import re
+
 import numpy as np
 from lingvo import compat as tf
 from lingvo.core import py_utils
@@ -21,6 +24,9 @@ class AccumulateTest(test_utils.TestCase):
       total = accumulation.Accumulate(a, b)
       self.assertTrue(total.op.get_attr('_grappler_do_not_remove'))
       self.assertAllEqual(self.evaluate(total), [4.0, 6.0])
+      own, rest = np.random.RandomState(0).normal(size=[2, 1000]).astype(np.float32) * [[1.0], [1e3]]
+      self.assertAllEqual(self.evaluate(accumulation.Accumulate(tf.constant(own), tf.constant(rest))),
+                          own + rest)  # bit for bit
       s1 = tf.IndexedSlices(tf.constant([[1.0]]), tf.constant([0]), tf.constant([2, 1]))
       s2 = tf.IndexedSlices(tf.constant([[2.0]]), tf.constant([0]), tf.constant([2, 1]))
       self.assertAllEqual(self.evaluate(tf.convert_to_tensor(accumulation.Accumulate(s1, s2))),
@@ -41,6 +47,23 @@ class AccumulateTest(test_utils.TestCase):
       self.assertTrue(kept and kept[0].get_attr('_grappler_do_not_remove'))
       # The output's gradient is released only after theta's.
       self.assertIn(kept[0].inputs[0].op, grad_y.op.control_inputs)
+
+
+class SumBufferTest(test_utils.TestCase):
+  """Each weight's running gradient sum stays in one buffer over all micro-batches (no re-allocation)."""
+
+  def testEverySumStaysInOneBuffer(self):
+    params = helpers.Pipeline(helpers.DenseLayers(8, dim=256), 2, 4)
+    for step_stats in helpers.TracedSgdSteps(params, 1024, 2):
+      buffers = collections.defaultdict(set)  # (cell, op name suffix): the sum's buffer addresses
+      for dev in step_stats.dev_stats:
+        for n in dev.node_stats:
+          match = re.search(r'/(cell\d)_mb\d/accumulate(_\d+)?$', n.node_name)
+          if match and n.output:
+            buffers[match.groups()].add(n.output[0].tensor_description.allocation_description.ptr)
+      self.assertLen(buffers, 8)  # one running sum per weight
+      for key, pointers in buffers.items():
+        self.assertLen(pointers, 1, key)
 
 
 class AccumulationMemoryTest(test_utils.TestCase):

@@ -110,6 +110,34 @@ def TracedStep(sess, fetches):
   return values, nodes
 
 
+def TracedSgdSteps(params, batch, num_devices, steps=3):
+  """Builds `params` with a plain SGD update (assign_sub per variable) on a [batch, dim] input.
+
+  Runs a warm-up step, then `steps` traced ones; returns their RunMetadata step stats.
+  """
+  with tf.Graph().as_default() as graph, Cluster(num_devices):
+    net = params.Instantiate()
+    dim = params.layers[0].dim
+    loss = tf.reduce_sum(tf.square(net.FPropDefaultTheta(tf.random.uniform([batch, dim]))))
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+    updates = []
+    for var, grad in zip(variables, grads):
+      with tf.compat.v1.colocate_with(var):
+        updates.append(var.assign_sub(1e-3 * grad).op)
+    train = tf.group(*updates)
+    stats = []
+    with Session(graph, num_devices, 1, 2) as sess:
+      sess.run(tf.global_variables_initializer())
+      sess.run(train)
+      for _ in range(steps):
+        opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        meta = tf.compat.v1.RunMetadata()
+        sess.run(train, options=opts, run_metadata=meta)
+        stats.append(meta.step_stats)
+  return stats
+
+
 def CountByType(nodes, types, predicate=lambda name: True):
   counts = collections.Counter()
   for _, name, op_type, _, _ in nodes:

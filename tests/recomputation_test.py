@@ -7,6 +7,7 @@ from lingvo import compat as tf
 from lingvo.core import layers as lingvo_layers
 from lingvo.core import test_utils
 
+from tensorpipe import recomputation
 from tests import helpers
 
 K, M, L = 2, 4, 4
@@ -53,33 +54,62 @@ class NumericChecksTest(test_utils.TestCase):
 
 
 class StageOrderTest(test_utils.TestCase):
-  """With recompute_overlap=False, layer j's backward pass starts after layer j + 2's weight gradient."""
+  """Layer j's backward pass of micro-batch t starts after the weight gradients of layer j + 1 of t
+  (ReplayOrder.STAGE_LAG) and of layer j of t + 1, with or without recompute_overlap."""
 
-  def testInputGradientChainWaitsForWeightGradientsTwoLayersBack(self):
-    num_layers, per_cell, num_micro = 8, 4, 2
+  def _Check(self, overlap):
+    num_layers, per_cell, num_micro = 8, 4, 3
     with tf.Graph().as_default() as g, helpers.Cluster(K):
       net = helpers.Pipeline(helpers.DenseLayers(num_layers, dim=32), K, num_micro,
-                             recompute_overlap=False).Instantiate()
-      loss = tf.reduce_sum(tf.square(net.FPropDefaultTheta(tf.ones([16, 32]))))
+                             recompute_overlap=overlap).Instantiate()
+      loss = tf.reduce_sum(tf.square(net.FPropDefaultTheta(tf.ones([24, 32]))))
       grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
       with helpers.Session(g, K) as sess:
         sess.run(tf.global_variables_initializer())
         _, nodes = helpers.TracedStep(sess, [loss, grads])
+
+    def WeightGradientEnd(t, j):
+      mb = 'cell%d_mb%d/' % (j // per_cell, t)
+      ends = [end for _, name, _, _, end in nodes
+              if mb in name and name.endswith('/layer%d/MatMul_grad/MatMul_1' % j)]
+      self.assertLen(ends, 1, (t, j))
+      return ends[0]
+
+    lag = recomputation.ReplayOrder.STAGE_LAG
     checked = 0
     for t in range(num_micro):
       for j in range(num_layers):
-        if j % per_cell + 2 >= per_cell:
-          continue
         mb = 'cell%d_mb%d/' % (j // per_cell, t)
         backward = [start for _, name, _, start, _ in nodes
                     if mb in name and re.search(r'/layer%d/\w+_grad/' % j, name)]
-        weight_grad = [end for _, name, _, _, end in nodes
-                       if mb in name and name.endswith('/layer%d/MatMul_grad/MatMul_1' % (j + 2))]
-        self.assertLen(weight_grad, 1, (t, j))
         self.assertNotEmpty(backward, (t, j))
-        self.assertGreaterEqual(min(backward), weight_grad[0], (t, j))
-        checked += 1
-    self.assertEqual(checked, num_micro * K * (per_cell - 2))
+        if j % per_cell + lag < per_cell:
+          self.assertGreaterEqual(min(backward), WeightGradientEnd(t, j + lag), (t, j))
+          checked += 1
+        if t + 1 < num_micro:
+          self.assertGreaterEqual(min(backward), WeightGradientEnd(t + 1, j), (t, j))
+          checked += 1
+    self.assertEqual(checked, num_micro * K * (per_cell - lag) + (num_micro - 1) * num_layers)
+
+  def testWithOverlap(self):
+    self._Check(True)
+
+  def testWithoutOverlap(self):
+    self._Check(False)
+
+
+class InPlaceUpdateTest(test_utils.TestCase):
+  """Once a weight's summed gradient exists nothing reads the weight, so the update copies nothing."""
+
+  def testUpdatesCopyNoWeight(self):
+    params = helpers.Pipeline(helpers.DenseLayers(8, dim=256), K, M)
+    for step_stats in helpers.TracedSgdSteps(params, 1024, K):
+      updates = [n for dev in step_stats.dev_stats for n in dev.node_stats
+                 if re.fullmatch(r'AssignSubVariableOp(_\d+)?', n.node_name)]
+      self.assertLen(updates, 8)
+      copies = [n.node_name for n in updates
+                if any(r.alloc_bytes > 0 for m in n.memory for r in m.allocation_records)]
+      self.assertEmpty(copies)
 
 
 def _Ancestors(op):
