@@ -11,6 +11,7 @@ from lingvo.core import py_utils
 
 from tensorpipe import layer as layer_lib
 from tensorpipe import placement
+from tensorpipe import profiling
 
 MATMUL_TYPES = ('MatMul', '_MklMatMul', '_FusedMatMul', '_MklFusedMatMul', '_MklNativeFusedMatMul',
                 '_MklNativeMatMul')
@@ -131,10 +132,7 @@ def TracedSgdSteps(params, batch, num_devices, steps=3):
       sess.run(tf.global_variables_initializer())
       sess.run(train)
       for _ in range(steps):
-        opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-        meta = tf.compat.v1.RunMetadata()
-        sess.run(train, options=opts, run_metadata=meta)
-        stats.append(meta.step_stats)
+        stats.append(profiling.TracedRun(sess, train)[1].step_stats)
   return stats
 
 
