@@ -4,13 +4,14 @@ In training, `BatchNorm` normalises each micro-batch with that micro-batch's mea
 paper does). Its moving averages, used in evaluation, must not depend on K or M, so they are updated
 once per mini-batch from the statistics of the whole mini-batch:
 
-- Inside a TensorPipeLayer, the layer's FProp records its micro-batch statistics into the pipeline's
-  `StatsCollector` instead of updating anything. After the last micro-batch the pipeline calls
-  `StatsCollector.Finish`, which combines the M equal-sized micro-batches' statistics exactly
-  (mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) - mean^2) and registers one Lingvo
-  batch-norm update per layer (`py_utils.UpdateBatchNormVars`), which Lingvo's training step applies
-  like any other. A re-computation runs after `Finish` has closed the collector, so it records nothing
-  and adds no update.
+- Inside a TensorPipeLayer, the layer's FProp records its micro-batch statistics into a
+  `StatsCollector` instead of updating anything: a cell's forward function returns them as outputs
+  (see `cell_function`), and the pipeline adds each call's statistics to its own collector. After the
+  last micro-batch the pipeline calls `StatsCollector.Finish`, which combines the M equal-sized
+  micro-batches' statistics exactly (mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) - mean^2)
+  and registers one Lingvo batch-norm update per layer (`py_utils.UpdateBatchNormVars`), which
+  Lingvo's training step applies like any other. A re-computation runs under a `Discarding`
+  collector, so it records nothing and adds no update.
 - Outside a TensorPipeLayer the layer updates its moving averages from its own batch statistics, like
   an ordinary batch-norm layer, so an unpipelined model gets the same moving averages.
 
@@ -66,6 +67,11 @@ class StatsCollector:
       return  # A re-computation: the forward pass already recorded these statistics.
     self._stats.setdefault(layer, []).append((mean, variance))
 
+  def Records(self):
+    """[(layer, mean, variance)] in the order they were added (e.g. to return them from a function)."""
+    return [(layer, mean, variance) for layer, stats in self._stats.items()
+            for mean, variance in stats]
+
   def Finish(self, outputs):
     """Registers one moving-average update per layer; returns `outputs` made to depend on the stats.
 
@@ -90,6 +96,16 @@ class StatsCollector:
       return outputs
     with tf.control_dependencies(combined):
       return tf.nest.map_structure(lambda x: None if x is None else tf.identity(x), outputs)
+
+
+def Discarding():
+  """A closed collector: batch-norm layers run in its `Collecting()` record and update nothing.
+
+  For re-computations, whose statistics the forward pass has already recorded.
+  """
+  collector = StatsCollector(1)
+  collector._closed = True  # pylint: disable=protected-access
+  return collector
 
 
 def _ActiveCollector():

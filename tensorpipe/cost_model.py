@@ -208,10 +208,11 @@ def MemoryCost(profiles, num_micro_batches, recompute='always', bytes_per_param=
   """The per-device bytes of a cell as a balancing.CellCost (an estimate, for budgets and balance).
 
   Per layer: parameters x bytes_per_param (weights and optimizer slots), other variables, and the
-  activations its backward pass holds (the forward tensors it reads, see Profiles): with re-computation those of the micro-batches being
-  re-computed (two at most, see recomputation.ReplayOrder; one more kept with 'except_last'),
-  without it those of the whole mini-batch. At a cell's first layer: its input for the whole
-  mini-batch, stashed until the backward pass.
+  activations its backward pass holds (the forward tensors it reads, see Profiles): with
+  re-computation those of the micro-batches a cell runs at once (two at most: two forward passes
+  with forward_overlap; one more kept with 'except_last'), without it those of the whole
+  mini-batch. At a cell's first layer: its input for the whole mini-batch, stashed until the
+  backward pass.
   """
   m = num_micro_batches
   if recompute == 'never':

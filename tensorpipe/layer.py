@@ -1,35 +1,32 @@
 """TensorPipeLayer: a sequential list of Lingvo layers run as a GPipe pipeline over K devices.
 
 The L layers are cut into K cells (explicitly, or balanced by estimated cost); cell k and its variables
-live on device k. FProp splits the mini-batch into M micro-batches, runs F(k, t) in fill-drain order
-(see `schedule`), and joins the outputs on the last device. In training each F(k, t) is one
-`recomputation.Recomputed` op, so backprop re-computes the cell from its saved boundary input, and
-micro-batch t + 1 reads the weights passed on by micro-batch t (see `accumulation`), so weight gradients
-are summed as a running sum before Lingvo's learner applies them once per mini-batch. With
-`recompute_overlap` a cell's forward pass reads the weights as they were and waits only for micro-batch
-t - 2, so two micro-batches of a cell can be in their forward passes at once (two devices fill sooner
-where cells share cores, as logical CPU devices do).
+live on device k. FProp splits the mini-batch into M micro-batches and runs the schedule's actions
+(see `schedule`): each forward task F(k, t) is one call of cell k's forward function and each backward
+task B(k, t) one call of its backward function, which re-computes the cell from its saved boundary
+input (see `cell_function`). The functions are traced once per cell, so the graph does not grow with
+M. `executor` builds the calls in the schedule's order and joins the outputs on the last device; the
+weight gradients of the M micro-batches are summed on each cell's device (see `accumulation`) and
+Lingvo's learner applies them once per mini-batch.
 
 Variables are named `<layer>/<child layer>/...` whatever K is, so a checkpoint loads for any
 partitioning.
 """
 
-import contextlib
+import weakref
 
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import py_utils
 
-from tensorpipe import accumulation
 from tensorpipe import batch_norm
+from tensorpipe import cell_function
 from tensorpipe import cost_model
-from tensorpipe import matmul_gradient
+from tensorpipe import executor
 from tensorpipe import micro_batching
 from tensorpipe import partition_report
 from tensorpipe import partitioning
 from tensorpipe import placement
-from tensorpipe import randomness
-from tensorpipe import recomputation
 from tensorpipe import schedule
 
 RECOMPUTE_MODES = ('always', 'except_last', 'never')
@@ -83,12 +80,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
     p.Define('recompute', 'always',
              "Backprop re-computation: 'always' (GPipe: keep only partition-boundary activations), "
              "'except_last' (the last micro-batch keeps its activations), or 'never'.")
-    p.Define('recompute_overlap', True,
-             'With re-computation: True lets a cell work on two micro-batches at once: the forward '
-             'passes of t and t + 1, and re-computing t while the backward pass of t + 1 still runs '
-             '(faster; up to two micro-batches of re-computed activations per cell). False keeps a '
-             'cell on one micro-batch at a time (somewhat slower; on the dense benchmark the peak is '
-             'about the same).')
+    p.Define('forward_overlap', True,
+             'True: a cell may run the forward passes of two neighbouring micro-batches at once, so '
+             'a device whose neighbour is idle (filling the pipeline) can use a second core or '
+             'stream. False: one forward pass at a time per cell.')
     p.Define('two_d_weight_gradients', True,
              'Inside the cells, compute weight gradients of x [..., n] @ w [n, m] matmuls (projections '
              'of rank-3 activations) as one 2-D matmul instead of TF\'s per-leading-index products; '
@@ -110,6 +105,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     cells = self._Cells(where)
     self._devices = placement.CellDevices(self.cluster, len(cells), p.devices, where)
     self._cell_layers = []
+    self._functions = weakref.WeakKeyDictionary()  # graph -> {input signature: CellFunctions}
     for k, cell in enumerate(cells):
       names = []
       with tf.device(self._devices[k]):
@@ -190,23 +186,28 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """The names of the layers in each cell."""
     return [list(names) for names in self._cell_layers]
 
-  def _CellStages(self, k, offset, collector):
-    """Forward functions of cell k's layers, in order, on the micro-batch starting at example `offset`.
-
-    Each stage runs one layer. Every run (the forward pass and its re-computation) draws the random
-    masks of those examples (see `randomness`) and records batch-norm statistics into `collector`
-    (see `batch_norm`).
-    """
-    two_d = self.params.two_d_weight_gradients
+  def _CellStages(self, k):
+    """Cell k as stages, one per layer: functions (theta, inputs) -> outputs, applied in order."""
 
     def Stage(name):
-      def Fn(theta, args):
-        with randomness.ExampleOffset(offset), collector.Collecting(), (
-            matmul_gradient.Scope() if two_d else contextlib.nullcontext()):
-          return self.children[name].FProp(theta[name], *_ToTuple(args))
-      return Fn
+      return lambda theta, inputs: self.children[name].FProp(theta[name], *_ToTuple(inputs))
 
     return [Stage(name) for name in self._cell_layers[k]]
+
+  def _CellFunctions(self, k, theta, inputs):
+    """Cell k's graph functions for inputs like `inputs`, traced once per graph, input signature and
+    mode (layers compute differently in evaluation)."""
+    p = self.params
+    graph = tf.get_default_graph()
+    leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
+                   for x in tf.nest.flatten(inputs))
+    signature = (k, self.do_eval, leaves, str(tf.nest.map_structure(lambda _: 0, inputs)))
+    cache = self._functions.setdefault(graph, {})
+    if signature not in cache:
+      cache[signature] = cell_function.CellFunctions(
+          self._CellStages(k), theta, inputs, self._devices[k], '%s_cell%d' % (p.name, k),
+          p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name)
+    return cache[signature]
 
   def NumMicroBatches(self, batch_size):
     """M for a mini-batch of `batch_size` examples (checked: divisible, 1 <= M <= batch)."""
@@ -218,8 +219,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
                                           'TensorPipeLayer %r' % p.name)
 
   def Schedule(self, batch_size):
-    """The FillDrainSchedule FProp follows for a mini-batch of `batch_size` examples."""
-    return schedule.FillDrainSchedule(self.num_partitions, self.NumMicroBatches(batch_size))
+    """The schedule.Schedule FProp follows for a mini-batch of `batch_size` examples."""
+    p = self.params
+    lag = 2 if p.forward_overlap else 1
+    return schedule.FillDrainSchedule(self.num_partitions, self.NumMicroBatches(batch_size), lag)
 
   def FProp(self, theta, *args):
     """Runs the pipeline on `args` (tensors, tuples or NestedMaps) and returns the last cell's output."""
@@ -227,58 +230,33 @@ class TensorPipeLayer(base_layer.BaseLayer):
     where = 'TensorPipeLayer %r' % p.name
     batch = micro_batching.BatchSize(args, p.batch_dim, where)
     num_micro = self.NumMicroBatches(batch)
-    sched = schedule.FillDrainSchedule(self.num_partitions, num_micro)
     collector = batch_norm.StatsCollector(num_micro, where)
     with tf.name_scope(p.name):
       with tf.device(self._devices[0]):
         if batch is None and num_micro > 1:
           args = self._AssertDivisible(args, num_micro)
-        acts = micro_batching.Split(args, num_micro, p.batch_dim)
-        offsets = self._ExampleOffsets(acts[0], batch, num_micro)
+        offsets = self._ExampleOffsets(args, batch, num_micro)
       cell_theta = [
           py_utils.NestedMap({name: theta[name] for name in names}) for names in self._cell_layers
       ]
-      orders = [recomputation.ReplayOrder(p.recompute_overlap) for _ in range(self.num_partitions)]
-      first_theta = list(cell_theta)
-      outputs = [[] for _ in range(self.num_partitions)]  # [k][t]: the leaves of F(k, t)'s outputs
-      for task in sched.ForwardOrder():
-        k, t = task.cell, task.micro_batch
-        scope = 'cell%d_mb%d' % (k, t)
-        pass_theta = t < num_micro - 1 and not self.do_eval
-        recompute = not self.do_eval and (
-            p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1))
-        if recompute:
-          forward = {}
-          if p.recompute_overlap and t:
-            # Two micro-batches of a cell in its forward pass at once, as two devices fill.
-            forward = dict(forward_theta=first_theta[k],
-                           forward_after=outputs[k][t - 2] if t >= 2 else None)
-          acts[t], next_theta = recomputation.Recomputed(
-              self._CellStages(k, offsets[t], collector), cell_theta[k], acts[t], self._devices[k],
-              scope, pass_theta, orders[k], t, **forward)
-        else:
-          with tf.device(self._devices[k]), tf.name_scope(scope):
-            for stage in self._CellStages(k, offsets[t], collector):
-              acts[t] = stage(cell_theta[k], acts[t])
-          if pass_theta:
-            acts[t], next_theta = accumulation.PassOn(
-                cell_theta[k], acts[t], self._devices[k], name=scope + '_pass_on')
-        if pass_theta:
-          cell_theta[k] = next_theta
-        outputs[k].append([y for y in tf.nest.flatten(acts[t]) if y is not None])
+
+      def Recompute(t):
+        return p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1)
+
+      step = executor.PipelineStep(self.Schedule(batch), self._CellFunctions, self._devices,
+                                   p.batch_dim, Recompute, where)
+      out = step.Run(cell_theta, args, offsets, collector, training=not self.do_eval)
       with tf.device(self._devices[-1]):
-        out = micro_batching.Concat(acts, p.batch_dim, where)
         out = collector.Finish(out)
     return out
 
-  def _ExampleOffsets(self, first_micro_batch, batch, num_micro):
+  def _ExampleOffsets(self, args, batch, num_micro):
     """The index in the mini-batch of each micro-batch's first example (a tensor if batch is unknown)."""
     p = self.params
     if batch is not None:
       return [t * (batch // num_micro) for t in range(num_micro)]
-    first = [x for x in tf.nest.flatten(first_micro_batch)
-             if micro_batching.IsBatched(x, p.batch_dim)][0]
-    size = tf.shape(first)[p.batch_dim]
+    first = [x for x in tf.nest.flatten(args) if micro_batching.IsBatched(x, p.batch_dim)][0]
+    size = tf.shape(first, out_type=tf.int64)[p.batch_dim] // num_micro
     return [0] + [t * size for t in range(1, num_micro)]
 
   def _AssertDivisible(self, args, num_micro):

@@ -114,7 +114,7 @@ def Concat(structures, batch_dim, where='TensorPipeLayer'):
     if column[0] is None:
       joined.append(None)
     elif IsBatched(column[0], batch_dim):
-      joined.append(_Join(list(column), batch_dim))
+      joined.append(tf.concat(list(column), axis=batch_dim))
     else:
       raise ValueError('%s: %s has rank %s, so it has no batch dimension %d to concatenate '
                        'micro-batches along; return per-example values instead' %
@@ -122,26 +122,23 @@ def Concat(structures, batch_dim, where='TensorPipeLayer'):
   return tf.nest.pack_sequence_as(first, joined)
 
 
-def _Join(parts, batch_dim):
-  """tf.concat(parts, batch_dim) whose gradient gives each micro-batch its own copy of its slice.
+def SplitGradient(grad, parts, batch_dim):
+  """The gradient of a joined output cut back into its micro-batches' pieces, each a copy.
 
-  TF's gradient slices the incoming gradient; along the first dimension those slices alias it, so the
-  whole mini-batch's gradient would stay alive until the last micro-batch's backward pass (the first
-  micro-batch's, in fill-drain order) is done. Copies let it go at once, and each slice goes when its
-  micro-batch is done.
+  Slices along the first dimension would alias `grad`, so the whole mini-batch's gradient would stay
+  alive until the last micro-batch's backward pass (the first micro-batch's, in fill-drain order) is
+  done. Copies let it go at once, and each piece goes when its micro-batch is done.
+
+  Args:
+    grad: the gradient of the joined tensor (may be IndexedSlices).
+    parts: the M micro-batch tensors that were joined.
+    batch_dim: the axis they were joined along.
   """
-
-  @tf.custom_gradient
-  def Join(*xs):
-
-    def Grad(dy):
-      sizes = [tf.shape(x)[batch_dim] for x in xs]
-      pieces = tf.split(tf.convert_to_tensor(dy), sizes, axis=batch_dim)
-      if batch_dim == 0:
-        with accumulation.Kept():  # Else grappler hoists the copies above the split.
-          pieces = [tf.raw_ops.DeepCopy(x=piece) for piece in pieces]
-      return [tf.ensure_shape(piece, x.shape) for piece, x in zip(pieces, xs)]
-
-    return tf.concat(list(xs), axis=batch_dim), Grad
-
-  return Join(*parts)
+  sizes = [tf.compat.dimension_value(x.shape[batch_dim]) for x in parts]
+  if any(size is None for size in sizes):
+    sizes = [tf.shape(x)[batch_dim] for x in parts]
+  pieces = tf.split(tf.convert_to_tensor(grad), sizes, axis=batch_dim)
+  if batch_dim == 0:
+    with accumulation.Kept():  # Else grappler hoists the copies above the split.
+      pieces = [tf.raw_ops.DeepCopy(x=piece) for piece in pieces]
+  return [tf.ensure_shape(piece, x.shape) for piece, x in zip(pieces, parts)]

@@ -1,19 +1,25 @@
 """Profiling: what each device did in one traced TensorPipe training step.
 
-`Trace` reads a step's RunMetadata and labels every executed op by what it was for, from the name
-scopes TensorPipeLayer gives its ops (`cell<k>_mb<t>`):
-  forward     F(k, t): ops in scope cell<k>_mb<t> outside the gradients;
-  recompute   R(k, t): the re-run of the forward pass inside that op's gradient function;
-  backward    B(k, t): the gradients inside it (or, without re-computation, the gradient ops of the
-              forward ops);
+`Trace` reads a step's RunMetadata. TensorPipeLayer runs every task as one call of a cell's graph
+function (see `cell_function`), named by its scope `cell<k>_mb<t>/`: the forward call F(k, t), and,
+inside tf.gradients, the backward call B(k, t) with the calls that start or add to its weight-gradient
+sums. A full trace also holds the ops that ran inside those calls, under the names they have in the
+function bodies (e.g. `layer3/MatMul`, `recompute/layer3/MatMul`,
+`gradients_1/recompute/layer3/MatMul_grad/MatMul`). Each inner op belongs to a call that ran on its
+device and spans it; where two calls of a cell overlap (two forward passes at once with
+forward_overlap), to the one of the matching kind that started last. Every executed op is labelled:
+  forward     F(k, t): the forward call and the ops inside it;
+  recompute   R(k, t): the re-run of the forward pass inside the backward call (`recompute/...`);
+  backward    B(k, t): the backward calls and their other ops (the gradients, the additions);
   setup       splitting into and joining micro-batches (the pipeline's own ops, in no cell);
   transfer    sends and receives between devices;
   update      variable updates (Assign*/Apply* ops);
   other       everything else (input pipeline, loss, ...).
-From those: per-device busy time, per-cell and per-layer times (to feed `simulator`), and a timeline
-to draw. A task's time is the union of its ops' spans (its span); its work is the sum of its ops'
-durations (core-seconds: each op runs on one thread with intra_op_parallelism_threads=1), and work /
-span is how many of its ops run at once, which the simulator's shared-core model needs.
+Call ops are only containers: a task's span is that of its inner ops, and busy time and work count
+inner ops only. From those: per-device busy time, per-cell and per-layer times (to feed `simulator`),
+and a timeline to draw. A task's time is the union of its ops' spans (its span); its work is the sum
+of its ops' durations (core-seconds: each op runs on one thread with intra_op_parallelism_threads=1),
+and work / span is how many of its ops run at once, which the simulator's shared-core model needs.
 
 Memory: with a full trace every op's allocations and deallocations are recorded with their times.
 `PeakMemory` replays them per device (an allocation counts on the device of the op that made it,
@@ -37,12 +43,15 @@ CATEGORIES = ('forward', 'recompute', 'backward', 'setup', 'transfer', 'update',
 # Ops that move or alias data rather than compute: left out of task spans, which would otherwise
 # start with weight reads issued long before the task's input arrives.
 _BOOKKEEPING = frozenset(['ReadVariableOp', 'Identity', 'IdentityN', 'Const', 'NoOp', '_Send',
-                          '_Recv', '_HostSend', '_HostRecv', 'VarHandleOp', 'Shape'])
+                          '_Recv', '_HostSend', '_HostRecv', 'VarHandleOp', 'Shape', '_Arg',
+                          '_Retval'])
+_CALLS = frozenset(['PartitionedCall', 'StatefulPartitionedCall'])
 _CELL = re.compile(r'(?:^|/)cell(\d+)_mb(\d+)/')
 # Send/receive nodes TF adds between devices: '<producer>/_<n>'.
 _TRANSFER = re.compile(r'/_\d+$')
-# Inside the gradient function of a re-computed F(k, t): the re-run, then its gradients.
-_GRAD_FN = re.compile(r'IdentityN(?:_\d+)?_grad/cell(\d+)_mb(\d+)/(.*)$')
+# An op inside a function body: an optional gradients scope, an optional re-computation scope, then
+# the layer's scope.
+_INNER = re.compile(r'^(gradients(?:_\d+)?/)?(recompute/)?([^/]+)/')
 
 
 @dataclasses.dataclass
@@ -56,7 +65,8 @@ class Op:
   category: str
   cell: Optional[int] = None
   micro_batch: Optional[int] = None
-  layer: Optional[str] = None  # The name scope right inside the cell scope.
+  layer: Optional[str] = None  # The layer's name scope, for ops inside the cells' functions.
+  is_call: bool = False  # A call op of a cell function: a container of other ops, not work.
 
 
 def ShortDevice(device):
@@ -66,10 +76,15 @@ def ShortDevice(device):
 
 
 def Classify(name, op_type, pipeline_scope=None):
-  """(category, cell, micro_batch) of an op, from its name (see the module docstring)."""
+  """(category, cell, micro_batch) of an op of the step's own graph, from its name.
+
+  Ops inside the cells' functions carry no cell in their names; `Trace` labels them by the call they
+  ran in (see the module docstring).
+  """
   if op_type.startswith(('Assign', 'Apply', 'ResourceApply', 'ResourceScatter')):
     return 'update', None, None
-  if op_type in ('_Send', '_Recv', '_HostSend', '_HostRecv') or _TRANSFER.search(name):
+  if op_type in ('_Send', '_Recv', '_HostSend', '_HostRecv') or _TRANSFER.search(name) or (
+      name.startswith('GroupCrossDeviceControlEdges')):
     return 'transfer', None, None
   match = _CELL.search(name)
   if match is None:
@@ -77,12 +92,17 @@ def Classify(name, op_type, pipeline_scope=None):
       return 'setup', None, None
     return 'other', None, None
   cell, micro_batch = int(match.group(1)), int(match.group(2))
-  if not name.startswith('gradients'):
-    return 'forward', cell, micro_batch
-  inside = _GRAD_FN.search(name)
-  if inside and not re.match(r'gradients(?:_\d+)?/', inside.group(3)):
-    return 'recompute', int(inside.group(1)), int(inside.group(2))
-  return 'backward', cell, micro_batch
+  return ('backward' if name.startswith('gradients') else 'forward'), cell, micro_batch
+
+
+def _InnerLabel(name, call_category):
+  """(category, layer) of an op that ran inside a call of category `call_category`."""
+  match = _INNER.match(name)
+  if call_category == 'forward':
+    return 'forward', match.group(3) if match else None
+  if match and match.group(2) and not match.group(1):
+    return 'recompute', match.group(3)
+  return 'backward', match.group(3) if match else None
 
 
 class Trace:
@@ -116,11 +136,39 @@ class Trace:
                        'RunOptions(trace_level=FULL_TRACE)')
     t0 = min(r[3] for r in records)
     self.ops = []
+    calls = collections.defaultdict(list)  # device -> call ops
+    inner = []
     for device, name, op_type, start, end in records:
       category, cell, micro_batch = Classify(name, op_type, pipeline_scope)
-      self.ops.append(Op(ShortDevice(device), name, op_type, (start - t0) / 1e6, (end - t0) / 1e6,
-                         category, cell, micro_batch, _Layer(name) if cell is not None else None))
+      op = Op(ShortDevice(device), name, op_type, (start - t0) / 1e6, (end - t0) / 1e6, category,
+              cell, micro_batch, is_call=op_type in _CALLS)
+      if op.is_call and cell is not None:
+        calls[op.device].append(op)
+      elif category in ('other', 'setup'):
+        inner.append(op)
+      self.ops.append(op)
+    for op in inner:
+      call = self._EnclosingCall(op, calls[op.device])
+      if call is not None:
+        op.category, op.layer = _InnerLabel(op.name, call.category)
+        op.cell, op.micro_batch = call.cell, call.micro_batch
     self.step_time = max(op.end for op in self.ops)
+
+  @staticmethod
+  def _EnclosingCall(op, calls):
+    """The call `op` ran in: one that spans it, of the kind its name suggests, started last."""
+    spanning = [c for c in calls if c.start <= op.start and op.end <= c.end]
+    if not spanning:
+      return None
+    match = _INNER.match(op.name)
+    want = 'backward' if match and (match.group(1) or match.group(2)) else 'forward'
+    preferred = [c for c in spanning if c.category == want] or spanning
+    return max(preferred, key=lambda c: c.start)
+
+  @property
+  def compute_ops(self):
+    """The executed ops without the call ops that contain them."""
+    return [op for op in self.ops if not op.is_call]
 
   @property
   def devices(self):
@@ -129,7 +177,7 @@ class Trace:
   def Busy(self, ops=None):
     """{device: seconds with at least one op running} (over `ops`, default all)."""
     spans = collections.defaultdict(list)
-    for op in self.ops if ops is None else ops:
+    for op in self.compute_ops if ops is None else ops:
       spans[op.device].append((op.start, op.end))
     return {d: simulator.UnionLength(s) for d, s in spans.items()}
 
@@ -140,7 +188,7 @@ class Trace:
     counts 1/n to each, so shares of the step (e.g. bubble vs re-computation) never sum past 1.
     """
     events = collections.defaultdict(list)
-    for op in self.ops:
+    for op in self.compute_ops:
       events[op.device] += [(op.start, 1, op.category), (op.end, -1, op.category)]
     out = {}
     for device, evs in events.items():
@@ -158,7 +206,7 @@ class Trace:
   def WorkByCategory(self):
     """{device: {category: summed op seconds}}; concurrent ops all count (core-seconds)."""
     out = collections.defaultdict(collections.Counter)
-    for op in self.ops:
+    for op in self.compute_ops:
       out[op.device][op.category] += op.end - op.start
     return {d: dict(c) for d, c in out.items()}
 
@@ -188,7 +236,7 @@ class Trace:
   def Tasks(self):
     """[(cell, category, micro_batch, start, end)] of every pipeline task (its ops' span)."""
     spans = {}
-    for op in self.ops:
+    for op in self.compute_ops:
       if op.cell is None or op.op_type in _BOOKKEEPING:
         continue
       key = (op.cell, op.category, op.micro_batch)
@@ -200,7 +248,7 @@ class Trace:
     """Per cell, simulator.CellCost: mean span per micro-batch of F, B and R, and parallelism."""
     cells = [op.cell for op in self.ops if op.cell is not None]
     if not cells:
-      raise ValueError('no TensorPipe cell ops in the trace (names with cell<k>_mb<t>)')
+      raise ValueError('no TensorPipe cell calls in the trace (names with cell<k>_mb<t>)')
     return self._TaskCosts(1 + max(cells), lambda op: op.cell)
 
   def GroupTimes(self, groups):
@@ -237,7 +285,7 @@ class Trace:
     micro-batches with `per_micro_batch`, else the sum.
     """
     per = collections.defaultdict(lambda: collections.defaultdict(list))
-    for op in self.ops:
+    for op in self.compute_ops:
       task = task_of(op)
       if task is not None:
         per[(task, op.category)][op.micro_batch].append((op.start, op.end))
@@ -264,15 +312,6 @@ def _CellCost(by_kind, per_micro_batch):
     fields[kind] = span / len(spans) if per_micro_batch and spans else span
     fields[kind + '_parallelism'] = max(1.0, work / span) if span > 0 else 1.0
   return simulator.CellCost(**fields)
-
-
-def _Layer(name):
-  """The first name scope after the last cell<k>_mb<t>/ (the layer, for Lingvo layers' scopes)."""
-  last = None
-  for last in _CELL.finditer(name):
-    pass
-  rest = name[last.end():]
-  return rest.split('/', 1)[0] if '/' in rest else None
 
 
 def _Index(device):

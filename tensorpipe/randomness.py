@@ -18,8 +18,10 @@ with dropout gets exactly the plain model's gradients; a new training step draws
 import contextlib
 import numbers
 import threading
+import weakref
 import zlib
 
+import numpy as np
 from lingvo import compat as tf
 from lingvo.core import py_utils
 
@@ -78,18 +80,68 @@ def Site(layer, use=''):
   return zlib.crc32(('%s|%s' % (LayerKey(layer), use)).encode('utf-8'))
 
 
-def _Mix32(h):
+def _Mix32Int(h):
+  """_Mix32 on a Python int (for the parts of a key known when the graph is built)."""
+  h ^= h >> 16
+  h = (h * 0x85EBCA6B) & _MASK32
+  h ^= h >> 13
+  h = (h * 0xC2B2AE35) & _MASK32
+  return h ^ (h >> 16)
+
+
+class _Constants:
+  """The int64 constants the hash uses, made once per graph (and function body)."""
+
+  def __init__(self):
+    values = dict(mask=_MASK32, golden=_GOLDEN, m1=0x85EBCA6B, m2=0xC2B2AE35, s13=13, s16=16,
+                  s32=32)
+    for name, value in values.items():
+      setattr(self, name, tf.constant(value, tf.int64, name='hash_' + name))
+
+
+_PER_GRAPH = weakref.WeakKeyDictionary()  # graph -> {'constants': ..., ('step', id): step key}
+
+
+def _GraphState():
+  """Per-graph tensors shared by every mask of the graph, built outside any control context."""
+  graph = tf.get_default_graph()
+  state = _PER_GRAPH.get(graph)
+  if state is None:
+    with tf.control_dependencies(None), tf.name_scope('example_hash/'):
+      state = _PER_GRAPH[graph] = {'constants': _Constants()}
+  return state
+
+
+def _Mix32(h, c):
   """murmur3's 32-bit finaliser (a bijection) on int64 tensors holding values in [0, 2^32)."""
-  h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, 16))
-  h = tf.bitwise.bitwise_and(h * 0x85EBCA6B, _MASK32)
-  h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, 13))
-  h = tf.bitwise.bitwise_and(h * 0xC2B2AE35, _MASK32)
-  return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, 16))
+  h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, c.s16))
+  h = tf.bitwise.bitwise_and(h * c.m1, c.mask)
+  h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, c.s13))
+  h = tf.bitwise.bitwise_and(h * c.m2, c.mask)
+  return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, c.s16))
 
 
-def _Step():
+def _StepKey(state):
+  """A 32-bit hash of the global step (0 without one), shared by every mask of the graph."""
+  c = state['constants']
   step = py_utils.GetGlobalStep()
-  return tf.constant(0, tf.int64) if step is None else tf.cast(tf.identity(step), tf.int64)
+  key = ('step', None if step is None else id(step))
+  if key not in state:
+    with tf.control_dependencies(None), tf.name_scope('example_hash/'):
+      if step is None:
+        state[key] = tf.constant(_Mix32Int(_Mix32Int(0)), tf.int64)
+      else:
+        step = tf.cast(tf.identity(step), tf.int64)
+        low = _Mix32(tf.bitwise.bitwise_and(step, c.mask), c)
+        state[key] = _Mix32(tf.bitwise.bitwise_xor(low, tf.bitwise.right_shift(step, c.s32)), c)
+  return state[key]
+
+
+def _Static(value):
+  """`value` as a Python int if it is one or a constant known when the graph is built, else None."""
+  if isinstance(value, int):
+    return value
+  return tf.get_static_value(value)
 
 
 def Uniform(shape, site, batch_axis=0):
@@ -105,25 +157,39 @@ def Uniform(shape, site, batch_axis=0):
   """
   if not isinstance(site, int):
     raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
-  shape = tf.cast(tf.convert_to_tensor(shape), tf.int64)
-  rank = tf.compat.dimension_value(shape.shape[0])
+  static = [int(d) for d in shape] if isinstance(shape, (list, tuple)) and all(
+      isinstance(d, int) for d in shape) else None
+  if static is None:
+    shape = tf.cast(tf.convert_to_tensor(shape), tf.int64)
+    rank = tf.compat.dimension_value(shape.shape[0])
+  else:
+    rank = len(static)
   if not isinstance(batch_axis, int) or batch_axis < 0 or (rank is not None and batch_axis >= rank):
     raise ValueError('batch_axis must be an axis of a rank-%s shape, got %r' % (rank, batch_axis))
-  step = _Step()
-  key = _Mix32(tf.constant((site ^ 0x7F4A7C15) & _MASK32, tf.int64))
-  key = _Mix32(tf.bitwise.bitwise_xor(key, tf.bitwise.bitwise_and(step, _MASK32)))
-  key = _Mix32(tf.bitwise.bitwise_xor(key, tf.bitwise.right_shift(step, 32)))
-  batch = shape[batch_axis]
-  examples = tf.range(batch) + tf.cast(CurrentExampleOffset(), tf.int64)
-  per_example = _Mix32(tf.bitwise.bitwise_and(key + examples * _GOLDEN, _MASK32))
-  inner = tf.reduce_prod(shape[batch_axis + 1:])
-  flat = tf.range(tf.reduce_prod(shape), dtype=tf.int64)
-  example = (flat // inner) % batch
-  position = (flat // (inner * batch)) * inner + flat % inner
-  seed = tf.gather(per_example, example)
-  h = _Mix32(tf.bitwise.bitwise_and(seed + position * _GOLDEN, _MASK32))
+  state = _GraphState()
+  c = state['constants']
+  site_key = _Mix32Int((site ^ 0x7F4A7C15) & _MASK32)
+  key = _Mix32(tf.bitwise.bitwise_xor(_StepKey(state), tf.constant(site_key, tf.int64)), c)
+  if static is not None:
+    batch = static[batch_axis]
+    inner = int(np.prod(static[batch_axis + 1:], dtype=np.int64))
+    total = int(np.prod(static, dtype=np.int64))
+  else:
+    batch = shape[batch_axis]
+    inner = tf.reduce_prod(shape[batch_axis + 1:])
+    total = tf.reduce_prod(shape)
+  examples = tf.range(batch, dtype=tf.int64) + tf.cast(CurrentExampleOffset(), tf.int64)
+  per_example = _Mix32(tf.bitwise.bitwise_and(key + examples * c.golden, c.mask), c)
+  if static is not None and total == batch:  # One value per example (e.g. drop-path): position 0.
+    h = _Mix32(per_example, c)
+  else:
+    flat = tf.range(total, dtype=tf.int64)
+    example = (flat // inner) % batch
+    position = (flat // (inner * batch)) * inner + flat % inner
+    seed = tf.gather(per_example, example)
+    h = _Mix32(tf.bitwise.bitwise_and(seed + position * c.golden, c.mask), c)
   uniform = tf.cast(tf.bitwise.right_shift(h, 8), tf.float32) * (1.0 / (1 << 24))
-  return tf.reshape(uniform, shape)
+  return tf.reshape(uniform, static if static is not None else shape)
 
 
 def _CheckKeepProb(keep_prob, where):

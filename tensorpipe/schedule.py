@@ -1,23 +1,51 @@
-"""The GPipe fill-drain schedule as plain data (no TensorFlow).
+"""Pipeline schedules as plain data (no TensorFlow): per-device lists of actions and their edges.
 
-A schedule is a list of clock ticks; each tick holds the tasks that run concurrently, at most one per
-cell. Forward task F(k, t) runs cell k on micro-batch t at tick k + t, so cell k + 1 starts micro-batch t
-as soon as cell k has finished it. All backward tasks follow all forward tasks and run in reverse:
-B(k, t) runs at tick (M + K - 1) + (K - 1 - k) + (M - 1 - t). `TensorPipeLayer` builds its graph in this
-order and its data dependencies keep each device on this order (with `recompute_overlap`, a device
-may run two neighbouring micro-batches at once).
+An action is one task of a training step: forward F(k, t) runs cell k on micro-batch t; backward
+B(k, t) re-computes cell k from its saved boundary input (or, without re-computation, reads what the
+forward pass kept) and returns the input gradient and the cell's weight gradients. Each device
+(cell) has an ordered list of actions, and each edge says that one action runs after another, by a
+numbered rule. TensorPipeLayer builds one op per action and turns every edge into a control
+dependency (see `executor`); `simulator` plays the same lists with measured costs; `DryRun` and
+`Render` play them with unit costs, one action per device per tick.
+
+GPipe's fill-drain for K = 2 cells and M = 3 micro-batches (`FillDrainSchedule(2, 3).Render()`):
+
+  tick     0    1    2    3    4    5    6    7
+  cell 0 | F0,0 F0,1 F0,2 .    .    B0,2 B0,1 B0,0
+  cell 1 | .    F1,0 F1,1 F1,2 B1,2 B1,1 B1,0 .
+
+The rules (the code cites them by number):
+  1. F(k, t) after F(k-1, t): its input is that output (data).
+  2. F(k, t) after F(k, t - lag) on the same device: a device runs its forward passes in
+     micro-batch order; lag 2 lets two neighbouring micro-batches of a cell overlap, so a device
+     whose neighbour is idle can use a second core (order).
+  3. B(K-1, M-1) after every F(K-1, u): the loss over the whole mini-batch needs every micro-batch's
+     output (data, through the loss).
+  4. B(k, t) after B(k+1, t): its output gradient is that input gradient (data).
+  5. B(k, t) after B(k, t+1): it adds its weight gradients to that running sum, so a device runs its
+     backward passes in reverse micro-batch order and holds one sum per weight (data).
+Every device idles a fraction (K - 1) / (M + K - 1) of a step with equal costs (the bubble),
+negligible once M >= 4K.
 """
 
 import dataclasses
-from typing import List
+from typing import Dict, List, Sequence
 
 FORWARD = 'F'
 BACKWARD = 'B'
 
+RULES = {
+    1: 'F(k, t) after F(k-1, t): its input is that output',
+    2: 'F(k, t) after F(k, t - lag): forward passes in micro-batch order on a device',
+    3: 'B(K-1, M-1) after every F(K-1, u): the loss needs every output',
+    4: 'B(k, t) after B(k+1, t): its output gradient is that input gradient',
+    5: 'B(k, t) after B(k, t+1): it adds to that running weight-gradient sum',
+}
+
 
 @dataclasses.dataclass(frozen=True, order=True)
-class Task:
-  """One unit of work: `kind` (FORWARD or BACKWARD) of cell `cell` on micro-batch `micro_batch`."""
+class Action:
+  """One task: `kind` (FORWARD or BACKWARD) of cell `cell` on micro-batch `micro_batch`."""
   kind: str
   cell: int
   micro_batch: int
@@ -26,67 +54,191 @@ class Task:
     return '%s%d,%d' % (self.kind, self.cell, self.micro_batch)
 
 
+@dataclasses.dataclass(frozen=True)
+class Edge:
+  """`after` runs once `before` is done, by rule `rule` (see RULES)."""
+  before: Action
+  after: Action
+  rule: int
+
+  @property
+  def crosses_devices(self):
+    return self.before.cell != self.after.cell
+
+
 def _CheckSizes(num_cells, num_micro_batches):
   for name, value in (('num_cells', num_cells), ('num_micro_batches', num_micro_batches)):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
       raise ValueError('%s must be a positive integer, got %r' % (name, value))
 
 
-class FillDrainSchedule:
-  """GPipe's schedule for `num_cells` (K) cells and `num_micro_batches` (M) micro-batches."""
+class Schedule:
+  """Per-device ordered action lists and the edges between actions, checked to be consistent.
 
-  def __init__(self, num_cells, num_micro_batches):
+  Args:
+    num_cells: K, one device per cell.
+    num_micro_batches: M.
+    device_actions: K lists; list k holds the actions cell k runs, in order.
+    edges: Edges between those actions.
+    name: a short name for messages.
+
+  Raises:
+    ValueError: if an action is missing, repeated or on the wrong device, if an edge names an action
+      not in the lists, or if the edges and device orders form a cycle (the step could never end).
+  """
+
+  def __init__(self, num_cells: int, num_micro_batches: int,
+               device_actions: Sequence[Sequence[Action]], edges: Sequence[Edge], name: str):
     _CheckSizes(num_cells, num_micro_batches)
     self.num_cells = num_cells
     self.num_micro_batches = num_micro_batches
+    self.name = name
+    self._device_actions = [list(actions) for actions in device_actions]
+    self._edges = list(edges)
+    self._waits: Dict[Action, List[Edge]] = {}
+    self._Check()
+
+  def _Check(self):
+    if len(self._device_actions) != self.num_cells:
+      raise ValueError('%s: %d device lists for %d cells' %
+                       (self.name, len(self._device_actions), self.num_cells))
+    seen = set()
+    for k, actions in enumerate(self._device_actions):
+      for action in actions:
+        if action.cell != k:
+          raise ValueError('%s: %s is in the list of device %d' % (self.name, action, k))
+        if action in seen:
+          raise ValueError('%s: %s appears twice' % (self.name, action))
+        seen.add(action)
+    expected = {Action(kind, k, t) for kind in (FORWARD, BACKWARD)
+                for k in range(self.num_cells) for t in range(self.num_micro_batches)}
+    if seen != expected:
+      raise ValueError('%s: actions missing: %s' %
+                       (self.name, ', '.join(str(a) for a in sorted(expected - seen))))
+    for edge in self._edges:
+      for action in (edge.before, edge.after):
+        if action not in seen:
+          raise ValueError('%s: edge %s -> %s names an unknown action' %
+                           (self.name, edge.before, edge.after))
+      self._waits.setdefault(edge.after, []).append(edge)
+    self.DryRun()  # Raises on a cycle.
 
   @property
-  def num_forward_ticks(self):
-    return self.num_micro_batches + self.num_cells - 1
+  def device_actions(self) -> List[List[Action]]:
+    """K lists: the actions each device runs, in order."""
+    return [list(actions) for actions in self._device_actions]
 
-  def ForwardTicks(self) -> List[List[Task]]:
-    """Forward ticks: tick c holds F(k, c - k) for every cell k with 0 <= c - k < M."""
-    k_cells, m = self.num_cells, self.num_micro_batches
-    return [[Task(FORWARD, k, c - k) for k in range(k_cells) if 0 <= c - k < m]
-            for c in range(self.num_forward_ticks)]
-
-  def BackwardTicks(self) -> List[List[Task]]:
-    """Backward ticks: the forward ticks mirrored, last cell and last micro-batch first."""
-    return [[Task(BACKWARD, task.cell, task.micro_batch) for task in reversed(tick)]
-            for tick in reversed(self.ForwardTicks())]
-
-  def Ticks(self) -> List[List[Task]]:
-    """All ticks of one training step: forward, then backward."""
-    return self.ForwardTicks() + self.BackwardTicks()
-
-  def ForwardOrder(self) -> List[Task]:
-    """Forward tasks flattened in tick order: the order in which the graph is built."""
-    return [task for tick in self.ForwardTicks() for task in tick]
-
-  def DeviceOrder(self, cell) -> List[Task]:
-    """The tasks cell `cell` runs in one training step, in order."""
-    if not 0 <= cell < self.num_cells:
+  def DeviceActions(self, cell) -> List[Action]:
+    """The actions cell `cell` runs in one training step, in order."""
+    if not isinstance(cell, int) or not 0 <= cell < self.num_cells:
       raise ValueError('cell %r is not in [0, %d)' % (cell, self.num_cells))
-    return [task for tick in self.Ticks() for task in tick if task.cell == cell]
+    return list(self._device_actions[cell])
+
+  @property
+  def edges(self) -> List[Edge]:
+    return list(self._edges)
+
+  def Waits(self, action) -> List[Edge]:
+    """The edges into `action`: what it runs after."""
+    return list(self._waits.get(action, []))
+
+  def DryRun(self) -> Dict[Action, int]:
+    """{action: tick} with every action one tick long and one action per device at a time.
+
+    A device takes its actions in list order; each starts once its device is free and every
+    action it waits for has ended.
+
+    Raises:
+      ValueError: if no action can start (a cycle between edges and device orders).
+    """
+    start, free, nxt = {}, [0] * self.num_cells, [0] * self.num_cells
+    remaining = sum(len(actions) for actions in self._device_actions)
+    while remaining:
+      progressed = False
+      for k, actions in enumerate(self._device_actions):
+        if nxt[k] == len(actions):
+          continue
+        action = actions[nxt[k]]
+        befores = [e.before for e in self._waits.get(action, [])]
+        if any(b not in start for b in befores):
+          continue
+        start[action] = max([free[k]] + [start[b] + 1 for b in befores])
+        free[k] = start[action] + 1
+        nxt[k] += 1
+        remaining -= 1
+        progressed = True
+      if not progressed:
+        stuck = [str(actions[nxt[k]]) for k, actions in enumerate(self._device_actions)
+                 if nxt[k] < len(actions)]
+        raise ValueError('%s: the schedule deadlocks; waiting: %s' % (self.name, ', '.join(stuck)))
+    return start
+
+  def BuildOrder(self, kind=None) -> List[Action]:
+    """Every action (of `kind`, if given) in an order where each comes after what it waits for."""
+    ticks = self.DryRun()
+    actions = sorted(ticks, key=lambda a: (ticks[a], a.cell))
+    return [a for a in actions if kind is None or a.kind == kind]
+
+  def Ticks(self) -> List[List[Action]]:
+    """The dry run as ticks: tick c holds the actions that start at c (at most one per device)."""
+    ticks = self.DryRun()
+    out = [[] for _ in range(max(ticks.values()) + 1)]
+    for action in sorted(ticks, key=lambda a: a.cell):
+      out[ticks[action]].append(action)
+    return out
 
   def BubbleFraction(self):
-    """Idle share of each device with equal task costs: (K - 1) / (M + K - 1)."""
-    return (self.num_cells - 1) / self.num_forward_ticks
+    """Idle share of the devices in the dry run (equal action costs)."""
+    ticks = self.Ticks()
+    return 1.0 - sum(len(tick) for tick in ticks) / float(self.num_cells * len(ticks))
 
   def Render(self):
-    """A text chart: one row per cell, one column per tick, '.' where the cell is idle."""
+    """The dry run as a grid: one row per cell, one column per tick, '.' where the cell is idle."""
     ticks = self.Ticks()
-    width = max(len(str(task)) for tick in ticks for task in tick)
+    width = max(len(str(a)) for tick in ticks for a in tick)
     rows = []
     for k in range(self.num_cells):
       cells = []
       for tick in ticks:
-        mine = [str(task) for task in tick if task.cell == k]
+        mine = [str(a) for a in tick if a.cell == k]
         cells.append((mine[0] if mine else '.').ljust(width))
       rows.append('cell %d | %s' % (k, ' '.join(cells)))
     return '\n'.join(rows)
 
 
+def FillDrainSchedule(num_cells, num_micro_batches, forward_lag=1) -> Schedule:
+  """GPipe's schedule: every forward pass, then every backward pass in reverse (rules 1-5).
+
+  Args:
+    num_cells: K.
+    num_micro_batches: M.
+    forward_lag: rule 2's lag: 1 keeps a device on one forward pass at a time; 2 lets F(k, t) run
+      beside F(k, t - 1).
+  """
+  _CheckSizes(num_cells, num_micro_batches)
+  if forward_lag not in (1, 2):
+    raise ValueError('forward_lag must be 1 or 2, got %r' % (forward_lag,))
+  k_cells, m = num_cells, num_micro_batches
+  f = lambda k, t: Action(FORWARD, k, t)
+  b = lambda k, t: Action(BACKWARD, k, t)
+  edges = []
+  for k in range(k_cells):
+    for t in range(m):
+      if k:
+        edges.append(Edge(f(k - 1, t), f(k, t), 1))
+      if t >= forward_lag:
+        edges.append(Edge(f(k, t - forward_lag), f(k, t), 2))
+      if k < k_cells - 1:
+        edges.append(Edge(b(k + 1, t), b(k, t), 4))
+      if t < m - 1:
+        edges.append(Edge(b(k, t + 1), b(k, t), 5))
+  edges.extend(Edge(f(k_cells - 1, u), b(k_cells - 1, m - 1), 3) for u in range(m))
+  device_actions = [[f(k, t) for t in range(m)] + [b(k, t) for t in reversed(range(m))]
+                    for k in range(k_cells)]
+  return Schedule(k_cells, m, device_actions, edges, 'fill-drain K=%d, M=%d' % (k_cells, m))
+
+
 def BubbleFraction(num_cells, num_micro_batches):
   """(K - 1) / (M + K - 1): the idle share of each device in a fill-drain step with equal costs."""
-  return FillDrainSchedule(num_cells, num_micro_batches).BubbleFraction()
+  _CheckSizes(num_cells, num_micro_batches)
+  return (num_cells - 1) / float(num_micro_batches + num_cells - 1)

@@ -1,16 +1,14 @@
 """Simulator: predicts a pipelined training step's time from per-cell task times (plain data).
 
-The tasks are those `schedule.FillDrainSchedule` gives and TensorPipeLayer builds: forward F(k, t)
-for t = 0 .. M-1, then for t = M-1 .. 0 the re-computation R(k, t) and the backward pass B(k, t). A
-task waits for its inputs:
-  F(k, t) needs F(k-1, t) (plus one boundary transfer);
-  R(k, t) and B(k, t) need the incoming gradient: B(k+1, t) (plus a transfer), or for the last cell
-  the loss, which needs every micro-batch's output, F(K-1, M-1).
-Two machine models play them:
-  independent devices (cores=None): each device runs its cell's tasks one at a time in that order
-    and has its own processor: right for separate accelerators;
-  shared cores (cores=C): tasks wait only for what the graph makes them wait for, and all running
-    tasks share C cores: right for logical CPU devices of one process (see `_SimulateShared`).
+It plays a `schedule.Schedule`, the same per-device action lists and edges TensorPipeLayer builds
+its ops from: an action starts once every action its edges name has ended (plus `transfer` for an
+edge between devices). A forward action F(k, t) takes cell k's forward time; a backward action
+B(k, t) first re-computes the cell (its recompute time, 0 without re-computation) and then
+back-propagates (its backward time). Two machine models play them:
+  independent devices (cores=None): each device runs its actions one at a time in list order and
+    has its own processor: right for separate accelerators;
+  shared cores (cores=C): actions wait only for their edges, and all running actions share C cores:
+    right for logical CPU devices of one process (see `_SimulateShared`).
 Fed with measured times (see `profiling.CellTimes`) it predicts the step time, the bubble, each
 device's idle time and a timeline for any K and M, e.g. K = 128 devices that are not at hand.
 """
@@ -81,7 +79,7 @@ def _IsNumber(value):
   return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _Check(costs, num_micro_batches, transfer, cores):
+def _Check(costs, sched, transfer, cores):
   if not costs:
     raise ValueError('simulator: no cells given')
   for k, c in enumerate(costs):
@@ -99,161 +97,133 @@ def _Check(costs, num_micro_batches, transfer, cores):
   if cores is not None and (not _IsNumber(cores) or cores <= 0):
     raise ValueError('simulator: cores must be a positive number (or None for independent '
                      'devices), got %r' % (cores,))
-  schedule.FillDrainSchedule(len(costs), num_micro_batches)  # Checks M.
+  if not isinstance(sched, schedule.Schedule):
+    raise ValueError('simulator: expected a schedule.Schedule, got %r' % (sched,))
+  if sched.num_cells != len(costs):
+    raise ValueError('simulator: %d cell costs for a schedule of %d cells' %
+                     (len(costs), sched.num_cells))
 
 
-def Simulate(costs, num_micro_batches, transfer=0.0, cores=None, recompute_overlap=True):
-  """Simulates one fill-drain step of len(costs) cells and M micro-batches.
+def _Phases(action, cost):
+  """[(kind, seconds)] of one action: F is a forward pass; B re-computes, then back-propagates."""
+  if action.kind == schedule.FORWARD:
+    return [(FORWARD, cost.forward)]
+  return [(kind, getattr(cost, kind)) for kind in (RECOMPUTE, BACKWARD)
+          if kind == BACKWARD or cost.recompute]
+
+
+def Simulate(costs, sched, transfer=0.0, cores=None):
+  """Simulates one step of `sched` with the given per-cell costs.
 
   Args:
     costs: a CellCost per cell (per micro-batch).
-    num_micro_batches: M.
+    sched: a schedule.Schedule of len(costs) cells, e.g. schedule.FillDrainSchedule(K, M, lag).
     transfer: seconds to move one micro-batch's boundary activation (or its gradient) between
       neighbouring devices.
-    cores: None: independent devices, each running one task at a time. A number C: the devices share
-      C cores and run whatever the graph lets run (see `_SimulateShared`).
-    recompute_overlap: as TensorPipeLayer's recompute_overlap; read by the shared-core model only
-      (independent devices never run two tasks at once).
+    cores: None: independent devices, each running one action at a time. A number C: the devices
+      share C cores and run whatever the edges let run (see `_SimulateShared`).
 
   Returns:
-    A Result.
+    A Result; its timeline has one interval per forward action and one per phase of a backward
+    action (RECOMPUTE, then BACKWARD).
   """
-  _Check(costs, num_micro_batches, transfer, cores)
+  _Check(costs, sched, transfer, cores)
   if cores is not None:
-    return _SimulateShared(costs, num_micro_batches, transfer, cores, recompute_overlap)
-  num_cells, m = len(costs), num_micro_batches
-  free = [0.0] * num_cells
-  busy = [0.0] * num_cells
-  done = {}
+    return _SimulateShared(costs, sched, transfer, cores)
+  free = [0.0] * sched.num_cells
+  busy = [0.0] * sched.num_cells
+  end = {}
   timeline = []
-
-  def Run(k, kind, t, ready, seconds):
-    start = max(free[k], ready)
-    end = start + seconds
-    free[k] = end
-    busy[k] += seconds
-    done[(kind, k, t)] = end
-    timeline.append(Interval(k, kind, t, start, end))
-
-  for task in schedule.FillDrainSchedule(num_cells, m).ForwardOrder():
-    k, t = task.cell, task.micro_batch
-    ready = 0.0 if k == 0 else done[(FORWARD, k - 1, t)] + transfer
-    Run(k, FORWARD, t, ready, costs[k].forward)
-  loss_ready = done[(FORWARD, num_cells - 1, m - 1)]
-  for k in reversed(range(num_cells)):
-    for t in reversed(range(m)):
-      ready = loss_ready if k == num_cells - 1 else done[(BACKWARD, k + 1, t)] + transfer
-      if costs[k].recompute:
-        Run(k, RECOMPUTE, t, ready, costs[k].recompute)
-        ready = done[(RECOMPUTE, k, t)]
-      Run(k, BACKWARD, t, ready, costs[k].backward)
-  step = max(i.end for i in timeline)
-  return Result(step, busy, timeline)
+  for action in sched.BuildOrder():
+    k = action.cell
+    start = max([free[k]] + [end[e.before] + (transfer if e.crosses_devices else 0.0)
+                             for e in sched.Waits(action)])
+    for kind, seconds in _Phases(action, costs[k]):
+      timeline.append(Interval(k, kind, action.micro_batch, start, start + seconds))
+      start += seconds
+      busy[k] += seconds
+    end[action] = free[k] = start
+  return Result(max(i.end for i in timeline), busy, timeline)
 
 
-def Dependencies(num_cells, num_micro_batches, recompute, recompute_overlap=True):
-  """{task: [(task it waits for, crosses a device boundary)]} as TensorPipeLayer's graph has them.
+def _SimulateShared(costs, sched, transfer, cores):
+  """The shared-core model: event-driven processor sharing of `cores` among the running actions.
 
-  Tasks are (kind, cell, micro_batch). On logical CPU devices TensorFlow runs any op whose inputs
-  exist, so a device's tasks are ordered only by these edges:
-    F(k, t) waits for F(k-1, t) and for F(k, t-1), whose outputs gate the weights passed on to t
-      (accumulation / recomputation pass theta on); with re-computation and `recompute_overlap`,
-      F(k, t) reads the weights as they were and waits for F(k, t-2) only, but its outputs still
-      come out with the passed-on weights, after F(k, t-1);
-    the gradient reaching cell k for micro-batch t comes from B(k+1, t), or for the last cell from
-      the loss, i.e. the last outputs of F(K-1, .);
-    with re-computation (`recompute[k]`), R(k, t) waits for that gradient, for R(k, t+1) and for
-      B(k, t+2) (recomputation.ReplayOrder; B(k, t+1) without `recompute_overlap`), and B(k, t) for
-      R(k, t), so R(k, t) may run beside B(k, t+1), and B(k, t) beside the end of B(k, t+1);
-    without it, B(k, t) waits for the gradient and for B(k, t+1), whose weight gradient releases it
-      (accumulation.PassOn).
+  An action starts once the actions its edges name have ended, plus `transfer` for an edge between
+  devices. A phase of parallelism p counts as p ops: the cores are shared equally among the ops of
+  all running phases, at most one core each, so with n ops running each gets min(1, C / n) of a
+  core and a phase progresses at p x that. That is how a thread pool serves ready ops (each op uses
+  one thread with intra_op_parallelism_threads=1). With C >= K, parallelism 1 and a schedule whose
+  edges keep each device on one action at a time, it is the independent model.
   """
-  k_cells, m = num_cells, num_micro_batches
-  deps = {}
-  two_forwards = [r and recompute_overlap for r in recompute]
-
-  def Outputs(k, t, crosses):
-    """What the outputs of F(k, t) wait for."""
-    return [((FORWARD, k, u), crosses) for u in range(max(t - 1, 0) if two_forwards[k] else t, t + 1)]
-
-  for k in range(k_cells):
-    for t in range(m):
-      lag = 2 if two_forwards[k] else 1
-      deps[(FORWARD, k, t)] = (Outputs(k - 1, t, True) if k else []) + (
-          [((FORWARD, k, t - lag), False)] if t >= lag else [])
-      incoming = [((BACKWARD, k + 1, t), True)] if k < k_cells - 1 else Outputs(
-          k_cells - 1, m - 1, False)
-      if recompute[k]:
-        wait = t + (2 if recompute_overlap else 1)
-        deps[(RECOMPUTE, k, t)] = (incoming +
-                                   ([((RECOMPUTE, k, t + 1), False)] if t + 1 < m else []) +
-                                   ([((BACKWARD, k, wait), False)] if wait < m else []))
-        deps[(BACKWARD, k, t)] = [((RECOMPUTE, k, t), False)] + incoming
-      else:
-        deps[(BACKWARD, k, t)] = incoming + ([((BACKWARD, k, t + 1), False)] if t + 1 < m else [])
-  return deps
-
-
-def _SimulateShared(costs, num_micro_batches, transfer, cores, recompute_overlap):
-  """The shared-core model: event-driven processor sharing of `cores` among the running tasks.
-
-  A task starts once the tasks it waits for (`Dependencies`) have ended, plus `transfer` for a
-  boundary crossing. A task of parallelism p counts as p ops: the cores are shared equally among
-  the ops of all running tasks, at most one core each, so with n ops running each gets min(1, C / n)
-  of a core and a task progresses at p x that. That is how a thread pool serves ready ops (each op
-  uses one thread with intra_op_parallelism_threads=1). With C >= K, parallelism 1 and a graph that
-  keeps each device on one task at a time (no re-computation, or no overlap), it is the independent
-  model.
-  """
-  recompute = [c.recompute > 0 for c in costs]
-  deps = Dependencies(len(costs), num_micro_batches, recompute, recompute_overlap)
-  waiting_on = {task: len(d) for task, d in deps.items()}
-  successors = {task: [] for task in deps}
-  for task, d in deps.items():
-    for before, _ in d:
-      successors[before].append(task)
-  ready_at = {task: 0.0 for task, n in waiting_on.items() if n == 0}
-  remaining, start, end = {}, {}, {}
+  waits = {a: sched.Waits(a) for a in sched.BuildOrder()}
+  waiting_on = {a: len(w) for a, w in waits.items()}
+  successors = {a: [] for a in waits}
+  for a, w in waits.items():
+    for edge in w:
+      successors[edge.before].append(a)
+  ready_at = {a: 0.0 for a, n in waiting_on.items() if n == 0}
+  phases, remaining, phase_start, end, timeline = {}, {}, {}, {}, []
   now = 0.0
 
-  def Finish(task):
-    end[task] = now
-    del remaining[task]
-    for after in successors[task]:
+  def Parallelism(action):
+    return costs[action.cell].Parallelism(phases[action][0][0])
+
+  def Begin(action):
+    while phases[action] and phases[action][0][1] <= 0.0:
+      kind, _ = phases[action].pop(0)
+      timeline.append(Interval(action.cell, kind, action.micro_batch, now, now))
+    if phases[action]:
+      kind, seconds = phases[action][0]
+      remaining[action] = seconds * costs[action.cell].Parallelism(kind)
+      phase_start[action] = now
+    else:
+      Finish(action)
+
+  def Finish(action):
+    end[action] = now
+    for after in successors[action]:
       waiting_on[after] -= 1
       if not waiting_on[after]:
-        ready_at[after] = max(end[b] + (transfer if crossing else 0.0)
-                              for b, crossing in deps[after])
+        ready_at[after] = max(end[e.before] + (transfer if e.crosses_devices else 0.0)
+                              for e in waits[after])
+
+  def EndPhase(action):
+    kind, _ = phases[action].pop(0)
+    timeline.append(Interval(action.cell, kind, action.micro_batch, phase_start[action], now))
+    del remaining[action]
+    Begin(action)
 
   while ready_at or remaining:
-    for task in [x for x, at in ready_at.items() if at <= now]:
-      del ready_at[task]
-      start[task] = now
-      remaining[task] = costs[task[1]].Work(task[0])
-    for task in [x for x, w in remaining.items() if w <= 0.0]:
-      Finish(task)
+    for action in [a for a, at in ready_at.items() if at <= now]:
+      del ready_at[action]
+      phases[action] = list(_Phases(action, costs[action.cell]))
+      Begin(action)
+    for action in [a for a, w in remaining.items() if w <= 0.0]:
+      EndPhase(action)
     if any(at <= now for at in ready_at.values()):
-      continue  # Zero-work tasks released others at this instant.
+      continue  # Zero-work actions released others at this instant.
     if not remaining:
       if ready_at:
         now = min(ready_at.values())
       continue
-    ops = sum(costs[x[1]].Parallelism(x[0]) for x in remaining)
+    ops = sum(Parallelism(a) for a in remaining)
     share = min(1.0, cores / ops)
-    rate = {x: costs[x[1]].Parallelism(x[0]) * share for x in remaining}
-    finish_in = {x: remaining[x] / rate[x] for x in remaining}
+    rate = {a: Parallelism(a) * share for a in remaining}
+    finish_in = {a: remaining[a] / rate[a] for a in remaining}
     step = min(finish_in.values())
     if ready_at:
       step = min(step, min(ready_at.values()) - now)
     now += step
-    for x in list(remaining):
-      if finish_in[x] <= step * (1 + 1e-9):
-        Finish(x)
+    for a in list(remaining):
+      if finish_in[a] <= step * (1 + 1e-9):
+        remaining[a] = 0.0
+        EndPhase(a)
       else:
-        remaining[x] -= rate[x] * step
-  timeline = sorted((Interval(k, kind, t, start[(kind, k, t)], end[(kind, k, t)])
-                     for kind, k, t in end), key=lambda i: (i.start, i.cell))
-  busy = [UnionLength([(i.start, i.end) for i in timeline if i.cell == k]) for k in range(len(costs))]
+        remaining[a] -= rate[a] * step
+  timeline.sort(key=lambda i: (i.start, i.cell))
+  busy = [UnionLength([(i.start, i.end) for i in timeline if i.cell == k])
+          for k in range(len(costs))]
   return Result(max(end.values()), busy, timeline)
 
 

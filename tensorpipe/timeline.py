@@ -75,7 +75,7 @@ def Draw(rows, step_time, path, title, tasks=()):
 def DrawTrace(trace, path, title):
   """Draws a profiling.Trace: one row per device."""
   rows = collections.OrderedDict((d, collections.defaultdict(list)) for d in trace.devices)
-  for op in trace.ops:
+  for op in trace.compute_ops:
     rows[op.device][op.category].append((op.start, op.end))
   device_of_cell = {}
   for op in trace.ops:

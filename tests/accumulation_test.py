@@ -1,4 +1,4 @@
-"""Gradient accumulation: a running sum over micro-batches, not M partial weight gradients at once."""
+"""Gradient accumulation: a running sum in one buffer per weight, not M partial weight gradients at once."""
 
 import collections
 import re
@@ -14,39 +14,33 @@ from tests import helpers
 DIM, LAYERS, BATCH, M = 1024, 4, 64, 8
 
 
-class AccumulateTest(test_utils.TestCase):
+class AddInPlaceTest(test_utils.TestCase):
 
-  def testAccumulate(self):
-    with self.session(graph=tf.Graph()):
-      a, b = tf.constant([1.0, 2.0]), tf.constant([3.0, 4.0])
-      self.assertIs(accumulation.Accumulate(None, b), b)
-      self.assertIs(accumulation.Accumulate(a, None), a)
-      total = accumulation.Accumulate(a, b)
-      self.assertTrue(total.op.get_attr('_grappler_do_not_remove'))
-      self.assertAllEqual(self.evaluate(total), [4.0, 6.0])
-      own, rest = np.random.RandomState(0).normal(size=[2, 1000]).astype(np.float32) * [[1.0], [1e3]]
-      self.assertAllEqual(self.evaluate(accumulation.Accumulate(tf.constant(own), tf.constant(rest))),
-                          own + rest)  # bit for bit
-      s1 = tf.IndexedSlices(tf.constant([[1.0]]), tf.constant([0]), tf.constant([2, 1]))
-      s2 = tf.IndexedSlices(tf.constant([[2.0]]), tf.constant([0]), tf.constant([2, 1]))
-      self.assertAllEqual(self.evaluate(tf.convert_to_tensor(accumulation.Accumulate(s1, s2))),
-                          [[3.0], [0.0]])
+  def testSumIsExactAndWrittenIntoTheRunningSum(self):
+    own, rest = np.random.RandomState(0).normal(size=[2, 30, 40]).astype(np.float32) * [[[1.0]],
+                                                                                         [[1e3]]]
+    with self.session(graph=tf.Graph()) as sess:
+      total = tf.raw_ops.DeepCopy(x=tf.constant(rest))  # A buffer of its own.
+      summed = accumulation.AddInPlace(total, tf.constant(own))
+      with tf.control_dependencies([summed]):
+        total_after = tf.identity(total)
+      value, after = sess.run([summed, total_after])
+    self.assertAllEqual(value, rest + own)  # bit for bit
+    self.assertAllEqual(after, rest + own)  # the running sum's own buffer holds the sum
 
-  def testPassOnIsAnIdentityWithAKeptGradient(self):
+  def testZerosAreANewBufferEveryStep(self):
+    # Grappler would fold a constant zeros tensor into one buffer that every step adds into.
+    with self.session(graph=tf.Graph()) as sess:
+      x = tf.constant([[1.0, 2.0]])
+      total = accumulation.AddInPlace(accumulation.Zeros(tf.TensorShape([1, 2]), tf.float32), x)
+      for _ in range(3):
+        self.assertAllEqual(sess.run(total), [[1.0, 2.0]])
+
+  def testDense(self):
     with self.session(graph=tf.Graph()):
-      theta = py_utils.NestedMap(w=tf.constant([1.0, 2.0]))
-      y = tf.constant([5.0])
-      (gated_y, ids), passed = accumulation.PassOn(theta, (y, tf.constant([1])), '/device:CPU:0')
-      loss = tf.reduce_sum(passed.w * 3.0) + tf.reduce_sum(gated_y * 2.0)
-      grad_w, grad_y = tf.gradients(loss, [theta.w, y])
-      values = self.evaluate([passed.w, gated_y, ids, grad_w, grad_y])
-      for value, expected in zip(values, [[1.0, 2.0], [5.0], [1], [3.0, 3.0], [2.0]]):
-        self.assertAllEqual(value, expected)
-      kept = [op for op in tf.get_default_graph().get_operations()
-              if op.type == 'Identity' and 'accumulate' in op.name]
-      self.assertTrue(kept and kept[0].get_attr('_grappler_do_not_remove'))
-      # The output's gradient is released only after theta's.
-      self.assertIn(kept[0].inputs[0].op, grad_y.op.control_inputs)
+      self.assertIsNone(accumulation.Dense(None))
+      s = tf.IndexedSlices(tf.constant([[2.0]]), tf.constant([1]), tf.constant([2, 1]))
+      self.assertAllEqual(self.evaluate(accumulation.Dense(s)), [[0.0], [2.0]])
 
 
 class SumBufferTest(test_utils.TestCase):
@@ -55,13 +49,13 @@ class SumBufferTest(test_utils.TestCase):
   def testEverySumStaysInOneBuffer(self):
     params = helpers.Pipeline(helpers.DenseLayers(8, dim=256), 2, 4)
     for step_stats in helpers.TracedSgdSteps(params, 1024, 2):
-      buffers = collections.defaultdict(set)  # (cell, op name suffix): the sum's buffer addresses
+      buffers = collections.defaultdict(set)  # (device, InplaceAdd node) -> output buffer addresses
       for dev in step_stats.dev_stats:
         for n in dev.node_stats:
-          match = re.search(r'/(cell\d)_mb\d/accumulate(_\d+)?$', n.node_name)
-          if match and n.output:
-            buffers[match.groups()].add(n.output[0].tensor_description.allocation_description.ptr)
-      self.assertLen(buffers, 8)  # one running sum per weight
+          if re.fullmatch(r'InplaceAdd(_\d+)?', n.node_name) and n.output:
+            buffers[(dev.device, n.node_name)].add(
+                n.output[0].tensor_description.allocation_description.ptr)
+      self.assertLen(buffers, 8)  # one running sum per weight: 4 per cell
       for key, pointers in buffers.items():
         self.assertLen(pointers, 1, key)
 
@@ -82,7 +76,7 @@ class AccumulationMemoryTest(test_utils.TestCase):
         return tf.config.experimental.get_memory_info('CPU:0')['peak'] - before, values
 
   def _TensorPipe(self):
-    net = helpers.Pipeline(helpers.DenseLayers(LAYERS, DIM), 1, M, 'never').Instantiate()
+    net = helpers.Pipeline(helpers.DenseLayers(LAYERS, DIM), 1, M, self._mode).Instantiate()
     out = net.FPropDefaultTheta(tf.constant(self._x))
     return tf.gradients(tf.reduce_mean(out), tf.trainable_variables())
 
@@ -93,6 +87,11 @@ class AccumulationMemoryTest(test_utils.TestCase):
     return tf.gradients(tf.reduce_mean(tf.concat(outs, 0)), tf.trainable_variables())
 
   def testRunningSumHoldsFarFewerPartialGradients(self):
+    for mode in ('always', 'never'):
+      self._Check(mode)
+
+  def _Check(self, mode):
+    self._mode = mode
     self._x = np.random.RandomState(0).uniform(size=[BATCH, DIM]).astype(np.float32)
     naive, naive_grads = self._Peak(self._Naive)
     tensorpipe, grads = self._Peak(self._TensorPipe)
@@ -103,7 +102,7 @@ class AccumulationMemoryTest(test_utils.TestCase):
     floor = LAYERS * weight_bytes
     self.assertGreater(naive - floor, M * weight_bytes)  # >= M partial gradients of one weight at once.
     self.assertLess(tensorpipe - floor, 0.5 * (naive - floor),
-                    'TensorPipe %d vs naive %d bytes' % (tensorpipe, naive))
+                    '%s: TensorPipe %d vs naive %d bytes' % (mode, tensorpipe, naive))
 
 
 if __name__ == '__main__':

@@ -87,7 +87,12 @@ class TinyAmoebaNetPipelineTest(test_utils.TestCase):
       grads, moving, num_updates, num_relevant = helpers.StepWithBatchNormUpdates(
           helpers.Pipeline(TinyLayers(keep_prob=0.6, dropout=0.5), k, 1, mode), _Inputs,
           loss_fn=_Loss)
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-4, 'K=%d' % k)
+      # Element by element: a batch-norm scale's gradient can nearly cancel (norm ~1e-3), where the
+      # function bodies' own optimised kernels round differently from the unoptimised plain graph.
+      self.assertEqual(sorted(grads), sorted(reference))
+      for name in reference:
+        self.assertAllClose(grads[name], reference[name], rtol=1e-4, atol=1e-6,
+                            msg='K=%d %s' % (k, name))
       self.assertEqual(num_updates, len(ref_moving))
       self.assertEqual(num_relevant, num_updates)
       for name in ref_moving:

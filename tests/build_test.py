@@ -35,7 +35,7 @@ class BuildTest(unittest.TestCase):
     text = _Generator().Generate()
     layer = text[text.index('name = "layer",'):]
     layer = layer[:layer.index(')')]
-    for dep in (':accumulation', ':micro_batching', ':partitioning', ':placement', ':recomputation',
+    for dep in (':cell_function', ':executor', ':micro_batching', ':partitioning', ':placement',
                 ':schedule'):
       self.assertIn('"%s"' % dep, layer)
     self.assertIn('# External: lingvo.', layer)

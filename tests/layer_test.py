@@ -11,7 +11,6 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import layer as layer_lib
-from tensorpipe import profiling
 from tensorpipe import randomness
 from tests import helpers
 
@@ -81,18 +80,12 @@ class GradientConsistencyTest(test_utils.TestCase):
   def testNestedMapInputs(self):
     self._Check(_NestedInputs, helpers.MaskedDense, _NestedLoss)
 
-  def testWithoutReplayOverlap(self):
+  def testWithoutForwardOverlap(self):
     reference, _ = helpers.Gradients(helpers.Plain(helpers.DenseLayers(NUM_LAYERS, DIM)), _Inputs)
     for k, m in ((2, 4), (3, 8), (4, 16)):
-      params = helpers.Pipeline(helpers.DenseLayers(NUM_LAYERS, DIM), k, m, recompute_overlap=False)
+      params = helpers.Pipeline(helpers.DenseLayers(NUM_LAYERS, DIM), k, m, forward_overlap=False)
       grads, _ = helpers.Gradients(params, _Inputs)
       self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, 'K=%d M=%d' % (k, m))
-
-
-def _RecomputedOps(graph):
-  """The custom-gradient ops of re-computed cells (their IdentityN, in a cell<k>_mb<t> scope)."""
-  return [op for op in graph.get_operations()
-          if op.type == 'IdentityN' and re.search(r'cell\d+_mb\d+/', op.name)]
 
 
 class BehaviourTest(test_utils.TestCase):
@@ -185,21 +178,6 @@ class BehaviourTest(test_utils.TestCase):
         tf.train.Saver().restore(sess, ckpt)
         self.assertAllClose(sess.run(out), expected, rtol=1e-6, atol=1e-7)
 
-  def testEvalIsForwardOnlyAndMatchesTraining(self):
-    with tf.Graph().as_default() as g, helpers.Cluster(2):
-      net = helpers.Pipeline(helpers.DenseLayers(4), 2, 4).Instantiate()
-      x = _Inputs()[0]
-      train_out = net.FPropDefaultTheta(x)
-      num_custom = len(_RecomputedOps(g))
-      with cluster_factory.SetEval(True):
-        eval_out = net.FPropDefaultTheta(x)
-      self.assertEqual(num_custom, len(_RecomputedOps(g)))
-      self.assertGreater(num_custom, 0)
-      with helpers.Session(g, 2) as sess:
-        sess.run(tf.global_variables_initializer())
-        a, b = sess.run([train_out, eval_out])
-      self.assertAllClose(a, b, rtol=1e-6, atol=1e-7)
-
   def testDynamicBatchIsCheckedWhenRun(self):
     with tf.Graph().as_default() as g, helpers.Cluster(2):
       net = helpers.Pipeline(helpers.DenseLayers(2), 2, 4).Instantiate()
@@ -269,23 +247,38 @@ class DropoutTest(test_utils.TestCase):
     self.assertAllClose(out, expected, rtol=1e-6, atol=1e-7)
 
 
+  def testEvalInTheTrainingGraphDropsNothing(self):
+    """The cells' functions are traced again for evaluation, where layers compute differently."""
+
+    class EvalAware(_DropoutDense):
+
+      def FProp(self, theta, x):
+        if self.do_eval:
+          return tf.tanh(tf.matmul(x, theta.w))
+        return super().FProp(theta, x)
+
+    layers = [EvalAware.Params().Set(name='drop%d' % i, dim=DIM, seed=200 + i) for i in range(3)]
+    x = np.random.RandomState(6).uniform(-1, 1, size=[BATCH, DIM]).astype(np.float32)
+    with tf.Graph().as_default() as g, helpers.Cluster(2):
+      net = helpers.Pipeline(layers, 2, 4).Instantiate()
+      train_out = net.FPropDefaultTheta(tf.constant(x))
+      with cluster_factory.SetEval(True):
+        eval_out = net.FPropDefaultTheta(tf.constant(x))
+      w = [net.theta['drop%d' % i].w for i in range(3)]
+      with helpers.Session(g, 2) as sess:
+        sess.run(tf.global_variables_initializer())
+        train_value, eval_value, weights = sess.run([train_out, eval_out, w])
+    expected = x
+    for weight in weights:
+      expected = np.tanh(expected @ weight)
+    self.assertAllClose(eval_value, expected, rtol=1e-5, atol=1e-6)
+    self.assertGreater(np.mean(train_value == 0), 0.25)
+
+
 class PipeliningTest(test_utils.TestCase):
-  """The executed step follows the fill-drain schedule, and devices overlap on different micro-batches."""
+  """Devices overlap on different micro-batches: cell 0 runs F(0, t + 1) while cell 1 runs F(1, t)."""
 
-  def _Intervals(self, nodes):
-    """{(phase, cell, micro-batch): (first start, last end)} of the step's MatMuls and tanhs."""
-    spans = {}
-    for _, name, op_type, start, end in nodes:
-      cells = re.findall(r'cell(\d+)_mb(\d+)', name)
-      if not cells or 'MatMul_grad' in name or not (op_type in helpers.MATMUL_TYPES or
-                                                    op_type == 'Tanh'):
-        continue
-      key = ('recompute' if 'gradients' in name else 'forward', int(cells[-1][0]), int(cells[-1][1]))
-      lo, hi = spans.get(key, (start, end))
-      spans[key] = (min(lo, start), max(hi, end))
-    return spans
-
-  def testDevicesFollowFillDrainAndOverlap(self):
+  def testDevicesOverlap(self):
     k, m = 2, 4
     with tf.Graph().as_default() as g, helpers.Cluster(k):
       net = helpers.Pipeline(helpers.DenseLayers(8, dim=256), k, m).Instantiate()
@@ -297,42 +290,18 @@ class PipeliningTest(test_utils.TestCase):
         overlapped = False
         for _ in range(5):
           _, nodes = helpers.TracedStep(sess, [loss, grads])
-          spans = self._Intervals(nodes)
-          self.assertLen(spans, 2 * k * m)
-          for cell in range(k):
-            for t in range(m - 1):
-              # Forward: micro-batch t + 2 starts after t ends on the same device (with
-              # recompute_overlap two micro-batches of a cell may run at once).
-              if t + 2 < m:
-                self.assertLessEqual(spans[('forward', cell, t)][1],
-                                     spans[('forward', cell, t + 2)][0])
-              # Backward: re-computation runs in reverse micro-batch order.
-              self.assertLess(spans[('recompute', cell, t + 1)][0], spans[('recompute', cell, t)][0])
+          spans = {}
+          for _, name, _, start, end in nodes:
+            match = re.search(r'cell(\d+)_mb(\d+)/forward$', name)
+            if match:
+              spans[(int(match.group(1)), int(match.group(2)))] = (start, end)
+          self.assertLen(spans, k * m)
           for t in range(m - 1):
-            a, b = spans[('forward', 0, t + 1)], spans[('forward', 1, t)]
+            a, b = spans[(0, t + 1)], spans[(1, t)]
             overlapped |= a[0] < b[1] and b[0] < a[1]
           if overlapped:
             break
         self.assertTrue(overlapped, 'cell 0 never ran micro-batch t + 1 while cell 1 ran t')
-
-  def testWithoutOverlapReComputationWaitsForTheLaterBackwardPass(self):
-    k, m = 2, 4
-    with tf.Graph().as_default() as g, helpers.Cluster(k):
-      net = helpers.Pipeline(helpers.DenseLayers(4, dim=128), k, m,
-                             recompute_overlap=False).Instantiate()
-      out = net.FPropDefaultTheta(tf.random.uniform([256, 128]))
-      grads = tf.gradients(tf.reduce_mean(out * out), tf.trainable_variables(),
-                           colocate_gradients_with_ops=True)
-      with helpers.Session(g, k) as sess:
-        sess.run(tf.global_variables_initializer())
-        for _ in range(3):
-          _, meta = profiling.TracedRun(sess, grads)
-          tasks = {(c, kind, t): (start, end)
-                   for c, kind, t, start, end in profiling.Trace(meta).Tasks()}
-          for cell in range(k):
-            for t in range(m - 1):
-              self.assertGreaterEqual(tasks[(cell, 'recompute', t)][0],
-                                      tasks[(cell, 'backward', t + 1)][1] - 1e-6, (cell, t))
 
 
 class BadInputTest(test_utils.TestCase):

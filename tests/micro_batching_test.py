@@ -67,15 +67,15 @@ class SplitConcatTest(test_utils.TestCase):
       with self.assertRaisesRegex(ValueError, r'outputs\.loss has rank 0'):
         micro_batching.Concat([py_utils.NestedMap(loss=tf.constant(1.0))] * 2, 0)
 
-  def testConcatGradientGivesEachMicroBatchACopyOfItsSlice(self):
+  def testSplitGradientGivesEachMicroBatchACopyOfItsSlice(self):
     rng = np.random.RandomState(0)
     for batch_dim, shape in ((0, [3, 2, 4]), (1, [2, 3, 4])):
       with tf.Graph().as_default() as g:
         parts = [tf.constant(rng.normal(size=shape).astype(np.float32)) for _ in range(4)]
         joined = micro_batching.Concat(parts, batch_dim)
         dy = tf.constant(rng.normal(size=joined.shape.as_list()).astype(np.float32))
-        grads = tf.gradients(joined, parts, grad_ys=dy)
-        reference = tf.gradients(tf.concat(parts, batch_dim), parts, grad_ys=dy)
+        grads = micro_batching.SplitGradient(dy, parts, batch_dim)
+        reference = tf.gradients(joined, parts, grad_ys=dy)
         copies = [op for op in g.get_operations() if op.type == 'DeepCopy']
         with tf.Session(graph=g) as sess:
           got, want = sess.run([grads, reference])

@@ -13,9 +13,11 @@ K = 4
 
 
 def _IsTransfer(name, op_type):
-  """Nodes TF adds: Send/Recv between devices (run on the consumer) and fetch/feed nodes."""
+  """Nodes TF adds: Send/Recv between devices (run on the consumer), the no-ops that carry control
+  edges between devices (run on the source), and fetch/feed nodes."""
   return (op_type.startswith(('_Send', '_Recv', '_HostSend', '_HostRecv')) or
-          name.startswith(('edge_', '_retval', '_arg')) or re.search(r'/_\d+$', name) is not None)
+          name.startswith(('edge_', '_retval', '_arg', 'GroupCrossDeviceControlEdges')) or
+          re.search(r'/_\d+$', name) is not None)
 
 
 class PlacementTest(test_utils.TestCase):
@@ -34,21 +36,27 @@ class PlacementTest(test_utils.TestCase):
       with helpers.Session(g, K) as sess:
         placement.CheckSessionDevices(sess, net.devices)
         sess.run(tf.global_variables_initializer())
-        _, nodes = helpers.TracedStep(sess, grads)
+        _, nodes = helpers.TracedStep(sess, [out, grads])
     seen = set()
     for device, name, op_type, _, _ in nodes:
       if _IsTransfer(name, op_type):
         continue
       index = int(device.rsplit(':', 1)[1])
-      cells = re.findall(r'cell(\d+)_mb\d+', name)
-      if cells:
-        self.assertEqual(index, int(cells[-1]), '%s ran on %s' % (name, device))
-        seen.add((index, 'grad' if 'gradients' in name else 'fwd'))
+      task = re.search(r'cell(\d+)_mb\d+/(forward|backward|zeros)$', name)
+      if task:  # A call op of a task.
+        self.assertEqual(index, int(task.group(1)), '%s ran on %s' % (name, device))
+        seen.add((index, task.group(2)))
+      # Ops inside the functions' bodies: a layer's forward pass, its re-computation, its gradients.
+      inner = re.match(r'(?:gradients(?:_\d+)?/)?(recompute/)?(layer\d+)/', name)
+      if inner:
+        self.assertEqual(index, layer_cell[inner.group(2)], '%s ran on %s' % (name, device))
+        seen.add((index, 'backward body' if inner.group(1) else 'forward body'))
       layer = re.match(r'pipe/(layer\d+)/', name)
       if layer and op_type.startswith(('ReadVariableOp', 'VarHandleOp')):
         self.assertEqual(index, layer_cell[layer.group(1)], '%s ran on %s' % (name, device))
         seen.add((index, 'var'))
-    self.assertEqual(seen, {(k, kind) for k in range(K) for kind in ('fwd', 'grad', 'var')})
+    self.assertEqual(seen, {(k, kind) for k in range(K) for kind in (
+        'forward', 'backward', 'zeros', 'forward body', 'backward body', 'var')})
 
   def testSessionWithoutTheDeviceIsReported(self):
     with tf.Graph().as_default() as g, helpers.Cluster(K):

@@ -17,7 +17,8 @@ def _TracedSteps(recompute, num_micro_batches=2, num_layers=4, dim=64, batch=16,
   out = []
   with graph.as_default(), helpers.Cluster(2):
     layers = helpers.DenseLayers(num_layers, dim=dim)
-    p = helpers.Pipeline(layers, 2, num_micro_batches, recompute=recompute)
+    # One forward pass per cell at a time, so each op inside a call is that micro-batch's.
+    p = helpers.Pipeline(layers, 2, num_micro_batches, recompute=recompute, forward_overlap=False)
     if first_cell is not None:
       p.Set(layers=None, num_partitions=None,
             partitions=[layers[:first_cell], layers[first_cell:]])
@@ -71,6 +72,16 @@ class TraceTest(test_utils.TestCase):
     categories = {op.category for op in trace.ops}
     self.assertIn('setup', categories)  # Micro-batch split and concat.
     self.assertIn('update', categories)
+    calls = collections.Counter((op.category, op.cell, op.micro_batch) for op in trace.ops
+                                if op.is_call)
+    for k in range(2):
+      for t in range(2):
+        self.assertEqual(calls[('forward', k, t)], 1)
+        # The backward call, and for the step's first backward pass the call that zeroes the sums.
+        self.assertEqual(calls[('backward', k, t)], 2 if t == 1 else 1)
+    for op in trace.compute_ops:
+      if op.category in ('forward', 'recompute', 'backward') and op.op_type in helpers.MATMUL_TYPES:
+        self.assertRegex(op.layer, r'^layer\d$', op.name)
 
   def testWithoutRecomputationNothingIsRecomputed(self):
     trace = _TracedStep('never')
@@ -119,32 +130,57 @@ class TraceTest(test_utils.TestCase):
     self.assertIn('recompute', profiling.CellSummary(steps[-1][0].CellTimes()))
 
   def testClassifyNames(self):
-    self.assertEqual(profiling.Classify('pipe_1/cell0_mb3/layer0/MatMul', 'MatMul'),
+    self.assertEqual(profiling.Classify('pipe_1/cell0_mb3/forward', 'PartitionedCall'),
                      ('forward', 0, 3))
-    self.assertEqual(profiling.Classify(
-        'gradients/pipe_1/cell1_mb2/IdentityN_grad/cell1_mb2/layer2/MatMul', 'MatMul'),
-                     ('recompute', 1, 2))
-    self.assertEqual(profiling.Classify(
-        'gradients/pipe_1/cell1_mb2/IdentityN_grad/cell1_mb2/gradients/gradients/pipe_1/cell1_mb2/'
-        'IdentityN_grad/cell1_mb2/layer2/MatMul_grad/MatMul', 'MatMul'), ('backward', 1, 2))
-    self.assertEqual(profiling.Classify(  # The gradients of the cell's third-last layer.
-        'gradients/pipe_1/cell1_mb2/IdentityN_grad/cell1_mb2/gradients_2/gradients/pipe_1/cell1_mb2/'
-        'IdentityN_grad/cell1_mb2/layer2/MatMul_grad/MatMul', 'MatMul'), ('backward', 1, 2))
-    self.assertEqual(profiling.Classify('gradients/pipe_1/cell0_mb0/layer0/MatMul_grad/MatMul_1',
-                                        'MatMul'), ('backward', 0, 0))
+    self.assertEqual(profiling.Classify('gradients/pipe_1/IdentityN_1_grad/cell1_mb2/backward',
+                                        'PartitionedCall'), ('backward', 1, 2))
+    self.assertEqual(profiling.Classify('gradients/pipe_1/IdentityN_1_grad/cell1_mb2/zeros',
+                                        'StatefulPartitionedCall'), ('backward', 1, 2))
     self.assertEqual(profiling.Classify('pipe_1/split', 'Split', 'pipe'), ('setup', None, None))
     self.assertEqual(profiling.Classify('pipe/layer0/w/AssignSub', 'AssignSubVariableOp'),
                      ('update', None, None))
+    self.assertEqual(profiling.Classify('GroupCrossDeviceControlEdges_0/pipe_1/cell1_mb0/forward',
+                                        'NoOp'), ('transfer', None, None))
+
+  def testOpsInsideCallsTakeTheCallsLabels(self):
+    trace = profiling.Trace(_Metadata([
+        ('net/cell0_mb0/forward', 'PartitionedCall', 1000, 1020),
+        ('fc0/MatMul', 'MatMul', 1002, 1010),
+        ('net/cell0_mb1/forward', 'PartitionedCall', 1005, 1030),
+        ('fc0/MatMul', 'MatMul', 1012, 1019),  # Inside both: the call that started last.
+        ('gradients/net/IdentityN_grad/cell0_mb1/backward', 'PartitionedCall', 1040, 1070),
+        ('recompute/fc0/MatMul', 'MatMul', 1041, 1045),
+        ('gradients_1/recompute/fc0/MatMul_grad/MatMul', 'MatMul', 1046, 1050),
+        ('InplaceAdd', 'InplaceAdd', 1051, 1052),
+        ('w_0', '_Arg', 1040, 1041),
+        ('loss/Mean', 'Mean', 1035, 1037)]), pipeline_scope='net')
+    labels = [(op.category, op.cell, op.micro_batch, op.layer) for op in trace.ops]
+    self.assertEqual(labels, [
+        ('forward', 0, 0, None), ('forward', 0, 0, 'fc0'), ('forward', 0, 1, None),
+        ('forward', 0, 1, 'fc0'), ('backward', 0, 1, None), ('recompute', 0, 1, 'fc0'),
+        ('backward', 0, 1, 'fc0'), ('backward', 0, 1, None), ('backward', 0, 1, None),
+        ('other', None, None, None)])
+    self.assertEqual([op.is_call for op in trace.ops], [True, False, True] + [False] * 1 +
+                     [True] + [False] * 5)
+    us = 1e-6
+    # Busy time counts the ops inside the calls, not the calls' own spans.
+    self.assertAlmostEqual(trace.Busy()['CPU:0'], (8 + 7 + 4 + 4 + 1 + 1 + 2) * us, places=12)
+    tasks = {(k, kind, t): (start, end) for k, kind, t, start, end in trace.Tasks()}
+    self.assertEqual(sorted(tasks), [(0, 'backward', 1), (0, 'forward', 0), (0, 'forward', 1),
+                                     (0, 'recompute', 1)])
 
   def testTimesCarryWorkAndParallelism(self):
-    # fc0's forward on micro-batch 0 runs two ops at once; the weight read is bookkeeping.
+    # fc0's forward on micro-batch 0 runs two ops at once; the weight argument is bookkeeping.
     trace = profiling.Trace(_Metadata([
-        ('net/cell0_mb0/fc0/MatMul', 'MatMul', 1000, 1010),
-        ('net/cell0_mb0/fc0/MatMul_1', 'MatMul', 1000, 1010),
-        ('net/cell0_mb1/fc0/MatMul', 'MatMul', 1020, 1030),
-        ('net/cell0_mb0/fc1/ReadVariableOp', 'ReadVariableOp', 990, 991),
-        ('net/cell0_mb0/fc1/Relu', 'Relu', 1010, 1014),
-        ('gradients/net/cell0_mb0/fc0/MatMul_grad/MatMul', 'MatMul', 1040, 1046),
+        ('net/cell0_mb0/forward', 'PartitionedCall', 995, 1015),
+        ('fc0/MatMul', 'MatMul', 1000, 1010),
+        ('fc0/MatMul_1', 'MatMul', 1000, 1010),
+        ('w_0', '_Arg', 996, 997),
+        ('fc1/Relu', 'Relu', 1010, 1014),
+        ('net/cell0_mb1/forward', 'PartitionedCall', 1018, 1032),
+        ('fc0/MatMul', 'MatMul', 1020, 1030),
+        ('gradients/net/IdentityN_grad/cell0_mb0/backward', 'PartitionedCall', 1038, 1048),
+        ('gradients/recompute/fc0/MatMul_grad/MatMul', 'MatMul', 1040, 1046),
         ('loss/Mean', 'Mean', 1035, 1037)]), pipeline_scope='net')
     us = 1e-6
     fc0, fc1 = trace.LayerTimes(['fc0', 'fc1'])
@@ -157,23 +193,25 @@ class TraceTest(test_utils.TestCase):
     self.assertAlmostEqual(fc1.forward, 4 * us, places=12)
     self.assertEqual(fc1.forward_parallelism, 1.0)
     cell, = trace.CellTimes()
-    # Per micro-batch: spans 10 + 1 + 4 and 10; work 25 and 10.
+    # Per micro-batch (the argument counts here): spans 1 + 10 + 4 and 10; work 25 and 10.
     self.assertAlmostEqual(cell.forward, (15 + 10) / 2 * us, places=12)
     self.assertAlmostEqual(cell.forward_parallelism, 35 / 25)
     work = trace.WorkByCategory()['CPU:0']
-    self.assertAlmostEqual(work['forward'], 35 * us, places=12)
+    self.assertAlmostEqual(work['forward'], 35 * us, places=12)  # With the 1 us argument.
     self.assertAlmostEqual(work['backward'], 6 * us, places=12)
     self.assertAlmostEqual(work['other'], 2 * us, places=12)
 
   def testGroupTimesCountOverlapBetweenLayersOnce(self):
     # On micro-batch 0, fc1's backward starts before fc0's weight gradient ends.
     trace = profiling.Trace(_Metadata([
-        ('net/cell0_mb0/fc0/MatMul', 'MatMul', 1000, 1010),
-        ('net/cell0_mb0/fc1/ReadVariableOp', 'ReadVariableOp', 990, 991),
-        ('net/cell0_mb0/fc1/MatMul', 'MatMul', 1010, 1014),
-        ('net/cell0_mb1/fc0/MatMul', 'MatMul', 1020, 1030),
-        ('gradients/net/cell0_mb0/fc1/MatMul_grad/MatMul', 'MatMul', 1040, 1046),
-        ('gradients/net/cell0_mb0/fc0/MatMul_grad/MatMul_1', 'MatMul', 1044, 1050)]),
+        ('net/cell0_mb0/forward', 'PartitionedCall', 995, 1015),
+        ('fc0/MatMul', 'MatMul', 1000, 1010),
+        ('fc1/MatMul', 'MatMul', 1010, 1014),
+        ('net/cell0_mb1/forward', 'PartitionedCall', 1018, 1032),
+        ('fc0/MatMul', 'MatMul', 1020, 1030),
+        ('gradients/net/IdentityN_grad/cell0_mb0/backward', 'PartitionedCall', 1038, 1052),
+        ('gradients/recompute/fc1/MatMul_grad/MatMul', 'MatMul', 1040, 1046),
+        ('gradients_1/recompute/fc0/MatMul_grad/MatMul_1', 'MatMul', 1044, 1050)]),
                             pipeline_scope='net')
     us = 1e-6
     both, = trace.GroupTimes([['fc0', 'fc1']])
@@ -188,9 +226,11 @@ class TraceTest(test_utils.TestCase):
   def testBusyByCategorySplitsOverlapsAndAddsUpToBusy(self):
     # A forward op overlaps a backward op for 4 us; two backward ops overlap each other.
     trace = profiling.Trace(_Metadata([
-        ('net/cell0_mb1/fc0/MatMul', 'MatMul', 1000, 1010),
-        ('gradients/net/cell0_mb0/fc0/MatMul_grad/MatMul', 'MatMul', 1006, 1016),
-        ('gradients/net/cell0_mb0/fc0/MatMul_grad/MatMul_1', 'MatMul', 1008, 1012),
+        ('net/cell0_mb1/forward', 'PartitionedCall', 999, 1011),
+        ('fc0/MatMul', 'MatMul', 1000, 1010),
+        ('gradients/net/IdentityN_grad/cell0_mb0/backward', 'PartitionedCall', 1005, 1017),
+        ('gradients/recompute/fc0/MatMul_grad/MatMul', 'MatMul', 1006, 1016),
+        ('gradients/recompute/fc0/MatMul_grad/MatMul_1', 'MatMul', 1008, 1012),
         ('loss/Mean', 'Mean', 1020, 1022)]), pipeline_scope='net')
     us = 1e-6
     cats = trace.BusyByCategory()['CPU:0']

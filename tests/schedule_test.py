@@ -1,4 +1,4 @@
-"""The fill-drain schedule as plain data (no TensorFlow)."""
+"""Schedules as plain data (no TensorFlow): per-device action lists, edges, dry run and grid."""
 
 import itertools
 import subprocess
@@ -7,60 +7,66 @@ import unittest
 
 from tensorpipe import schedule
 
+F, B = schedule.FORWARD, schedule.BACKWARD
+
+
+def _A(kind, k, t):
+  return schedule.Action(kind, k, t)
+
 
 class FillDrainScheduleTest(unittest.TestCase):
 
-  def testEveryTaskRunsOnceAndAtMostOneTaskPerCellPerTick(self):
-    for k, m in itertools.product(range(1, 6), range(1, 9)):
-      s = schedule.FillDrainSchedule(k, m)
-      tasks = [t for tick in s.Ticks() for t in tick]
-      expected = {schedule.Task(kind, c, b) for kind in (schedule.FORWARD, schedule.BACKWARD)
-                  for c in range(k) for b in range(m)}
-      self.assertEqual(len(tasks), len(expected))
-      self.assertEqual(set(tasks), expected)
-      for tick in s.Ticks():
-        cells = [t.cell for t in tick]
+  def testEveryActionOnceOnItsDevice(self):
+    for k, m, lag in itertools.product(range(1, 6), range(1, 9), (1, 2)):
+      s = schedule.FillDrainSchedule(k, m, lag)
+      for cell, actions in enumerate(s.device_actions):
+        self.assertEqual(actions, [_A(F, cell, t) for t in range(m)] +
+                         [_A(B, cell, t) for t in reversed(range(m))])
+      ticks = s.Ticks()
+      self.assertEqual(len(ticks), 2 * (m + k - 1))
+      for tick in ticks:
+        cells = [a.cell for a in tick]
         self.assertEqual(len(cells), len(set(cells)))
-      self.assertEqual(len(s.Ticks()), 2 * (m + k - 1))
 
-  def testDependenciesAreRespected(self):
+  def testEdgesFollowTheRules(self):
+    s = schedule.FillDrainSchedule(3, 4, forward_lag=2)
+    waits = lambda a: sorted((e.before, e.rule) for e in s.Waits(a))
+    self.assertEqual(waits(_A(F, 0, 0)), [])
+    self.assertEqual(waits(_A(F, 1, 3)), [(_A(F, 0, 3), 1), (_A(F, 1, 1), 2)])
+    self.assertEqual(waits(_A(B, 2, 3)), [(_A(F, 2, t), 3) for t in range(4)])
+    self.assertEqual(waits(_A(B, 2, 1)), [(_A(B, 2, 2), 5)])
+    self.assertEqual(waits(_A(B, 0, 1)), [(_A(B, 0, 2), 5), (_A(B, 1, 1), 4)])
+    self.assertEqual(sorted({e.rule for e in s.edges}), sorted(schedule.RULES))
+    self.assertTrue(all(e.crosses_devices == (e.rule in (1, 4)) for e in s.edges))
+
+  def testDryRunRespectsEveryEdgeAndIsTheTextbookGrid(self):
     for k, m in itertools.product(range(1, 5), range(1, 7)):
       s = schedule.FillDrainSchedule(k, m)
-      when = {t: i for i, tick in enumerate(s.Ticks()) for t in tick}
-      f = lambda c, b: when[schedule.Task(schedule.FORWARD, c, b)]
-      b_ = lambda c, b: when[schedule.Task(schedule.BACKWARD, c, b)]
+      tick = s.DryRun()
+      for e in s.edges:
+        self.assertLess(tick[e.before], tick[e.after], (k, m, e))
       for c, t in itertools.product(range(k), range(m)):
-        if c > 0:
-          self.assertLess(f(c - 1, t), f(c, t))  # Needs the previous cell's output.
-        if c < k - 1:
-          self.assertLess(b_(c + 1, t), b_(c, t))  # Needs the next cell's input gradient.
-        self.assertLess(f(c, t), b_(c, t))
-        self.assertLess(max(f(x, y) for x in range(k) for y in range(m)), b_(c, t))  # Fill, then drain.
+        self.assertEqual(tick[_A(F, c, t)], c + t)
+        self.assertEqual(tick[_A(B, c, t)], (m + k - 1) + (k - 1 - c) + (m - 1 - t))
+      order = s.BuildOrder()
+      position = {a: i for i, a in enumerate(order)}
+      for e in s.edges:
+        self.assertLess(position[e.before], position[e.after])
+      self.assertEqual(s.BuildOrder(F), [a for a in order if a.kind == F])
 
-  def testForwardTicksFollowThePaper(self):
-    s = schedule.FillDrainSchedule(3, 4)
-    self.assertEqual([[str(t) for t in tick] for tick in s.ForwardTicks()],
-                     [['F0,0'], ['F0,1', 'F1,0'], ['F0,2', 'F1,1', 'F2,0'], ['F0,3', 'F1,2', 'F2,1'],
-                      ['F1,3', 'F2,2'], ['F2,3']])
-    self.assertEqual([str(t) for t in s.DeviceOrder(1)],
-                     ['F1,0', 'F1,1', 'F1,2', 'F1,3', 'B1,3', 'B1,2', 'B1,1', 'B1,0'])
-    self.assertEqual(s.ForwardOrder()[:3], [schedule.Task('F', 0, 0), schedule.Task('F', 0, 1),
-                                            schedule.Task('F', 1, 0)])
+  def testRender(self):
+    self.assertEqual(schedule.FillDrainSchedule(2, 3).Render().split('\n'),
+                     ['cell 0 | F0,0 F0,1 F0,2 .    .    B0,2 B0,1 B0,0',
+                      'cell 1 | .    F1,0 F1,1 F1,2 B1,2 B1,1 B1,0 .   '])
 
   def testBubble(self):
     self.assertEqual(schedule.BubbleFraction(1, 1), 0.0)
     self.assertAlmostEqual(schedule.BubbleFraction(4, 8), 3 / 11)
     self.assertAlmostEqual(schedule.BubbleFraction(8, 32), 7 / 39)
     for k, m in itertools.product(range(1, 6), range(1, 9)):
-      s = schedule.FillDrainSchedule(k, m)
-      idle = sum(1 for tick in s.Ticks() for c in range(k) if c not in {t.cell for t in tick})
-      self.assertAlmostEqual(idle / (k * len(s.Ticks())), s.BubbleFraction())
+      self.assertAlmostEqual(schedule.FillDrainSchedule(k, m).BubbleFraction(),
+                             schedule.BubbleFraction(k, m))
     self.assertLess(schedule.BubbleFraction(4, 16), 0.16)  # Negligible once M >= 4K.
-
-  def testRender(self):
-    self.assertEqual(schedule.FillDrainSchedule(2, 2).Render().split('\n'),
-                     ['cell 0 | F0,0 F0,1 .    .    B0,1 B0,0',
-                      'cell 1 | .    F1,0 F1,1 B1,1 B1,0 .   '])
 
   def testImportsWithoutTensorFlow(self):
     code = ('import sys, tensorpipe.schedule; '
@@ -72,8 +78,46 @@ class FillDrainScheduleTest(unittest.TestCase):
       schedule.FillDrainSchedule(0, 4)
     with self.assertRaisesRegex(ValueError, 'num_micro_batches must be a positive integer, got 2.5'):
       schedule.FillDrainSchedule(2, 2.5)
+    with self.assertRaisesRegex(ValueError, 'forward_lag must be 1 or 2, got 3'):
+      schedule.FillDrainSchedule(2, 2, 3)
     with self.assertRaisesRegex(ValueError, r'cell 3 is not in \[0, 2\)'):
-      schedule.FillDrainSchedule(2, 2).DeviceOrder(3)
+      schedule.FillDrainSchedule(2, 2).DeviceActions(3)
+
+
+class ScheduleCheckTest(unittest.TestCase):
+  """A hand-made schedule is checked when it is made."""
+
+  def _Lists(self):
+    return [[_A(F, 0, 0), _A(B, 0, 0)], [_A(F, 1, 0), _A(B, 1, 0)]]
+
+  def _Edges(self):
+    return [schedule.Edge(_A(F, 0, 0), _A(F, 1, 0), 1), schedule.Edge(_A(B, 1, 0), _A(B, 0, 0), 4)]
+
+  def testAValidOne(self):
+    s = schedule.Schedule(2, 1, self._Lists(), self._Edges(), 'mine')
+    self.assertEqual(s.DryRun(), {_A(F, 0, 0): 0, _A(F, 1, 0): 1, _A(B, 1, 0): 2, _A(B, 0, 0): 3})
+
+  def testMissingRepeatedOrMisplacedActions(self):
+    lists = self._Lists()
+    lists[1].pop()
+    with self.assertRaisesRegex(ValueError, 'mine: actions missing: B1,0'):
+      schedule.Schedule(2, 1, lists, [], 'mine')
+    lists = self._Lists()
+    lists[0].append(_A(F, 0, 0))
+    with self.assertRaisesRegex(ValueError, 'mine: F0,0 appears twice'):
+      schedule.Schedule(2, 1, lists, [], 'mine')
+    lists = self._Lists()
+    lists[0][1], lists[1][1] = lists[1][1], lists[0][1]
+    with self.assertRaisesRegex(ValueError, 'mine: B1,0 is in the list of device 0'):
+      schedule.Schedule(2, 1, lists, [], 'mine')
+
+  def testDeadlockAndUnknownActions(self):
+    edges = self._Edges() + [schedule.Edge(_A(B, 0, 0), _A(F, 0, 0), 9)]
+    with self.assertRaisesRegex(ValueError, 'mine: the schedule deadlocks; waiting: F0,0, F1,0'):
+      schedule.Schedule(2, 1, self._Lists(), edges, 'mine')
+    edges = [schedule.Edge(_A(F, 0, 5), _A(F, 1, 0), 1)]
+    with self.assertRaisesRegex(ValueError, r'mine: edge F0,5 -> F1,0 names an unknown action'):
+      schedule.Schedule(2, 1, self._Lists(), edges, 'mine')
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""Simulator: fill-drain timing from per-cell task times (plain data, no TensorFlow run)."""
+"""Simulator: a schedule's timing from per-cell task times (plain data, no TensorFlow run)."""
 
 import random
 import re
@@ -12,26 +12,34 @@ def _Equal(num_cells, forward=1.0, backward=2.0, recompute=0.0):
   return [simulator.CellCost(forward, backward, recompute) for _ in range(num_cells)]
 
 
+def _Gpipe(costs, m, lag=1):
+  return schedule.FillDrainSchedule(len(costs), m, lag)
+
+
+def _Sim(costs, m, transfer=0.0, cores=None, lag=1):
+  return simulator.Simulate(costs, _Gpipe(costs, m, lag), transfer, cores)
+
+
 class SimulateTest(unittest.TestCase):
 
   def testEqualCellsGiveTheTextbookBubble(self):
     for k in (1, 2, 4, 8, 128):
       for m in (1, 4, 32):
-        result = simulator.Simulate(_Equal(k, 1.0, 2.0, 1.0), m)
+        result = _Sim(_Equal(k, 1.0, 2.0, 1.0), m)
         self.assertAlmostEqual(result.step_time, (m + k - 1) * (1.0 + 2.0 + 1.0))
         self.assertAlmostEqual(result.idle_fraction, (k - 1) / (m + k - 1))
         self.assertAlmostEqual(result.idle_fraction, schedule.BubbleFraction(k, m))
 
   def testDevicesFollowTheScheduleOrder(self):
     k, m = 3, 4
-    result = simulator.Simulate(_Equal(k, 1.0, 1.0, 0.5), m)
+    result = _Sim(_Equal(k, 1.0, 1.0, 0.5), m)
     for cell in range(k):
       mine = sorted((i for i in result.timeline if i.cell == cell), key=lambda i: i.start)
       for a, b in zip(mine, mine[1:]):
         self.assertLessEqual(a.end, b.start + 1e-12)  # One task at a time.
       forward = [(i.kind, i.micro_batch) for i in mine if i.kind == simulator.FORWARD]
       backward = [(i.kind, i.micro_batch) for i in mine if i.kind == simulator.BACKWARD]
-      order = schedule.FillDrainSchedule(k, m).DeviceOrder(cell)
+      order = schedule.FillDrainSchedule(k, m).DeviceActions(cell)
       self.assertEqual([t.micro_batch for t in order if t.kind == schedule.FORWARD],
                        [t for _, t in forward])
       self.assertEqual([t.micro_batch for t in order if t.kind == schedule.BACKWARD],
@@ -42,15 +50,15 @@ class SimulateTest(unittest.TestCase):
 
   def testTheSlowestCellPacesThePipeline(self):
     costs = [simulator.CellCost(1.0, 1.0), simulator.CellCost(3.0, 3.0)]
-    result = simulator.Simulate(costs, 4)
+    result = _Sim(costs, 4)
     # Cell 1 runs 4 forwards back to back after cell 0's first (1 s), the loss, then 4 backwards;
     # cell 0's last backward follows cell 1's.
     self.assertAlmostEqual(result.step_time, 1.0 + 4 * 3.0 + 4 * 3.0 + 1.0)
     self.assertEqual(result.busy, [8.0, 24.0])
 
   def testTransferDelaysEveryBoundaryCrossing(self):
-    without = simulator.Simulate(_Equal(2), 1).step_time
-    with_transfer = simulator.Simulate(_Equal(2), 1, transfer=0.5).step_time
+    without = _Sim(_Equal(2), 1).step_time
+    with_transfer = _Sim(_Equal(2), 1, transfer=0.5).step_time
     self.assertAlmostEqual(with_transfer - without, 2 * 0.5)
 
   def testSplitCostsScalesByMicroBatch(self):
@@ -64,11 +72,13 @@ class SimulateTest(unittest.TestCase):
 
   def testBadInputIsNamed(self):
     with self.assertRaisesRegex(ValueError, 'cell 1 has backward time -1'):
-      simulator.Simulate([simulator.CellCost(1, 1), simulator.CellCost(1, -1)], 2)
-    with self.assertRaisesRegex(ValueError, 'num_micro_batches must be a positive integer, got 0'):
-      simulator.Simulate(_Equal(2), 0)
+      _Sim([simulator.CellCost(1, 1), simulator.CellCost(1, -1)], 2)
     with self.assertRaisesRegex(ValueError, 'no cells'):
-      simulator.Simulate([], 2)
+      simulator.Simulate([], schedule.FillDrainSchedule(1, 2))
+    with self.assertRaisesRegex(ValueError, '3 cell costs for a schedule of 2 cells'):
+      simulator.Simulate(_Equal(3), schedule.FillDrainSchedule(2, 2))
+    with self.assertRaisesRegex(ValueError, 'expected a schedule.Schedule, got 4'):
+      simulator.Simulate(_Equal(2), 4)
 
 
 def _Random(rng, num_cells, recompute=True, parallel=False):
@@ -83,15 +93,15 @@ def _Random(rng, num_cells, recompute=True, parallel=False):
 class SharedCoresTest(unittest.TestCase):
 
   def testWithACorePerDeviceAndSerialDevicesItIsTheIndependentModel(self):
-    # Without re-computation, or without recompute_overlap, the graph itself keeps each device on
-    # one task at a time, so with a core per device nothing is shared.
+    # With forward lag 1 the schedule's edges keep each device on one action at a time, so with a
+    # core per device nothing is shared.
     rng = random.Random(0)
     for k, m, transfer in ((1, 1, 0.0), (1, 5, 0.0), (2, 4, 0.3), (3, 7, 0.0), (5, 3, 0.1)):
       for recompute in (False, True):
         costs = _Random(rng, k, recompute)
-        independent = simulator.Simulate(costs, m, transfer)
+        independent = _Sim(costs, m, transfer)
         for cores in (k, k + 1.5, 100):
-          shared = simulator.Simulate(costs, m, transfer, cores=cores, recompute_overlap=False)
+          shared = _Sim(costs, m, transfer, cores=cores)
           self.assertAlmostEqual(shared.step_time, independent.step_time, places=9)
           for a, b in zip(shared.busy, independent.busy):
             self.assertAlmostEqual(a, b, places=9)
@@ -101,54 +111,60 @@ class SharedCoresTest(unittest.TestCase):
     for k, m in ((1, 1), (1, 4), (2, 4), (4, 8)):
       costs = _Random(rng, k, parallel=True)
       work = m * sum(c.Work(kind) for c in costs for kind in simulator.KINDS)
-      self.assertAlmostEqual(simulator.Simulate(costs, m, cores=1).step_time, work, places=9)
-      self.assertGreater(work, simulator.Simulate(costs, m).step_time)
+      self.assertAlmostEqual(_Sim(costs, m, cores=1).step_time, work, places=9)
+      self.assertGreater(work, _Sim(costs, m).step_time)
 
-  def testOneDeviceRunsTwoMicroBatchesAtOnceOnTwoCores(self):
-    # Re-computing t waits for the re-computation of t + 1 and for the backward pass of t + 2, so
-    # R(t) runs beside B(t + 1): one task-time per micro-batch instead of two, plus the first R.
-    m = 8
-    costs = [simulator.CellCost(forward=0.0, backward=1.0, recompute=1.0)]
-    self.assertAlmostEqual(simulator.Simulate(costs, m).step_time, 2 * m)
-    self.assertAlmostEqual(simulator.Simulate(costs, m, cores=1).step_time, 2 * m)
-    two = simulator.Simulate(costs, m, cores=2)
-    self.assertAlmostEqual(two.step_time, m + 1)
-    spans = {(i.kind, i.micro_batch): (i.start, i.end) for i in two.timeline}
-    for t in range(m - 1):
-      self.assertEqual(spans[(simulator.RECOMPUTE, t)], spans[(simulator.BACKWARD, t + 1)])
-    # Without overlap, R(t) waits for B(t + 1): serial again.
-    serial = simulator.Simulate(costs, m, cores=2, recompute_overlap=False)
-    self.assertAlmostEqual(serial.step_time, 2 * m)
+  def testABackwardActionRecomputesThenBackPropagates(self):
+    costs = [simulator.CellCost(forward=1.0, backward=2.0, recompute=1.0, backward_parallelism=2.0)]
+    for cores in (None, 2, 1):
+      result = _Sim(costs, 2, cores=cores)
+      spans = {(i.kind, i.micro_batch): (i.start, i.end) for i in result.timeline}
+      for t in range(2):
+        self.assertAlmostEqual(spans[(simulator.RECOMPUTE, t)][1], spans[(simulator.BACKWARD, t)][0])
+      self.assertLessEqual(spans[(simulator.BACKWARD, 1)][1], spans[(simulator.RECOMPUTE, 0)][0])
+    # On one core the backward phase's work (2 s x 2) takes 4 s.
+    self.assertAlmostEqual(_Sim(costs, 2, cores=1).step_time, 2 * (1.0 + 1.0 + 4.0))
 
-  def testForwardPassesOfOneDeviceRunInOrderOneOrTwoAtATime(self):
-    # F(k, t + 1) reads the weights F(k, t) passes on, so two cores do not speed up K = 1 forwards.
+  def testForwardLagTwoRunsTwoForwardPassesOfADeviceAtOnce(self):
     costs = [simulator.CellCost(forward=1.0, backward=0.0)]
-    self.assertAlmostEqual(simulator.Simulate(costs, 6, cores=2).step_time, 6.0)
-    # A re-computed cell with recompute_overlap reads the weights as they were and waits for
-    # F(k, t - 2) only: two forward passes at once.
-    costs = [simulator.CellCost(forward=1.0, backward=0.0, recompute=1e-9)]
-    self.assertAlmostEqual(simulator.Simulate(costs, 6, cores=2).step_time, 3.0, places=6)
-    self.assertAlmostEqual(
-        simulator.Simulate(costs, 6, cores=2, recompute_overlap=False).step_time, 6.0, places=6)
-    for overlap, lag in ((False, 1), (True, 2)):
-      result = simulator.Simulate(_Random(random.Random(2), 3), 5, cores=8,
-                                  recompute_overlap=overlap)
+    self.assertAlmostEqual(_Sim(costs, 6, cores=2).step_time, 6.0)
+    self.assertAlmostEqual(_Sim(costs, 6, cores=2, lag=2).step_time, 3.0)
+    self.assertAlmostEqual(_Sim(costs, 6, cores=1, lag=2).step_time, 6.0)
+    for lag in (1, 2):
+      result = _Sim(_Random(random.Random(2), 3), 5, cores=8, lag=lag)
       spans = {(i.kind, i.cell, i.micro_batch): (i.start, i.end) for i in result.timeline}
       for k in range(3):
         for t in range(5 - lag):
           self.assertGreaterEqual(spans[(simulator.FORWARD, k, t + lag)][0],
                                   spans[(simulator.FORWARD, k, t)][1] - 1e-12)
-      if overlap:
+      if lag == 2:
         self.assertTrue(any(spans[(simulator.FORWARD, k, t + 1)][0] <
                             spans[(simulator.FORWARD, k, t)][1] for k in range(3) for t in range(4)))
+
+  def testEveryEdgeOfTheScheduleHolds(self):
+    rng = random.Random(4)
+    for cores in (None, 1, 2, 8):
+      for lag in (1, 2):
+        costs = _Random(rng, 3, parallel=True)
+        sched = _Gpipe(costs, 4, lag)
+        result = simulator.Simulate(costs, sched, 0.1, cores)
+        start, end = {}, {}
+        for i in result.timeline:
+          kind = schedule.FORWARD if i.kind == simulator.FORWARD else schedule.BACKWARD
+          action = schedule.Action(kind, i.cell, i.micro_batch)
+          start[action] = min(start.get(action, i.start), i.start)
+          end[action] = max(end.get(action, i.end), i.end)
+        for e in sched.edges:
+          gap = 0.1 if e.crosses_devices else 0.0
+          self.assertGreaterEqual(start[e.after], end[e.before] + gap - 1e-9, (cores, lag, e))
 
   def testATaskUsesTheCoresItsParallelismAllows(self):
     cell = simulator.CellCost(forward=2.0, backward=3.0, forward_parallelism=2.0,
                               backward_parallelism=1.5)
     # Alone a task takes its span if the cores allow, else its work over the cores.
-    self.assertAlmostEqual(simulator.Simulate([cell], 1, cores=2).step_time, 2.0 + 3.0)
-    self.assertAlmostEqual(simulator.Simulate([cell], 1, cores=1).step_time, 4.0 + 4.5)
-    self.assertAlmostEqual(simulator.Simulate([cell], 1, cores=1.5).step_time, 4.0 / 1.5 + 3.0)
+    self.assertAlmostEqual(_Sim([cell], 1, cores=2).step_time, 2.0 + 3.0)
+    self.assertAlmostEqual(_Sim([cell], 1, cores=1).step_time, 4.0 + 4.5)
+    self.assertAlmostEqual(_Sim([cell], 1, cores=1.5).step_time, 4.0 / 1.5 + 3.0)
 
   def testMoreCoresNeverMakeTheStepSlower(self):
     rng = random.Random(3)
@@ -156,12 +172,13 @@ class SharedCoresTest(unittest.TestCase):
       k, m = rng.randint(1, 5), rng.randint(1, 6)
       costs = _Random(rng, k, recompute=rng.random() < 0.7, parallel=True)
       transfer = rng.choice([0.0, 0.2])
-      steps = [simulator.Simulate(costs, m, transfer, cores=c).step_time
+      lag = rng.choice([1, 2])
+      steps = [_Sim(costs, m, transfer, cores=c, lag=lag).step_time
                for c in (0.5, 1, 1.5, 2, 3, 4, 8, 64)]
       for fewer, more in zip(steps, steps[1:]):
         self.assertLessEqual(more, fewer * (1 + 1e-9))
       # Unlimited cores: never slower than devices that run one task at a time.
-      self.assertLessEqual(steps[-1], simulator.Simulate(costs, m, transfer).step_time + 1e-9)
+      self.assertLessEqual(steps[-1], _Sim(costs, m, transfer, lag=lag).step_time + 1e-9)
 
   def testSplitCostsCarriesWorkAndParallelism(self):
     layers = [simulator.CellCost(4.0, 8.0, 0.0, 2.0, 1.5),
@@ -178,12 +195,11 @@ class SharedCoresTest(unittest.TestCase):
     for cores in (0, -2, 'two', float('nan'), True):
       with self.assertRaisesRegex(ValueError, 'cores must be a positive number.*got %s' %
                                   re.escape(repr(cores))):
-        simulator.Simulate(_Equal(2), 2, cores=cores)
+        _Sim(_Equal(2), 2, cores=cores)
     for value in (0.5, -1.0, None, float('inf')):
       with self.assertRaisesRegex(ValueError, 'cell 1 has recompute_parallelism %s; it must be a '
                                   'number >= 1' % re.escape(repr(value))):
-        simulator.Simulate([simulator.CellCost(1, 1), simulator.CellCost(1, 1, 1, 1, 1, value)], 2,
-                           cores=2)
+        _Sim([simulator.CellCost(1, 1), simulator.CellCost(1, 1, 1, 1, 1, value)], 2, cores=2)
 
 
 if __name__ == '__main__':

@@ -8,6 +8,7 @@ import tempfile
 from lingvo.core import test_utils
 from PIL import Image
 
+from tensorpipe import schedule
 from tensorpipe import simulator
 from tensorpipe import timeline
 from tools import timeline as tool
@@ -44,7 +45,8 @@ class TimelineTest(test_utils.TestCase):
     self.assertIn('timeline: error: unknown --model=digits.NoSuchModel', err.getvalue())
 
   def testDrawSimulated(self):
-    result = simulator.Simulate([simulator.CellCost(1.0, 2.0, 1.0)] * 3, 4)
+    result = simulator.Simulate([simulator.CellCost(1.0, 2.0, 1.0)] * 3,
+                                schedule.FillDrainSchedule(3, 4))
     path = os.path.join(tempfile.mkdtemp(), 's.png')
     timeline.DrawSimulated(result, path, 'K=3, M=4')
     with Image.open(path) as image:

@@ -148,7 +148,7 @@ class Config:
   k: int = 1
   m: int = 1
   recompute: str = 'always'
-  overlap: bool = True  # TensorPipeLayer.recompute_overlap
+  overlap: bool = True  # TensorPipeLayer.forward_overlap
 
   @property
   def name(self):
@@ -171,7 +171,7 @@ def _LayerParams(config, args):
   if config.kind == 'tensorpipe':
     return tensorpipe_layer.TensorPipeLayer.Params().Set(
         name='net', partitions=_Cells(layer_list, config.k), num_micro_batches=config.m,
-        recompute=config.recompute, recompute_overlap=config.overlap, batch_dim=batch_dim)
+        recompute=config.recompute, forward_overlap=config.overlap, batch_dim=batch_dim)
   if config.kind == 'gpipe':
     if config.k < 2:
       raise ValueError("Lingvo's PipeliningLayer only pipelines with K > 1 cells")

@@ -24,7 +24,7 @@ def _Human(n):
   return str(n)
 
 
-def _IsOurs(cls):
+def IsOurs(cls):
   """Whether a registered class comes from TensorPipe's params package (the registry may wrap it)."""
   src = cls.__bases__[0] if cls.__name__ == cls.__bases__[0].__name__ else cls
   return src.__module__.startswith(train.PARAMS_PACKAGE + '.')
@@ -35,7 +35,7 @@ def main(argv):
   parser.add_argument('--match', default='', help='Regular expression the model key must match.')
   args = parser.parse_args(argv)
   models = train.RegisteredModels()
-  keys = sorted(k for k, cls in models.items() if _IsOurs(cls) and re.search(args.match, k))
+  keys = sorted(k for k, cls in models.items() if IsOurs(cls) and re.search(args.match, k))
   if not keys:
     raise SystemExit('param_counts: no registered model matches %r' % args.match)
   print('%-34s %16s %8s %8s' % ('model', 'parameters', 'approx', 'seconds'))

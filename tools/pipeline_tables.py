@@ -60,6 +60,7 @@ from tensorpipe import cost_model
 from tensorpipe import partitioning
 from tensorpipe import profiling
 from tensorpipe import resnet
+from tensorpipe import schedule
 from tensorpipe import simulator
 from tools import benchmark_partitioning as bp
 
@@ -127,6 +128,11 @@ def _Step(name, layers, sizes, inputs_fn, m, batch_dim, k, warmup):
                  intra_op_threads=_INTRA_OP_THREADS, inter_op_threads=_INTER_OP_THREADS)
 
 
+def _Simulate(cells, m, cores=None):
+  """simulator.Simulate of TensorPipeLayer's default schedule (fill-drain, forward_overlap on)."""
+  return simulator.Simulate(cells, schedule.FillDrainSchedule(len(cells), m, 2), cores=cores)
+
+
 def TracedCosts(layers, inputs_fn, batch_dim, m, warmup=2, traces=2):
   """(per layer simulator.CellCost for the whole mini-batch, the profiling.Trace) of a K=1 step.
 
@@ -172,10 +178,10 @@ def Throughput(args):
       for k in ks:
         sizes = _CountSizes(layers, k)
         cells = simulator.SplitCosts(traced[m][0], sizes, m)
-        independent[(k, m)] = simulator.Simulate(cells, m).step_time
-        shared[(k, m)] = simulator.Simulate(cells, m, cores=cores).step_time
+        independent[(k, m)] = _Simulate(cells, m).step_time
+        shared[(k, m)] = _Simulate(cells, m, cores=cores).step_time
         groups = np.split(np.array([p.name for p in layers]), np.cumsum(sizes)[:-1])
-        shared_tasks[(k, m)] = simulator.Simulate(
+        shared_tasks[(k, m)] = _Simulate(
             traced[m][1].GroupTimes([list(g) for g in groups]), m, cores=cores).step_time
     print('\n%s, batch %d' % (name, batch))
     tracing = {m: measured[(1, m)] / traced[m][1].step_time for m in ms if (1, m) in measured}
@@ -278,7 +284,7 @@ def PredictDeep(costs_by_m, name):
     row = []
     for k in ks:
       sizes = balancing.OptimalSplit([c.forward + c.backward + c.recompute for c in deep], k)
-      step = simulator.Simulate(simulator.SplitCosts(deep, sizes, m), m).step_time
+      step = _Simulate(simulator.SplitCosts(deep, sizes, m), m).step_time
       if base is None:
         base = step
       row.append(base / step)
@@ -327,7 +333,7 @@ def OverheadShares(trace, num_micro_batches):
   cells = trace.CellTimes()
   mean = simulator.CellCost(*[float(np.mean([getattr(c, f) for c in cells]))
                               for f in ('forward', 'backward', 'recompute')])
-  bubble = simulator.Simulate([mean] * len(cells), num_micro_batches).idle_fraction
+  bubble = _Simulate([mean] * len(cells), num_micro_batches).idle_fraction
   bubble = min(bubble, idle)
   return {'setup': shares['setup'], 'bubble': bubble, 'imbalance': idle - bubble,
           'recompute': shares['recompute'], 'update': shares['update'],

@@ -26,6 +26,7 @@ from lingvo.core import cluster_factory
 
 from tensorpipe import placement
 from tensorpipe import profiling
+from tensorpipe import schedule
 from tensorpipe import simulator
 from tensorpipe import timeline
 from tensorpipe import train
@@ -57,8 +58,7 @@ def TraceModel(model, warmup=3, intra_op_threads=1, inter_op_threads=2):
       sess.run(fetches)
     _, meta = profiling.TracedRun(sess, fetches)
   name = pipelines[0][1].name
-  return profiling.Trace(meta, pipeline_scope=name), [(p.name, p.num_micro_batches)
-                                                      for _, p in pipelines]
+  return profiling.Trace(meta, pipeline_scope=name), [p for _, p in pipelines]
 
 
 def main(argv=None):
@@ -74,12 +74,15 @@ def main(argv=None):
   except (ValueError, train.UsageError) as e:
     print('timeline: error: %s' % e, file=sys.stderr)
     return 2
-  num_micro = pipelines[0][1]
+  first = pipelines[0]
+  num_micro = first.num_micro_batches
   timeline.DrawTrace(trace, args.out, '%s: one traced training step (M = %d)' %
                      (args.model, num_micro))
   print(profiling.Summary(trace))
   print('wrote %s' % args.out)
-  predicted = simulator.Simulate(trace.CellTimes(), num_micro)
+  cells = trace.CellTimes()
+  predicted = simulator.Simulate(cells, schedule.FillDrainSchedule(
+      len(cells), num_micro, 2 if first.forward_overlap else 1))
   print('simulator, fed with the traced per-cell times: pipeline part %.1f ms, idle %.1f%% '
         '(traced step %.1f ms, including input, loss and update)' %
         (1e3 * predicted.step_time, 100 * predicted.idle_fraction, 1e3 * trace.step_time))

@@ -1,4 +1,4 @@
-"""Re-computation is real: forward ops run twice with 'always', and peak memory drops."""
+"""Cells as graph functions: traced once, re-computation is real, gradients stage by stage, clear errors."""
 
 import re
 
@@ -7,7 +7,6 @@ from lingvo import compat as tf
 from lingvo.core import layers as lingvo_layers
 from lingvo.core import test_utils
 
-from tensorpipe import recomputation
 from tests import helpers
 
 K, M, L = 2, 4, 4
@@ -49,53 +48,90 @@ class NumericChecksTest(test_utils.TestCase):
         sess.run(tf.global_variables_initializer())
         _, nodes = helpers.TracedStep(sess, [loss, grads])
     checks = [name for _, name, op_type, _, _ in nodes if op_type == 'CheckNumerics']
-    self.assertNotEmpty([c for c in checks if 'gradients' not in c])
-    self.assertEmpty([c for c in checks if 'gradients' in c])
+    self.assertNotEmpty(checks)
+    self.assertEmpty([c for c in checks if 'gradients' in c or 'recompute' in c])
+
+
+def _Library(graph):
+  """{function name: number of nodes} of the graph's function library."""
+  return {f.signature.name: len(f.node_def) for f in graph.as_graph_def().library.function}
+
+
+class TracedOnceTest(test_utils.TestCase):
+  """Each cell's functions are traced once: the graph's functions do not change with M."""
+
+  def _Build(self, num_micro):
+    with tf.Graph().as_default() as g, helpers.Cluster(K):
+      net = helpers.Pipeline(helpers.DenseLayers(L), K, num_micro).Instantiate()
+      loss = tf.reduce_sum(tf.square(net.FPropDefaultTheta(tf.ones([16, 8]))))
+      tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
+      calls = [op for op in g.get_operations() if op.type.endswith('PartitionedCall')]
+      return _Library(g), calls, len(g.get_operations())
+
+  def testFunctionsDoNotGrowWithM(self):
+    small, small_calls, small_ops = self._Build(2)
+    large, large_calls, large_ops = self._Build(8)
+    self.assertEqual(sorted(small.values()), sorted(large.values()))
+    self.assertLen(small, 3 * K)  # forward, backward and zeros per cell
+    for m, calls in ((2, small_calls), (8, large_calls)):
+      names = sorted(re.sub(r'^.*(cell\d+_mb\d+/\w+)$', r'\1', op.name) for op in calls)
+      self.assertEqual(names, sorted(['cell%d_mb%d/%s' % (k, t, kind) for k in range(K)
+                                      for t in range(m) for kind in ('forward', 'backward')] +
+                                     ['cell%d_mb%d/zeros' % (k, m - 1) for k in range(K)]))
+      for op in calls:
+        self.assertEqual(op.device, '/job:localhost/replica:0/task:0/device:CPU:%s' %
+                         re.search(r'cell(\d+)_', op.name).group(1), op.name)
+    self.assertLess((large_ops - small_ops) / (2 * K * 6), 12)  # a few ops per task, not per layer
+
+
+class DirectVariableReadTest(test_utils.TestCase):
+
+  def testReadingAWeightOutsideThetaIsRefused(self):
+
+    class Sneaky(helpers.Dense):
+
+      def FProp(self, theta, x):
+        return tf.matmul(x, self.vars.w)
+
+    layers = [Sneaky.Params().Set(name='sneaky', dim=8)] + helpers.DenseLayers(1)
+    with tf.Graph().as_default(), helpers.Cluster(K):
+      net = helpers.Pipeline(layers, K, 2).Instantiate()
+      with self.assertRaisesRegex(ValueError, r"a layer of pipe_cell0 reads trainable variables "
+                                  r"\['pipe/sneaky/w/var'\] directly instead of through theta"):
+        net.FPropDefaultTheta(tf.ones([4, 8]))
 
 
 class StageOrderTest(test_utils.TestCase):
-  """Layer j's backward pass of micro-batch t starts after the weight gradients of layer j + 1 of t
-  (ReplayOrder.STAGE_LAG) and of layer j of t + 1, with or without recompute_overlap."""
+  """Inside a backward call, layer j's backward pass starts after layer j + 1's weight gradients have
+  been added to their sums (so neither output nor weight gradients pile up)."""
 
-  def _Check(self, overlap):
+  def testEachLayerWaitsForTheSumsOfTheLayerAfterIt(self):
     num_layers, per_cell, num_micro = 8, 4, 3
     with tf.Graph().as_default() as g, helpers.Cluster(K):
-      net = helpers.Pipeline(helpers.DenseLayers(num_layers, dim=32), K, num_micro,
-                             recompute_overlap=overlap).Instantiate()
+      net = helpers.Pipeline(helpers.DenseLayers(num_layers, dim=32), K, num_micro).Instantiate()
       loss = tf.reduce_sum(tf.square(net.FPropDefaultTheta(tf.ones([24, 32]))))
       grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
       with helpers.Session(g, K) as sess:
         sess.run(tf.global_variables_initializer())
         _, nodes = helpers.TracedStep(sess, [loss, grads])
-
-    def WeightGradientEnd(t, j):
-      mb = 'cell%d_mb%d/' % (j // per_cell, t)
-      ends = [end for _, name, _, _, end in nodes
-              if mb in name and name.endswith('/layer%d/MatMul_grad/MatMul_1' % j)]
-      self.assertLen(ends, 1, (t, j))
-      return ends[0]
-
-    lag = recomputation.ReplayOrder.STAGE_LAG
     checked = 0
-    for t in range(num_micro):
-      for j in range(num_layers):
-        mb = 'cell%d_mb%d/' % (j // per_cell, t)
-        backward = [start for _, name, _, start, _ in nodes
-                    if mb in name and re.search(r'/layer%d/\w+_grad/' % j, name)]
-        self.assertNotEmpty(backward, (t, j))
-        if j % per_cell + lag < per_cell:
-          self.assertGreaterEqual(min(backward), WeightGradientEnd(t, j + lag), (t, j))
+    for cell in range(K):
+      device = 'CPU:%d' % cell
+      mine = [n for n in nodes if n[0].endswith(device)]
+      calls = sorted((start, end) for _, name, _, start, end in mine
+                     if re.search(r'cell%d_mb\d+/backward$' % cell, name))
+      self.assertLen(calls, num_micro)
+      for start, end in calls:
+        inside = [n for n in mine if start <= n[3] and n[4] <= end]
+        adds = sorted(n[4] for n in inside if n[2] == 'InplaceAdd')
+        self.assertLen(adds, per_cell)  # One weight per layer.
+        for j in range(cell * per_cell, (cell + 1) * per_cell - 1):
+          backward = [n[3] for n in inside if re.search(r'/layer%d/\w+_grad/' % j, n[1])]
+          added = [n[4] for n in inside if n[2] == 'InplaceAdd' and n[4] <= min(backward)]
+          # Every later layer of the cell has added its gradient before layer j's backward starts.
+          self.assertGreaterEqual(len(added), (cell + 1) * per_cell - 1 - j, (cell, j))
           checked += 1
-        if t + 1 < num_micro:
-          self.assertGreaterEqual(min(backward), WeightGradientEnd(t + 1, j), (t, j))
-          checked += 1
-    self.assertEqual(checked, num_micro * K * (per_cell - lag) + (num_micro - 1) * num_layers)
-
-  def testWithOverlap(self):
-    self._Check(True)
-
-  def testWithoutOverlap(self):
-    self._Check(False)
+    self.assertEqual(checked, K * (per_cell - 1) * num_micro)
 
 
 class InPlaceUpdateTest(test_utils.TestCase):
@@ -110,46 +146,6 @@ class InPlaceUpdateTest(test_utils.TestCase):
       copies = [n.node_name for n in updates
                 if any(r.alloc_bytes > 0 for m in n.memory for r in m.allocation_records)]
       self.assertEmpty(copies)
-
-
-def _Ancestors(op):
-  """Every op `op` waits for, through data and control edges."""
-  seen, todo = set(), [op]
-  while todo:
-    current = todo.pop()
-    for before in [x.op for x in current.inputs] + list(current.control_inputs):
-      if before not in seen:
-        seen.add(before)
-        todo.append(before)
-  return seen
-
-
-class ForwardOrderTest(test_utils.TestCase):
-  """With recompute_overlap, F(k, t) waits for F(k, t - 2) but not for F(k, t - 1); without, for t - 1."""
-
-  def _WaitsFor(self, overlap):
-    num_micro = 4
-    with tf.Graph().as_default() as g, helpers.Cluster(K):
-      net = helpers.Pipeline(helpers.DenseLayers(L), K, num_micro,
-                             recompute_overlap=overlap).Instantiate()
-      loss = tf.reduce_sum(tf.square(net.FPropDefaultTheta(tf.ones([8, 8]))))
-      tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
-    matmuls = {op.name.split('/', 1)[1]: op for op in g.get_operations()
-               if op.type == 'MatMul' and 'gradients' not in op.name}
-    waits = {}
-    for k in range(K):
-      first, last = 'layer%d' % (k * L // K), 'layer%d' % ((k + 1) * L // K - 1)
-      for t in range(1, num_micro):
-        ancestors = _Ancestors(matmuls['cell%d_mb%d/%s/MatMul' % (k, t, first)])
-        waits[(k, t)] = [u for u in range(t) if matmuls['cell%d_mb%d/%s/MatMul' % (k, u, last)]
-                         in ancestors]
-    return waits
-
-  def testTwoMicroBatchesOfACellRunTheirForwardPassesAtOnce(self):
-    for (k, t), waits in self._WaitsFor(True).items():
-      self.assertEqual(waits, list(range(t - 1)), (k, t))
-    for (k, t), waits in self._WaitsFor(False).items():
-      self.assertEqual(waits, list(range(t)), (k, t))
 
 
 class RecomputeMemoryTest(test_utils.TestCase):

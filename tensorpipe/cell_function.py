@@ -1,0 +1,470 @@
+"""A cell as graph functions: traced once whatever M is, called once per micro-batch.
+
+`CellFunctions` turns a cell (its layers as stages: (theta, inputs) -> outputs) into TensorFlow graph
+functions placed on the cell's device:
+
+  forward(offset[, step], theta, x) -> (y, batch-norm statistics)
+  backward(offset[, step], theta, x, dy, sums) -> (dx, sums + dtheta)
+  zeros() -> sums, all zero (a new buffer per weight every step)
+
+`backward` re-computes the cell from its saved boundary input x and differentiates it stage by
+stage, so only boundary activations are kept between the passes (GPipe's re-computation). It adds
+the weight gradients into the running sums it is given (see `accumulation`); the first backward pass
+of a step gets them from `zeros`. Without re-computation, the forward call is differentiated by
+TensorFlow's own function gradient instead (`NeverRecomputeBackward`): that forward call then also
+outputs what its backward call needs, and `accumulate(sums, dtheta) -> sums` adds the gradients.
+
+What differs per micro-batch is a function input: `offset`, the index of the micro-batch's first
+example in the mini-batch, so that dropout masks are the same in the forward pass, in its
+re-computation and for any K and M (see `randomness`); and the global step. Batch-norm statistics
+are function outputs (see `batch_norm`). The functions are never inlined nor specialised per call
+(see _FUNCTION_ATTRS), so the graph TensorFlow optimises and runs does not grow with M either.
+"""
+
+import contextlib
+import copy
+import dataclasses
+
+import tensorflow as tf2
+from lingvo import compat as tf
+from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.eager.polymorphic_function import atomic_function
+from lingvo.core import cluster_factory
+from lingvo.core import py_utils
+
+from tensorpipe import accumulation
+from tensorpipe import batch_norm
+from tensorpipe import matmul_gradient
+from tensorpipe import randomness
+
+
+def _IsDifferentiable(t):
+  return t.dtype.is_floating or t.dtype.is_complex
+
+
+def _Spec(t):
+  return tf.TensorSpec(t.shape, t.dtype)
+
+
+# Attributes of every cell function: TensorFlow would otherwise inline each call into the session's
+# graph, and grappler would make a specialised copy of the function for each call (each gets its own
+# constant example offset): either way the graph TensorFlow optimises and runs grows with M again.
+_FUNCTION_ATTRS = {'_noinline': attr_value_pb2.AttrValue(b=True),
+                   '_nospecialize': attr_value_pb2.AttrValue(b=True)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphFunction:
+  """`body(*args)` (args as `specs`) traced once as a graph function on `device`.
+
+  As Lingvo's py_utils.Function does, the body gets a fresh step seed and no summaries collection
+  of the outer graph. `Call` adds a call op of it; `concrete` is TensorFlow's ConcreteFunction of
+  the same trace, whose own calls tf.gradients can differentiate.
+  """
+  concrete: object
+  atomic: object  # The function `Call` calls: the trace with _FUNCTION_ATTRS.
+
+  @classmethod
+  def Trace(cls, name, body, specs, device):
+
+    def Body(*args):
+      py_utils.ResetStepSeed()
+      tf.get_default_graph().clear_collection(tf.GraphKeys.SUMMARIES)
+      with tf.device(device):
+        return list(body(*args))
+
+    Body.__name__ = name
+    concrete = tf2.function(Body, input_signature=list(specs), autograph=False,
+                            experimental_attributes={'_noinline': True}).get_concrete_function()
+    graph = concrete.graph
+    atomic = atomic_function.from_func_graph(
+        concrete.name.decode() + '_call', graph, graph.inputs, graph.outputs, _FUNCTION_ATTRS)
+    return cls(concrete, atomic)
+
+  @property
+  def outputs(self):
+    """The output tensors inside the traced function (their shapes and dtypes)."""
+    return self.concrete.outputs
+
+  @property
+  def captured_inputs(self):
+    return self.concrete.captured_inputs
+
+
+def _Ops(tensors):
+  """The ops behind `tensors` (None skipped), without repeats."""
+  ops = []
+  for t in tensors:
+    if t is not None and t.op not in ops:
+      ops.append(t.op)
+  return ops
+
+
+def Call(function, args, name='call'):
+  """One call op of `function` (a GraphFunction) on `args`; returns its output tensors.
+
+  The op TensorFlow's ConcreteFunction call adds, calling the function with _FUNCTION_ATTRS, with
+  the shapes of the outputs taken from the trace, and marked so that graph construction does not run
+  shape inference over the function's body again for every call (which would make building the
+  graph grow with M).
+  """
+  graph = tf.get_default_graph()
+  atomic = function.atomic
+  graph._add_function_recursive(atomic)  # pylint: disable=protected-access
+  call = atomic.graph_call_attrs
+  args = [tf.convert_to_tensor(x) for x in list(args) + list(function.captured_inputs)]
+  attrs = {
+      'Tin': attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
+          type=[x.dtype.as_datatype_enum for x in args])),
+      'Tout': attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(type=call['tout'])),
+      'f': attr_value_pb2.AttrValue(func=attr_value_pb2.NameAttrList(name=atomic.name)),
+      'config_proto': attr_value_pb2.AttrValue(s=call['config_proto']),
+      'executor_type': attr_value_pb2.AttrValue(s=tf.compat.as_bytes(call['executor_type'])),
+      '_disable_call_shape_inference': attr_value_pb2.AttrValue(b=True),
+  }
+  op = graph.create_op('StatefulPartitionedCall' if call['is_stateful'] else 'PartitionedCall', args,
+                       call['tout'], name=name, attrs=attrs)
+  for out, traced in zip(op.outputs, function.outputs):
+    out.set_shape(traced.shape)
+  return list(op.outputs)
+
+
+def _CellCluster(check_numerics):
+  """The current cluster as cells run in it: without Lingvo's runtime asserts, and without its
+  CheckNumerics unless `check_numerics` (a re-computation repeats values already checked).
+
+  An Assert op would make the cell's function stateful, and TensorFlow instantiates a stateful
+  function once per call op, so the time to start the first step and every step's overhead would
+  grow with M again. Lingvo's asserts check shapes the traced function already fixes.
+  """
+  cluster = copy.deepcopy(cluster_factory.Current())
+  cluster.params.enable_asserts = False
+  if not check_numerics:
+    cluster.params.enable_check_numerics = False
+  return cluster
+
+
+def _Expand(values, mask):
+  """`values` (one per True in `mask`) spread over `mask`, None where it is False."""
+  it = iter(values)
+  return [next(it) if has else None for has in mask]
+
+
+def _StageGradients(boundaries, pairs, x_leaves, theta_leaves, sums):
+  """Gradients of a cell run as stages, differentiated stage by stage, last stage first.
+
+  Each stage's backward pass waits until the weight gradients of the stage after it have been added
+  to their sums. Left alone, the executor may run the chain of input gradients far ahead of the
+  cheap weight-gradient ops beside it (a bias gradient's reduction, the additions), and every
+  layer's output gradient and weight gradient would stay alive until they run.
+
+  Args:
+    boundaries: every stage's inputs, then the cell's outputs (structures).
+    pairs: (output tensor, its gradient) for the outputs that have one.
+    x_leaves: the cell's input leaves (the first boundary's non-None leaves).
+    theta_leaves: the cell's weights.
+    sums: running sums per weight (None where a weight has no gradient), added to in place.
+
+  Returns:
+    (dx per input leaf or None, sum per weight or None).
+  """
+  num_stages = len(boundaries) - 1
+  targets = [t for t in theta_leaves if _IsDifferentiable(t)]
+  total = list(sums)
+  done = []
+  grads_of = {}  # id(tensor) -> gradient, for the inputs of the stage just differentiated
+  for j in reversed(range(num_stages)):
+    if j < num_stages - 1:
+      outs = {id(y): y for y in tf.nest.flatten(boundaries[j + 1]) if y is not None}
+      pairs = [(y, grads_of.get(i)) for i, y in outs.items()]
+    pairs = [(y, d) for y, d in pairs if d is not None and _IsDifferentiable(y)]
+    ins = [x for x in tf.nest.flatten(boundaries[j]) if x is not None]
+    grads_of = {}
+    if not pairs:
+      continue
+    with tf.control_dependencies(done):
+      grad_ys = [tf.identity(d) for _, d in pairs]
+    diff_ins = [x for x in ins if _IsDifferentiable(x)]
+    grads = tf.gradients([y for y, _ in pairs], diff_ins + targets, grad_ys=grad_ys,
+                         stop_gradients=diff_ins)
+    for x, g in zip(diff_ins, grads[:len(diff_ins)]):
+      grads_of[id(x)] = accumulation.Dense(g)
+    own = iter(grads[len(diff_ins):])
+    added = []
+    for i, t in enumerate(theta_leaves):
+      g = accumulation.Dense(next(own)) if _IsDifferentiable(t) else None
+      if g is None:
+        continue
+      if total[i] is None:
+        raise AssertionError('no running sum for weight %d (%s)' % (i, t.name))
+      total[i] = accumulation.AddInPlace(total[i], g)
+      added.append(total[i])
+    done = added or done
+  return [grads_of.get(id(x)) for x in x_leaves], total
+
+
+class CellFunctions:
+  """Forward and backward graph functions of one cell, traced on first use and then reused.
+
+  Args:
+    stages: the cell as a list of functions (theta NestedMap, inputs structure) -> outputs
+      structure (e.g. one per layer), applied in order. They must read the weights from theta only
+      and get every tensor they use from their inputs or theta.
+    theta: NestedMap of the cell's weights (tensors); only the structure, shapes and dtypes count.
+    inputs: the inputs of micro-batch 0 (every micro-batch has the same structure and shapes).
+    device: the cell's device.
+    name: a name for the functions (e.g. 'pipe_cell1').
+    two_d_weight_gradients: trace under matmul_gradient.Scope().
+    where: names the pipeline in error messages.
+  """
+
+  def __init__(self, stages, theta, inputs, device, name, two_d_weight_gradients=True,
+               where='TensorPipeLayer'):
+    self._stages = list(stages)
+    self._theta = theta
+    self._theta_specs = [_Spec(t) for t in theta.Flatten()]
+    self._in_template = inputs
+    in_leaves = tf.nest.flatten(inputs)
+    self._in_index = [i for i, x in enumerate(in_leaves) if x is not None]
+    self._x_specs = [_Spec(in_leaves[i]) for i in self._in_index]
+    self._device = device
+    self._name = name
+    self._two_d = two_d_weight_gradients
+    self._where = where
+    self._has_step = py_utils.GetGlobalStep() is not None
+    self._forward = None
+    self._out_template = None
+    self._num_y = None
+    self._stats_layers = None
+    self._theta_mask = tuple(_IsDifferentiable(t) for t in theta.Flatten())  # Which have sums.
+    self._grad_mask = None  # Which weights get a gradient: known once a backward pass is traced.
+    self._zeros = None
+    self._backward = {}  # dy mask -> (function, dx mask)
+    self._accumulate = None
+
+  @property
+  def num_inputs(self):
+    """Non-None input leaves (the x of the functions)."""
+    return len(self._x_specs)
+
+  @property
+  def num_weights(self):
+    return len(self._theta_specs)
+
+  def _Pack(self, theta_leaves, x_leaves):
+    leaves = [None] * len(tf.nest.flatten(self._in_template))
+    for i, x in zip(self._in_index, x_leaves):
+      leaves[i] = x
+    return (self._theta.Pack(list(theta_leaves)),
+            tf.nest.pack_sequence_as(self._in_template, leaves))
+
+  def _Run(self, step, offset, theta_leaves, x_leaves, collector, boundaries=None):
+    """Runs the cell inside a function body; returns its outputs structure.
+
+    `boundaries`, if given, gets every stage's inputs and then the outputs: a re-computation, which
+    skips Lingvo's CheckNumerics.
+    """
+    theta, out = self._Pack(theta_leaves, x_leaves)
+    with _CellCluster(check_numerics=boundaries is None), py_utils.GlobalStepContext(step), randomness.ExampleOffset(offset), collector.Collecting(), (
+        matmul_gradient.Scope() if self._two_d else contextlib.nullcontext()):
+      for stage in self._stages:
+        if boundaries is not None:
+          boundaries.append(out)
+        out = stage(theta, out)
+    if boundaries is not None:
+      boundaries.append(out)
+    return out
+
+  def _Leading(self):
+    """Specs of the example offset and, if the graph has one, the global step (int64 scalars)."""
+    return [tf.TensorSpec([], tf.int64)] * (2 if self._has_step else 1)
+
+  def _LeadingArgs(self, step, offset):
+    if (step is not None) != self._has_step:
+      raise ValueError('%s: %s was traced %s a global step' %
+                       (self._where, self._name, 'with' if self._has_step else 'without'))
+    return [offset] + ([step] if self._has_step else [])
+
+  def _Split(self, args):
+    """(step or None, offset, the rest) of a function body's arguments."""
+    if self._has_step:
+      return args[1], args[0], args[2:]
+    return None, args[0], args[1:]
+
+  def _BuildForward(self):
+    num_theta = self.num_weights
+
+    def Forward(*args):
+      step, offset, args = self._Split(args)
+      recorder = batch_norm.StatsCollector(1, self._where)
+      out = self._Run(step, offset, args[:num_theta], args[num_theta:], recorder)
+      ys = [y for y in tf.nest.flatten(out) if y is not None]
+      for y in ys:
+        if not isinstance(y, tf.Tensor):
+          raise TypeError('%s: cell outputs must be tensors (None allowed), got %s' %
+                          (self._where, type(y).__name__))
+      self._out_template = out
+      self._num_y = len(ys)
+      records = recorder.Records()
+      self._stats_layers = [layer for layer, _, _ in records]
+      return ys + [s for _, mean, variance in records for s in (mean, variance)]
+
+    self._forward = GraphFunction.Trace(self._name + '_forward', Forward,
+                                  self._Leading() + self._theta_specs + self._x_specs, self._device)
+    self._CheckCaptures(self._forward)
+
+  def _CheckCaptures(self, function):
+    captured = {id(c) for c in function.captured_inputs}
+    direct = [v.op.name for v in tf.trainable_variables() if id(v.handle) in captured]
+    if direct:
+      raise ValueError(
+          '%s: a layer of %s reads trainable variables %s directly instead of through theta; '
+          'their gradients would be lost. Use the theta passed to FProp.' %
+          (self._where, self._name, direct))
+
+  def Forward(self, step, offset, theta_leaves, x_leaves, differentiable=False):
+    """One call of the forward function on the cell's device.
+
+    Args:
+      step: the global step (int64 scalar) or None if the graph has none.
+      offset: the index of the micro-batch's first example in the mini-batch (int64 scalar).
+      theta_leaves: the cell's weights (theta.Flatten()).
+      x_leaves: the micro-batch's non-None input leaves.
+      differentiable: make the call with TensorFlow's own call op, whose gradient
+        `NeverRecomputeBackward` uses; else a call op that tf.gradients cannot differentiate.
+
+    Returns:
+      (outputs structure, [(batch-norm layer, mean, variance)], the call's output tensors).
+    """
+    if self._forward is None:
+      self._BuildForward()
+    args = self._LeadingArgs(step, offset) + list(theta_leaves) + list(x_leaves)
+    with tf.device(self._device):
+      results = (self._forward.concrete(*args) if differentiable else
+                 Call(self._forward, args, 'forward'))
+    ys, stats = results[:self._num_y], results[self._num_y:]
+    it = iter(ys)
+    leaves = [None if y is None else next(it) for y in tf.nest.flatten(self._out_template)]
+    out = tf.nest.pack_sequence_as(self._out_template, leaves)
+    records = [(layer, stats[2 * i], stats[2 * i + 1]) for i, layer in enumerate(self._stats_layers)]
+    return out, records, ys
+
+  def Zeros(self):
+    """One call of the function that makes a zero running sum per weight (None where none)."""
+    if self._zeros is None:
+      specs = [s for s, has in zip(self._theta_specs, self._theta_mask) if has]
+
+      def MakeZeros():
+        return [accumulation.Zeros(spec.shape, spec.dtype) for spec in specs]
+
+      self._zeros = GraphFunction.Trace(self._name + '_zeros', MakeZeros, [], self._device)
+    with tf.device(self._device):
+      results = Call(self._zeros, [], 'zeros')
+    return _Expand(results, self._theta_mask)
+
+  def _BuildBackward(self, dy_mask):
+    num_theta, num_x = self.num_weights, self.num_inputs
+    num_dy = sum(dy_mask)
+    dx_mask = []
+    theta_mask = self._theta_mask
+
+    def Backward(*args):
+      step, offset, args = self._Split(args)
+      theta_leaves = args[:num_theta]
+      x_leaves = args[num_theta:num_theta + num_x]
+      dys = args[num_theta + num_x:num_theta + num_x + num_dy]
+      sums = _Expand(args[num_theta + num_x + num_dy:], theta_mask)
+      boundaries = []
+      with tf.name_scope('recompute'):
+        self._Run(step, offset, theta_leaves, x_leaves, batch_norm.Discarding(), boundaries)
+      ys = [y for y in tf.nest.flatten(boundaries[-1]) if y is not None]
+      dx, new_sums = _StageGradients(boundaries, [(y, d) for y, d, has in zip(
+          ys, _Expand(dys, dy_mask), dy_mask) if has], x_leaves, theta_leaves, sums)
+      dx_mask.extend(g is not None for g in dx)
+      self._NoteGradients([a is not b for a, b in zip(new_sums, sums)])
+      sums = new_sums
+      return [g for g in dx if g is not None] + [g for g in sums if g is not None]
+
+    specs = self._Leading() + self._theta_specs + self._x_specs + self._DySpecs(dy_mask) + [
+        s for s, has in zip(self._theta_specs, theta_mask) if has]
+    function = GraphFunction.Trace(self._name + '_backward', Backward, specs, self._device)
+    self._backward[dy_mask] = (function, tuple(dx_mask))
+
+  def _DySpecs(self, dy_mask):
+    return [_Spec(y) for y, has in zip(self._forward.outputs[:self._num_y], dy_mask) if has]
+
+  def _NoteGradients(self, got):
+    """Records which weights got a gradient (the same in every backward pass of the cell)."""
+    got = tuple(got)
+    if self._grad_mask is not None and self._grad_mask != got:
+      raise AssertionError('%s: %s: weights with gradients differ between backward passes' %
+                           (self._where, self._name))
+    self._grad_mask = got
+
+  def WeightGradients(self, sums):
+    """The final running sums as the weights' gradients: None for weights that got none."""
+    return [s if has else None for s, has in zip(sums, self._grad_mask or [False] * len(sums))]
+
+  def Backward(self, step, offset, theta_leaves, x_leaves, dys, sums):
+    """One call of the re-computing backward function on the cell's device.
+
+    Args:
+      step, offset, theta_leaves, x_leaves: what the forward call got.
+      dys: the gradient of each output leaf of Forward (None where there is none).
+      sums: the running sum of each weight (None for weights that are not floats) from the
+        previous backward pass; written in place (nothing else may read them). None: start from
+        zeros (the first backward pass of a step).
+
+    Returns:
+      (dx per input leaf or None, running sum per weight or None, the ops the pass is done after).
+    """
+    dys = [accumulation.Dense(d) for d in dys]
+    dy_mask = tuple(d is not None for d in dys)
+    if dy_mask not in self._backward:
+      self._BuildBackward(dy_mask)
+    function, dx_mask = self._backward[dy_mask]
+    if sums is None:
+      sums = self.Zeros()
+    args = (self._LeadingArgs(step, offset) + list(theta_leaves) + list(x_leaves) +
+            [d for d in dys if d is not None] + [s for s in sums if s is not None])
+    with tf.device(self._device):
+      results = Call(function, args, 'backward')
+    it = iter(results)
+    dx = [next(it) if has else None for has in dx_mask]
+    sums = _Expand(list(it), self._theta_mask)
+    return dx, sums, _Ops(results)
+
+  def NeverRecomputeBackward(self, forward_ys, theta_leaves, x_leaves, dys, sums):
+    """The backward pass of a forward call without re-computation (TensorFlow's function gradient).
+
+    TensorFlow rewrites that forward call (made with `differentiable=True`) to also output the
+    activations its backward call needs.
+
+    Args:
+      forward_ys: the output tensors of the forward call (Forward's third result).
+      theta_leaves, x_leaves, dys, sums: as for Backward.
+
+    Returns:
+      As Backward.
+    """
+    pairs = [(y, accumulation.Dense(d)) for y, d in zip(forward_ys, dys) if d is not None]
+    weights = [t for t, has in zip(theta_leaves, self._theta_mask) if has]
+    targets = [x for x in x_leaves if _IsDifferentiable(x)] + weights
+    if sums is None:
+      sums = self.Zeros()
+    with tf.device(self._device):
+      grads = iter(tf.gradients([y for y, _ in pairs], targets, grad_ys=[d for _, d in pairs]))
+      dx = [accumulation.Dense(next(grads)) if _IsDifferentiable(x) else None for x in x_leaves]
+      own = [accumulation.Dense(g) for g in grads]
+      self._NoteGradients([bool(g) for g in _Expand([g is not None for g in own], self._theta_mask)])
+      own = [tf.zeros_like(t) if g is None else g for t, g in zip(weights, own)]
+      if self._accumulate is None:
+        n = len(own)
+
+        def Accumulate(*args):
+          return [accumulation.AddInPlace(s, g) for s, g in zip(args[:n], args[n:])]
+
+        self._accumulate = GraphFunction.Trace(self._name + '_accumulate', Accumulate,
+                                         [_Spec(g) for g in own] * 2, self._device)
+      results = Call(self._accumulate, [s for s in sums if s is not None] + own, 'accumulate')
+    return dx, _Expand(results, self._theta_mask), _Ops(results) + _Ops(dx)

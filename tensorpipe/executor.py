@@ -1,0 +1,257 @@
+"""One pipelined step's ops, built from a schedule: one op per action, one control dependency per edge.
+
+In training, FProp builds:
+  (1) Entry, on device 0: the mini-batch split into M micro-batches.
+  (2) Anchor k, on device k: cell k's weights, as its calls read them.
+  (3) Every forward action F(k, t), in the schedule's build order: one call of cell k's forward
+      function (see `cell_function`), after the actions the schedule's edges name.
+  (4) Exit, on the last device: the last cell's outputs joined into the pipeline's output.
+When tf.gradients reaches Exit:
+  (5) Exit's gradient cuts the output gradient into micro-batches and builds every backward action
+      in build order: B(k, t) is one call of cell k's backward function (or, without
+      re-computation, of TensorFlow's gradient of F(k, t)), after the actions its edges name.
+  (6) Anchor k's gradient returns cell k's summed weight gradients, and Entry's gradient joins the
+      micro-batches' input gradients.
+
+    Entry --x--> F(0,t) --y--> F(1,t) --y--> ... F(K-1,t) --y--> Exit --> loss
+      |          Anchor 0 -/    Anchor 1 -/       Anchor K-1 -/    ^
+      +-----------+--------------+--------------------+-- tokens --+
+
+Entry and each anchor hand Exit a scalar token, so tf.gradients reaches Exit's gradient (5) before
+theirs (6); Exit's gradient gives the calls' outputs none, so tf.gradients never differentiates the
+calls (3) itself. The order of the step lives in the schedule only: `_After` turns its edges into
+control dependencies, the one place where actions are ordered.
+"""
+
+from typing import Callable, List
+
+from lingvo import compat as tf
+from lingvo.core import py_utils
+
+from tensorpipe import micro_batching
+from tensorpipe import schedule as schedule_lib
+
+
+def _Token():
+  return tf.zeros([], tf.float32, name='token')
+
+
+def _Structured(template, tensors):
+  """`tensors` (one per non-None leaf of `template`) packed like `template`."""
+  it = iter(tensors)
+  leaves = [None if x is None else next(it) for x in tf.nest.flatten(template)]
+  return tf.nest.pack_sequence_as(template, leaves)
+
+
+def _NonNone(structure):
+  return [x for x in tf.nest.flatten(structure) if x is not None]
+
+
+class PipelineStep:
+  """Builds the ops of one call of a TensorPipeLayer's FProp (see the module docstring).
+
+  Args:
+    sched: the schedule.Schedule to follow.
+    make_cell: (k, theta NestedMap, inputs of micro-batch 0) -> cell_function.CellFunctions.
+    devices: the K device strings.
+    batch_dim: the batch dimension of the inputs and outputs.
+    recompute: (t) -> True if micro-batch t's backward passes re-compute their cells.
+    where: names the pipeline in error messages.
+  """
+
+  def __init__(self, sched: schedule_lib.Schedule, make_cell: Callable, devices: List[str],
+               batch_dim: int, recompute: Callable[[int], bool], where: str):
+    self._sched = sched
+    self._make_cell = make_cell
+    self._devices = devices
+    self._batch_dim = batch_dim
+    self._recompute = recompute
+    self._where = where
+    self._num_cells = sched.num_cells
+    self._num_micro = sched.num_micro_batches
+    self._ops = {}  # action -> the ops it is done after
+    self._cells = [None] * self._num_cells
+    self._calls = {}  # F(k, t) -> (theta leaves, input leaves, output leaves, step, offset)
+    self._weight_grads = None
+    self._input_grads = None
+
+  def _After(self, action):
+    """Ops built in this context run after what `action` waits for: its edges in the schedule."""
+    return tf.control_dependencies(
+        [op for edge in self._sched.Waits(action) for op in self._ops.get(edge.before, [])])
+
+  def Run(self, cell_theta, args, offsets, collector, training):
+    """Builds the step; returns the pipeline's outputs (structured like the last cell's).
+
+    Args:
+      cell_theta: K NestedMaps, cell k's weights.
+      args: the FProp inputs (tensors, tuples, NestedMaps; None allowed).
+      offsets: per micro-batch, the index of its first example in the mini-batch (int or tensor).
+      collector: batch_norm.StatsCollector that gets every forward call's statistics.
+      training: build the gradient machinery (1, 2, 4-6); else only the forward calls.
+    """
+    num_micro, num_cells = self._num_micro, self._num_cells
+    step = py_utils.GetGlobalStep()
+    with tf.device(self._devices[0]):
+      if step is not None:
+        step = tf.cast(step, tf.int64)
+      offsets = [tf.constant(o, tf.int64) if isinstance(o, int) else tf.cast(o, tf.int64)
+                 for o in offsets]
+      if training:
+        pieces, entry_token = self._Entry(args)  # Step (1).
+      else:
+        pieces = micro_batching.Split(args, num_micro, self._batch_dim)
+    thetas, tokens = [], [entry_token] if training else []
+    for k in range(num_cells):
+      leaves = cell_theta[k].Flatten()
+      if training and leaves:
+        with tf.device(self._devices[k]), tf.name_scope('cell%d_anchor' % k):
+          leaves, token = self._Anchor(k, leaves)  # Step (2).
+        tokens.append(token)
+      thetas.append(leaves)
+    outputs = [[None] * num_micro for _ in range(num_cells)]
+    for action in self._sched.BuildOrder(schedule_lib.FORWARD):  # Step (3).
+      k, t = action.cell, action.micro_batch
+      inputs = pieces[t] if k == 0 else outputs[k - 1][t]
+      if self._cells[k] is None:
+        self._cells[k] = self._make_cell(k, cell_theta[k], inputs)
+      x_leaves = _NonNone(inputs)
+      # Schedule rules 1 and 2: after F(k-1, t), and after the device's forward pass before it.
+      with tf.name_scope('cell%d_mb%d' % (k, t)), self._After(action):
+        out, records, ys = self._cells[k].Forward(step, offsets[t], thetas[k], x_leaves,
+                                                  differentiable=training and not self._recompute(t))
+      self._ops[action] = [ys[0].op]
+      self._calls[action] = (thetas[k], x_leaves, ys, step, offsets[t])
+      for layer, mean, variance in records:
+        collector.Add(layer, mean, variance)
+      outputs[k][t] = out
+    last = outputs[-1]
+    with tf.device(self._devices[-1]):
+      if training:
+        return self._Exit(last, tokens)  # Step (4).
+      return micro_batching.Concat(last, self._batch_dim, self._where)
+
+  def _Entry(self, args):
+    """Step (1): the micro-batches of `args` and a token; the gradient is step (6)'s join."""
+    leaves = tf.nest.flatten(args)
+    index = [i for i, x in enumerate(leaves) if x is not None]
+    num_micro = self._num_micro
+
+    @tf.custom_gradient
+    def Entry(*xs):
+      full = list(leaves)
+      for i, x in zip(index, xs):
+        full[i] = x
+      parts = micro_batching.Split(tf.nest.pack_sequence_as(args, full), num_micro,
+                                   self._batch_dim)
+      flat = [x for part in parts for x in _NonNone(part)]
+
+      def Grad(*unused_grads):
+        if self._input_grads is None:
+          raise AssertionError('%s: input gradients requested before the backward pass was built'
+                               % self._where)
+        return [self._JoinGradients(x, [dx[j] for dx in self._input_grads])
+                for j, x in enumerate(xs)]
+
+      return flat + [_Token()], Grad
+
+    results = Entry(*[leaves[i] for i in index])
+    per = len(index)
+    parts = [_Structured(args, results[t * per:(t + 1) * per]) for t in range(num_micro)]
+    return parts, results[-1]
+
+  def _JoinGradients(self, x, grads):
+    """The gradient of an input from its micro-batches' gradients."""
+    if all(g is None for g in grads) or not x.dtype.is_floating:
+      return None
+    if micro_batching.IsBatched(x, self._batch_dim) and self._num_micro > 1:
+      if any(g is None for g in grads):
+        pieces = tf.split(tf.zeros_like(x), self._num_micro, axis=self._batch_dim)
+        grads = [p if g is None else g for g, p in zip(grads, pieces)]
+      return tf.concat(grads, self._batch_dim)
+    return tf.add_n([g for g in grads if g is not None])
+
+  def _Anchor(self, k, leaves):
+    """Step (2): cell k's weights and a token; the gradient returns step (6)'s summed gradients."""
+
+    @tf.custom_gradient
+    def Anchor(*theta):
+
+      def Grad(*unused_grads):
+        if self._weight_grads is None:
+          raise AssertionError('%s: weight gradients requested before the backward pass was built'
+                               % self._where)
+        return self._weight_grads[k]
+
+      return list(theta) + [_Token()], Grad
+
+    results = Anchor(*leaves)
+    return results[:-1], results[-1]
+
+  def _Exit(self, last, tokens):
+    """Step (4): the joined outputs; the gradient is step (5)."""
+    flat = [_NonNone(out) for out in last]
+    per = len(flat[0])
+
+    @tf.custom_gradient
+    def Exit(*args):
+      ys = [list(args[t * per:(t + 1) * per]) for t in range(self._num_micro)]
+      joined = micro_batching.Concat([_Structured(last[0], y) for y in ys], self._batch_dim,
+                                     self._where)
+
+      def Grad(*dys):
+        self._BuildBackward(dys, ys)
+        num_ys = per * self._num_micro
+        return [None] * num_ys + [tf.zeros_like(token) for token in args[num_ys:]]
+
+      return _NonNone(joined), Grad
+
+    return _Structured(last[0], Exit(*[y for ys in flat for y in ys], *tokens))
+
+  def _BuildBackward(self, out_grads, last_ys):
+    """Step (5): every backward action, in build order; fills the gradients steps (6) return."""
+    num_micro, num_cells = self._num_micro, self._num_cells
+    dys = {}
+    for j, grad in enumerate(out_grads):
+      column = [ys[j] for ys in last_ys]
+      if grad is None or not column[0].dtype.is_floating:
+        pieces = [None] * num_micro
+      elif num_micro == 1:
+        pieces = [tf.convert_to_tensor(grad)]
+      else:
+        pieces = micro_batching.SplitGradient(grad, column, self._batch_dim)
+      for t in range(num_micro):
+        dys.setdefault((num_cells - 1, t), []).append(pieces[t])
+    sums = [None] * num_cells
+    input_grads = [None] * num_micro
+    # Lingvo builds gradients with colocate_gradients_with_ops, which would pin every op built here
+    # to Exit's device; each action is placed on its cell's device instead.
+    with tf.compat.v1.colocate_with(None, ignore_existing=True):
+      for action in self._sched.BuildOrder(schedule_lib.BACKWARD):
+        k, t = action.cell, action.micro_batch
+        theta, x_leaves, ys, step, offset = self._calls[schedule_lib.Action(
+            schedule_lib.FORWARD, k, t)]
+        grads = dys.pop((k, t))
+        if all(g is None for g in grads):
+          dx = [None] * len(x_leaves)
+        else:
+          # Schedule rules 3 to 5: after the loss's inputs, B(k+1, t) and B(k, t+1).
+          with tf.device(self._devices[k]), tf.name_scope('cell%d_mb%d' % (k, t)), self._After(
+              action):
+            if self._recompute(t):
+              dx, sums[k], ops = self._cells[k].Backward(step, offset, theta, x_leaves, grads,
+                                                         sums[k])
+            else:
+              dx, sums[k], ops = self._cells[k].NeverRecomputeBackward(ys, theta, x_leaves, grads,
+                                                                       sums[k])
+          self._ops[action] = ops
+        if k:
+          dys[(k - 1, t)] = dx
+        else:
+          input_grads[t] = dx
+    self._weight_grads = []
+    for k in range(num_cells):
+      theta = self._calls[schedule_lib.Action(schedule_lib.FORWARD, k, 0)][0]
+      self._weight_grads.append([None] * len(theta) if sums[k] is None else
+                                self._cells[k].WeightGradients(sums[k]))
+    self._input_grads = input_grads

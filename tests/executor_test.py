@@ -1,0 +1,111 @@
+"""The executor: one op per action, the executed step follows the schedule's edges, gradients flow."""
+
+import re
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import cluster_factory
+from lingvo.core import test_utils
+
+from tensorpipe import profiling
+from tensorpipe import schedule
+from tests import helpers
+
+DIM = 8
+
+
+def _Action(name):
+  """The schedule.Action a call op named '.../cell<k>_mb<t>/forward|backward' runs, else None."""
+  match = re.search(r'cell(\d+)_mb(\d+)/(forward|backward)$', name)
+  if not match:
+    return None
+  kind = schedule.FORWARD if match.group(3) == 'forward' else schedule.BACKWARD
+  return schedule.Action(kind, int(match.group(1)), int(match.group(2)))
+
+
+class ExecutedOrderTest(test_utils.TestCase):
+  """Every edge of the schedule holds in a traced step: the later action's op starts after the
+  earlier one's has ended."""
+
+  def _Check(self, k, m, overlap):
+    with tf.Graph().as_default() as g, helpers.Cluster(k):
+      params = helpers.Pipeline(helpers.DenseLayers(2 * k, dim=64), k, m, forward_overlap=overlap)
+      net = params.Instantiate()
+      loss = tf.reduce_mean(tf.square(net.FPropDefaultTheta(tf.random.uniform([16 * m, 64]))))
+      grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
+      sched = net.Schedule(16 * m)
+      with helpers.Session(g, k, intra_op_threads=1, inter_op_threads=2) as sess:
+        sess.run(tf.global_variables_initializer())
+        for _ in range(2):
+          _, meta = profiling.TracedRun(sess, grads)
+          spans = {}
+          for dev in meta.step_stats.dev_stats:
+            for n in dev.node_stats:
+              action = _Action(n.node_name)
+              if action:
+                self.assertNotIn(action, spans)
+                self.assertTrue(dev.device.endswith('CPU:%d' % action.cell), (action, dev.device))
+                spans[action] = (n.all_start_micros, n.all_start_micros + n.all_end_rel_micros)
+          self.assertEqual(sorted(spans), sorted(a for acts in sched.device_actions for a in acts))
+          for edge in sched.edges:
+            self.assertGreaterEqual(spans[edge.after][0], spans[edge.before][1],
+                                    'rule %d: %s after %s' % (edge.rule, edge.after, edge.before))
+    return sched
+
+  def testFillDrainWithAndWithoutForwardOverlap(self):
+    for overlap, lag in ((True, 2), (False, 1)):
+      sched = self._Check(3, 4, overlap)
+      self.assertEqual({e.before.micro_batch for e in sched.edges if e.rule == 2}, set(range(4 - lag)))
+      self.assertTrue(all(e.after.micro_batch - e.before.micro_batch == lag
+                          for e in sched.edges if e.rule == 2))
+
+
+class GradientFlowTest(test_utils.TestCase):
+  """Gradients reach the pipeline's inputs and any subset of its weights, as in the plain model."""
+
+  def _Grads(self, params, wrt_inputs, wrt_vars):
+    with tf.Graph().as_default() as g, helpers.Cluster(3):
+      net = params.Instantiate()
+      rng = np.random.RandomState(7)
+      x = tf.constant(rng.uniform(-1, 1, size=[12, DIM]).astype(np.float32))
+      scale = tf.constant(1.5)
+      out = net.FPropDefaultTheta(x * scale)
+      loss = tf.reduce_sum(tf.square(out))
+      variables = tf.trainable_variables()
+      targets = ([x, scale] if wrt_inputs else []) + [variables[i] for i in wrt_vars]
+      grads = tf.gradients(loss, targets, colocate_gradients_with_ops=True)
+      with helpers.Session(g, 3) as sess:
+        sess.run(tf.global_variables_initializer())
+        return sess.run(grads)
+
+  def testInputAndPartialWeightGradientsEqualPlain(self):
+    for mode in ('always', 'except_last', 'never'):
+      for wrt_inputs, wrt_vars in ((True, []), (False, [0, 4]), (True, [2])):
+        plain = self._Grads(helpers.Plain(helpers.DenseLayers(5)), wrt_inputs, wrt_vars)
+        piped = self._Grads(helpers.Pipeline(helpers.DenseLayers(5), 3, 4, mode), wrt_inputs,
+                            wrt_vars)
+        for a, b in zip(piped, plain):
+          self.assertAllClose(a, b, rtol=1e-5, atol=1e-6, msg=(mode, wrt_inputs, wrt_vars))
+
+  def testEvalBuildsNoGradientMachinery(self):
+    with tf.Graph().as_default() as g, helpers.Cluster(2):
+      net = helpers.Pipeline(helpers.DenseLayers(4), 2, 4).Instantiate()
+      x = tf.ones([8, DIM])
+      before = len(g.get_operations())
+      train_out = net.FPropDefaultTheta(x)
+      train_ops = g.get_operations()[before:]
+      before = len(g.get_operations())
+      with cluster_factory.SetEval(True):
+        eval_out = net.FPropDefaultTheta(x)
+      eval_ops = g.get_operations()[before:]
+      self.assertNotEmpty([op for op in train_ops if op.type == 'IdentityN'])
+      self.assertEmpty([op for op in eval_ops if op.type == 'IdentityN'])
+      self.assertLen([op for op in eval_ops if op.type.endswith('PartitionedCall')], 2 * 4)
+      with helpers.Session(g, 2) as sess:
+        sess.run(tf.global_variables_initializer())
+        a, b = sess.run([train_out, eval_out])
+      self.assertAllClose(a, b, rtol=1e-6, atol=1e-7)
+
+
+if __name__ == '__main__':
+  test_utils.main()
