@@ -1,49 +1,82 @@
 #!/usr/bin/env python
 r"""Graph size and build time: TensorPipe's training graph against M, and every registered model's.
 
-Two reports, each configuration built in its own child process (fresh TensorFlow state; the child's
-peak RSS is its own):
+Two reports. Every row is built in its own child process (this script with the hidden `--child`
+flag): TensorFlow's caches and thread pools would otherwise carry over from one configuration to the
+next and skew its times, and the child's peak RSS is then its own. Each row is printed as soon as its
+child is done.
 
-  stack   A stack of 16 stock Lingvo TransformerLayers (model dim 64, 4 heads, feed-forward 256;
-          time-major [16, 64, 64] inputs, batch dimension 1), K = 4 equal cells: the plain model
-          (SequentialLayer), TensorPipeLayer and Lingvo's GPipe (PipeliningLayer) side by side for
-          M in {4, 16, 64}. Each row: seconds to build FProp + tf.gradients, the graph's ops, the
-          nodes inside its function library, their total and the total over the plain model's.
-          For the largest M also the first session.run of a training step (where TensorFlow
-          optimises the graph) and the next one.
-  models  For registered models (all of the repository's params/ by default), the training graph
-          as Lingvo's trainer builds it first (`ConstructFPropBPropGraph`, variables never
-          initialised; synthetic inputs where the input generator has them): seconds to
-          instantiate and to build, ops, function-library nodes and the child's peak RSS.
+  stack   A stack of 16 stock Lingvo `layers_with_attention.TransformerLayer`s (model dim 64, 4 heads,
+          feed-forward 256; time-major [T=16, B=64, D=64] inputs with [T, B] paddings), cut into K = 4
+          equal cells, built three ways side by side for M in {4, 16, 64}: the plain model
+          (`builder_layers.SequentialLayer`), `TensorPipeLayer` (`partitions=` the 4 cells,
+          batch_dim=1) and Lingvo's GPipe (`gpipe.PipeliningLayer` of `FeatureExtractionLayer` cells,
+          batch_dim=1). Each child builds, in a fresh tf.Graph inside
+          `cluster_factory.ForTestingWorker(cpus=4, split_size=4)` (global step created first: Lingvo's
+          GPipe reads it), the layer, its FProp and `tf.gradients(loss, trainable variables,
+          colocate_gradients_with_ops=True)`. Row: seconds to instantiate the layer, seconds for
+          FProp + gradients ("build s", what the targets compare), graph ops, nodes inside the graph's
+          function library (cell bodies: TensorPipe's and Lingvo's GPipe keep cells there), their
+          total and that total over the plain model's at the same M. For one M (`--first_run_m`,
+          default the largest) the child also opens a session with 4 logical CPU devices
+          (placement.SessionConfig(4, 1, 2)), initialises the variables and times the first
+          session.run of the gradients (where grappler optimises the graph and functions are
+          instantiated) and the second one.
+  models  Registered models (every one of the repository's params/ package by default; `--match` to
+          select), each built as Lingvo's trainer first builds it: model params with the Train()
+          input (synthetic=True where the input Params has that field), instantiated and
+          `ConstructFPropBPropGraph()` called inside `ForTestingWorker(cpus=K, split_size=K)`, K the
+          largest TensorPipeLayer's number of cells; variables are never initialised. Row: K, M,
+          seconds to instantiate, seconds for FProp + BProp, their total, graph ops, function-library
+          nodes, the child's peak RSS (getrusage ru_maxrss) and a status: ok, 'needs data: ...' (the
+          input's data directory or files are missing), 'timeout after N s' (the child is killed by
+          pid) or 'error: ...'.
 
-  .venv/bin/python tools/graph_size.py stack                  # about 5 minutes on 2 cores
-  .venv/bin/python tools/graph_size.py stack --quick          # smoke run (M in {2, 4}, 8 layers)
+Commands:
+  .venv/bin/python tools/graph_size.py stack                 # about 3.5 minutes on 2 cores
+  .venv/bin/python tools/graph_size.py stack --quick         # smoke run: M in {2, 4}, 8 layers
+  .venv/bin/python tools/graph_size.py stack --first_run_m 0 # sizes and build times only
+  .venv/bin/python tools/graph_size.py models --match 'AmoebaNetD18x256K8M32$'   # about 75 s
   .venv/bin/python tools/graph_size.py models --match 'AmoebaNetD18x256K8M32$|T64H16384A32$|TransformerL415Pipeline32$'
-  .venv/bin/python tools/graph_size.py models                 # every registered model (hours)
+  .venv/bin/python tools/graph_size.py models                # every registered model (hours)
 
-Each report ends with PASS/FAIL lines for its targets, from ratios measured in the same run.
+Each report ends with PASS/FAIL lines for its targets; every ratio in them comes from rows of the same
+run. stack: TensorPipe's total nodes at the largest M <= 3x the plain model's; TensorPipe's build time
+<= 1.5x Lingvo's GPipe's at every M. models (for those that were run): AmoebaNetD18x256K8M32 builds in
+< 60 s with < 4 GiB peak RSS; mt.T64H16384A32 and mt.TransformerL415Pipeline32 each in < 10 minutes.
 Results and commands: docs/benchmarks.md.
 """
 
 import os
 
+# Must be set before TensorFlow is imported (the children import it).
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import argparse  # pylint: disable=g-import-not-at-top
 import json
 import re
 import resource
+import signal
 import subprocess
 import sys
 import time
+import traceback
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
-_RESULT = 'GRAPH_SIZE_RESULT '
+_RESULT = 'GRAPH_SIZE_RESULT '  # Prefix of the one line of JSON a child prints.
 GIB = 2.0**30
 KINDS = ('plain', 'tensorpipe', 'gpipe')
+NUM_CELLS = 4  # K of the stack report (and its logical CPU devices).
+
+# Models with a target: (maximum total build seconds, maximum peak RSS bytes or None).
+MODEL_TARGETS = {
+    'amoebanet.AmoebaNetD18x256K8M32': (60.0, 4 * GIB),
+    'mt.T64H16384A32': (600.0, None),
+    'mt.TransformerL415Pipeline32': (600.0, None),
+}
 
 
 def _LibraryNodes(graph):
@@ -52,42 +85,140 @@ def _LibraryNodes(graph):
 
 
 def _PeakRssBytes():
+  """This process's peak resident set size (Linux reports ru_maxrss in KiB)."""
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _Emit(row):
+  print(_RESULT + json.dumps(row), flush=True)
+
+
+def _OneLine(error):
+  """An exception as one short line: its type and the first line of its message."""
+  message = str(error).strip().splitlines()
+  return '%s: %s' % (type(error).__name__, message[0][:300] if message else '')
+
+
 # ----------------------------------------------------------------------------------------------------
-# Children (run in their own process).
+# The stack report's model.
+
+
+def _TransformerBlockClass():
+  """A stock Lingvo TransformerLayer as a (vecs, paddings) -> (vecs, paddings) layer.
+
+  TransformerLayer.FProp returns (output, attention probabilities); a SequentialLayer, TensorPipeLayer
+  or FeatureExtractionLayer feeds a layer's outputs to the next one, so the block passes the paddings
+  on instead. Defined in a function so that the parent process never imports TensorFlow.
+  """
+  from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
+  from lingvo.core import base_layer  # pylint: disable=g-import-not-at-top
+  from lingvo.core import layers_with_attention  # pylint: disable=g-import-not-at-top
+  from lingvo.core import py_utils  # pylint: disable=g-import-not-at-top
+
+  class TransformerBlock(base_layer.BaseLayer):
+    """layers_with_attention.TransformerLayer on time-major [T, B, D] vecs and [T, B] paddings."""
+
+    @classmethod
+    def Params(cls):
+      p = super().Params()
+      p.Define('model_dim', 64, 'Model dimension.')
+      p.Define('num_heads', 4, 'Attention heads.')
+      p.Define('hidden_dim', 256, 'Feed-forward hidden dimension.')
+      return p
+
+    def __init__(self, params):
+      super().__init__(params)
+      p = self.params
+      tp = layers_with_attention.TransformerLayer.Params().Set(
+          name='transformer', source_dim=p.model_dim, output_dim=p.model_dim)
+      tp.tr_atten_tpl.num_attention_heads = p.num_heads
+      tp.tr_fflayer_tpl.hidden_dim = p.hidden_dim
+      self.CreateChild('transformer', tp)
+
+    def FProp(self, theta, vecs, paddings):
+      out, _ = self.transformer.FProp(theta.transformer, vecs, paddings)
+      return out, paddings
+
+    @classmethod
+    def FPropMeta(cls, p, vecs, paddings):
+      """Output shapes (Lingvo's GPipe infers cell outputs with it) and rough forward matmul flops:
+      QKV and output projections, attention, feed-forward."""
+      t, b, d = vecs[0], vecs[1], vecs[2]
+      flops = 2 * t * b * (4 * d * d + 2 * d * p.hidden_dim) + 4 * t * t * b * d
+      return py_utils.NestedMap(flops=flops, out_shapes=(vecs, paddings))
+
+  return TransformerBlock
+
+
+def _StackParams(kind, num_layers, m, model_dim, num_heads, hidden_dim):
+  """Params of the stack as `kind` ('plain', 'tensorpipe' or 'gpipe'), cut into NUM_CELLS equal cells."""
+  from lingvo.core import builder_layers  # pylint: disable=g-import-not-at-top
+  from lingvo.core import gpipe  # pylint: disable=g-import-not-at-top
+  from tensorpipe import layer as tensorpipe_layer  # pylint: disable=g-import-not-at-top
+
+  if num_layers % NUM_CELLS:
+    raise ValueError('%d layers cannot be cut into %d equal cells' % (num_layers, NUM_CELLS))
+  block = _TransformerBlockClass()
+  blocks = [
+      block.Params().Set(name='block%d' % i, model_dim=model_dim, num_heads=num_heads,
+                         hidden_dim=hidden_dim) for i in range(num_layers)
+  ]
+  size = num_layers // NUM_CELLS
+  cells = [blocks[k * size:(k + 1) * size] for k in range(NUM_CELLS)]
+  if kind == 'plain':
+    return builder_layers.SequentialLayer.Params().Set(name='net', sub=blocks)
+  if kind == 'tensorpipe':
+    return tensorpipe_layer.TensorPipeLayer.Params().Set(
+        name='net', partitions=cells, num_micro_batches=m, batch_dim=1)
+  if kind == 'gpipe':
+    return gpipe.PipeliningLayer.Params().Set(
+        name='net', num_micro_batches=m, batch_dim=1, cell_tpl=[
+            gpipe.FeatureExtractionLayer.Params().Set(name='cell%d' % k, sub=cell)
+            for k, cell in enumerate(cells)
+        ])
+  raise ValueError('unknown kind %r' % kind)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Children (each runs in its own process and prints one result line).
 
 
 def StackChild(args):
-  """Builds one stack configuration; prints its row as JSON."""
+  """Builds one configuration of the stack report (see the module docstring); prints its row."""
   from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
   from lingvo.core import cluster_factory  # pylint: disable=g-import-not-at-top
   from lingvo.core import py_utils  # pylint: disable=g-import-not-at-top
   from tensorpipe import placement  # pylint: disable=g-import-not-at-top
-  from tools import benchmark_pipeline as bench  # pylint: disable=g-import-not-at-top
 
-  model = bench.ParseArgs(['--tr_layers=%d' % args.layers, '--tr_dim=64', '--tr_heads=4',
-                           '--tr_hidden=256', '--tr_seq=16', '--tr_batch=64', '--devices=4'])
-  config = bench.Config('transformer', args.kind, 4 if args.kind != 'plain' else 1, args.m)
   row = {'kind': args.kind, 'm': args.m}
   graph = tf.Graph()
-  with graph.as_default(), cluster_factory.ForTestingWorker(cpus=4, split_size=4):
-    py_utils.GetOrCreateGlobalStepVar()  # Lingvo's PipeliningLayer reads it.
-    vecs = tf.random.normal([model.tr_seq, model.tr_batch, model.tr_dim])
-    paddings = tf.zeros([model.tr_seq, model.tr_batch])
-    net = bench._LayerParams(config, model).Instantiate()  # pylint: disable=protected-access
+  with graph.as_default(), cluster_factory.ForTestingWorker(
+      cpus=NUM_CELLS, split_size=NUM_CELLS) as cluster:
+    py_utils.GetOrCreateGlobalStepVar()  # Lingvo's PipeliningLayer reads the global step.
+    with tf.device(cluster.WorkerDeviceInModelSplit(0)):
+      vecs = tf.random.normal([args.seq_len, args.batch, args.model_dim], seed=1)
+      paddings = tf.zeros([args.seq_len, args.batch])
+    params = _StackParams(args.kind, args.layers, args.m, args.model_dim, args.num_heads,
+                          args.hidden_dim)
     start = time.perf_counter()
-    out = net.FPropDefaultTheta(vecs, paddings)
-    loss = tf.reduce_mean(tf.square(out[0]))
-    grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
+    net = params.Instantiate()
+    row['instantiate_s'] = time.perf_counter() - start
+    start = time.perf_counter()
+    out = net.FPropDefaultTheta(vecs, paddings)[0]
+    with tf.device(out.device):
+      loss = tf.reduce_mean(tf.square(out))
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
     row['build_s'] = time.perf_counter() - start
+    missing = [v.name for v, g in zip(variables, grads) if g is None]
+    if missing:
+      raise ValueError('no gradient for %d variables, e.g. %s' % (len(missing), missing[0]))
     row['ops'] = len(graph.get_operations())
     row['function_nodes'] = _LibraryNodes(graph)
     step = tf.group(*grads)
     init = tf.global_variables_initializer()
   if args.first_run:
-    with tf.Session(graph=graph, config=placement.SessionConfig(4, 1, 2)) as sess:
+    with tf.Session(graph=graph, config=placement.SessionConfig(NUM_CELLS, 1, 2)) as sess:
       sess.run(init)
       start = time.perf_counter()
       sess.run(step)
@@ -96,38 +227,72 @@ def StackChild(args):
       sess.run(step)
       row['next_run_s'] = time.perf_counter() - start
   row['rss'] = _PeakRssBytes()
-  print(_RESULT + json.dumps(row), flush=True)
+  _Emit(row)
+
+
+def _NeedsData(error):
+  """Whether a build failure means the model's input data is missing (not a bug in the model)."""
+  from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
+  if isinstance(error, (OSError, tf.errors.NotFoundError)):
+    return True
+  return bool(re.search(r'data_dir|does not exist|no such file|could not find data|DatasetNotFound',
+                        '%s %s' % (type(error).__name__, error), re.IGNORECASE))
+
+
+def _MicroBatches(pipelines):
+  """M of the model: the largest num_micro_batches of its TensorPipeLayers ('b/N' for
+  micro_batch_size=N, where M depends on the batch)."""
+  ms = [p.num_micro_batches for _, p in pipelines if p.micro_batch_size is None]
+  sizes = ['b/%d' % p.micro_batch_size for _, p in pipelines if p.micro_batch_size is not None]
+  if sizes and not ms:
+    return sizes[0]
+  return max(ms or [1])
 
 
 def ModelChild(args):
-  """Builds one registered model's training graph; prints its row as JSON."""
+  """Builds one registered model's training graph as Lingvo's trainer does; prints its row."""
   from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
   from lingvo.core import cluster_factory  # pylint: disable=g-import-not-at-top
   from tensorpipe import param_count  # pylint: disable=g-import-not-at-top
   from tensorpipe import train  # pylint: disable=g-import-not-at-top
 
-  cfg = train.RegisteredModels()[args.model]()
-  model_params = cfg.Model()
-  inputs = cfg.Train()
-  if 'synthetic' in inputs:
-    inputs.synthetic = True
-  model_params.input = inputs
-  pipelines = train.Pipelines(model_params)
-  k = param_count.MaxPartitions(model_params)
-  row = {'model': args.model, 'k': k,
-         'm': max([p.num_micro_batches for _, p in pipelines] or [1])}
+  row = {'model': args.model}
   graph = tf.Graph()
-  with graph.as_default(), cluster_factory.ForTestingWorker(cpus=k, split_size=k):
-    start = time.perf_counter()
-    model = model_params.Instantiate()
-    row['instantiate_s'] = time.perf_counter() - start
-    start = time.perf_counter()
-    model.ConstructFPropBPropGraph()
-    row['fprop_bprop_s'] = time.perf_counter() - start
+  phase = 'params'
+  try:
+    cfg = train.RegisteredModels()[args.model]()
+    model_params = cfg.Model()
+    inputs = cfg.Train()
+    if 'synthetic' in inputs:
+      inputs.synthetic = True
+    model_params.input = inputs
+    row['k'] = param_count.MaxPartitions(model_params)
+    row['m'] = _MicroBatches(train.Pipelines(model_params))
+    # No train.CheckDataDirs here: the launcher's pre-check insists on input.data_dir even with
+    # synthetic=True. Missing data shows up as the input generator's error when it is instantiated.
+    with graph.as_default(), cluster_factory.ForTestingWorker(cpus=row['k'], split_size=row['k']):
+      phase = 'instantiate'
+      start = time.perf_counter()
+      model = model_params.Instantiate()
+      row['instantiate_s'] = time.perf_counter() - start
+      phase = 'FProp+BProp'
+      start = time.perf_counter()
+      model.ConstructFPropBPropGraph()
+      row['fprop_bprop_s'] = time.perf_counter() - start
+  except Exception as e:  # pylint: disable=broad-except
+    traceback.print_exc()  # To the child's stderr; the parent shows the one-line status.
+    if _NeedsData(e):
+      row['status'] = 'needs data: %s' % _OneLine(e)
+    else:
+      row['status'] = 'error in %s: %s' % (phase, _OneLine(e))
+    row['rss'] = _PeakRssBytes()
+    _Emit(row)
+    return
   row['ops'] = len(graph.get_operations())
   row['function_nodes'] = _LibraryNodes(graph)
   row['rss'] = _PeakRssBytes()
-  print(_RESULT + json.dumps(row), flush=True)
+  row['status'] = 'ok'
+  _Emit(row)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -135,39 +300,58 @@ def ModelChild(args):
 
 
 def _RunChild(flags, timeout):
-  """(row dict or None, status): runs this tool as a child; kills it by pid after `timeout` s."""
+  """(row dict or None, status) of this script run as a child with `flags`.
+
+  The child is killed (SIGKILL, by its pid) when it takes longer than `timeout` seconds.
+  """
   cmd = [sys.executable, os.path.abspath(__file__)] + flags
-  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=_REPO)
   try:
     out, err = proc.communicate(timeout=timeout)
   except subprocess.TimeoutExpired:
-    proc.kill()
+    os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
     return None, 'timeout after %d s' % timeout
   lines = [l for l in out.splitlines() if l.startswith(_RESULT)]
-  if proc.returncode or not lines:
-    errors = [l for l in err.splitlines() if re.search(r'Error|error:', l)]
-    return None, 'error (rc %d): %s' % (proc.returncode, errors[-1] if errors else err[-300:])
-  return json.loads(lines[-1][len(_RESULT):]), 'ok'
+  if lines:
+    row = json.loads(lines[-1][len(_RESULT):])
+    return row, row.get('status', 'ok')
+  errors = [l for l in err.splitlines() if re.search(r'Error\b|Error:|error:', l)]
+  return None, 'error (exit %d): %s' % (proc.returncode,
+                                        errors[-1].strip() if errors else err[-300:].strip())
 
 
 def _Verdict(ok):
   return 'PASS' if ok else 'FAIL'
 
 
+def _Total(row):
+  return row['ops'] + row['function_nodes']
+
+
 def Stack(args):
+  """The stack report: one child per (M, kind), then the targets."""
   ms = [2, 4] if args.quick else [int(m) for m in args.ms.split(',')]
-  layers = 8 if args.quick else args.layers
+  layers = args.layers or (8 if args.quick else 16)
+  if layers % NUM_CELLS:
+    raise SystemExit('graph_size: --layers=%d cannot be cut into %d equal cells' % (layers, NUM_CELLS))
   first_run_m = max(ms) if args.first_run_m is None else args.first_run_m
-  print('Stack of %d stock Lingvo TransformerLayers (d 64, 4 heads, ffn 256), K = 4; FProp + '
-        'tf.gradients, one process per row' % layers)
-  print('%-11s %3s %8s %8s %10s %8s %9s %10s %10s %9s' % (
-      'kind', 'M', 'build s', 'ops', 'fn nodes', 'total', 'vs plain', 'first run', 'next run',
-      'RSS GiB'))
+  print('Stack of %d stock Lingvo TransformerLayers (d %d, %d heads, ffn %d; [T=%d, B=%d, D] inputs, '
+        'batch_dim 1), K = %d equal cells; FProp + tf.gradients in a fresh process per row%s' %
+        (layers, args.model_dim, args.num_heads, args.hidden_dim, args.seq_len, args.batch,
+         NUM_CELLS, '; first session.run timed at M=%d' % first_run_m if first_run_m in ms else ''),
+        flush=True)
+  print('%-11s %3s %7s %8s %8s %9s %8s %9s %10s %9s %8s' % (
+      'kind', 'M', 'inst s', 'build s', 'ops', 'fn nodes', 'total', 'vs plain', 'first run',
+      'next run', 'RSS GiB'), flush=True)
   rows = {}
+  start = time.perf_counter()
   for m in ms:
     for kind in KINDS:
       flags = ['--child', 'stack', '--kind', kind, '--m', str(m), '--layers', str(layers)]
+      flags += ['--%s=%s' % (name, getattr(args, name)) for name in
+                ('model_dim', 'num_heads', 'hidden_dim', 'seq_len', 'batch')]
       if m == first_run_m:
         flags.append('--first_run')
       row, status = _RunChild(flags, args.timeout)
@@ -175,38 +359,37 @@ def Stack(args):
         print('%-11s %3d %s' % (kind, m, status), flush=True)
         continue
       rows[(kind, m)] = row
-      total = row['ops'] + row['function_nodes']
       plain = rows.get(('plain', m))
-      ratio = total / float(plain['ops'] + plain['function_nodes']) if plain else float('nan')
-      runs = ('%10.1f %10.3f' % (row['first_run_s'], row['next_run_s'])
-              if 'first_run_s' in row else '%10s %10s' % ('-', '-'))
-      print('%-11s %3d %8.1f %8d %10d %8d %8.2fx %s %9.2f' % (
-          kind, m, row['build_s'], row['ops'], row['function_nodes'], total, ratio, runs,
-          row['rss'] / GIB), flush=True)
+      ratio = '%8.2fx' % (_Total(row) / float(_Total(plain))) if plain else '%9s' % '-'
+      runs = ('%9.2f %10.3f' % (row['first_run_s'], row['next_run_s'])
+              if 'first_run_s' in row else '%9s %10s' % ('-', '-'))
+      print('%-11s %3d %7.1f %8.1f %8d %9d %8d %s %s %8.2f' % (
+          kind, m, row['instantiate_s'], row['build_s'], row['ops'], row['function_nodes'],
+          _Total(row), ratio, runs, row['rss'] / GIB), flush=True)
+  print('(%.0f s)' % (time.perf_counter() - start))
   print()
+  if args.quick:
+    print('--quick: a smoke run; the verdicts below are not the targets\' measurement.')
   top = max(ms)
   tp, plain = rows.get(('tensorpipe', top)), rows.get(('plain', top))
+  label = 'TensorPipe total nodes (ops + fn nodes) at M=%d <= 3x plain' % top
   if tp and plain:
-    ratio = (tp['ops'] + tp['function_nodes']) / float(plain['ops'] + plain['function_nodes'])
-    print('%-64s %7.2fx  %s' % ('TensorPipe graph (ops + function nodes) at M=%d <= 3x plain' % top,
-                                ratio, _Verdict(ratio <= 3.0)))
+    ratio = _Total(tp) / float(_Total(plain))
+    print('%-66s %7.2fx  %s' % (label, ratio, _Verdict(ratio <= 3.0)))
+  else:
+    print('%-66s %8s  FAIL (missing rows)' % (label, '-'))
   for m in ms:
     tp, gpipe = rows.get(('tensorpipe', m)), rows.get(('gpipe', m))
+    label = "TensorPipe build s <= 1.5x Lingvo's GPipe's, M=%d" % m
     if tp and gpipe:
       ratio = tp['build_s'] / gpipe['build_s']
-      print('%-64s %7.2fx  %s' % ("TensorPipe build time <= 1.5x Lingvo's GPipe's, M=%d" % m, ratio,
-                                  _Verdict(ratio <= 1.5)))
-
-
-# Models with a target: (build seconds, peak RSS bytes or None).
-MODEL_TARGETS = {
-    'amoebanet.AmoebaNetD18x256K8M32': (60.0, 4 * GIB),
-    'mt.T64H16384A32': (600.0, None),
-    'mt.TransformerL415Pipeline32': (600.0, None),
-}
+      print('%-66s %7.2fx  %s' % (label, ratio, _Verdict(ratio <= 1.5)))
+    else:
+      print('%-66s %8s  FAIL (missing rows)' % (label, '-'))
 
 
 def Models(args):
+  """The models report: one child per registered model, then the targets of those that ran."""
   from tensorpipe import train  # pylint: disable=g-import-not-at-top
   from tools import param_counts  # pylint: disable=g-import-not-at-top
   models = train.RegisteredModels()
@@ -214,35 +397,40 @@ def Models(args):
                  if param_counts.IsOurs(cls) and re.search(args.match, k))
   if not names:
     raise SystemExit('graph_size: no registered model matches %r' % args.match)
-  print('Training graphs as Lingvo\'s trainer builds them (ConstructFPropBPropGraph), one process '
-        'per model')
-  print('%-40s %3s %3s %8s %8s %8s %8s %9s %8s  %s' % (
-      'model', 'K', 'M', 'inst. s', 'build s', 'total s', 'ops', 'fn nodes', 'RSS GiB', 'status'))
-  verdicts = []
+  print("Training graphs as Lingvo's trainer builds them (ConstructFPropBPropGraph, synthetic inputs "
+        'where supported, variables not initialised), a fresh process per model, timeout %d s' %
+        args.timeout, flush=True)
+  print('%-40s %3s %4s %7s %9s %8s %8s %9s %8s  %s' % (
+      'model', 'K', 'M', 'inst s', 'fp+bp s', 'total s', 'ops', 'fn nodes', 'RSS GiB', 'status'),
+        flush=True)
+  results = {}
   for name in names:
     row, status = _RunChild(['--child', 'models', '--model', name], args.timeout)
-    if row is None:
-      print('%-40s %s' % (name, status), flush=True)
-      if name in MODEL_TARGETS:
-        verdicts.append((name, None, None))
+    results[name] = (row, status)
+    if row is None or status != 'ok':
+      k = m = '-'
+      if row is not None:
+        k, m = row.get('k', '-'), row.get('m', '-')
+      print('%-40s %3s %4s %7s %9s %8s %8s %9s %8s  %s' % (name, k, m, '-', '-', '-', '-', '-', '-',
+                                                         status), flush=True)
       continue
-    total = row['instantiate_s'] + row['fprop_bprop_s']
-    print('%-40s %3d %3d %8.1f %8.1f %8.1f %8d %9d %8.2f  %s' % (
-        name, row['k'], row['m'], row['instantiate_s'], row['fprop_bprop_s'], total, row['ops'],
-        row['function_nodes'], row['rss'] / GIB, status), flush=True)
-    if name in MODEL_TARGETS:
-      verdicts.append((name, total, row['rss']))
-  if verdicts:
+    row['total_s'] = row['instantiate_s'] + row['fprop_bprop_s']
+    print('%-40s %3d %4s %7.1f %9.1f %8.1f %8d %9d %8.2f  %s' % (
+        name, row['k'], row['m'], row['instantiate_s'], row['fprop_bprop_s'], row['total_s'],
+        row['ops'], row['function_nodes'], row['rss'] / GIB, status), flush=True)
+  ran = [name for name in MODEL_TARGETS if name in results]
+  if ran:
     print()
-  for name, seconds, rss in verdicts:
+  for name in ran:
     limit_s, limit_rss = MODEL_TARGETS[name]
     goal = '%s builds in < %.0f s%s' % (name, limit_s, ' and < %.0f GiB peak RSS' % (
         limit_rss / GIB) if limit_rss else '')
-    if seconds is None:
-      print('%-80s FAIL (did not build)' % goal)
+    row, status = results[name]
+    if row is None or status != 'ok':
+      print('%-78s FAIL (%s)' % (goal, status))
       continue
-    ok = seconds < limit_s and (limit_rss is None or rss < limit_rss)
-    print('%-80s %.0f s, %.2f GiB  %s' % (goal, seconds, rss / GIB, _Verdict(ok)))
+    ok = row['total_s'] < limit_s and (limit_rss is None or row['rss'] < limit_rss)
+    print('%-78s %.1f s, %.2f GiB  %s' % (goal, row['total_s'], row['rss'] / GIB, _Verdict(ok)))
 
 
 def ParseArgs(argv=None):
@@ -250,25 +438,33 @@ def ParseArgs(argv=None):
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('report', choices=['stack', 'models'], help='Which report to print.')
   parser.add_argument('--quick', action='store_true',
-                      help='stack: smoke run with M in {2, 4} and 8 layers.')
-  parser.add_argument('--ms', default='4,16,64', help='stack: comma list of M.')
-  parser.add_argument('--layers', type=int, default=16, help='stack: number of TransformerLayers.')
+                      help='stack: smoke run with M in {2, 4} and 8 layers (a minute or two).')
+  parser.add_argument('--ms', default='4,16,64', help='stack: comma-separated list of M.')
+  parser.add_argument('--layers', type=int, default=None,
+                      help='stack: number of TransformerLayers, a multiple of 4 (default 16; 8 with '
+                      '--quick).')
+  parser.add_argument('--model_dim', type=int, default=64, help='stack: model dimension D.')
+  parser.add_argument('--num_heads', type=int, default=4, help='stack: attention heads.')
+  parser.add_argument('--hidden_dim', type=int, default=256, help='stack: feed-forward dimension.')
+  parser.add_argument('--seq_len', type=int, default=16, help='stack: sequence length T.')
+  parser.add_argument('--batch', type=int, default=64, help='stack: batch size B (sequences).')
   parser.add_argument('--first_run_m', type=int, default=None,
-                      help='stack: the M whose rows also time the first session.run (default: the '
-                      'largest).')
+                      help='stack: the M whose rows also time the first and second session.run '
+                      '(default: the largest M; 0: none).')
   parser.add_argument('--match', default='',
                       help='models: regular expression the registered model key must match.')
   parser.add_argument('--timeout', type=int, default=900,
-                      help='Seconds a child may take before it is killed.')
-  parser.add_argument('--child', default=None, help=argparse.SUPPRESS)
-  parser.add_argument('--kind', default=None, help=argparse.SUPPRESS)
+                      help='Seconds a child process may take before it is killed.')
+  # Used by the parent to start a child.
+  parser.add_argument('--child', choices=['stack', 'models'], default=None, help=argparse.SUPPRESS)
+  parser.add_argument('--kind', choices=KINDS, default=None, help=argparse.SUPPRESS)
   parser.add_argument('--m', type=int, default=None, help=argparse.SUPPRESS)
   parser.add_argument('--model', default=None, help=argparse.SUPPRESS)
   parser.add_argument('--first_run', action='store_true', help=argparse.SUPPRESS)
   if argv is None:
     argv = sys.argv[1:]
   if '--child' in argv:
-    argv = ['stack'] + argv  # A child gets the report from --child.
+    argv = ['stack'] + list(argv)  # A child's report comes from --child.
   return parser.parse_args(argv)
 
 
