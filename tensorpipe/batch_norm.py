@@ -1,25 +1,28 @@
 """Batch normalisation the GPipe way: micro-batch statistics, moving averages from the whole mini-batch.
 
-In training, `BatchNorm` normalises each micro-batch with that micro-batch's mean and variance (as the
-paper does). Its moving averages, used in evaluation, must not depend on K or M, so they are updated
-once per mini-batch from the statistics of the whole mini-batch:
+In training, a batch-norm layer normalises each micro-batch with that micro-batch's mean and variance
+(as the paper does). Its moving averages, used in evaluation, must not depend on K or M, so they are
+updated once per mini-batch from the statistics of the whole mini-batch. Every batch-norm layer,
+Lingvo's stock ones (bn_layers.BatchNormLayer and the layers built on it, e.g. ConvLayer) and this
+module's `BatchNorm` alike, asks for its update through `py_utils.UpdateBatchNormVars`:
 
-- Inside a TensorPipeLayer, the layer's FProp records its micro-batch statistics into a
-  `StatsCollector` instead of updating anything: a cell's forward function returns them as outputs
-  (see `cell_function`), and the pipeline adds each call's statistics to its own collector. After the
-  last micro-batch the pipeline calls `StatsCollector.Finish`, which combines the M equal-sized
-  micro-batches' statistics exactly (mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) - mean^2)
-  and registers one Lingvo batch-norm update per layer (`py_utils.UpdateBatchNormVars`), which
-  Lingvo's training step applies like any other. A re-computation runs under a `Discarding`
-  collector, so it records nothing and adds no update.
-- Outside a TensorPipeLayer the layer updates its moving averages from its own batch statistics, like
-  an ordinary batch-norm layer, so an unpipelined model gets the same moving averages.
+- Inside a TensorPipeLayer's cell that call is routed here (see `stateful_ops`) and `Record`s the
+  statistic into the active `StatsCollector` instead of updating anything: a cell's forward function
+  returns the statistics as outputs (see `cell_function`), and the pipeline adds each call's records
+  to its own collector. After the last micro-batch the pipeline calls `StatsCollector.Finish`, which
+  combines the M micro-batches' statistics exactly (weighted by their non-padded positions where the
+  layer's moments say so, else equally: mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) - mean^2)
+  and registers one Lingvo batch-norm update per variable, which Lingvo's training step applies
+  like any other. A re-computation runs under a `Discarding` collector, so it records nothing.
+- Outside a TensorPipeLayer the call updates the moving averages from the layer's own batch
+  statistics, as it always does, so an unpipelined model gets the same moving averages.
 
-In evaluation (`do_eval`) the layer normalises with the moving averages.
+In evaluation (`do_eval`) the layers normalise with the moving averages and record nothing.
 """
 
 import collections
 import contextlib
+import dataclasses
 import threading
 
 from lingvo import compat as tf
@@ -35,63 +38,106 @@ def _Stack():
   return _STATE.collectors
 
 
-def CombineMoments(means, variances):
-  """Mean and (biased) variance of the union of equal-sized groups with the given means/variances."""
+def CombineMoments(means, variances, counts=None):
+  """Mean and (biased) variance of the union of groups with the given means and variances.
+
+  Args:
+    means, variances: per group, tensors of the same shape.
+    counts: per group, how many values it has (tensors broadcastable to the means); None: equal.
+  """
+  num_groups = len(means)
+  if counts is not None:
+    counts = tf.stack([tf.cast(c, m.dtype) * tf.ones_like(m) for c, m in zip(counts, means)])
   means = tf.stack(means)
   variances = tf.stack(variances)
-  mean = tf.reduce_mean(means, axis=0)
-  second_moment = tf.reduce_mean(variances + tf.square(means), axis=0)
+  if counts is None:
+    weights = tf.ones_like(means) / float(num_groups)
+  else:
+    weights = counts / tf.maximum(tf.reduce_sum(counts, axis=0), 1.0)
+  mean = tf.reduce_sum(weights * means, axis=0)
+  second_moment = tf.reduce_sum(weights * (variances + tf.square(means)), axis=0)
   return mean, tf.maximum(second_moment - tf.square(mean), 0.0)
 
 
+@dataclasses.dataclass(frozen=True)
+class Update:
+  """One py_utils.UpdateBatchNormVars call of one forward pass of a micro-batch."""
+  variable: object  # The moving-average variable.
+  value: object  # The micro-batch's statistic (tensor).
+  decay: object  # The decay the layer asked for.
+  count: object = None  # Non-padded positions the statistic covers (tensor), or None: all alike.
+
+
+def _VariableName(variable):
+  name = variable.op.name
+  return name[:-len('/var')] if name.endswith('/var') else name
+
+
 class StatsCollector:
-  """Gathers the micro-batch statistics of every BatchNorm layer during one pipelined forward pass."""
+  """Gathers the micro-batch statistics of every batch-norm update during one pipelined forward pass."""
 
   def __init__(self, num_micro_batches, where='TensorPipeLayer'):
     self._num_micro_batches = num_micro_batches
     self._where = where
-    self._stats = collections.OrderedDict()
+    self._updates = collections.OrderedDict()  # id(variable) -> [Update]
     self._closed = False
 
   @contextlib.contextmanager
   def Collecting(self):
-    """BatchNorm layers run within this context record into this collector (nothing once closed)."""
+    """Batch-norm updates recorded within this context go to this collector (nowhere once closed)."""
     _Stack().append(self)
     try:
       yield
     finally:
       _Stack().pop()
 
-  def Add(self, layer, mean, variance):
+  def Add(self, update):
     if self._closed:
       return  # A re-computation: the forward pass already recorded these statistics.
-    self._stats.setdefault(layer, []).append((mean, variance))
+    self._updates.setdefault(id(update.variable), []).append(update)
 
   def Records(self):
-    """[(layer, mean, variance)] in the order they were added (e.g. to return them from a function)."""
-    return [(layer, mean, variance) for layer, stats in self._stats.items()
-            for mean, variance in stats]
+    """Every Update in the order added (e.g. to return them from a function)."""
+    return [u for updates in self._updates.values() for u in updates]
+
+  def _Combined(self, updates, by_name):
+    """The mini-batch statistic of one variable from its M micro-batch `updates`."""
+    name = _VariableName(updates[0].variable)
+    counts = [u.count for u in updates]
+    counts = None if any(c is None for c in counts) else counts
+    values = [u.value for u in updates]
+    if not name.endswith('variance'):
+      return CombineMoments(values, [tf.zeros_like(v) for v in values], counts)[0]
+    partner = by_name.get(name[:-len('variance')] + 'mean')
+    if partner is None:
+      raise ValueError('%s: cannot combine the micro-batch statistics of batch-norm variable %r: '
+                       'a variance needs the matching mean (a variable named %r) updated beside it' %
+                       (self._where, name, name[:-len('variance')] + 'mean'))
+    return CombineMoments([u.value for u in partner], values, counts)[1]
 
   def Finish(self, outputs):
-    """Registers one moving-average update per layer; returns `outputs` made to depend on the stats.
+    """Registers one moving-average update per variable; returns `outputs` made to depend on them.
 
     The dependency makes Lingvo count the updates as relevant to the loss (it applies only batch-norm
     updates whose statistics the loss depends on).
 
     Raises:
-      ValueError: if a layer recorded a number of micro-batches other than M (e.g. a layer reused).
+      ValueError: if a variable got a number of updates other than M (e.g. a layer reused).
     """
     self._closed = True
+    by_name = {_VariableName(u[0].variable): u for u in self._updates.values()}
     combined = []
-    for layer, stats in self._stats.items():
-      if len(stats) != self._num_micro_batches:
-        raise ValueError('%s: batch-norm layer %r recorded statistics %d times for %d micro-batches; '
+    for updates in self._updates.values():
+      variable = updates[0].variable
+      if len(updates) != self._num_micro_batches:
+        raise ValueError('%s: batch-norm variable %r was updated %d times for %d micro-batches; '
                          'each batch-norm layer must run once per micro-batch' %
-                         (self._where, layer.path, len(stats), self._num_micro_batches))
-      with tf.ops.colocate_with(layer.vars.moving_mean), tf.name_scope(layer.params.name + '_stats'):
-        mean, variance = CombineMoments([m for m, _ in stats], [v for _, v in stats])
-      layer.UpdateMovingAverages(mean, variance)
-      combined.extend([mean, variance])
+                         (self._where, _VariableName(variable), len(updates),
+                          self._num_micro_batches))
+      with tf.ops.colocate_with(variable), tf.name_scope('batch_norm_stats'):
+        value = self._Combined(updates, by_name)
+      py_utils.UpdateBatchNormVars(variable, value, updates[0].decay)
+      combined.append(value)
     if not combined:
       return outputs
     with tf.control_dependencies(combined):
@@ -99,7 +145,7 @@ class StatsCollector:
 
 
 def Discarding():
-  """A closed collector: batch-norm layers run in its `Collecting()` record and update nothing.
+  """A closed collector: batch-norm updates recorded in its `Collecting()` go nowhere.
 
   For re-computations, whose statistics the forward pass has already recorded.
   """
@@ -108,9 +154,12 @@ def Discarding():
   return collector
 
 
-def _ActiveCollector():
+def Record(variable, value, decay, count=None):
+  """Records a batch-norm update into the active collector (see `stateful_ops`)."""
   stack = _Stack()
-  return stack[-1] if stack else None
+  if not stack:
+    raise AssertionError('a batch-norm update was recorded outside any StatsCollector')
+  stack[-1].Add(Update(variable, value, decay, count))
 
 
 class BatchNorm(base_layer.BaseLayer):
@@ -173,11 +222,7 @@ class BatchNorm(base_layer.BaseLayer):
       else:
         mean, variance = tf.nn.moments(x, list(range(x.shape.rank - 1)))
         y = tf.nn.batch_normalization(x, mean, variance, theta.beta, theta.gamma, p.epsilon)
-      collector = _ActiveCollector()
-      if collector is not None:
-        collector.Add(self, mean, variance)
-      else:
-        self.UpdateMovingAverages(mean, variance)
+      self.UpdateMovingAverages(mean, variance)
       return tf.cast(y, dtype)
 
   @classmethod

@@ -17,8 +17,11 @@ outputs what its backward call needs, and `accumulate(sums, dtheta) -> sums` add
 What differs per micro-batch is a function input: `offset`, the index of the micro-batch's first
 example in the mini-batch, so that dropout masks are the same in the forward pass, in its
 re-computation and for any K and M (see `randomness`); and the global step. Batch-norm statistics
-are function outputs (see `batch_norm`). The functions are never inlined nor specialised per call
-(see _FUNCTION_ATTRS), so the graph TensorFlow optimises and runs does not grow with M either.
+are function outputs (see `batch_norm`). Stock Lingvo dropout and batch-norm updates are routed to
+those while the cell is traced, and other stateful ops that would differ between a forward pass and
+its re-computation are refused when the forward function is traced (see `stateful_ops`). The
+functions are never inlined nor specialised per call (see _FUNCTION_ATTRS), so the graph TensorFlow
+optimises and runs does not grow with M either.
 """
 
 import contextlib
@@ -36,6 +39,7 @@ from tensorpipe import accumulation
 from tensorpipe import batch_norm
 from tensorpipe import matmul_gradient
 from tensorpipe import randomness
+from tensorpipe import stateful_ops
 
 
 def _IsDifferentiable(t):
@@ -130,15 +134,18 @@ def Call(function, args, name='call'):
 
 
 def _CellCluster(check_numerics):
-  """The current cluster as cells run in it: without Lingvo's runtime asserts, and without its
-  CheckNumerics unless `check_numerics` (a re-computation repeats values already checked).
+  """The current cluster as cells run in it: without Lingvo's runtime asserts and summaries, and
+  without its CheckNumerics unless `check_numerics` (a re-computation repeats values already checked).
 
   An Assert op would make the cell's function stateful, and TensorFlow instantiates a stateful
   function once per call op, so the time to start the first step and every step's overhead would
-  grow with M again. Lingvo's asserts check shapes the traced function already fixes.
+  grow with M again. Lingvo's asserts check shapes the traced function already fixes. Summaries made
+  in a function body never reach the session's summary writer (and some read variables, which makes
+  the function stateful too).
   """
   cluster = copy.deepcopy(cluster_factory.Current())
   cluster.params.enable_asserts = False
+  cluster.params.add_summary = False
   if not check_numerics:
     cluster.params.enable_check_numerics = False
   return cluster
@@ -207,20 +214,30 @@ class CellFunctions:
   """Forward and backward graph functions of one cell, traced on first use and then reused.
 
   Args:
-    stages: the cell as a list of functions (theta NestedMap, inputs structure) -> outputs
-      structure (e.g. one per layer), applied in order. They must read the weights from theta only
-      and get every tensor they use from their inputs or theta.
+    stages: the cell as a list of (layer name, function (theta NestedMap, inputs structure) ->
+      outputs structure), one per layer, applied in order. They must read the weights from theta
+      only and get every tensor they use from their inputs or theta.
     theta: NestedMap of the cell's weights (tensors); only the structure, shapes and dtypes count.
     inputs: the inputs of micro-batch 0 (every micro-batch has the same structure and shapes).
     device: the cell's device.
     name: a name for the functions (e.g. 'pipe_cell1').
     two_d_weight_gradients: trace under matmul_gradient.Scope().
     where: names the pipeline in error messages.
+    site_prefix: names the pipeline in dropout sites and step seeds (the same whatever K is).
+    example_axis: the batch dimension of the cell's inputs.
+    example_count: examples per micro-batch (None if unknown when the graph is built).
+    recomputes: whether backward passes re-compute the cell (see stateful_ops.Check).
   """
 
   def __init__(self, stages, theta, inputs, device, name, two_d_weight_gradients=True,
-               where='TensorPipeLayer'):
+               where='TensorPipeLayer', site_prefix='', example_axis=0, example_count=None,
+               recomputes=True):
     self._stages = list(stages)
+    self._site_prefix = site_prefix
+    self._example_axis = example_axis
+    self._example_count = example_count
+    self._recomputes = recomputes
+    self._stage_ops = None  # [(layer name, ops)] of the forward trace, for stateful_ops.Check
     self._theta = theta
     self._theta_specs = [_Spec(t) for t in theta.Flatten()]
     self._in_template = inputs
@@ -235,7 +252,7 @@ class CellFunctions:
     self._forward = None
     self._out_template = None
     self._num_y = None
-    self._stats_layers = None
+    self._stats_slots = None  # [(variable, decay, has count)] per batch-norm output
     self._theta_mask = tuple(_IsDifferentiable(t) for t in theta.Flatten())  # Which have sums.
     self._grad_mask = None  # Which weights get a gradient: known once a backward pass is traced.
     self._zeros = None
@@ -265,14 +282,28 @@ class CellFunctions:
     skips Lingvo's CheckNumerics.
     """
     theta, out = self._Pack(theta_leaves, x_leaves)
-    with _CellCluster(check_numerics=boundaries is None), py_utils.GlobalStepContext(step), randomness.ExampleOffset(offset), collector.Collecting(), (
-        matmul_gradient.Scope() if self._two_d else contextlib.nullcontext()):
-      for stage in self._stages:
+    graph = tf.get_default_graph()
+    stage_ops = []
+    with _CellCluster(check_numerics=boundaries is None), py_utils.GlobalStepContext(step), (
+        randomness.ExampleOffset(offset)), collector.Collecting(), stateful_ops.Replacing(
+            self._example_axis, self._example_count), (
+                matmul_gradient.Scope() if self._two_d else contextlib.nullcontext()):
+      for name, stage in self._stages:
         if boundaries is not None:
+          if boundaries:
+            # _StageGradients stops each stage's differentiation at its inputs. tf.gradients
+            # ignores stop_gradients at the outputs of a function call op (e.g. the layer norm of
+            # Lingvo's py_utils.CallDefun) and would differentiate the stage before this one too.
+            out = tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), out)
           boundaries.append(out)
-        out = stage(theta, out)
+        first = len(graph.get_operations())
+        with stateful_ops.Stage('%s/%s' % (self._site_prefix, name)):
+          out = stage(theta, out)
+        stage_ops.append((name, graph.get_operations()[first:]))
     if boundaries is not None:
       boundaries.append(out)
+    else:
+      self._stage_ops = stage_ops
     return out
 
   def _Leading(self):
@@ -306,11 +337,15 @@ class CellFunctions:
       self._out_template = out
       self._num_y = len(ys)
       records = recorder.Records()
-      self._stats_layers = [layer for layer, _, _ in records]
-      return ys + [s for _, mean, variance in records for s in (mean, variance)]
+      self._stats_slots = [(u.variable, u.decay, u.count is not None) for u in records]
+      stats = [[u.value] + ([u.count] if u.count is not None else []) for u in records]
+      return ys + [t for pair in stats for t in pair]
 
     self._forward = GraphFunction.Trace(self._name + '_forward', Forward,
                                   self._Leading() + self._theta_specs + self._x_specs, self._device)
+    stateful_ops.Check(self._forward.concrete.graph, self._stage_ops, self._recomputes,
+                       '%s (%s)' % (self._where, self._name))
+    self._stage_ops = None
     self._CheckCaptures(self._forward)
 
   def _CheckCaptures(self, function):
@@ -334,7 +369,7 @@ class CellFunctions:
         `NeverRecomputeBackward` uses; else a call op that tf.gradients cannot differentiate.
 
     Returns:
-      (outputs structure, [(batch-norm layer, mean, variance)], the call's output tensors).
+      (outputs structure, [batch_norm.Update] of the call, the call's output tensors).
     """
     if self._forward is None:
       self._BuildForward()
@@ -346,7 +381,11 @@ class CellFunctions:
     it = iter(ys)
     leaves = [None if y is None else next(it) for y in tf.nest.flatten(self._out_template)]
     out = tf.nest.pack_sequence_as(self._out_template, leaves)
-    records = [(layer, stats[2 * i], stats[2 * i + 1]) for i, layer in enumerate(self._stats_layers)]
+    records = []
+    it = iter(stats)
+    for variable, decay, has_count in self._stats_slots:
+      value = next(it)
+      records.append(batch_norm.Update(variable, value, decay, next(it) if has_count else None))
     return out, records, ys
 
   def Zeros(self):

@@ -122,8 +122,8 @@ class PipelineStep:
                                                   differentiable=training and not self._recompute(t))
       self._ops[action] = [ys[0].op]
       self._calls[action] = (thetas[k], x_leaves, ys, step, offsets[t])
-      for layer, mean, variance in records:
-        collector.Add(layer, mean, variance)
+      for update in records:
+        collector.Add(update)
       outputs[k][t] = out
     last = outputs[-1]
     with tf.device(self._devices[-1]):

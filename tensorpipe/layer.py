@@ -27,7 +27,9 @@ from tensorpipe import micro_batching
 from tensorpipe import partition_report
 from tensorpipe import partitioning
 from tensorpipe import placement
+from tensorpipe import randomness
 from tensorpipe import schedule
+from tensorpipe import stateful_ops
 
 RECOMPUTE_MODES = ('always', 'except_last', 'never')
 
@@ -111,6 +113,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
       with tf.device(self._devices[k]):
         for layer_params in cell:
           self.CreateChild(layer_params.name, layer_params)
+          stateful_ops.CheckAccumulators(self.children[layer_params.name], where)
           names.append(layer_params.name)
       self._cell_layers.append(names)
 
@@ -187,26 +190,29 @@ class TensorPipeLayer(base_layer.BaseLayer):
     return [list(names) for names in self._cell_layers]
 
   def _CellStages(self, k):
-    """Cell k as stages, one per layer: functions (theta, inputs) -> outputs, applied in order."""
+    """Cell k as stages, one per layer: (name, function (theta, inputs) -> outputs), in order."""
 
     def Stage(name):
       return lambda theta, inputs: self.children[name].FProp(theta[name], *_ToTuple(inputs))
 
-    return [Stage(name) for name in self._cell_layers[k]]
+    return [(name, Stage(name)) for name in self._cell_layers[k]]
 
-  def _CellFunctions(self, k, theta, inputs):
-    """Cell k's graph functions for inputs like `inputs`, traced once per graph, input signature and
-    mode (layers compute differently in evaluation)."""
+  def _CellFunctions(self, k, theta, inputs, example_count, recomputes):
+    """Cell k's graph functions for inputs like `inputs`, traced once per graph, input signature,
+    mode (layers compute differently in evaluation) and whether backward passes re-compute."""
     p = self.params
     graph = tf.get_default_graph()
     leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
                    for x in tf.nest.flatten(inputs))
-    signature = (k, self.do_eval, leaves, str(tf.nest.map_structure(lambda _: 0, inputs)))
+    signature = (k, self.do_eval, recomputes, leaves,
+                 str(tf.nest.map_structure(lambda _: 0, inputs)))
     cache = self._functions.setdefault(graph, {})
     if signature not in cache:
       cache[signature] = cell_function.CellFunctions(
           self._CellStages(k), theta, inputs, self._devices[k], '%s_cell%d' % (p.name, k),
-          p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name)
+          p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
+          site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
+          example_count=example_count, recomputes=recomputes)
     return cache[signature]
 
   def NumMicroBatches(self, batch_size):
@@ -243,8 +249,14 @@ class TensorPipeLayer(base_layer.BaseLayer):
       def Recompute(t):
         return p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1)
 
-      step = executor.PipelineStep(self.Schedule(batch), self._CellFunctions, self._devices,
-                                   p.batch_dim, Recompute, where)
+      recomputes = not self.do_eval and any(Recompute(t) for t in range(num_micro))
+      example_count = None if batch is None else batch // num_micro
+
+      def MakeCell(k, theta, inputs):
+        return self._CellFunctions(k, theta, inputs, example_count, recomputes)
+
+      step = executor.PipelineStep(self.Schedule(batch), MakeCell, self._devices, p.batch_dim,
+                                   Recompute, where)
       out = step.Run(cell_theta, args, offsets, collector, training=not self.do_eval)
       with tf.device(self._devices[-1]):
         out = collector.Finish(out)

@@ -77,7 +77,12 @@ def LayerKey(layer):
 
 def Site(layer, use=''):
   """A Python int naming one dropout use in `layer` (distinct `use` strings for distinct uses)."""
-  return zlib.crc32(('%s|%s' % (LayerKey(layer), use)).encode('utf-8'))
+  return NamedSite('%s|%s' % (LayerKey(layer), use))
+
+
+def NamedSite(name):
+  """A Python int naming one dropout use by a string that is the same whatever K and M are."""
+  return zlib.crc32(name.encode('utf-8'))
 
 
 def _Mix32Int(h):
@@ -150,13 +155,22 @@ def Uniform(shape, site, batch_axis=0):
   Args:
     shape: the output shape (list of ints or a 1-D integer tensor); axis `batch_axis` is the batch.
     site: a Python int naming the use (see `Site`).
-    batch_axis: the axis of `shape` that indexes examples.
+    batch_axis: the axis of `shape` that indexes examples, or None if none does: the whole tensor
+      then counts as one example, CurrentExampleOffset() (values then depend on how the mini-batch
+      is split, but not on re-computation).
 
   The example of an element is CurrentExampleOffset() + its index along `batch_axis`; its position is
   its flat index over the other axes (in row-major order).
   """
   if not isinstance(site, int):
     raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
+  if batch_axis is None:
+    if isinstance(shape, (list, tuple)) and all(isinstance(d, int) for d in shape):
+      flat = [1, int(np.prod(shape, dtype=np.int64))]
+    else:
+      flat = tf.stack([tf.constant(1, tf.int64),
+                       tf.reduce_prod(tf.cast(tf.convert_to_tensor(shape), tf.int64))])
+    return tf.reshape(Uniform(flat, site, 0), shape)
   static = [int(d) for d in shape] if isinstance(shape, (list, tuple)) and all(
       isinstance(d, int) for d in shape) else None
   if static is None:
@@ -204,7 +218,7 @@ def Dropout(x, keep_prob, site, batch_axis=0, noise_shape=None, where='Dropout')
     x: float tensor whose axis `batch_axis` indexes examples.
     keep_prob: probability of keeping an element: a Python number in (0, 1] or a scalar tensor.
     site: a Python int naming this use (see `Site`); distinct per layer and per use in a layer.
-    batch_axis: the batch axis of x (and of noise_shape).
+    batch_axis: the batch axis of x (and of noise_shape), or None (see `Uniform`).
     noise_shape: shape of the mask, broadcast against x; None: x's shape.
     where: names the caller in error messages.
   """

@@ -314,6 +314,8 @@ def CheckDataDirs(cfg, dataset):
   if cfg.Get('input') is None:
     return
   for path, p in _Walk(cfg.input, 'input'):
+    if 'synthetic' in p and p.synthetic:
+      continue  # Generates its data: a data directory it names is never read.
     if 'data_dir' in p:
       data_dir = p.data_dir
       if isinstance(data_dir, str) and data_dir and not os.path.isdir(data_dir):

@@ -97,6 +97,19 @@ class ScheduledKeepProbTest(test_utils.TestCase):
         sess.run(tf.assign(step, 500))
         self.assertAllClose(sess.run(keep), 0.7)
 
+  def testWithoutExampleAxisTheOffsetKeysTheWholeTensor(self):
+    with self.session() as sess:
+      shape = [6, 5]
+      plain = randomness.Uniform(shape, 11, batch_axis=None)
+      with randomness.ExampleOffset(4):
+        moved = randomness.Uniform(shape, 11, batch_axis=None)
+        dynamic = randomness.Uniform(tf.constant(shape), 11, batch_axis=None)
+      plain, moved, dynamic = sess.run([plain, moved, dynamic])
+    self.assertEqual(plain.shape, (6, 5))
+    self.assertAllEqual(moved, dynamic)  # Static or dynamic shape: the same values.
+    self.assertGreater(np.abs(plain - moved).max(), 0.1)  # Another offset, another draw.
+    self.assertNear(plain.mean(), 0.5, 0.15)
+
 
 class BadInputTest(test_utils.TestCase):
 

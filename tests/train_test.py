@@ -141,6 +141,14 @@ class RegistryAndChecksTest(test_utils.TestCase):
     with self.assertRaisesRegex(train.UsageError, r"data directory '.*no-such-dir' of dataset Train"):
       self._Validate(model_params_override='input.data_dir: %s' % missing)
 
+  def testSyntheticInputNeedsNoDataDir(self):
+    missing = os.path.join(self.get_temp_dir(), 'no-such-dir')
+    self._Validate(model='resnet.ImageNetResNet101',
+                   model_params_override='input.synthetic: True; input.data_dir: %s' % missing)
+    with self.assertRaisesRegex(train.UsageError, r"data directory '.*no-such-dir'"):
+      self._Validate(model='resnet.ImageNetResNet101',
+                     model_params_override='input.data_dir: %s' % missing)
+
   def testEvalWithoutCheckpoint(self):
     with self.assertRaisesRegex(train.UsageError, 'no checkpoint in .*train to evaluate'):
       self._Validate(job='evaler_test', logdir=tempfile.mkdtemp(dir=self.get_temp_dir()))
