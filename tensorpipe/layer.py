@@ -181,7 +181,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
 
   @property
   def devices(self):
-    """The device string of each cell."""
+    """The device string of each cell in the model split the layer was built in (where its variables
+    live). FProp runs the cells on the devices of the model split it is called in (see `FProp`)."""
     return list(self._devices)
 
   @property
@@ -197,19 +198,20 @@ class TensorPipeLayer(base_layer.BaseLayer):
 
     return [(name, Stage(name)) for name in self._cell_layers[k]]
 
-  def _CellFunctions(self, k, theta, inputs, example_count, recomputes):
-    """Cell k's graph functions for inputs like `inputs`, traced once per graph, input signature,
-    mode (layers compute differently in evaluation) and whether backward passes re-compute."""
+  def _CellFunctions(self, k, device, theta, inputs, example_count, recomputes):
+    """Cell k's graph functions on `device` for inputs like `inputs`, traced once per graph, device,
+    input signature, mode (layers compute differently in evaluation) and whether backward passes
+    re-compute."""
     p = self.params
     graph = tf.get_default_graph()
     leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
                    for x in tf.nest.flatten(inputs))
-    signature = (k, self.do_eval, recomputes, leaves,
+    signature = (k, device, self.do_eval, recomputes, leaves,
                  str(tf.nest.map_structure(lambda _: 0, inputs)))
     cache = self._functions.setdefault(graph, {})
     if signature not in cache:
       cache[signature] = cell_function.CellFunctions(
-          self._CellStages(k), theta, inputs, self._devices[k], '%s_cell%d' % (p.name, k),
+          self._CellStages(k), theta, inputs, device, '%s_cell%d' % (p.name, k),
           p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
           site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
           example_count=example_count, recomputes=recomputes)
@@ -231,14 +233,19 @@ class TensorPipeLayer(base_layer.BaseLayer):
     return schedule.FillDrainSchedule(self.num_partitions, self.NumMicroBatches(batch_size), lag)
 
   def FProp(self, theta, *args):
-    """Runs the pipeline on `args` (tensors, tuples or NestedMaps) and returns the last cell's output."""
+    """Runs the pipeline on `args` (tensors, tuples or NestedMaps) and returns the last cell's output.
+
+    Cell k runs on device k of the current model split (`cluster.WorkerDeviceInModelSplit(k)`, or
+    `devices[k]`): with data parallelism, Lingvo calls FProp once per split, each on its own devices.
+    """
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
     batch = micro_batching.BatchSize(args, p.batch_dim, where)
     num_micro = self.NumMicroBatches(batch)
     collector = batch_norm.StatsCollector(num_micro, where)
+    devices = placement.CellDevices(self.cluster, self.num_partitions, p.devices, where)
     with tf.name_scope(p.name):
-      with tf.device(self._devices[0]):
+      with tf.device(devices[0]):
         if batch is None and num_micro > 1:
           args = self._AssertDivisible(args, num_micro)
         offsets = self._ExampleOffsets(args, batch, num_micro)
@@ -253,12 +260,12 @@ class TensorPipeLayer(base_layer.BaseLayer):
       example_count = None if batch is None else batch // num_micro
 
       def MakeCell(k, theta, inputs):
-        return self._CellFunctions(k, theta, inputs, example_count, recomputes)
+        return self._CellFunctions(k, devices[k], theta, inputs, example_count, recomputes)
 
-      step = executor.PipelineStep(self.Schedule(batch), MakeCell, self._devices, p.batch_dim,
+      step = executor.PipelineStep(self.Schedule(batch), MakeCell, devices, p.batch_dim,
                                    Recompute, where)
       out = step.Run(cell_theta, args, offsets, collector, training=not self.do_eval)
-      with tf.device(self._devices[-1]):
+      with tf.device(devices[-1]):
         out = collector.Finish(out)
     return out
 

@@ -417,8 +417,12 @@ def _LogPlan(jobs):
   _Log('model %s, jobs %s, mode %s, logdir %s', FLAGS.model, ','.join(jobs) or '(none)', FLAGS.mode,
        logdir)
   if FLAGS.cpu_devices:
-    _Log('%d logical CPU devices in this process; model split of %d devices '
-         '(cell k of a TensorPipeLayer on /device:CPU:k)', FLAGS.cpu_devices, FLAGS.worker_split_size)
+    splits = FLAGS.cpu_devices // FLAGS.worker_split_size
+    _Log('%d logical CPU devices in this process; %d model split%s of %d devices (cell k of a '
+         'TensorPipeLayer on /device:CPU:%sk)%s', FLAGS.cpu_devices, splits,
+         '' if splits == 1 else 's', FLAGS.worker_split_size,
+         '' if splits == 1 else '%d*s+' % FLAGS.worker_split_size,
+         '' if splits == 1 else ', data parallel: split s gets 1/%d of each batch' % splits)
   if any(j in _TRAIN_JOBS for j in jobs):
     _Log('checkpoints and train summaries -> %s; params, model analysis and controller summaries '
          '-> %s', os.path.join(logdir, 'train'), os.path.join(logdir, 'control'))
