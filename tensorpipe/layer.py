@@ -105,7 +105,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     if p.micro_batch_size is None:
       micro_batching.NumMicroBatches(None, p.num_micro_batches, None, where)
     cells = self._Cells(where)
-    self._devices = placement.CellDevices(self.cluster, len(cells), p.devices, where)
+    self._devices = placement.VariableDevices(self.cluster, len(cells), p.devices, where)
     self._cell_layers = []
     self._functions = weakref.WeakKeyDictionary()  # graph -> {input signature: CellFunctions}
     for k, cell in enumerate(cells):

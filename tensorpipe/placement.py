@@ -82,6 +82,25 @@ def CellDevices(cluster, num_cells, devices=None, where='TensorPipeLayer'):
   return [cluster.WorkerDeviceInModelSplit(k) for k in range(num_cells)]
 
 
+def VariableDevices(cluster, num_cells, devices=None, where='TensorPipeLayer'):
+  """The K devices that hold the cells' variables: the cell devices of model split 0.
+
+  Every job that builds the model must put a variable in the same place, since in a multi-process
+  job (Lingvo's --cluster_spec) the controller initialises and checkpoints the variables the trainer
+  client's steps use. A job that builds the model on devices of its own (the controller's) but sees
+  the worker tasks in its session therefore takes split 0 of the worker job, as the trainer client
+  does; everywhere else (one process, or an evaler on its own) these are `CellDevices`.
+  """
+  if devices is None and cluster.job_spec.name != cluster.params.worker.name:
+    listed = getattr(cluster, '_session_devices', None) or []
+    worker_job = cluster.params.worker.name + '/'
+    if any(d.startswith(worker_job) for d in listed):
+      workers = cluster.ListDevices(cluster.params.worker).reshape([-1]).tolist()
+      if len(workers) >= num_cells:
+        return workers[:num_cells]
+  return CellDevices(cluster, num_cells, devices, where)
+
+
 def SessionConfig(num_cpu_devices, intra_op_threads=None, inter_op_threads=None):
   """A ConfigProto with K logical CPU devices and soft placement off (a missing device is an error)."""
   config = tf.compat.v1.ConfigProto(device_count={'CPU': num_cpu_devices}, allow_soft_placement=False)

@@ -70,9 +70,15 @@ class Op:
 
 
 def ShortDevice(device):
-  """'CPU:1' for '/job:localhost/replica:0/task:0/device:CPU:1' (and for '/device:CPU:1')."""
+  """'CPU:1' for '/job:localhost/replica:0/task:0/device:CPU:1' (and for '/device:CPU:1');
+  'worker:2/CPU:0' for '/job:worker/replica:0/task:2/device:CPU:0' (another process's device)."""
   spec = tf.DeviceSpec.from_string(device)
-  return '%s:%d' % (spec.device_type, spec.device_index or 0) if spec.device_type else device
+  if not spec.device_type:
+    return device
+  short = '%s:%d' % (spec.device_type, spec.device_index or 0)
+  if spec.job and spec.job != 'localhost':
+    short = '%s:%d/%s' % (spec.job, spec.task or 0, short)
+  return short
 
 
 def Classify(name, op_type, pipeline_scope=None):
@@ -84,7 +90,8 @@ def Classify(name, op_type, pipeline_scope=None):
   if op_type.startswith(('Assign', 'Apply', 'ResourceApply', 'ResourceScatter')):
     return 'update', None, None
   if op_type in ('_Send', '_Recv', '_HostSend', '_HostRecv') or _TRANSFER.search(name) or (
-      name.startswith('GroupCrossDeviceControlEdges')):
+      name.startswith('GroupCrossDeviceControlEdges')) or name == 'RecvTensor':
+    # RecvTensor: a tensor received from another process over gRPC.
     return 'transfer', None, None
   match = _CELL.search(name)
   if match is None:

@@ -15,6 +15,13 @@ Extra flags:
                    So a TensorPipeLayer with K cells puts cell k on /device:CPU:k.
                    Without --cpu_devices nothing is changed: the stock flags apply (e.g. on GPUs
                    --worker_gpus=K --worker_split_size=K).
+  --worker_tasks_per_replica=T (with --cluster_spec)
+                   one worker replica spans T worker tasks of --cpu_devices devices each, so the
+                   cells of a TensorPipeLayer run in separate processes (see tensorpipe.launch, which
+                   starts such a job on one machine).
+  --startup_timeout_s=S (with --cluster_spec, default 120)
+                   the controller and trainer client wait S seconds for every worker task to accept
+                   connections, then stop with an error naming the unreachable task.
   --list_models    prints the registered models and exits.
   --tensorpipe_profile_every_n_steps=N (default 100; 0: off)
                    the trainer traces step 2 and every N-th step, and logs and summarises per-cell
@@ -33,7 +40,9 @@ import importlib
 import os
 import pkgutil
 import re
+import socket
 import sys
+import time
 
 from absl import flags
 from lingvo import model_imports
@@ -53,6 +62,17 @@ flags.DEFINE_integer(
     '(cpus_per_replica = K; devices_per_split = --worker_split_size, default K). Unset: the stock '
     'Lingvo behaviour.', lower_bound=1)
 flags.DEFINE_bool('list_models', False, 'Print the registered models and exit.')
+flags.DEFINE_integer(
+    'worker_tasks_per_replica', None,
+    'With --cluster_spec: one worker replica (a model split of --worker_split_size devices) spans '
+    'this many worker tasks, each with --cpu_devices devices, so the cells of a TensorPipeLayer run '
+    'in separate processes; the worker tasks of --cluster_spec then hold (number of tasks) / N '
+    'data-parallel replicas. Unset: Lingvo\'s default, one replica per worker task.', lower_bound=1)
+flags.DEFINE_integer(
+    'startup_timeout_s', 120,
+    'With --cluster_spec: seconds the controller and trainer client wait for every worker task to '
+    'accept connections before giving up with an error naming the task.',
+    lower_bound=1)
 
 FLAGS = flags.FLAGS
 
@@ -221,6 +241,22 @@ def ConfigureCpuCluster(cluster_params, num_cpus, split_size):
       cluster_params.Get(name).devices_per_split = split_size
 
 
+def SpreadReplicas(cluster_params, num_worker_tasks, tasks_per_replica, devices_per_task):
+  """Makes each worker replica span `tasks_per_replica` worker tasks of `devices_per_task` devices.
+
+  Lingvo lists a replica's devices in (task, device) order, so device k of replica r (cell k of its
+  pipelines) is device k % devices_per_task of task r * tasks_per_replica + k // devices_per_task.
+  """
+  worker = cluster_params.worker
+  worker.replicas = num_worker_tasks // tasks_per_replica
+  worker.cpus_per_replica = tasks_per_replica * devices_per_task
+  # The controller (and other jobs that only build the model) have their own process's devices;
+  # their cells share them (see placement).
+  for name in _SINGLE_SPLIT_JOB_SPECS:
+    if name in cluster_params:
+      cluster_params.Get(name).devices_per_split = devices_per_task
+
+
 class RunnerManager(trainer.RunnerManager):
   """Lingvo's RunnerManager with TensorPipe's model lookup and the --cpu_devices cluster layout."""
 
@@ -234,6 +270,9 @@ class RunnerManager(trainer.RunnerManager):
     super().UpdateClusterParamsFromFlags(cluster, job_name)
     if FLAGS.cpu_devices:
       ConfigureCpuCluster(cluster, FLAGS.cpu_devices, FLAGS.worker_split_size)
+    if FLAGS.worker_tasks_per_replica and FLAGS.cluster_spec:
+      SpreadReplicas(cluster, len(ClusterSpecDict()['worker']), FLAGS.worker_tasks_per_replica,
+                     FLAGS.cpu_devices or 1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -361,12 +400,21 @@ def Validate():
                      '--cluster_spec=JOB=HOST:PORT,...@...')
   num_cpus = FLAGS.cpu_devices
   split = FLAGS.worker_split_size or 1
+  tasks_per_replica = FLAGS.worker_tasks_per_replica or 1
+  if FLAGS.worker_tasks_per_replica:
+    _CheckSpreadReplicas()
   if num_cpus:
     if FLAGS.worker_gpus or FLAGS.run_locally in ('gpu', 'tpu') or FLAGS.worker_tpus:
       raise UsageError('--cpu_devices is for CPU runs; with GPUs use the stock flags '
                        '(--worker_gpus=K --worker_split_size=K) without --cpu_devices')
-    if split > num_cpus or num_cpus % split:
-      raise UsageError('--worker_split_size=%d must divide --cpu_devices=%d' % (split, num_cpus))
+    replica_devices = num_cpus * tasks_per_replica
+    if split > replica_devices or replica_devices % split:
+      raise UsageError('--worker_split_size=%d must divide the %d devices of a replica '
+                       '(--cpu_devices=%d%s)' % (
+                           split, replica_devices, num_cpus,
+                           ' x --worker_tasks_per_replica=%d' % tasks_per_replica
+                           if FLAGS.worker_tasks_per_replica else ''))
+    num_cpus = replica_devices
   jobs = _Jobs()
   datasets = []
   for job in jobs:
@@ -382,7 +430,8 @@ def Validate():
           raise UsageError(
               'model %s needs %d devices per model split (TensorPipeLayer %r at %s has %d cells) '
               'but --cpu_devices=%d with --worker_split_size=%d gives %d; run with '
-              '--cpu_devices=%d' % (FLAGS.model, k, name, path, k, num_cpus, split, split, k))
+              '--cpu_devices=%d' % (FLAGS.model, k, name, path, k, FLAGS.cpu_devices, split, split,
+                                    k))
         raise UsageError(
             'model %s needs %d devices per model split (TensorPipeLayer %r at %s has %d cells) but '
             '--worker_split_size=%d; use --cpu_devices=%d on CPU, or --worker_gpus=%d '
@@ -407,6 +456,55 @@ def Validate():
                          (int(m.group(1)), train_dir, job))
 
 
+def ClusterSpecDict():
+  """--cluster_spec as {job: [address, ...]} (Lingvo's syntax: job=host:port,...@job=...)."""
+  spec = {}
+  for part in FLAGS.cluster_spec.split('@'):
+    job, _, addresses = part.partition('=')
+    if not job or not addresses:
+      raise UsageError('--cluster_spec part %r is not JOB=HOST:PORT[,HOST:PORT...]' % part)
+    spec[job] = addresses.split(',')
+  return spec
+
+
+def _CheckSpreadReplicas():
+  if not FLAGS.cluster_spec:
+    raise UsageError('--worker_tasks_per_replica needs --cluster_spec (worker tasks to spread over)')
+  workers = ClusterSpecDict().get('worker')
+  if not workers:
+    raise UsageError('--worker_tasks_per_replica needs worker tasks in --cluster_spec')
+  if len(workers) % FLAGS.worker_tasks_per_replica:
+    raise UsageError('--worker_tasks_per_replica=%d must divide the %d worker tasks of '
+                     '--cluster_spec' % (FLAGS.worker_tasks_per_replica, len(workers)))
+
+
+def WaitForWorkers(spec, timeout_s, poll_s=0.5):
+  """Waits until every worker task of `spec` ({job: [address]}) accepts TCP connections.
+
+  The controller and the trainer client run their training steps on the worker tasks' servers (the
+  two start their own servers only once they run).
+
+  Raises:
+    UsageError: naming the first worker task still unreachable after `timeout_s` seconds.
+  """
+  deadline = time.time() + timeout_s
+  for job, addresses in sorted(spec.items()):
+    if job != 'worker':
+      continue
+    for task, address in enumerate(addresses):
+      host, _, port = address.rpartition(':')
+      while True:
+        try:
+          with socket.create_connection((host, int(port)), timeout=poll_s):
+            break
+        except (OSError, ValueError) as e:
+          if time.time() > deadline:
+            raise UsageError('task %s:%d at %s is not reachable after %d s (%s); start it, or fix '
+                             'its address in --cluster_spec' % (job, task, address, timeout_s,
+                                                               e)) from e
+          time.sleep(poll_s)
+
+
 # --------------------------------------------------------------------------------------------------
 # Progress lines.
 # --------------------------------------------------------------------------------------------------
@@ -416,7 +514,13 @@ def _LogPlan(jobs):
   logdir = FLAGS.logdir
   _Log('model %s, jobs %s, mode %s, logdir %s', FLAGS.model, ','.join(jobs) or '(none)', FLAGS.mode,
        logdir)
-  if FLAGS.cpu_devices:
+  if FLAGS.worker_tasks_per_replica and FLAGS.cluster_spec:
+    tasks = len(ClusterSpecDict()['worker'])
+    per = FLAGS.worker_tasks_per_replica
+    _Log('%d worker tasks of %d CPU devices, %d per replica (%d data-parallel replica%s): cell k '
+         'of replica r runs on worker task r*%d + k//%d', tasks, FLAGS.cpu_devices or 1, per,
+         tasks // per, '' if tasks // per == 1 else 's', per, FLAGS.cpu_devices or 1)
+  elif FLAGS.cpu_devices:
     splits = FLAGS.cpu_devices // FLAGS.worker_split_size
     _Log('%d logical CPU devices in this process; %d model split%s of %d devices (cell k of a '
          'TensorPipeLayer on /device:CPU:%sk)%s', FLAGS.cpu_devices, splits,
@@ -494,6 +598,11 @@ def main(unused_argv):
     InstallCpuDevices(FLAGS.cpu_devices)
   jobs = _Jobs()
   _LogPlan(jobs)
+  if FLAGS.cluster_spec and any(j in ('controller', 'trainer_client') for j in jobs):
+    try:
+      WaitForWorkers(ClusterSpecDict(), FLAGS.startup_timeout_s)
+    except UsageError as e:
+      return _Fail(e)
   from lingvo.core import tpu_embedding_layers_v2  # pylint: disable=g-import-not-at-top
   from lingvo.core import tpu_embedding_manager  # pylint: disable=g-import-not-at-top
   tpu_embedding_layers_v2.TPU_EMBEDDING_MANAGER = tpu_embedding_manager.TPUEmbeddingManager()

@@ -141,6 +141,14 @@ class TraceTest(test_utils.TestCase):
                      ('update', None, None))
     self.assertEqual(profiling.Classify('GroupCrossDeviceControlEdges_0/pipe_1/cell1_mb0/forward',
                                         'NoOp'), ('transfer', None, None))
+    # A tensor from another process (step stats name the receive RecvTensor).
+    self.assertEqual(profiling.Classify('RecvTensor', '[0.1MB] [396Mb/s] edge_91_pipe_1/y'),
+                     ('transfer', None, None))
+
+  def testShortDeviceNamesOtherProcesses(self):
+    self.assertEqual(profiling.ShortDevice('/job:localhost/replica:0/task:0/device:CPU:1'), 'CPU:1')
+    self.assertEqual(profiling.ShortDevice('/job:worker/replica:0/task:2/device:CPU:0'),
+                     'worker:2/CPU:0')
 
   def testOpsInsideCallsTakeTheCallsLabels(self):
     trace = profiling.Trace(_Metadata([

@@ -12,6 +12,7 @@ import glob
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -174,6 +175,26 @@ class LauncherErrorsTest(test_utils.TestCase):
                       '--logdir=%s' % self.get_temp_dir()],
                      r'model digits\.TinyConvPipeline needs 4 devices per model split .* run with '
                      r'--cpu_devices=4$')
+
+  def testUnreachableWorker(self):
+    with socket.socket() as s:  # A free port nobody listens on.
+      s.bind(('127.0.0.1', 0))
+      port = s.getsockname()[1]
+    spec = ('controller=127.0.0.1:%d@trainer_client=127.0.0.1:%d@worker=127.0.0.1:%d' %
+            (port, port, port))
+    self._CheckError(['--model=%s' % MODEL, '--cpu_devices=4', '--mode=sync', '--job=trainer_client',
+                      '--task=0', '--cluster_spec=%s' % spec, '--startup_timeout_s=2',
+                      '--logdir=%s' % self.get_temp_dir()],
+                     r'task worker:0 at 127\.0\.0\.1:%d is not reachable after 2 s .*start it, or '
+                     r'fix its address in --cluster_spec$' % port)
+
+  def testWorkerTasksPerReplicaMustDivideTheTasks(self):
+    self._CheckError(['--model=%s' % MODEL, '--cpu_devices=2', '--mode=sync', '--job=worker',
+                      '--task=0', '--worker_tasks_per_replica=2',
+                      '--cluster_spec=worker=127.0.0.1:1,127.0.0.1:2,127.0.0.1:3',
+                      '--logdir=%s' % self.get_temp_dir()],
+                     r'--worker_tasks_per_replica=2 must divide the 3 worker tasks of '
+                     r'--cluster_spec$')
 
   def testListModels(self):
     status, stdout, stderr = _Run(_Launcher('--list_models'), timeout=120)
