@@ -20,7 +20,9 @@ When tf.gradients reaches Exit:
 Entry and each anchor hand Exit a scalar token, so tf.gradients reaches Exit's gradient (5) before
 theirs (6); Exit's gradient gives the calls' outputs none, so tf.gradients never differentiates the
 calls (3) itself. The order of the step lives in the schedule only: `_After` turns its edges into
-control dependencies, the one place where actions are ordered.
+control dependencies, the one place where actions are ordered. An edge into a forward action from a
+backward one (1F1B's rule 8) is added to the forward call once step (5) has built the backward
+action, which needs a loss gradient that does not wait for the forward passes (checked in (5)).
 """
 
 from typing import Callable, List
@@ -70,15 +72,29 @@ class PipelineStep:
     self._num_cells = sched.num_cells
     self._num_micro = sched.num_micro_batches
     self._ops = {}  # action -> the ops it is done after
+    self._late = {}  # action not built yet -> the already built actions that must wait for it
     self._cells = [None] * self._num_cells
     self._calls = {}  # F(k, t) -> (theta leaves, input leaves, output leaves, step, offset)
     self._weight_grads = None
     self._input_grads = None
 
   def _After(self, action):
-    """Ops built in this context run after what `action` waits for: its edges in the schedule."""
+    """Ops built in this context run after what `action` waits for: its edges in the schedule.
+
+    An edge from an action not built yet is kept, and added by `_Built` once that action is.
+    """
+    for edge in self._sched.Waits(action):
+      if edge.before not in self._ops:
+        self._late.setdefault(edge.before, []).append(action)
     return tf.control_dependencies(
         [op for edge in self._sched.Waits(action) for op in self._ops.get(edge.before, [])])
+
+  def _Built(self, action, ops):
+    """Records `action`'s ops; the actions built earlier that wait for it now run after them."""
+    self._ops[action] = ops
+    for waiting in self._late.pop(action, []):
+      for op in self._ops[waiting]:
+        op._add_control_inputs(ops)  # pylint: disable=protected-access
 
   def Run(self, cell_theta, args, offsets, collector, training):
     """Builds the step; returns the pipeline's outputs (structured like the last cell's).
@@ -120,7 +136,7 @@ class PipelineStep:
       with tf.name_scope('cell%d_mb%d' % (k, t)), self._After(action):
         out, records, ys = self._cells[k].Forward(step, offsets[t], thetas[k], x_leaves,
                                                   differentiable=training and not self._recompute(t))
-      self._ops[action] = [ys[0].op]
+      self._Built(action, [ys[0].op])
       self._calls[action] = (thetas[k], x_leaves, ys, step, offsets[t])
       for update in records:
         collector.Add(update)
@@ -208,9 +224,34 @@ class PipelineStep:
 
     return _Structured(last[0], Exit(*[y for ys in flat for y in ys], *tokens))
 
+  def _CheckLossGradient(self, out_grads):
+    """Raises ValueError if a forward action waits for a backward one (1F1B) while the gradient
+    reaching the pipeline's output depends on a forward pass: the step could never finish."""
+    if not self._late:
+      return
+    forward = {op for action, ops in self._ops.items() if action.kind == schedule_lib.FORWARD
+               for op in ops}
+    seen = set()
+    todo = [g.op for g in out_grads if g is not None and hasattr(g, 'op')]
+    while todo:
+      op = todo.pop()
+      if op in seen:
+        continue
+      seen.add(op)
+      if op in forward:
+        raise ValueError(
+            '%s: the %s schedule runs a micro-batch\'s backward pass before later forward '
+            'passes, so the gradient of each micro-batch\'s output must not depend on the '
+            'pipeline\'s outputs, but it does (e.g. a loss computed from logits after the '
+            'pipeline). Make the last layer return per-example losses (the loss is then their mean '
+            'or weighted sum), or use schedule=\'gpipe\'' % (self._where, self._sched.name))
+      todo.extend(t.op for t in op.inputs)
+      todo.extend(op.control_inputs)
+
   def _BuildBackward(self, out_grads, last_ys):
     """Step (5): every backward action, in build order; fills the gradients steps (6) return."""
     num_micro, num_cells = self._num_micro, self._num_cells
+    self._CheckLossGradient(out_grads)
     dys = {}
     for j, grad in enumerate(out_grads):
       column = [ys[j] for ys in last_ys]
@@ -244,7 +285,7 @@ class PipelineStep:
             else:
               dx, sums[k], ops = self._cells[k].NeverRecomputeBackward(ys, theta, x_leaves, grads,
                                                                        sums[k])
-          self._ops[action] = ops
+          self._Built(action, ops)
         if k:
           dys[(k - 1, t)] = dx
         else:

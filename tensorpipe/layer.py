@@ -82,6 +82,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
     p.Define('recompute', 'always',
              "Backprop re-computation: 'always' (GPipe: keep only partition-boundary activations), "
              "'except_last' (the last micro-batch keeps its activations), or 'never'.")
+    p.Define('schedule', 'gpipe',
+             "Order of the step's tasks: 'gpipe' (fill-drain: every forward pass, then every "
+             "backward pass) or '1f1b' (after a warm-up, each device alternates one backward and one "
+             "forward pass, so at most K - k micro-batches wait on device k: less memory, same "
+             "gradients). '1f1b' needs the last layer to return per-example losses (see schedule).")
     p.Define('forward_overlap', True,
              'True: a cell may run the forward passes of two neighbouring micro-batches at once, so '
              'a device whose neighbour is idle (filling the pipeline) can use a second core or '
@@ -100,6 +105,9 @@ class TensorPipeLayer(base_layer.BaseLayer):
     where = 'TensorPipeLayer %r' % p.name
     if p.recompute not in RECOMPUTE_MODES:
       raise ValueError('%s: recompute=%r is not one of %s' % (where, p.recompute, RECOMPUTE_MODES))
+    if p.schedule not in schedule.SCHEDULES:
+      raise ValueError('%s: schedule=%r is not one of %s' % (where, p.schedule,
+                                                            tuple(schedule.SCHEDULES)))
     if not isinstance(p.batch_dim, int) or p.batch_dim < 0:
       raise ValueError('%s: batch_dim must be a non-negative integer, got %r' % (where, p.batch_dim))
     if p.micro_batch_size is None:
@@ -230,7 +238,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """The schedule.Schedule FProp follows for a mini-batch of `batch_size` examples."""
     p = self.params
     lag = 2 if p.forward_overlap else 1
-    return schedule.FillDrainSchedule(self.num_partitions, self.NumMicroBatches(batch_size), lag)
+    return schedule.SCHEDULES[p.schedule](self.num_partitions, self.NumMicroBatches(batch_size),
+                                          lag)
 
   def FProp(self, theta, *args):
     """Runs the pipeline on `args` (tensors, tuples or NestedMaps) and returns the last cell's output.

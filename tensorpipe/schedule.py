@@ -26,6 +26,21 @@ The rules (the code cites them by number):
      backward passes in reverse micro-batch order and holds one sum per weight (data).
 Every device idles a fraction (K - 1) / (M + K - 1) of a step with equal costs (the bubble),
 negligible once M >= 4K.
+
+1F1B (`OneFOneBSchedule`, PipeDream-flush) keeps rules 1, 2 and 4 and replaces 3 and 5, for a
+pipeline whose last layer returns per-example losses (so micro-batch t's loss gradient needs only
+its own output). After a warm-up of K - k forward passes, device k alternates one backward and one
+forward pass, so at most K - k micro-batches wait for their backward pass there (the stash is
+O(K) micro-batches instead of M); same bubble, same gradients. For K = 2, M = 3:
+
+  tick     0    1    2    3    4    5    6    7
+  cell 0 | F0,0 F0,1 .    B0,0 F0,2 B0,1 .    B0,2
+  cell 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 B1,2 .
+
+  6. B(K-1, t) after F(K-1, t): a per-example loss needs only that micro-batch's output (data).
+  7. B(k, t) after B(k, t-1): it adds to that running weight-gradient sum, so a device runs its
+     backward passes in micro-batch order (data).
+  8. F(k, t + K - k) after B(k, t): at most K - k micro-batches in flight on device k (order).
 """
 
 import dataclasses
@@ -40,6 +55,9 @@ RULES = {
     3: 'B(K-1, M-1) after every F(K-1, u): the loss needs every output',
     4: 'B(k, t) after B(k+1, t): its output gradient is that input gradient',
     5: 'B(k, t) after B(k, t+1): it adds to that running weight-gradient sum',
+    6: 'B(K-1, t) after F(K-1, t): a per-example loss needs only that output',
+    7: 'B(k, t) after B(k, t-1): it adds to that running weight-gradient sum',
+    8: 'F(k, t + K - k) after B(k, t): at most K - k micro-batches in flight on device k',
 }
 
 
@@ -206,6 +224,23 @@ class Schedule:
     return '\n'.join(rows)
 
 
+def _CheckLag(forward_lag):
+  if forward_lag not in (1, 2):
+    raise ValueError('forward_lag must be 1 or 2, got %r' % (forward_lag,))
+
+
+def _DataAndOrderEdges(k, t, num_cells, forward_lag):
+  """The edges into F(k, t) and B(k, t) that every schedule has: rules 1, 2 and 4."""
+  edges = []
+  if k:
+    edges.append(Edge(Action(FORWARD, k - 1, t), Action(FORWARD, k, t), 1))
+  if t >= forward_lag:
+    edges.append(Edge(Action(FORWARD, k, t - forward_lag), Action(FORWARD, k, t), 2))
+  if k < num_cells - 1:
+    edges.append(Edge(Action(BACKWARD, k + 1, t), Action(BACKWARD, k, t), 4))
+  return edges
+
+
 def FillDrainSchedule(num_cells, num_micro_batches, forward_lag=1) -> Schedule:
   """GPipe's schedule: every forward pass, then every backward pass in reverse (rules 1-5).
 
@@ -216,26 +251,57 @@ def FillDrainSchedule(num_cells, num_micro_batches, forward_lag=1) -> Schedule:
       beside F(k, t - 1).
   """
   _CheckSizes(num_cells, num_micro_batches)
-  if forward_lag not in (1, 2):
-    raise ValueError('forward_lag must be 1 or 2, got %r' % (forward_lag,))
+  _CheckLag(forward_lag)
   k_cells, m = num_cells, num_micro_batches
   f = lambda k, t: Action(FORWARD, k, t)
   b = lambda k, t: Action(BACKWARD, k, t)
   edges = []
   for k in range(k_cells):
     for t in range(m):
-      if k:
-        edges.append(Edge(f(k - 1, t), f(k, t), 1))
-      if t >= forward_lag:
-        edges.append(Edge(f(k, t - forward_lag), f(k, t), 2))
-      if k < k_cells - 1:
-        edges.append(Edge(b(k + 1, t), b(k, t), 4))
+      edges.extend(_DataAndOrderEdges(k, t, k_cells, forward_lag))
       if t < m - 1:
         edges.append(Edge(b(k, t + 1), b(k, t), 5))
   edges.extend(Edge(f(k_cells - 1, u), b(k_cells - 1, m - 1), 3) for u in range(m))
   device_actions = [[f(k, t) for t in range(m)] + [b(k, t) for t in reversed(range(m))]
                     for k in range(k_cells)]
   return Schedule(k_cells, m, device_actions, edges, 'fill-drain K=%d, M=%d' % (k_cells, m))
+
+
+def OneFOneBSchedule(num_cells, num_micro_batches, forward_lag=1) -> Schedule:
+  """1F1B: a warm-up of K - k forward passes on device k, then one backward, one forward (rules 1,
+  2, 4 and 6-8). Needs a pipeline whose output is per-example losses (see the module docstring).
+
+  Args:
+    num_cells: K.
+    num_micro_batches: M.
+    forward_lag: rule 2's lag, as for FillDrainSchedule.
+  """
+  _CheckSizes(num_cells, num_micro_batches)
+  _CheckLag(forward_lag)
+  k_cells, m = num_cells, num_micro_batches
+  f = lambda k, t: Action(FORWARD, k, t)
+  b = lambda k, t: Action(BACKWARD, k, t)
+  edges, device_actions = [], []
+  for k in range(k_cells):
+    in_flight = min(k_cells - k, m)
+    for t in range(m):
+      edges.extend(_DataAndOrderEdges(k, t, k_cells, forward_lag))
+      if k == k_cells - 1:
+        edges.append(Edge(f(k, t), b(k, t), 6))
+      if t:
+        edges.append(Edge(b(k, t - 1), b(k, t), 7))
+      if t + in_flight < m:
+        edges.append(Edge(b(k, t), f(k, t + in_flight), 8))
+    actions = [f(k, t) for t in range(in_flight)]
+    for t in range(m):
+      actions.append(b(k, t))
+      if t + in_flight < m:
+        actions.append(f(k, t + in_flight))
+    device_actions.append(actions)
+  return Schedule(k_cells, m, device_actions, edges, '1F1B K=%d, M=%d' % (k_cells, m))
+
+
+SCHEDULES = {'gpipe': FillDrainSchedule, '1f1b': OneFOneBSchedule}
 
 
 def BubbleFraction(num_cells, num_micro_batches):

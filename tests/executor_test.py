@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 from lingvo import compat as tf
+from lingvo.core import base_layer
 from lingvo.core import cluster_factory
 from lingvo.core import test_utils
 
@@ -12,6 +13,17 @@ from tensorpipe import schedule
 from tests import helpers
 
 DIM = 8
+
+
+class SquaredNorm(base_layer.BaseLayer):
+  """Per-example losses: |x|^2 over the last axis (so a schedule may run backward passes early)."""
+
+  def FProp(self, theta, x):
+    return tf.reduce_sum(tf.square(x), axis=-1)
+
+
+def _WithLoss(layers):
+  return layers + [SquaredNorm.Params().Set(name='loss')]
 
 
 def _Action(name):
@@ -27,17 +39,18 @@ class ExecutedOrderTest(test_utils.TestCase):
   """Every edge of the schedule holds in a traced step: the later action's op starts after the
   earlier one's has ended."""
 
-  def _Check(self, k, m, overlap):
+  def _Check(self, k, m, overlap, schedule_name='gpipe'):
     with tf.Graph().as_default() as g, helpers.Cluster(k):
-      params = helpers.Pipeline(helpers.DenseLayers(2 * k, dim=64), k, m, forward_overlap=overlap)
+      params = helpers.Pipeline(_WithLoss(helpers.DenseLayers(2 * k, dim=64)), k, m,
+                                forward_overlap=overlap, schedule=schedule_name)
       net = params.Instantiate()
-      loss = tf.reduce_mean(tf.square(net.FPropDefaultTheta(tf.random.uniform([16 * m, 64]))))
+      loss = tf.reduce_mean(net.FPropDefaultTheta(tf.random.uniform([16 * m, 64])))
       grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
       sched = net.Schedule(16 * m)
       with helpers.Session(g, k, intra_op_threads=1, inter_op_threads=2) as sess:
         sess.run(tf.global_variables_initializer())
         for _ in range(2):
-          _, meta = profiling.TracedRun(sess, grads)
+          _, meta = profiling.TracedRun(sess, [grads, loss])  # The loss needs the last cell's F.
           spans = {}
           for dev in meta.step_stats.dev_stats:
             for n in dev.node_stats:
@@ -58,6 +71,54 @@ class ExecutedOrderTest(test_utils.TestCase):
       self.assertEqual({e.before.micro_batch for e in sched.edges if e.rule == 2}, set(range(4 - lag)))
       self.assertTrue(all(e.after.micro_batch - e.before.micro_batch == lag
                           for e in sched.edges if e.rule == 2))
+
+
+  def testOneFOneB(self):
+    for overlap in (True, False):
+      sched = self._Check(3, 5, overlap, '1f1b')
+      self.assertIn(8, {e.rule for e in sched.edges})  # Forward passes wait for backward ones.
+
+
+class SchedulesTest(test_utils.TestCase):
+  """'gpipe' and '1f1b' give the plain model's gradients; '1f1b' refuses a loss it cannot run."""
+
+  def _Grads(self, params):
+    x = np.random.RandomState(2).normal(size=[32, DIM]).astype(np.float32)
+    graph = tf.Graph()
+    with graph.as_default(), helpers.Cluster(4):
+      tf.random.set_seed(1234)
+      net = params.Instantiate()
+      loss = tf.reduce_mean(net.FPropDefaultTheta(tf.constant(x)))
+      variables = tf.trainable_variables()
+      grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+      with helpers.Session(graph, 4) as sess:
+        sess.run(tf.global_variables_initializer())
+        return {v.op.name: g for v, g in zip(variables, sess.run(grads))}
+
+  def testGradientsIdenticalAcrossSchedules(self):
+    layers = _WithLoss(helpers.DenseLayers(4, dim=DIM))
+    plain = self._Grads(helpers.Plain(layers))
+    for k in (1, 2, 4):
+      for m in (1, 4, 8, 16):
+        for name in ('gpipe', '1f1b'):
+          modes = ('always', 'except_last', 'never') if (k, m) == (2, 4) else ('always',)
+          for mode in modes:
+            grads = self._Grads(helpers.Pipeline(layers, k, m, mode, schedule=name))
+            self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, (k, m, name, mode))
+
+  def testOneFOneBRefusesALossOfTheJoinedOutputs(self):
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      net = helpers.Pipeline(helpers.DenseLayers(2, dim=DIM), 2, 4, schedule='1f1b').Instantiate()
+      out = net.FPropDefaultTheta(tf.random.uniform([8, DIM]))
+      loss = tf.reduce_mean(tf.nn.softmax(out)[:, 0])  # Each row's gradient needs every output.
+      with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': the 1F1B K=2, M=4 schedule "
+                                  r".*must not depend on the pipeline's outputs.*per-example losses"):
+        tf.gradients(loss, tf.trainable_variables())
+
+  def testUnknownSchedule(self):
+    with self.assertRaisesRegex(ValueError, r"schedule='zb' is not one of \('gpipe', '1f1b'\)"):
+      with helpers.Cluster(2):
+        helpers.Pipeline(helpers.DenseLayers(2), 2, 4, schedule='zb').Instantiate()
 
 
 class GradientFlowTest(test_utils.TestCase):

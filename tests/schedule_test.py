@@ -36,7 +36,7 @@ class FillDrainScheduleTest(unittest.TestCase):
     self.assertEqual(waits(_A(B, 2, 3)), [(_A(F, 2, t), 3) for t in range(4)])
     self.assertEqual(waits(_A(B, 2, 1)), [(_A(B, 2, 2), 5)])
     self.assertEqual(waits(_A(B, 0, 1)), [(_A(B, 0, 2), 5), (_A(B, 1, 1), 4)])
-    self.assertEqual(sorted({e.rule for e in s.edges}), sorted(schedule.RULES))
+    self.assertEqual(sorted({e.rule for e in s.edges}), [1, 2, 3, 4, 5])  # 6-8 are 1F1B's.
     self.assertTrue(all(e.crosses_devices == (e.rule in (1, 4)) for e in s.edges))
 
   def testDryRunRespectsEveryEdgeAndIsTheTextbookGrid(self):
@@ -82,6 +82,44 @@ class FillDrainScheduleTest(unittest.TestCase):
       schedule.FillDrainSchedule(2, 2, 3)
     with self.assertRaisesRegex(ValueError, r'cell 3 is not in \[0, 2\)'):
       schedule.FillDrainSchedule(2, 2).DeviceActions(3)
+
+
+class OneFOneBScheduleTest(unittest.TestCase):
+
+  def testEveryActionOnceAndTheDocstringGrid(self):
+    for k, m, lag in itertools.product(range(1, 6), range(1, 9), (1, 2)):
+      sched = schedule.OneFOneBSchedule(k, m, lag)  # Checked (and dry-run) when made.
+      self.assertEqual(sum(len(a) for a in sched.device_actions), 2 * k * m)
+    self.assertEqual(schedule.OneFOneBSchedule(2, 3).Render().splitlines(), [
+        'cell 0 | F0,0 F0,1 .    B0,0 F0,2 B0,1 .    B0,2',
+        'cell 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 B1,2 .   '])
+
+  def testAtMostKMinusKMicroBatchesInFlightOnDeviceK(self):
+    for k_cells, m in itertools.product(range(1, 6), range(1, 9)):
+      sched = schedule.OneFOneBSchedule(k_cells, m)
+      for k, actions in enumerate(sched.device_actions):
+        in_flight = peak = 0
+        for action in actions:
+          in_flight += 1 if action.kind == F else -1
+          peak = max(peak, in_flight)
+        self.assertEqual(peak, min(k_cells - k, m), (k_cells, m, k))
+      # Backward passes in micro-batch order (rule 7's running sums).
+      for actions in sched.device_actions:
+        self.assertEqual([a.micro_batch for a in actions if a.kind == B], list(range(m)))
+
+  def testEdgesFollowTheRulesAndTheBubbleIsFillDrains(self):
+    sched = schedule.OneFOneBSchedule(3, 5)
+    ticks = sched.DryRun()
+    for edge in sched.edges:
+      self.assertIn(edge.rule, (1, 2, 4, 6, 7, 8))
+      self.assertGreater(ticks[edge.after], ticks[edge.before])
+    self.assertEqual({(e.before, e.after) for e in sched.edges if e.rule == 8},
+                     {(_A(B, k, t), _A(F, k, t + 3 - k)) for k in range(3) for t in range(5)
+                      if t + 3 - k < 5})
+    for k, m in itertools.product((2, 4, 8), (4, 8, 32)):
+      self.assertAlmostEqual(schedule.OneFOneBSchedule(k, m).BubbleFraction(),
+                             schedule.BubbleFraction(k, m))
+    self.assertIs(schedule.SCHEDULES['1f1b'], schedule.OneFOneBSchedule)
 
 
 class ScheduleCheckTest(unittest.TestCase):

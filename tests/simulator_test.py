@@ -30,6 +30,13 @@ class SimulateTest(unittest.TestCase):
         self.assertAlmostEqual(result.idle_fraction, (k - 1) / (m + k - 1))
         self.assertAlmostEqual(result.idle_fraction, schedule.BubbleFraction(k, m))
 
+  def testOneFOneBHasTheFillDrainBubble(self):
+    for k in (2, 4, 8):
+      for m in (4, 8, 32):
+        costs = _Equal(k, 1.0, 2.0, 1.0)
+        result = simulator.Simulate(costs, schedule.OneFOneBSchedule(k, m))
+        self.assertAlmostEqual(result.idle_fraction, schedule.BubbleFraction(k, m), msg=(k, m))
+
   def testDevicesFollowTheScheduleOrder(self):
     k, m = 3, 4
     result = _Sim(_Equal(k, 1.0, 1.0, 0.5), m)
