@@ -114,11 +114,25 @@ def TinyConvLayers(image_shape=(8, 8, 1), channels=(16, 32, 64), hidden_dim=128,
   return layers
 
 
+class PerExampleXent(base_layer.BaseLayer):
+  """Softmax cross-entropy per example, as a pipeline's loss layer: (logits, labels) -> NestedMap of
+  logits and xent."""
+
+  def FProp(self, theta, logits, labels):
+    with tf.name_scope(self.params.name):
+      xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(labels, tf.int32),
+                                                            logits=logits)
+      return py_utils.NestedMap(logits=logits, xent=xent)
+
+
 class PipelinedClassifier(base_model.BaseTask):
   """Classifies input_batch.image into `num_classes` with a pipelined network.
 
   Expects input batches with `image` [B, ...], `label` [B] int ids and optionally `weight` [B]
   (0 for padding). Metrics: loss (= log_pplx), accuracy, error, num_samples_in_batch (real examples).
+  With a pipeline schedule other than 'gpipe' the per-example cross-entropy is computed in the
+  pipeline's last cell (its loss_layer), so each micro-batch's loss is known as soon as its forward
+  pass is done.
   """
 
   @classmethod
@@ -134,9 +148,14 @@ class PipelinedClassifier(base_model.BaseTask):
     p = self.params
     if not p.pipeline.name:
       p.pipeline.name = 'pipeline'
-    self.CreateChild('pipeline', p.pipeline)
+    pipeline = p.pipeline.Copy()
+    if pipeline.schedule != 'gpipe' and pipeline.loss_layer is None:
+      pipeline.loss_layer = PerExampleXent.Params().Set(name='xent')
+    self.CreateChild('pipeline', pipeline)
 
   def ComputePredictions(self, theta, input_batch):
+    if self.pipeline.params.loss_layer is not None:
+      return self.pipeline.FProp(theta.pipeline, input_batch.image, input_batch.label)
     logits = self.pipeline.FProp(theta.pipeline, input_batch.image)
     return py_utils.NestedMap(logits=logits)
 
@@ -151,7 +170,10 @@ class PipelinedClassifier(base_model.BaseTask):
         weights = tf.ones(tf.shape(labels), tf.float32)
       num = tf.reduce_sum(weights)
       denom = tf.maximum(num, 1.0)
-      xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+      if 'xent' in predictions:
+        xent = predictions.xent  # From the pipeline's loss layer.
+      else:
+        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
       loss = tf.reduce_sum(xent * weights) / denom
       predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
       correct = tf.cast(tf.equal(predicted, labels), tf.float32)

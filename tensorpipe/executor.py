@@ -251,6 +251,10 @@ class PipelineStep:
   def _BuildBackward(self, out_grads, last_ys):
     """Step (5): every backward action, in build order; fills the gradients steps (6) return."""
     num_micro, num_cells = self._num_micro, self._num_cells
+    # tf.gradients hands outputs the loss does not use zeros_like(output): no gradient, and no
+    # reason to wait for the output.
+    out_grads = [None if g is not None and getattr(g, 'op', None) is not None and
+                 g.op.type == 'ZerosLike' else g for g in out_grads]
     self._CheckLossGradient(out_grads)
     dys = {}
     for j, grad in enumerate(out_grads):

@@ -87,6 +87,12 @@ class TensorPipeLayer(base_layer.BaseLayer):
              "backward pass) or '1f1b' (after a warm-up, each device alternates one backward and one "
              "forward pass, so at most K - k micro-batches wait on device k: less memory, same "
              "gradients). '1f1b' needs the last layer to return per-example losses (see schedule).")
+    p.Define('loss_layer', None,
+             'Optional layer Params run after the last layer, in the last cell, on each '
+             'micro-batch: FProp(theta, last layer\'s output, *loss_inputs) returning per-example '
+             'values (e.g. losses). With it, FProp takes (inputs, loss_inputs): loss_inputs (e.g. '
+             'labels) are split into micro-batches and carried to the last cell. Lets the 1f1b '
+             'schedule run a micro-batch\'s backward pass as soon as its loss is known.')
     p.Define('forward_overlap', True,
              'True: a cell may run the forward passes of two neighbouring micro-batches at once, so '
              'a device whose neighbour is idle (filling the pipeline) can use a second core or '
@@ -124,6 +130,15 @@ class TensorPipeLayer(base_layer.BaseLayer):
           stateful_ops.CheckAccumulators(self.children[layer_params.name], where)
           names.append(layer_params.name)
       self._cell_layers.append(names)
+    self._loss_name = None
+    if p.loss_layer is not None:
+      self._loss_name = p.loss_layer.name or 'loss'
+      if any(self._loss_name in names for names in self._cell_layers):
+        raise ValueError('%s: loss_layer name %r is also a layer name; give it another name' %
+                         (where, self._loss_name))
+      with tf.device(self._devices[-1]):
+        self.CreateChild(self._loss_name, p.loss_layer.Copy().Set(name=self._loss_name))
+      self._cell_layers[-1].append(self._loss_name)
 
   def _Cells(self, where):
     """The K lists of layer Params, from `partitions` or by splitting `layers` (see partitioning)."""
@@ -199,10 +214,19 @@ class TensorPipeLayer(base_layer.BaseLayer):
     return [list(names) for names in self._cell_layers]
 
   def _CellStages(self, k):
-    """Cell k as stages, one per layer: (name, function (theta, inputs) -> outputs), in order."""
+    """Cell k as stages, one per layer: (name, function (theta, inputs) -> outputs), in order.
+
+    With a loss layer, a stage's inputs are (the layer's inputs, the loss inputs): every layer passes
+    the loss inputs on, and the loss layer gets them after the last layer's output.
+    """
 
     def Stage(name):
-      return lambda theta, inputs: self.children[name].FProp(theta[name], *_ToTuple(inputs))
+      layer = self.children[name]
+      if self._loss_name is None:
+        return lambda theta, inputs: layer.FProp(theta[name], *_ToTuple(inputs))
+      if name == self._loss_name:
+        return lambda theta, inputs: layer.FProp(theta[name], inputs[0], *_ToTuple(inputs[1]))
+      return lambda theta, inputs: (layer.FProp(theta[name], *_ToTuple(inputs[0])), inputs[1])
 
     return [(name, Stage(name)) for name in self._cell_layers[k]]
 
@@ -249,6 +273,9 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
+    if self._loss_name is not None and len(args) != 2:
+      raise ValueError('%s: with a loss_layer, FProp takes (inputs, loss_inputs); got %d arguments' %
+                       (where, len(args)))
     batch = micro_batching.BatchSize(args, p.batch_dim, where)
     num_micro = self.NumMicroBatches(batch)
     collector = batch_norm.StatsCollector(num_micro, where)

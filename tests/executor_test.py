@@ -115,6 +115,19 @@ class SchedulesTest(test_utils.TestCase):
                                   r".*must not depend on the pipeline's outputs.*per-example losses"):
         tf.gradients(loss, tf.trainable_variables())
 
+  def testLossLayerTakesInputsAndLossInputs(self):
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      net = helpers.Pipeline(helpers.DenseLayers(2, dim=DIM), 2, 4, schedule='1f1b',
+                             loss_layer=SquaredNorm.Params().Set(name='sq')).Instantiate()
+      self.assertEqual(net.cell_layer_names, [['layer0'], ['layer1', 'sq']])
+      with self.assertRaisesRegex(ValueError, r"with a loss_layer, FProp takes \(inputs, "
+                                  r"loss_inputs\); got 1 arguments"):
+        net.FPropDefaultTheta(tf.random.uniform([8, DIM]))
+    with self.assertRaisesRegex(ValueError, "loss_layer name 'layer1' is also a layer name"):
+      with tf.Graph().as_default(), helpers.Cluster(2):
+        helpers.Pipeline(helpers.DenseLayers(2, dim=DIM), 2, 4,
+                         loss_layer=SquaredNorm.Params().Set(name='layer1')).Instantiate()
+
   def testUnknownSchedule(self):
     with self.assertRaisesRegex(ValueError, r"schedule='zb' is not one of \('gpipe', '1f1b'\)"):
       with helpers.Cluster(2):

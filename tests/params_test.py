@@ -85,6 +85,37 @@ class RegisteredParamsTest(test_utils.TestCase):
     self.assertGreater(metrics['num_samples_in_batch'][0], 0)
 
 
+class DigitsScheduleTest(test_utils.TestCase):
+  """The digits model with task.pipeline.schedule = '1f1b' (its cross-entropy then runs in the
+  pipeline's last cell) takes the same training step as with 'gpipe'."""
+
+  def _Step(self, schedule):
+    cfg = train.ModelParams('digits.TinyConvPipeline', 'Train')
+    cfg.task.pipeline.schedule = schedule
+    graph = tf.Graph()
+    with graph.as_default(), cluster_factory.ForTestingWorker(
+        mode='sync', job='trainer_client', cpus=4, split_size=4):
+      tf.random.set_seed(1)
+      model = cfg.Instantiate()
+      model.ConstructFPropBPropGraph()
+      task = model.GetTask()
+      variables = tf.trainable_variables()
+      init = tf.global_variables_initializer()
+    with tf.Session(graph=graph, config=placement.SessionConfig(4)) as sess:
+      sess.run(init)
+      task.input.Initialize(sess)
+      loss = sess.run([task.eval_metrics, task.train_op])[0]['loss'][0]
+      return loss, {v.op.name: value for v, value in zip(variables, sess.run(variables))}
+
+  def testOneFOneBTakesTheGpipeStep(self):
+    loss, after = self._Step('gpipe')
+    loss_1f1b, after_1f1b = self._Step('1f1b')
+    self.assertAllClose(loss_1f1b, loss, rtol=1e-6)
+    self.assertEqual(sorted(after_1f1b), sorted(after))
+    for name in after:
+      self.assertAllClose(after_1f1b[name], after[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
 class DigitsInputTest(test_utils.TestCase):
 
   def _Params(self, split, batch_size=32, **kwargs):

@@ -1,0 +1,134 @@
+#!/usr/bin/env python
+r"""Step memory of the 'gpipe' and '1f1b' schedules, per device, from a traced step.
+
+A stack whose boundary activations dominate (wide micro-batches, narrow cheap layers: --layers
+dense tanh layers of --width, a per-example squared-norm loss as the last layer), K = --cells cells
+on K logical CPU devices, M = --micro_batches micro-batches of --micro_batch_size examples, trained
+one step (forward, gradients, SGD update) with each schedule in its own process. Per device: the
+peak of memory allocated during the step (profiling.Trace.PeakMemory: what the step adds above the
+resident variables and inputs), and the ratio 1f1b / gpipe. Fill-drain keeps every micro-batch's
+boundary input on device k until its backward pass (M of them); 1F1B keeps at most K - k, so the
+predicted stash ratio on device k is min(K - k, M) / M. The rest of a peak (one micro-batch's
+re-computed activations and gradients, the weight-gradient sums) is the same for both: the tool
+takes it as fill-drain's peak less M boundary inputs, and 1F1B's stash as its peak less that.
+
+  .venv/bin/python tools/schedule_memory.py                   # K = 4, M = 32; about 1 minute
+  .venv/bin/python tools/schedule_memory.py --cells 4 --micro_batches 8
+
+Results: docs/benchmarks.md.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)
+
+_RESULT = 'SCHEDULE_MEMORY '
+KIB = 1024.0
+
+
+def Child(args):
+  """Builds and traces one step with schedule `args.schedule`; prints {device: peak bytes}."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
+  from lingvo.core import base_layer  # pylint: disable=g-import-not-at-top
+  from lingvo.core import cluster_factory  # pylint: disable=g-import-not-at-top
+  from lingvo.core import layers  # pylint: disable=g-import-not-at-top
+  from tensorpipe import layer as layer_lib  # pylint: disable=g-import-not-at-top
+  from tensorpipe import placement  # pylint: disable=g-import-not-at-top
+  from tensorpipe import profiling  # pylint: disable=g-import-not-at-top
+
+  class SquaredNorm(base_layer.BaseLayer):
+    """Per-example losses |x|^2 (the last layer: what '1f1b' needs)."""
+
+    def FProp(self, theta, x):
+      return tf.reduce_sum(tf.square(x), axis=-1)
+
+  k, m = args.cells, args.micro_batches
+  stack = [layers.FCLayer.Params().Set(name='fc%d' % i, input_dim=args.width,
+                                       output_dim=args.width, activation='TANH')
+           for i in range(args.layers)] + [SquaredNorm.Params().Set(name='loss')]
+  batch = m * args.micro_batch_size
+  with tf.Graph().as_default() as graph, cluster_factory.ForTestingWorker(cpus=k, split_size=k):
+    net = layer_lib.TensorPipeLayer.Params().Set(
+        name='pipe', layers=stack, num_partitions=k, num_micro_batches=m,
+        schedule=args.schedule).Instantiate()
+    x = tf.Variable(np.random.RandomState(0).normal(size=[batch, args.width]).astype(np.float32),
+                    trainable=False, name='inputs')
+    loss = tf.reduce_mean(net.FPropDefaultTheta(tf.identity(x)))
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+    updates = []
+    for v, g in zip(variables, grads):
+      with tf.ops.colocate_with(v):
+        updates.append(v.assign_sub(1e-3 * g).op)
+    step = tf.group(*updates)
+    with tf.Session(graph=graph, config=placement.SessionConfig(k, 1, 2)) as sess:
+      sess.run(tf.global_variables_initializer())
+      for _ in range(2):
+        sess.run(step)
+      _, meta = profiling.TracedRun(sess, step)
+  trace = profiling.Trace(meta)
+  print(_RESULT + json.dumps(trace.PeakMemory()), flush=True)
+
+
+def _Measure(args, schedule):
+  cmd = [sys.executable, os.path.abspath(__file__), '--child', '--schedule', schedule] + [
+      '--%s=%s' % (n, getattr(args, n)) for n in
+      ('cells', 'micro_batches', 'micro_batch_size', 'width', 'layers')]
+  proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False,
+                        cwd=_REPO)
+  for line in proc.stdout.splitlines():
+    if line.startswith(_RESULT):
+      return json.loads(line[len(_RESULT):])
+  raise SystemExit('schedule_memory: the %s child failed (exit %d):\n%s' %
+                   (schedule, proc.returncode, proc.stderr[-3000:]))
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--cells', type=int, default=4, help='K.')
+  parser.add_argument('--micro_batches', type=int, default=32, help='M.')
+  parser.add_argument('--micro_batch_size', type=int, default=512, help='Examples per micro-batch.')
+  parser.add_argument('--width', type=int, default=64, help='Width of every layer.')
+  parser.add_argument('--layers', type=int, default=8, help='Dense layers (K must divide them+1 '
+                      'with the loss layer, or they are balanced by count).')
+  parser.add_argument('--timeout', type=int, default=600, help='Seconds per child.')
+  parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
+  parser.add_argument('--schedule', default=None, help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.child:
+    return Child(args)
+  k, m = args.cells, args.micro_batches
+  boundary = args.micro_batch_size * args.width * 4 / KIB
+  print('%d dense tanh layers of width %d + a per-example loss, K = %d, M = %d micro-batches of %d '
+        '(a boundary activation: %.0f KiB); one traced training step per schedule' %
+        (args.layers, args.width, k, m, args.micro_batch_size, boundary), flush=True)
+  peaks = {name: _Measure(args, name) for name in ('gpipe', '1f1b')}
+  print('%-8s %11s %10s %9s %14s %12s %16s' % ('device', 'gpipe KiB', '1f1b KiB', '1f1b/gp',
+                                                '1f1b stash KiB', 'stash ratio', 'predicted ratio'))
+  worst = 0.0
+  for i, device in enumerate(sorted(peaks['gpipe'])):
+    g, o = peaks['gpipe'][device] / KIB, peaks['1f1b'].get(device, 0) / KIB
+    # What both schedules hold besides the stash: fill-drain's peak less its M boundary inputs.
+    fixed = max(0.0, g - m * boundary)
+    stash = max(0.0, o - fixed)
+    ratio = stash / (m * boundary)
+    if i < k - 1:  # The last cell's stash is its forward outputs, not boundary inputs.
+      worst = max(worst, ratio)
+    print('%-8s %11.0f %10.0f %8.2fx %14.0f %11.2fx %15.2fx' % (
+        device, g, o, o / g, stash, ratio, min(k - i, m) / float(m)))
+  limit = (k + 1) / float(m)
+  print('\n1f1b stash <= (K + 1)/M = %.3f of gpipe\'s on every device but the last: %.3f  %s' %
+        (limit, worst, 'PASS' if worst <= limit else 'FAIL'))
+
+
+if __name__ == '__main__':
+  main()
