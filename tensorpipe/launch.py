@@ -1,9 +1,9 @@
 r"""Starts a whole distributed training job on this machine: one process per task, on 127.0.0.1.
 
-  python -m tensorpipe.launch --model=digits.TinyConvPipeline --logdir=/tmp/digits2 \
-      --worker_tasks=2 --tasks_per_replica=2          # K = 2 cells in 2 worker processes
   python -m tensorpipe.launch --model=digits.TinyConvPipeline --logdir=/tmp/digits4 \
-      --worker_tasks=4 --tasks_per_replica=2          # S = 2 replicas x K = 2 cells
+      --worker_tasks=4                                 # its K = 4 cells in 4 worker processes
+  python -m tensorpipe.launch --model=digits.TinyConvPipeline --logdir=/tmp/digits22 \
+      --worker_tasks=4 --tasks_per_replica=2 --cpu_devices=2   # S = 2 replicas x K = 4 cells
 
 It picks free ports, writes Lingvo's --cluster_spec (controller, trainer_client, W worker tasks) and
 runs `python -m tensorpipe.train` once per task with --mode=sync --job=JOB --task=I, so every process
