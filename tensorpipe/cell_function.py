@@ -6,6 +6,12 @@ functions placed on the cell's device:
   forward(offset[, step], theta, x) -> (y, batch-norm statistics)
   backward(offset[, step], theta, x, dy, sums) -> (dx, sums + dtheta)
   zeros() -> sums, all zero (a new buffer per weight every step)
+and, for schedules that split backward passes (see `schedule`), backward's two halves:
+  input_backward(offset[, step], theta, x, dy) -> (dx, kept)
+  weight_backward(offset[, step], theta, x, dy, kept, sums) -> sums + dtheta
+where `kept` is the input and output gradient of each layer that has weights; weight_backward
+re-runs each such layer from its kept input (one layer's activations at a time) and differentiates
+it with respect to its weights only.
 
 `backward` re-computes the cell from its saved boundary input x and differentiates it stage by
 stage, so only boundary activations are kept between the passes (GPipe's re-computation). It adds
@@ -157,7 +163,23 @@ def _Expand(values, mask):
   return [next(it) if has else None for has in mask]
 
 
-def _StageGradients(boundaries, pairs, x_leaves, theta_leaves, sums):
+def _AddWeightGradients(total, grads, theta_leaves):
+  """Adds `grads` (one per differentiable weight, None allowed) into the running sums `total` in
+  place; returns the sums added to."""
+  own = iter(grads)
+  added = []
+  for i, t in enumerate(theta_leaves):
+    g = accumulation.Dense(next(own)) if _IsDifferentiable(t) else None
+    if g is None:
+      continue
+    if total[i] is None:
+      raise AssertionError('no running sum for weight %d (%s)' % (i, t.name))
+    total[i] = accumulation.AddInPlace(total[i], g)
+    added.append(total[i])
+  return added
+
+
+def _StageGradients(boundaries, out_grads, theta_leaves, sums=None):
   """Gradients of a cell run as stages, differentiated stage by stage, last stage first.
 
   Each stage's backward pass waits until the weight gradients of the stage after it have been added
@@ -167,47 +189,53 @@ def _StageGradients(boundaries, pairs, x_leaves, theta_leaves, sums):
 
   Args:
     boundaries: every stage's inputs, then the cell's outputs (structures).
-    pairs: (output tensor, its gradient) for the outputs that have one.
-    x_leaves: the cell's input leaves (the first boundary's non-None leaves).
+    out_grads: the gradient of each leaf of the cell's outputs (flattened), None where none.
     theta_leaves: the cell's weights.
-    sums: running sums per weight (None where a weight has no gradient), added to in place.
+    sums: running sums per weight (None where a weight has no gradient), added to in place; None:
+      input gradients only (a weight-gradient pass adds the weights' later, see `_WeightPass`).
 
   Returns:
-    (dx per input leaf or None, sum per weight or None).
+    (per boundary, the gradient of each of its leaves (flattened) or None; the sums or None).
   """
   num_stages = len(boundaries) - 1
-  targets = [t for t in theta_leaves if _IsDifferentiable(t)]
-  total = list(sums)
+  targets = [t for t in theta_leaves if _IsDifferentiable(t)] if sums is not None else []
+  total = None if sums is None else list(sums)
   done = []
-  grads_of = {}  # id(tensor) -> gradient, for the inputs of the stage just differentiated
+  grads = [None] * num_stages + [list(out_grads)]
   for j in reversed(range(num_stages)):
-    if j < num_stages - 1:
-      outs = {id(y): y for y in tf.nest.flatten(boundaries[j + 1]) if y is not None}
-      pairs = [(y, grads_of.get(i)) for i, y in outs.items()]
-    pairs = [(y, d) for y, d in pairs if d is not None and _IsDifferentiable(y)]
-    ins = [x for x in tf.nest.flatten(boundaries[j]) if x is not None]
-    grads_of = {}
+    ins = tf.nest.flatten(boundaries[j])
+    grads[j] = [None] * len(ins)
+    pairs = [(y, d) for y, d in zip(tf.nest.flatten(boundaries[j + 1]), grads[j + 1])
+             if y is not None and d is not None and _IsDifferentiable(y)]
     if not pairs:
       continue
     with tf.control_dependencies(done):
       grad_ys = [tf.identity(d) for _, d in pairs]
-    diff_ins = [x for x in ins if _IsDifferentiable(x)]
-    grads = tf.gradients([y for y, _ in pairs], diff_ins + targets, grad_ys=grad_ys,
-                         stop_gradients=diff_ins)
-    for x, g in zip(diff_ins, grads[:len(diff_ins)]):
-      grads_of[id(x)] = accumulation.Dense(g)
-    own = iter(grads[len(diff_ins):])
-    added = []
-    for i, t in enumerate(theta_leaves):
-      g = accumulation.Dense(next(own)) if _IsDifferentiable(t) else None
-      if g is None:
-        continue
-      if total[i] is None:
-        raise AssertionError('no running sum for weight %d (%s)' % (i, t.name))
-      total[i] = accumulation.AddInPlace(total[i], g)
-      added.append(total[i])
-    done = added or done
-  return [grads_of.get(id(x)) for x in x_leaves], total
+    diff = [i for i, x in enumerate(ins) if x is not None and _IsDifferentiable(x)]
+    results = tf.gradients([y for y, _ in pairs], [ins[i] for i in diff] + targets,
+                           grad_ys=grad_ys, stop_gradients=[ins[i] for i in diff])
+    for i, g in zip(diff, results):
+      grads[j][i] = accumulation.Dense(g)
+    if total is not None:
+      done = _AddWeightGradients(total, results[len(diff):], theta_leaves) or done
+  return grads, total
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+  """What an input-gradient pass keeps for its weight-gradient pass (see `InputBackward`).
+
+  stages: the stages that read weights, in order.
+  inputs: stage -> (its inputs structure, the positions of its non-None leaves), for the stages
+    after the first (the first one's inputs are the cell's).
+  grads: stage -> positions of its output leaves (flattened) that have gradients.
+  specs: the kept tensors: per stage in `stages`, its input leaves (not for the first stage), then
+    its output gradients (not for the last stage, whose are the cell's output gradients).
+  """
+  stages: tuple
+  inputs: dict
+  grads: dict
+  specs: tuple
 
 
 class CellFunctions:
@@ -257,6 +285,7 @@ class CellFunctions:
     self._grad_mask = None  # Which weights get a gradient: known once a backward pass is traced.
     self._zeros = None
     self._backward = {}  # dy mask -> (function, dx mask)
+    self._split = {}  # dy mask -> (input-gradient function, dx mask, _Kept, weight-gradient function)
     self._accumulate = None
 
   @property
@@ -275,8 +304,23 @@ class CellFunctions:
     return (self._theta.Pack(list(theta_leaves)),
             tf.nest.pack_sequence_as(self._in_template, leaves))
 
+  @contextlib.contextmanager
+  def _Tracing(self, step, offset, collector, check_numerics):
+    """The context the cell's layers are traced in, inside a function body."""
+    with _CellCluster(check_numerics), py_utils.GlobalStepContext(step), (
+        randomness.ExampleOffset(offset)), collector.Collecting(), stateful_ops.Replacing(
+            self._example_axis, self._example_count), (
+                matmul_gradient.Scope() if self._two_d else contextlib.nullcontext()):
+      yield
+
+  def _RunStage(self, j, theta, inputs):
+    """Stage j on `inputs`, within `_Tracing`: the same dropout masks and seeds whenever it runs."""
+    name, stage = self._stages[j]
+    with stateful_ops.Stage('%s/%s' % (self._site_prefix, name)):
+      return stage(theta, inputs)
+
   def _Run(self, step, offset, theta_leaves, x_leaves, collector, boundaries=None):
-    """Runs the cell inside a function body; returns its outputs structure.
+    """Runs the cell inside a function body; returns its outputs structure and each stage's ops.
 
     `boundaries`, if given, gets every stage's inputs and then the outputs: a re-computation, which
     skips Lingvo's CheckNumerics.
@@ -284,11 +328,8 @@ class CellFunctions:
     theta, out = self._Pack(theta_leaves, x_leaves)
     graph = tf.get_default_graph()
     stage_ops = []
-    with _CellCluster(check_numerics=boundaries is None), py_utils.GlobalStepContext(step), (
-        randomness.ExampleOffset(offset)), collector.Collecting(), stateful_ops.Replacing(
-            self._example_axis, self._example_count), (
-                matmul_gradient.Scope() if self._two_d else contextlib.nullcontext()):
-      for name, stage in self._stages:
+    with self._Tracing(step, offset, collector, check_numerics=boundaries is None):
+      for j, (name, _) in enumerate(self._stages):
         if boundaries is not None:
           if boundaries:
             # _StageGradients stops each stage's differentiation at its inputs. tf.gradients
@@ -297,14 +338,11 @@ class CellFunctions:
             out = tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), out)
           boundaries.append(out)
         first = len(graph.get_operations())
-        with stateful_ops.Stage('%s/%s' % (self._site_prefix, name)):
-          out = stage(theta, out)
+        out = self._RunStage(j, theta, out)
         stage_ops.append((name, graph.get_operations()[first:]))
     if boundaries is not None:
       boundaries.append(out)
-    else:
-      self._stage_ops = stage_ops
-    return out
+    return out, stage_ops
 
   def _Leading(self):
     """Specs of the example offset and, if the graph has one, the global step (int64 scalars)."""
@@ -328,7 +366,7 @@ class CellFunctions:
     def Forward(*args):
       step, offset, args = self._Split(args)
       recorder = batch_norm.StatsCollector(1, self._where)
-      out = self._Run(step, offset, args[:num_theta], args[num_theta:], recorder)
+      out, self._stage_ops = self._Run(step, offset, args[:num_theta], args[num_theta:], recorder)
       ys = [y for y in tf.nest.flatten(out) if y is not None]
       for y in ys:
         if not isinstance(y, tf.Tensor):
@@ -416,9 +454,9 @@ class CellFunctions:
       boundaries = []
       with tf.name_scope('recompute'):
         self._Run(step, offset, theta_leaves, x_leaves, batch_norm.Discarding(), boundaries)
-      ys = [y for y in tf.nest.flatten(boundaries[-1]) if y is not None]
-      dx, new_sums = _StageGradients(boundaries, [(y, d) for y, d, has in zip(
-          ys, _Expand(dys, dy_mask), dy_mask) if has], x_leaves, theta_leaves, sums)
+      grads, new_sums = _StageGradients(boundaries, self._OutGrads(dys, dy_mask), theta_leaves,
+                                        sums)
+      dx = [grads[0][i] for i in self._in_index]
       dx_mask.extend(g is not None for g in dx)
       self._NoteGradients([a is not b for a, b in zip(new_sums, sums)])
       sums = new_sums
@@ -428,6 +466,105 @@ class CellFunctions:
         s for s, has in zip(self._theta_specs, theta_mask) if has]
     function = GraphFunction.Trace(self._name + '_backward', Backward, specs, self._device)
     self._backward[dy_mask] = (function, tuple(dx_mask))
+
+  def _OutGrads(self, dys, dy_mask):
+    """The gradient of each leaf of the cell's outputs (flattened), from the `dys` of `dy_mask`."""
+    per_y = iter(_Expand(dys, dy_mask))
+    return [None if y is None else next(per_y) for y in tf.nest.flatten(self._out_template)]
+
+  def _BuildSplitBackward(self, dy_mask):
+    """Traces the input-gradient function and then the weight-gradient function for `dy_mask`."""
+    num_theta, num_x = self.num_weights, self.num_inputs
+    num_dy = sum(dy_mask)
+    dx_mask, kept = [], []
+
+    def InputBackward(*args):
+      step, offset, args = self._Split(args)
+      theta_leaves = args[:num_theta]
+      x_leaves = args[num_theta:num_theta + num_x]
+      dys = args[num_theta + num_x:]
+      boundaries = []
+      with tf.name_scope('recompute'):
+        _, stage_ops = self._Run(step, offset, theta_leaves, x_leaves, batch_norm.Discarding(),
+                                 boundaries)
+      grads, _ = _StageGradients(boundaries, self._OutGrads(dys, dy_mask), theta_leaves)
+      dx = [grads[0][i] for i in self._in_index]
+      dx_mask.extend(g is not None for g in dx)
+      weights = {t.ref() for t in theta_leaves}
+      last = len(self._stages) - 1
+      stages, inputs, grad_index, tensors = [], {}, {}, []
+      for j, (_, ops) in enumerate(stage_ops):
+        if not any(x.ref() in weights for op in ops for x in op.inputs):
+          continue  # No weights, nothing for a weight-gradient pass to do.
+        stages.append(j)
+        if j:
+          leaves = tf.nest.flatten(boundaries[j])
+          template = tf.nest.map_structure(lambda _: None, boundaries[j])
+          inputs[j] = (template, tuple(i for i, x in enumerate(leaves) if x is not None))
+          tensors.extend(leaves[i] for i in inputs[j][1])
+        grad_index[j] = tuple(i for i, g in enumerate(grads[j + 1]) if g is not None)
+        if j < last:
+          tensors.extend(grads[j + 1][i] for i in grad_index[j])
+      kept.append(_Kept(tuple(stages), inputs, grad_index, tuple(_Spec(t) for t in tensors)))
+      return [g for g in dx if g is not None] + tensors
+
+    specs = self._Leading() + self._theta_specs + self._x_specs + self._DySpecs(dy_mask)
+    input_fn = GraphFunction.Trace(self._name + '_input_backward', InputBackward, specs,
+                                   self._device)
+    layout = kept[0]
+    theta_mask = self._theta_mask
+
+    def WeightBackward(*args):
+      step, offset, args = self._Split(args)
+      theta_leaves = args[:num_theta]
+      x_leaves = args[num_theta:num_theta + num_x]
+      out_grads = self._OutGrads(args[num_theta + num_x:num_theta + num_x + num_dy], dy_mask)
+      rest = args[num_theta + num_x + num_dy:]
+      tensors, sums = rest[:len(layout.specs)], _Expand(rest[len(layout.specs):], theta_mask)
+      theta, x = self._Pack(theta_leaves, x_leaves)
+      total = list(sums)
+      done = []
+      it = iter(tensors)
+      saved = {}
+      for j in layout.stages:  # The order InputBackward kept them in.
+        if j:
+          template, index = layout.inputs[j]
+          leaves = [None] * len(tf.nest.flatten(template))
+          for i in index:
+            leaves[i] = next(it)
+          saved[j] = [leaves]
+        else:
+          saved[j] = [tf.nest.flatten(x)]
+        if j < len(self._stages) - 1:
+          saved[j].append([next(it) for _ in layout.grads[j]])
+        else:
+          saved[j].append([out_grads[i] for i in layout.grads[j]])
+      targets = [t for t in theta_leaves if _IsDifferentiable(t)]
+      with tf.name_scope('recompute') as scope:
+        pass  # Every re-run below in this one scope, as in a backward function (for profiling).
+      with self._Tracing(step, offset, batch_norm.Discarding(), check_numerics=False):
+        for j in reversed(layout.stages):  # Last stage first, one stage's activations at a time.
+          leaves, grads = saved[j]
+          with tf.control_dependencies(done):
+            leaves = [None if x is None else tf.identity(x) for x in leaves]
+          template = layout.inputs[j][0] if j else x
+          with tf.name_scope(scope):
+            out = self._RunStage(j, theta, tf.nest.pack_sequence_as(template, leaves))
+          outs = tf.nest.flatten(out)
+          pairs = [(outs[i], g) for i, g in zip(layout.grads[j], grads)
+                   if _IsDifferentiable(outs[i])]
+          if not pairs:
+            continue
+          results = tf.gradients([y for y, _ in pairs], targets, grad_ys=[g for _, g in pairs])
+          done = _AddWeightGradients(total, results, theta_leaves) or done
+      self._NoteGradients([a is not b for a, b in zip(total, sums)])
+      return [g for g in total if g is not None]
+
+    specs = (self._Leading() + self._theta_specs + self._x_specs + self._DySpecs(dy_mask) +
+             list(layout.specs) + [s for s, has in zip(self._theta_specs, theta_mask) if has])
+    weight_fn = GraphFunction.Trace(self._name + '_weight_backward', WeightBackward, specs,
+                                    self._device)
+    self._split[dy_mask] = (input_fn, tuple(dx_mask), layout, weight_fn)
 
   def _DySpecs(self, dy_mask):
     return [_Spec(y) for y, has in zip(self._forward.outputs[:self._num_y], dy_mask) if has]
@@ -472,6 +609,55 @@ class CellFunctions:
     dx = [next(it) if has else None for has in dx_mask]
     sums = _Expand(list(it), self._theta_mask)
     return dx, sums, _Ops(results)
+
+  def InputBackward(self, step, offset, theta_leaves, x_leaves, dys):
+    """One call of the input-gradient half of a re-computing backward pass (a B action of a
+    schedule that splits backward passes).
+
+    It re-computes the cell and returns the input gradients, and keeps what `WeightBackward` needs:
+    the inputs and output gradients of each layer that has weights.
+
+    Args:
+      step, offset, theta_leaves, x_leaves, dys: as for Backward.
+
+    Returns:
+      (dx per input leaf or None, the kept tensors, the ops the pass is done after).
+    """
+    dys = [accumulation.Dense(d) for d in dys]
+    dy_mask = tuple(d is not None for d in dys)
+    if dy_mask not in self._split:
+      self._BuildSplitBackward(dy_mask)
+    function, dx_mask, _, _ = self._split[dy_mask]
+    args = (self._LeadingArgs(step, offset) + list(theta_leaves) + list(x_leaves) +
+            [d for d in dys if d is not None])
+    with tf.device(self._device):
+      results = Call(function, args, 'backward')
+    num_dx = sum(dx_mask)
+    dx = _Expand(results[:num_dx], dx_mask)
+    return dx, results[num_dx:], _Ops(results)
+
+  def WeightBackward(self, step, offset, theta_leaves, x_leaves, dys, kept, sums):
+    """One call of the weight-gradient half (a W action): re-runs each layer that has weights from
+    its kept inputs and adds its weight gradients to the running sums.
+
+    Args:
+      step, offset, theta_leaves, x_leaves, dys: what the InputBackward call got.
+      kept: its kept tensors.
+      sums: as for Backward (None: start from zeros).
+
+    Returns:
+      (running sum per weight or None, the ops the pass is done after).
+    """
+    dys = [accumulation.Dense(d) for d in dys]
+    dy_mask = tuple(d is not None for d in dys)
+    _, _, _, function = self._split[dy_mask]
+    if sums is None:
+      sums = self.Zeros()
+    args = (self._LeadingArgs(step, offset) + list(theta_leaves) + list(x_leaves) +
+            [d for d in dys if d is not None] + list(kept) + [s for s in sums if s is not None])
+    with tf.device(self._device):
+      results = Call(function, args, 'weight')
+    return _Expand(results, self._theta_mask), _Ops(results)
 
   def NeverRecomputeBackward(self, forward_ys, theta_leaves, x_leaves, dys, sums):
     """The backward pass of a forward call without re-computation (TensorFlow's function gradient).

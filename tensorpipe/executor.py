@@ -9,7 +9,9 @@ In training, FProp builds:
 When tf.gradients reaches Exit:
   (5) Exit's gradient cuts the output gradient into micro-batches and builds every backward action
       in build order: B(k, t) is one call of cell k's backward function (or, without
-      re-computation, of TensorFlow's gradient of F(k, t)), after the actions its edges name.
+      re-computation, of TensorFlow's gradient of F(k, t)), after the actions its edges name; in a
+      schedule that splits backward passes, B(k, t) calls the input-gradient function and W(k, t)
+      the weight-gradient function on what that B call kept.
   (6) Anchor k's gradient returns cell k's summed weight gradients, and Entry's gradient joins the
       micro-batches' input gradients.
 
@@ -126,7 +128,7 @@ class PipelineStep:
         tokens.append(token)
       thetas.append(leaves)
     outputs = [[None] * num_micro for _ in range(num_cells)]
-    for action in self._sched.BuildOrder(schedule_lib.FORWARD):  # Step (3).
+    for action in self._sched.BuildOrder((schedule_lib.FORWARD,)):  # Step (3).
       k, t = action.cell, action.micro_batch
       inputs = pieces[t] if k == 0 else outputs[k - 1][t]
       if self._cells[k] is None:
@@ -269,26 +271,43 @@ class PipelineStep:
         dys.setdefault((num_cells - 1, t), []).append(pieces[t])
     sums = [None] * num_cells
     input_grads = [None] * num_micro
+    kept = {}  # (k, t) -> (output gradients, what B(k, t) kept for W(k, t), its name scope)
+    split = self._sched.splits_backward
     # Lingvo builds gradients with colocate_gradients_with_ops, which would pin every op built here
     # to Exit's device; each action is placed on its cell's device instead.
     with tf.compat.v1.colocate_with(None, ignore_existing=True):
-      for action in self._sched.BuildOrder(schedule_lib.BACKWARD):
+      for action in self._sched.BuildOrder((schedule_lib.BACKWARD, schedule_lib.WEIGHT)):
         k, t = action.cell, action.micro_batch
         theta, x_leaves, ys, step, offset = self._calls[schedule_lib.Action(
             schedule_lib.FORWARD, k, t)]
+        cell = self._cells[k]
+        if action.kind == schedule_lib.WEIGHT:
+          if (k, t) in kept:
+            grads, tensors, scope = kept.pop((k, t))
+            # Schedule rules 10 to 12: after B(k, t), W(k, t-1) and B(k, t+k).
+            with tf.device(self._devices[k]), tf.name_scope(scope), self._After(action):
+              sums[k], ops = cell.WeightBackward(step, offset, theta, x_leaves, grads, tensors,
+                                                 sums[k])
+            self._Built(action, ops)
+          continue
         grads = dys.pop((k, t))
         if all(g is None for g in grads):
           dx = [None] * len(x_leaves)
         else:
-          # Schedule rules 3 to 5: after the loss's inputs, B(k+1, t) and B(k, t+1).
-          with tf.device(self._devices[k]), tf.name_scope('cell%d_mb%d' % (k, t)), self._After(
-              action):
-            if self._recompute(t):
-              dx, sums[k], ops = self._cells[k].Backward(step, offset, theta, x_leaves, grads,
-                                                         sums[k])
+          # Schedule rules 3 to 7, 9 and 13: after the loss's inputs, B(k+1, t), the device's
+          # backward pass before it and, in zero-bubble, its weight-gradient pass k + 1 before.
+          with tf.device(self._devices[k]), tf.name_scope('cell%d_mb%d' % (k, t)) as scope, (
+              self._After(action)):
+            if split:
+              if not self._recompute(t):
+                raise AssertionError('%s: the %s schedule needs re-computation' %
+                                     (self._where, self._sched.name))
+              dx, tensors, ops = cell.InputBackward(step, offset, theta, x_leaves, grads)
+              kept[(k, t)] = (grads, tensors, scope)  # W(k, t) is named in the same scope.
+            elif self._recompute(t):
+              dx, sums[k], ops = cell.Backward(step, offset, theta, x_leaves, grads, sums[k])
             else:
-              dx, sums[k], ops = self._cells[k].NeverRecomputeBackward(ys, theta, x_leaves, grads,
-                                                                       sums[k])
+              dx, sums[k], ops = cell.NeverRecomputeBackward(ys, theta, x_leaves, grads, sums[k])
           self._Built(action, ops)
         if k:
           dys[(k - 1, t)] = dx

@@ -84,9 +84,12 @@ class TensorPipeLayer(base_layer.BaseLayer):
              "'except_last' (the last micro-batch keeps its activations), or 'never'.")
     p.Define('schedule', 'gpipe',
              "Order of the step's tasks: 'gpipe' (fill-drain: every forward pass, then every "
-             "backward pass) or '1f1b' (after a warm-up, each device alternates one backward and one "
+             "backward pass), '1f1b' (after a warm-up, each device alternates one backward and one "
              "forward pass, so at most K - k micro-batches wait on device k: less memory, same "
-             "gradients). '1f1b' needs the last layer to return per-example losses (see schedule).")
+             "gradients) or 'zero_bubble' (1F1B with each backward pass split into an input-gradient "
+             "and a later weight-gradient task that fills the bubble; needs recompute='always'). "
+             "'1f1b' and 'zero_bubble' need per-example losses from the last layer or a loss_layer "
+             "(see schedule).")
     p.Define('loss_layer', None,
              'Optional layer Params run after the last layer, in the last cell, on each '
              'micro-batch: FProp(theta, last layer\'s output, *loss_inputs) returning per-example '
@@ -114,6 +117,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
     if p.schedule not in schedule.SCHEDULES:
       raise ValueError('%s: schedule=%r is not one of %s' % (where, p.schedule,
                                                             tuple(schedule.SCHEDULES)))
+    if p.schedule == 'zero_bubble' and p.recompute != 'always':
+      raise ValueError(
+          "%s: schedule='zero_bubble' needs recompute='always', got recompute=%r: its "
+          "weight-gradient tasks re-run each layer from the inputs its input-gradient task kept. "
+          "Use recompute='always', or schedule='1f1b' to keep activations" % (where, p.recompute))
     if not isinstance(p.batch_dim, int) or p.batch_dim < 0:
       raise ValueError('%s: batch_dim must be a non-negative integer, got %r' % (where, p.batch_dim))
     if p.micro_batch_size is None:

@@ -12,6 +12,12 @@
 Any layer mapping those NestedMaps works as `encoder` / `decoder` (e.g. a SequentialLayer over the
 same layers: the unpipelined model, with the same variable names).
 
+With a decoder schedule other than 'gpipe' (e.g. '1f1b'), each micro-batch's loss must be known in
+the decoder's last cell: the softmax and the per-token cross-entropy then run there as the
+decoder's loss layer (`TokenSoftmax`, variables decoder/softmax/{w,b} instead of softmax_w and
+softmax_b), fed the target labels. The encoder keeps 'gpipe': its outputs' gradients come from the
+decoder's backward passes, which need every encoder output.
+
 Decode runs greedy decoding (beam_size = 1) or beam search (tensorpipe/beam_search.py), both
 re-running the decoder on the whole growing prefix each step (no cache), and PostProcessDecodeOut
 scores corpus BLEU overall and per language (input_batch.lang indexes `languages`), with Lingvo's
@@ -22,6 +28,7 @@ import math
 
 import numpy as np
 from lingvo import compat as tf
+from lingvo.core import base_layer
 from lingvo.core import base_model
 from lingvo.core import layers
 from lingvo.core import metrics
@@ -36,6 +43,60 @@ from tensorpipe import transformer
 def _Devices(child):
   devices = getattr(child, 'devices', None)
   return devices if devices else ['']
+
+
+def _SoftmaxParams(p):
+  """(weight, bias) WeightParams of a [model_dim] -> [vocab_size] softmax."""
+  return (py_utils.WeightParams([p.model_dim, p.vocab_size],
+                                py_utils.WeightInit.Gaussian(1.0 / math.sqrt(p.model_dim))),
+          py_utils.WeightParams([p.vocab_size], py_utils.WeightInit.Constant(0.0)))
+
+
+def _Logits(vec, w, b, logits_abs_max):
+  logits = tf.einsum('BTD,DV->BTV', vec, w) + b
+  if logits_abs_max:
+    logits = tf.clip_by_value(logits, -logits_abs_max, logits_abs_max)
+  return logits
+
+
+def _TokenLosses(logits, labels, vocab_size, label_smoothing):
+  """(nll, xent) per token: the negative log-likelihood, and the label-smoothed cross-entropy."""
+  log_probs = tf.nn.log_softmax(logits, axis=-1)
+  nll = -tf.reduce_sum(tf.one_hot(tf.cast(labels, tf.int32), vocab_size) * log_probs, axis=-1)
+  if not label_smoothing:
+    return nll, nll
+  smooth = -tf.reduce_mean(log_probs, axis=-1)
+  return nll, (1.0 - label_smoothing) * nll + label_smoothing * smooth
+
+
+class TokenSoftmax(base_layer.BaseLayer):
+  """The decoder's softmax and per-token losses, as a TensorPipeLayer's loss layer:
+  (decoder output NestedMap, labels [B, T] or None) -> NestedMap(logits[, nll, xent])."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('vocab_size', 64000, 'Output vocabulary size.')
+    p.Define('model_dim', 1024, 'Width of the decoder output.')
+    p.Define('label_smoothing', 0.1, 'Label smoothing of the training cross-entropy (0 disables).')
+    p.Define('logits_abs_max', 30.0, 'Clip logits to [-v, v]; None disables.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    w, b = _SoftmaxParams(self.params)
+    self.CreateVariable('w', w)
+    self.CreateVariable('b', b)
+
+  def FProp(self, theta, out, labels):
+    p = self.params
+    with tf.name_scope(p.name):
+      logits = _Logits(out.vec, theta.w, theta.b, p.logits_abs_max)
+      if labels is None:  # Decoding.
+        return py_utils.NestedMap(logits=logits)
+      nll, xent = _TokenLosses(logits, labels, p.vocab_size,
+                               0.0 if self.do_eval else p.label_smoothing)
+      return py_utils.NestedMap(logits=logits, nll=nll, xent=xent)
 
 
 class PipelinedTransformer(base_model.BaseTask):
@@ -76,18 +137,30 @@ class PipelinedTransformer(base_model.BaseTask):
     if p.vocab_size <= 0 or p.model_dim <= 0:
       raise ValueError('PipelinedTransformer %r: vocab_size and model_dim must be positive, got %r, %r'
                        % (p.name, p.vocab_size, p.model_dim))
-    self.CreateChild('encoder', p.encoder.Copy().Set(name=p.encoder.name or 'encoder'))
-    self.CreateChild('decoder', p.decoder.Copy().Set(name=p.decoder.name or 'decoder'))
+    encoder = p.encoder.Copy().Set(name=p.encoder.name or 'encoder')
+    decoder = p.decoder.Copy().Set(name=p.decoder.name or 'decoder')
+    if getattr(encoder, 'schedule', 'gpipe') != 'gpipe':
+      raise ValueError(
+          "PipelinedTransformer %r: encoder schedule=%r; the encoder must use 'gpipe' (its "
+          "outputs' gradients come from the decoder's backward passes, which need every encoder "
+          "output). Set the schedule on the decoder." % (p.name, encoder.schedule))
+    self._softmax_in_decoder = getattr(decoder, 'schedule', 'gpipe') != 'gpipe'
+    if self._softmax_in_decoder:
+      decoder.loss_layer = TokenSoftmax.Params().Set(
+          name='softmax', vocab_size=p.vocab_size, model_dim=p.model_dim,
+          label_smoothing=p.label_smoothing, logits_abs_max=p.logits_abs_max)
+    self.CreateChild('encoder', encoder)
+    self.CreateChild('decoder', decoder)
     with tf.device(_Devices(self.encoder)[0]):
       self.CreateVariable('emb', py_utils.WeightParams(
           [p.vocab_size, p.model_dim], py_utils.WeightInit.Gaussian(1.0 / math.sqrt(p.model_dim))))
       self.CreateChild('position', layers.PositionalEmbeddingLayer.Params().Set(
           embedding_dim=p.model_dim))
-    with tf.device(_Devices(self.decoder)[-1]):
-      self.CreateVariable('softmax_w', py_utils.WeightParams(
-          [p.model_dim, p.vocab_size], py_utils.WeightInit.Gaussian(1.0 / math.sqrt(p.model_dim))))
-      self.CreateVariable('softmax_b', py_utils.WeightParams(
-          [p.vocab_size], py_utils.WeightInit.Constant(0.0)))
+    if not self._softmax_in_decoder:
+      w, b = _SoftmaxParams(p)
+      with tf.device(_Devices(self.decoder)[-1]):
+        self.CreateVariable('softmax_w', w)
+        self.CreateVariable('softmax_b', b)
 
   def _Embed(self, theta, ids, use):
     p = self.params
@@ -99,13 +172,6 @@ class PipelinedTransformer(base_model.BaseTask):
                              where='PipelinedTransformer %r' % p.name)
     return x
 
-  def _Logits(self, theta, vec):
-    p = self.params
-    logits = tf.einsum('BTD,DV->BTV', vec, theta.softmax_w) + theta.softmax_b
-    if p.logits_abs_max:
-      logits = tf.clip_by_value(logits, -p.logits_abs_max, p.logits_abs_max)
-    return logits
-
   def Encode(self, theta, src):
     """The encoder stack's output NestedMap(vec [B, S, D], ...) for src.ids / src.paddings."""
     with tf.device(_Devices(self.encoder)[0]):
@@ -113,21 +179,24 @@ class PipelinedTransformer(base_model.BaseTask):
     return self.encoder.FProp(theta.encoder, py_utils.NestedMap(
         vec=x, paddings=tf.cast(src.paddings, x.dtype)))
 
-  def DecoderLogits(self, theta, enc_vec, src_paddings, tgt_ids, tgt_paddings):
-    """[B, T, V] logits of the decoder stack given the encoder output and target prefix ids."""
+  def DecoderLogits(self, theta, enc_vec, src_paddings, tgt_ids, tgt_paddings, labels=None):
+    """NestedMap(logits [B, T, V]) of the decoder given the encoder output and target prefix ids;
+    with the softmax in the decoder and `labels`, also its per-token nll and xent [B, T]."""
     with tf.device(_Devices(self.decoder)[0]):
       y = self._Embed(theta, tgt_ids, 'tgt_embedding')
-    out = self.decoder.FProp(theta.decoder, py_utils.NestedMap(
-        vec=y, paddings=tf.cast(tgt_paddings, y.dtype), aux_vec=enc_vec,
-        aux_paddings=tf.cast(src_paddings, y.dtype)))
+    inputs = py_utils.NestedMap(vec=y, paddings=tf.cast(tgt_paddings, y.dtype), aux_vec=enc_vec,
+                                aux_paddings=tf.cast(src_paddings, y.dtype))
+    if self._softmax_in_decoder:
+      return self.decoder.FProp(theta.decoder, inputs, labels)
+    out = self.decoder.FProp(theta.decoder, inputs)
     with tf.device(_Devices(self.decoder)[-1]):
-      return self._Logits(theta, out.vec)
+      return py_utils.NestedMap(logits=_Logits(out.vec, theta.softmax_w, theta.softmax_b,
+                                               self.params.logits_abs_max))
 
   def ComputePredictions(self, theta, input_batch):
     enc = self.Encode(theta, input_batch.src)
-    logits = self.DecoderLogits(theta, enc.vec, input_batch.src.paddings, input_batch.tgt.ids,
-                                input_batch.tgt.paddings)
-    return py_utils.NestedMap(logits=logits)
+    return self.DecoderLogits(theta, enc.vec, input_batch.src.paddings, input_batch.tgt.ids,
+                              input_batch.tgt.paddings, input_batch.tgt.labels)
 
   def ComputeLoss(self, theta, predictions, input_batch):
     p = self.params
@@ -136,13 +205,11 @@ class PipelinedTransformer(base_model.BaseTask):
       logits = predictions.logits
       weights = tf.cast(tgt.weights, tf.float32)
       labels = tf.cast(tgt.labels, tf.int32)
-      log_probs = tf.nn.log_softmax(logits, axis=-1)
-      nll = -tf.reduce_sum(tf.one_hot(labels, p.vocab_size) * log_probs, axis=-1)
-      if p.label_smoothing and not self.do_eval:
-        smooth = -tf.reduce_mean(log_probs, axis=-1)
-        xent = (1.0 - p.label_smoothing) * nll + p.label_smoothing * smooth
+      if 'xent' in predictions:  # From the decoder's loss layer.
+        nll, xent = predictions.nll, predictions.xent
       else:
-        xent = nll
+        nll, xent = _TokenLosses(logits, labels, p.vocab_size,
+                                 0.0 if self.do_eval else p.label_smoothing)
       num = tf.reduce_sum(weights)
       denom = tf.maximum(num, 1.0)
       loss = tf.reduce_sum(xent * weights) / denom
@@ -170,7 +237,7 @@ class PipelinedTransformer(base_model.BaseTask):
     paddings = tf.zeros([b, t], tf.float32)
 
     def Body(i, ids):
-      logits = self.DecoderLogits(theta, enc.vec, src.paddings, ids, paddings)
+      logits = self.DecoderLogits(theta, enc.vec, src.paddings, ids, paddings).logits
       step_logits = tf.gather(logits, i, axis=1)
       nxt = tf.argmax(step_logits, axis=-1, output_type=tf.int32)
       prev = tf.gather(ids, i, axis=1)
@@ -192,7 +259,7 @@ class PipelinedTransformer(base_model.BaseTask):
     paddings = tf.zeros([b * beam_size, p.max_decode_length + 1], tf.float32)
 
     def LogProbs(ids, step):
-      logits = self.DecoderLogits(theta, enc_vec, src_paddings, ids, paddings)
+      logits = self.DecoderLogits(theta, enc_vec, src_paddings, ids, paddings).logits
       return tf.nn.log_softmax(tf.gather(logits, step, axis=1), axis=-1)
 
     return beam_search.BeamSearch(LogProbs, b, beam_size, p.max_decode_length, p.sos_id, p.eos_id,

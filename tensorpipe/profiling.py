@@ -3,14 +3,16 @@
 `Trace` reads a step's RunMetadata. TensorPipeLayer runs every task as one call of a cell's graph
 function (see `cell_function`), named by its scope `cell<k>_mb<t>/`: the forward call F(k, t), and,
 inside tf.gradients, the backward call B(k, t) with the calls that start or add to its weight-gradient
-sums. A full trace also holds the ops that ran inside those calls, under the names they have in the
+sums, and, in a schedule that splits backward passes, the weight-gradient call W(k, t). A full trace also holds the ops that ran inside those calls, under the names they have in the
 function bodies (e.g. `layer3/MatMul`, `recompute/layer3/MatMul`,
 `gradients_1/recompute/layer3/MatMul_grad/MatMul`). Each inner op belongs to a call that ran on its
 device and spans it; where two calls of a cell overlap (two forward passes at once with
 forward_overlap), to the one of the matching kind that started last. Every executed op is labelled:
   forward     F(k, t): the forward call and the ops inside it;
-  recompute   R(k, t): the re-run of the forward pass inside the backward call (`recompute/...`);
+  recompute   R(k, t): the re-run of the forward pass inside a backward or weight-gradient call
+              (`recompute/...`);
   backward    B(k, t): the backward calls and their other ops (the gradients, the additions);
+  weight      W(k, t): the weight-gradient call's other ops;
   setup       splitting into and joining micro-batches (the pipeline's own ops, in no cell);
   transfer    sends and receives between devices;
   update      variable updates (Assign*/Apply* ops);
@@ -39,7 +41,7 @@ from lingvo import compat as tf
 from tensorpipe import balancing
 from tensorpipe import simulator
 
-CATEGORIES = ('forward', 'recompute', 'backward', 'setup', 'transfer', 'update', 'other')
+CATEGORIES = ('forward', 'recompute', 'backward', 'weight', 'setup', 'transfer', 'update', 'other')
 # Ops that move or alias data rather than compute: left out of task spans, which would otherwise
 # start with weight reads issued long before the task's input arrives.
 _BOOKKEEPING = frozenset(['ReadVariableOp', 'Identity', 'IdentityN', 'Const', 'NoOp', '_Send',
@@ -66,6 +68,7 @@ class Op:
   cell: Optional[int] = None
   micro_batch: Optional[int] = None
   layer: Optional[str] = None  # The layer's name scope, for ops inside the cells' functions.
+  task: Optional[str] = None  # The category of the call an op inside a cell's function ran in.
   is_call: bool = False  # A call op of a cell function: a container of other ops, not work.
 
 
@@ -99,7 +102,9 @@ def Classify(name, op_type, pipeline_scope=None):
       return 'setup', None, None
     return 'other', None, None
   cell, micro_batch = int(match.group(1)), int(match.group(2))
-  return ('backward' if name.startswith('gradients') else 'forward'), cell, micro_batch
+  if not name.startswith('gradients'):
+    return 'forward', cell, micro_batch
+  return ('weight' if name.endswith('/weight') else 'backward'), cell, micro_batch
 
 
 def _InnerLabel(name, call_category):
@@ -109,7 +114,7 @@ def _InnerLabel(name, call_category):
     return 'forward', match.group(3) if match else None
   if match and match.group(2) and not match.group(1):
     return 'recompute', match.group(3)
-  return 'backward', match.group(3) if match else None
+  return call_category, match.group(3) if match else None
 
 
 class Trace:
@@ -158,7 +163,7 @@ class Trace:
       call = self._EnclosingCall(op, calls[op.device])
       if call is not None:
         op.category, op.layer = _InnerLabel(op.name, call.category)
-        op.cell, op.micro_batch = call.cell, call.micro_batch
+        op.cell, op.micro_batch, op.task = call.cell, call.micro_batch, call.category
     self.step_time = max(op.end for op in self.ops)
 
   @staticmethod
@@ -168,8 +173,8 @@ class Trace:
     if not spanning:
       return None
     match = _INNER.match(op.name)
-    want = 'backward' if match and (match.group(1) or match.group(2)) else 'forward'
-    preferred = [c for c in spanning if c.category == want] or spanning
+    want = ('backward', 'weight') if match and (match.group(1) or match.group(2)) else ('forward',)
+    preferred = [c for c in spanning if c.category in want] or spanning
     return max(preferred, key=lambda c: c.start)
 
   @property
@@ -246,13 +251,13 @@ class Trace:
     for op in self.compute_ops:
       if op.cell is None or op.op_type in _BOOKKEEPING:
         continue
-      key = (op.cell, op.category, op.micro_batch)
+      key = (op.cell, op.category, op.micro_batch, op.task)
       start, end = spans.get(key, (op.start, op.end))
       spans[key] = (min(start, op.start), max(end, op.end))
-    return sorted((k + v for k, v in spans.items()), key=lambda r: r[3])
+    return sorted((k[:3] + v for k, v in spans.items()), key=lambda r: r[3])
 
   def CellTimes(self):
-    """Per cell, simulator.CellCost: mean span per micro-batch of F, B and R, and parallelism."""
+    """Per cell, simulator.CellCost: mean span per task of F, B, R and W, and parallelism."""
     cells = [op.cell for op in self.ops if op.cell is not None]
     if not cells:
       raise ValueError('no TensorPipe cell calls in the trace (names with cell<k>_mb<t>)')
@@ -295,7 +300,7 @@ class Trace:
     for op in self.compute_ops:
       task = task_of(op)
       if task is not None:
-        per[(task, op.category)][op.micro_batch].append((op.start, op.end))
+        per[(task, op.category)][(op.micro_batch, op.task)].append((op.start, op.end))
     out = []
     for k in range(num_tasks):
       by_kind = {}
@@ -355,10 +360,10 @@ def Summary(trace):
 
 
 def CellSummary(cells):
-  """A text table of `Trace.CellTimes()`: per cell, mean F, B and R milliseconds per micro-batch."""
-  lines = ['%-5s %10s %10s %10s' % ('cell', 'forward', 'backward', 'recompute')]
+  """A text table of `Trace.CellTimes()`: per cell, mean F, B, R and W milliseconds per task."""
+  lines = ['%-5s %10s %10s %10s %10s' % ('cell', 'forward', 'backward', 'recompute', 'weight')]
   for k, c in enumerate(cells):
-    lines.append('%-5d %8.2fms %8.2fms %8.2fms' % (k, 1e3 * c.forward, 1e3 * c.backward,
-                                                   1e3 * c.recompute))
+    lines.append('%-5d %8.2fms %8.2fms %8.2fms %8.2fms' % (
+        k, 1e3 * c.forward, 1e3 * c.backward, 1e3 * c.recompute, 1e3 * c.weight))
   return '\n'.join(lines)
 

@@ -2,7 +2,9 @@
 
 An action is one task of a training step: forward F(k, t) runs cell k on micro-batch t; backward
 B(k, t) re-computes cell k from its saved boundary input (or, without re-computation, reads what the
-forward pass kept) and returns the input gradient and the cell's weight gradients. Each device
+forward pass kept) and returns the input gradient and the cell's weight gradients, or, in a schedule
+that splits backward passes, only the input gradient, leaving the weight gradients to a later
+weight-gradient action W(k, t). Each device
 (cell) has an ordered list of actions, and each edge says that one action runs after another, by a
 numbered rule. TensorPipeLayer builds one op per action and turns every edge into a control
 dependency (see `executor`); `simulator` plays the same lists with measured costs; `DryRun` and
@@ -41,6 +43,25 @@ O(K) micro-batches instead of M); same bubble, same gradients. For K = 2, M = 3:
   7. B(k, t) after B(k, t-1): it adds to that running weight-gradient sum, so a device runs its
      backward passes in micro-batch order (data).
   8. F(k, t + K - k) after B(k, t): at most K - k micro-batches in flight on device k (order).
+
+Zero-bubble (`ZeroBubbleSchedule`, ZB-H1 of Qi et al., "Zero Bubble Pipeline Parallelism") splits
+each backward pass in two: B(k, t) computes only the input gradient, which the device before waits
+for, and W(k, t) the weight gradients, which nothing waits for until the step ends. It keeps 1F1B's
+forward passes and rules 1, 2, 4, 6 and 8; device k runs W(k, t) k micro-batches late, so the
+last devices, which 1F1B leaves idle while the backward passes drain towards device 0, fill that
+time with their W passes. With F, B and W of equal cost the bubble is (K - 1) / (3M + K - 1) for
+M >= K: a third of 1F1B's. For K = 2, M = 3:
+
+  tick     0    1    2    3    4    5    6    7    8    9
+  cell 0 | F0,0 F0,1 .    B0,0 F0,2 W0,0 B0,1 W0,1 B0,2 W0,2
+  cell 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 W1,0 B1,2 W1,1 W1,2
+
+  9. B(k, t) after B(k, t-1): input gradients in micro-batch order on a device (order).
+  10. W(k, t) after B(k, t): it reads the layer inputs and output gradients B(k, t) kept (data).
+  11. W(k, t) after W(k, t-1): it adds to that running weight-gradient sum (data).
+  12. W(k, t) after B(k, t + k): a device's input gradients, on the critical path, go first (order).
+  13. B(k, t + k + 1) after W(k, t): at most k + 1 micro-batches wait for their weight gradients on
+      device k, each holding its layers' inputs and output gradients (order).
 """
 
 import dataclasses
@@ -48,6 +69,7 @@ from typing import Dict, List, Sequence
 
 FORWARD = 'F'
 BACKWARD = 'B'
+WEIGHT = 'W'
 
 RULES = {
     1: 'F(k, t) after F(k-1, t): its input is that output',
@@ -58,12 +80,17 @@ RULES = {
     6: 'B(K-1, t) after F(K-1, t): a per-example loss needs only that output',
     7: 'B(k, t) after B(k, t-1): it adds to that running weight-gradient sum',
     8: 'F(k, t + K - k) after B(k, t): at most K - k micro-batches in flight on device k',
+    9: 'B(k, t) after B(k, t-1): input gradients in micro-batch order on a device',
+    10: 'W(k, t) after B(k, t): it reads the layer inputs and output gradients B(k, t) kept',
+    11: 'W(k, t) after W(k, t-1): it adds to that running weight-gradient sum',
+    12: 'W(k, t) after B(k, t + k): a device\'s input gradients, on the critical path, go first',
+    13: 'B(k, t + k + 1) after W(k, t): at most k + 1 micro-batches wait for weight gradients',
 }
 
 
 @dataclasses.dataclass(frozen=True, order=True)
 class Action:
-  """One task: `kind` (FORWARD or BACKWARD) of cell `cell` on micro-batch `micro_batch`."""
+  """One task: `kind` (FORWARD, BACKWARD or WEIGHT) of cell `cell` on micro-batch `micro_batch`."""
   kind: str
   cell: int
   micro_batch: int
@@ -128,7 +155,8 @@ class Schedule:
         if action in seen:
           raise ValueError('%s: %s appears twice' % (self.name, action))
         seen.add(action)
-    expected = {Action(kind, k, t) for kind in (FORWARD, BACKWARD)
+    kinds = (FORWARD, BACKWARD) + ((WEIGHT,) if any(a.kind == WEIGHT for a in seen) else ())
+    expected = {Action(kind, k, t) for kind in kinds
                 for k in range(self.num_cells) for t in range(self.num_micro_batches)}
     if seen != expected:
       raise ValueError('%s: actions missing: %s' %
@@ -140,6 +168,11 @@ class Schedule:
                            (self.name, edge.before, edge.after))
       self._waits.setdefault(edge.after, []).append(edge)
     self.DryRun()  # Raises on a cycle.
+
+  @property
+  def splits_backward(self) -> bool:
+    """Whether backward passes are split into input-gradient (B) and weight-gradient (W) actions."""
+    return any(a.kind == WEIGHT for actions in self._device_actions for a in actions)
 
   @property
   def device_actions(self) -> List[List[Action]]:
@@ -191,11 +224,12 @@ class Schedule:
         raise ValueError('%s: the schedule deadlocks; waiting: %s' % (self.name, ', '.join(stuck)))
     return start
 
-  def BuildOrder(self, kind=None) -> List[Action]:
-    """Every action (of `kind`, if given) in an order where each comes after what it waits for."""
+  def BuildOrder(self, kinds=None) -> List[Action]:
+    """Every action (whose kind is in `kinds`, if given) in an order where each comes after what it
+    waits for."""
     ticks = self.DryRun()
     actions = sorted(ticks, key=lambda a: (ticks[a], a.cell))
-    return [a for a in actions if kind is None or a.kind == kind]
+    return [a for a in actions if kinds is None or a.kind in kinds]
 
   def Ticks(self) -> List[List[Action]]:
     """The dry run as ticks: tick c holds the actions that start at c (at most one per device)."""
@@ -267,6 +301,48 @@ def FillDrainSchedule(num_cells, num_micro_batches, forward_lag=1) -> Schedule:
   return Schedule(k_cells, m, device_actions, edges, 'fill-drain K=%d, M=%d' % (k_cells, m))
 
 
+def _Interleaved(num_cells, num_micro_batches, forward_lag, split):
+  """Device lists and edges of 1F1B (rules 1, 2, 4, 6-8) or, with `split`, of zero-bubble (rules 1,
+  2, 4, 6 and 8-13)."""
+  _CheckSizes(num_cells, num_micro_batches)
+  _CheckLag(forward_lag)
+  k_cells, m = num_cells, num_micro_batches
+  f = lambda k, t: Action(FORWARD, k, t)
+  b = lambda k, t: Action(BACKWARD, k, t)
+  w = lambda k, t: Action(WEIGHT, k, t)
+  edges, device_actions = [], []
+  for k in range(k_cells):
+    in_flight = min(k_cells - k, m)
+    for t in range(m):
+      edges.extend(_DataAndOrderEdges(k, t, k_cells, forward_lag))
+      if k == k_cells - 1:
+        edges.append(Edge(f(k, t), b(k, t), 6))
+      if t + in_flight < m:
+        edges.append(Edge(b(k, t), f(k, t + in_flight), 8))
+      if t:
+        edges.append(Edge(b(k, t - 1), b(k, t), 9 if split else 7))
+      if not split:
+        continue
+      edges.append(Edge(b(k, t), w(k, t), 10))
+      if t:
+        edges.append(Edge(w(k, t - 1), w(k, t), 11))
+      if k and t + k < m:
+        edges.append(Edge(b(k, t + k), w(k, t), 12))
+      if t + k + 1 < m:
+        edges.append(Edge(w(k, t), b(k, t + k + 1), 13))
+    actions = [f(k, t) for t in range(in_flight)]
+    for t in range(m):
+      actions.append(b(k, t))
+      if t + in_flight < m:
+        actions.append(f(k, t + in_flight))
+      if split and t >= k:
+        actions.append(w(k, t - k))
+    if split:
+      actions.extend(w(k, t) for t in range(max(m - k, 0), m))
+    device_actions.append(actions)
+  return device_actions, edges
+
+
 def OneFOneBSchedule(num_cells, num_micro_batches, forward_lag=1) -> Schedule:
   """1F1B: a warm-up of K - k forward passes on device k, then one backward, one forward (rules 1,
   2, 4 and 6-8). Needs a pipeline whose output is per-example losses (see the module docstring).
@@ -276,32 +352,27 @@ def OneFOneBSchedule(num_cells, num_micro_batches, forward_lag=1) -> Schedule:
     num_micro_batches: M.
     forward_lag: rule 2's lag, as for FillDrainSchedule.
   """
-  _CheckSizes(num_cells, num_micro_batches)
-  _CheckLag(forward_lag)
-  k_cells, m = num_cells, num_micro_batches
-  f = lambda k, t: Action(FORWARD, k, t)
-  b = lambda k, t: Action(BACKWARD, k, t)
-  edges, device_actions = [], []
-  for k in range(k_cells):
-    in_flight = min(k_cells - k, m)
-    for t in range(m):
-      edges.extend(_DataAndOrderEdges(k, t, k_cells, forward_lag))
-      if k == k_cells - 1:
-        edges.append(Edge(f(k, t), b(k, t), 6))
-      if t:
-        edges.append(Edge(b(k, t - 1), b(k, t), 7))
-      if t + in_flight < m:
-        edges.append(Edge(b(k, t), f(k, t + in_flight), 8))
-    actions = [f(k, t) for t in range(in_flight)]
-    for t in range(m):
-      actions.append(b(k, t))
-      if t + in_flight < m:
-        actions.append(f(k, t + in_flight))
-    device_actions.append(actions)
-  return Schedule(k_cells, m, device_actions, edges, '1F1B K=%d, M=%d' % (k_cells, m))
+  device_actions, edges = _Interleaved(num_cells, num_micro_batches, forward_lag, split=False)
+  return Schedule(num_cells, num_micro_batches, device_actions, edges,
+                  '1F1B K=%d, M=%d' % (num_cells, num_micro_batches))
 
 
-SCHEDULES = {'gpipe': FillDrainSchedule, '1f1b': OneFOneBSchedule}
+def ZeroBubbleSchedule(num_cells, num_micro_batches, forward_lag=1) -> Schedule:
+  """ZB-H1: 1F1B with each backward pass split into B (input gradient) and W (weight gradient), and
+  device k's W passes k micro-batches late (rules 1, 2, 4, 6, 8-13; see the module docstring).
+
+  Args:
+    num_cells: K.
+    num_micro_batches: M.
+    forward_lag: rule 2's lag, as for FillDrainSchedule.
+  """
+  device_actions, edges = _Interleaved(num_cells, num_micro_batches, forward_lag, split=True)
+  return Schedule(num_cells, num_micro_batches, device_actions, edges,
+                  'zero-bubble K=%d, M=%d' % (num_cells, num_micro_batches))
+
+
+SCHEDULES = {'gpipe': FillDrainSchedule, '1f1b': OneFOneBSchedule,
+             'zero_bubble': ZeroBubbleSchedule}
 
 
 def BubbleFraction(num_cells, num_micro_batches):

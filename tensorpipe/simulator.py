@@ -4,7 +4,9 @@ It plays a `schedule.Schedule`, the same per-device action lists and edges Tenso
 its ops from: an action starts once every action its edges name has ended (plus `transfer` for an
 edge between devices). A forward action F(k, t) takes cell k's forward time; a backward action
 B(k, t) first re-computes the cell (its recompute time, 0 without re-computation) and then
-back-propagates (its backward time). Two machine models play them:
+back-propagates (its backward time, plus its weight time where the schedule has no W actions); a
+weight-gradient action W(k, t) re-computes the cell's layers from the inputs B(k, t) kept and then
+takes its weight time. Two machine models play them:
   independent devices (cores=None): each device runs its actions one at a time in list order and
     has its own processor: right for separate accelerators;
   shared cores (cores=C): actions wait only for their edges, and all running actions share C cores:
@@ -19,16 +21,18 @@ from typing import List
 
 from tensorpipe import schedule
 
-FORWARD, RECOMPUTE, BACKWARD = 'forward', 'recompute', 'backward'
-KINDS = (FORWARD, BACKWARD, RECOMPUTE)
+FORWARD, RECOMPUTE, BACKWARD, WEIGHT = 'forward', 'recompute', 'backward', 'weight'
+KINDS = (FORWARD, BACKWARD, RECOMPUTE, WEIGHT)
 
 
 @dataclasses.dataclass
 class CellCost:
   """One cell's tasks for ONE micro-batch.
 
-  forward, backward, recompute: seconds the task takes given every core it can use (its span), as
-    on a device of its own.
+  forward, backward, recompute, weight: seconds the task takes given every core it can use (its
+    span), as on a device of its own. `backward` is the input-gradient part of a backward pass and
+    `weight` its weight-gradient part: together one B action, or a B and a W action in a schedule
+    that splits them (see `schedule`); leave weight at 0 where backward holds both.
   *_parallelism: the mean number of the task's ops that run at once (its work / span, at least 1),
     so its work is seconds x parallelism core-seconds. Only the shared-core model reads them.
   """
@@ -38,9 +42,11 @@ class CellCost:
   forward_parallelism: float = 1.0
   backward_parallelism: float = 1.0
   recompute_parallelism: float = 1.0
+  weight: float = 0.0
+  weight_parallelism: float = 1.0
 
   def Work(self, kind):
-    """Core-seconds of task `kind` (FORWARD, BACKWARD or RECOMPUTE)."""
+    """Core-seconds of task `kind` (one of KINDS)."""
     return getattr(self, kind) * self.Parallelism(kind)
 
   def Parallelism(self, kind):
@@ -104,12 +110,17 @@ def _Check(costs, sched, transfer, cores):
                      (len(costs), sched.num_cells))
 
 
-def _Phases(action, cost):
-  """[(kind, seconds)] of one action: F is a forward pass; B re-computes, then back-propagates."""
+def _Phases(action, cost, splits_backward):
+  """[(kind, seconds)] of one action: F is a forward pass; B re-computes, then back-propagates (and
+  adds the weight gradients unless the schedule `splits_backward`); W re-computes, then adds them."""
   if action.kind == schedule.FORWARD:
     return [(FORWARD, cost.forward)]
-  return [(kind, getattr(cost, kind)) for kind in (RECOMPUTE, BACKWARD)
-          if kind == BACKWARD or cost.recompute]
+  if action.kind == schedule.WEIGHT:
+    last = [WEIGHT]
+  else:
+    last = [BACKWARD] + ([] if splits_backward or not cost.weight else [WEIGHT])
+  return [(kind, getattr(cost, kind)) for kind in [RECOMPUTE] + last
+          if kind != RECOMPUTE or cost.recompute]
 
 
 def Simulate(costs, sched, transfer=0.0, cores=None):
@@ -124,8 +135,8 @@ def Simulate(costs, sched, transfer=0.0, cores=None):
       share C cores and run whatever the edges let run (see `_SimulateShared`).
 
   Returns:
-    A Result; its timeline has one interval per forward action and one per phase of a backward
-    action (RECOMPUTE, then BACKWARD).
+    A Result; its timeline has one interval per forward action and one per phase of a backward or
+    weight-gradient action (RECOMPUTE, then BACKWARD and/or WEIGHT).
   """
   _Check(costs, sched, transfer, cores)
   if cores is not None:
@@ -138,7 +149,7 @@ def Simulate(costs, sched, transfer=0.0, cores=None):
     k = action.cell
     start = max([free[k]] + [end[e.before] + (transfer if e.crosses_devices else 0.0)
                              for e in sched.Waits(action)])
-    for kind, seconds in _Phases(action, costs[k]):
+    for kind, seconds in _Phases(action, costs[k], sched.splits_backward):
       timeline.append(Interval(k, kind, action.micro_batch, start, start + seconds))
       start += seconds
       busy[k] += seconds
@@ -197,7 +208,7 @@ def _SimulateShared(costs, sched, transfer, cores):
   while ready_at or remaining:
     for action in [a for a, at in ready_at.items() if at <= now]:
       del ready_at[action]
-      phases[action] = list(_Phases(action, costs[action.cell]))
+      phases[action] = list(_Phases(action, costs[action.cell], sched.splits_backward))
       Begin(action)
     for action in [a for a, w in remaining.items() if w <= 0.0]:
       EndPhase(action)
@@ -250,7 +261,7 @@ def SplitCosts(layer_costs, sizes, num_micro_batches, overhead=0.0):
     start += size
     fields = {}
     for kind in KINDS:
-      if kind == RECOMPUTE and not any(c.recompute for c in cell):
+      if kind in (RECOMPUTE, WEIGHT) and not any(getattr(c, kind) for c in cell):
         continue
       span = sum(getattr(c, kind) for c in cell) / num_micro_batches + overhead
       work = sum(c.Work(kind) for c in cell) / num_micro_batches + overhead

@@ -1,7 +1,7 @@
 """Timeline: a picture of one pipelined step, one row per device (the paper's Figure 2c, measured).
 
-Forward, re-computation and backward time are coloured, other work is grey, idle time is left
-blank; each pipeline task is labelled F/R/B with its micro-batch. It draws a traced step
+Forward, re-computation, backward and weight-gradient time are coloured, other work is grey, idle
+time is left blank; each pipeline task is labelled F/R/B/W with its micro-batch. It draws a traced step
 (`profiling.Trace`) or a simulated one (`simulator.Result`) the same way, so the two can be
 compared.
 """
@@ -17,12 +17,13 @@ COLOURS = {
     'forward': '#4C72B0',
     'recompute': '#DD8452',
     'backward': '#55A868',
+    'weight': '#8172B3',
     'setup': '#8C8C8C',
     'transfer': '#B0B0B0',
     'update': '#937860',
     'other': '#C8C8C8',
 }
-_LETTER = {'forward': 'F', 'recompute': 'R', 'backward': 'B'}
+_LETTER = {'forward': 'F', 'recompute': 'R', 'backward': 'B', 'weight': 'W'}
 
 
 def _Merge(spans):

@@ -281,7 +281,7 @@ class PipelinedTransformerBeamSearchTest(test_utils.TestCase):
       enc = task.Encode(theta, src)
       prefix = tf.concat([tf.fill([4, 1], task.params.sos_id), two.ids[:, :-1]], axis=1)
       logits = task.DecoderLogits(theta, enc.vec, src.paddings, prefix,
-                                  tf.zeros([4, self.MAX_LENGTH]))
+                                  tf.zeros([4, self.MAX_LENGTH])).logits
       token_log_p = tf.reduce_sum(tf.nn.log_softmax(logits) * tf.one_hot(two.ids, vocab_size), -1)
       counted = tf.sequence_mask(two.lengths, self.MAX_LENGTH, tf.float32)
       rescored = (tf.reduce_sum(token_log_p * counted, -1)

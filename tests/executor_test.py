@@ -26,13 +26,16 @@ def _WithLoss(layers):
   return layers + [SquaredNorm.Params().Set(name='loss')]
 
 
+_KINDS = {'forward': schedule.FORWARD, 'backward': schedule.BACKWARD, 'weight': schedule.WEIGHT}
+
+
 def _Action(name):
-  """The schedule.Action a call op named '.../cell<k>_mb<t>/forward|backward' runs, else None."""
-  match = re.search(r'cell(\d+)_mb(\d+)/(forward|backward)$', name)
+  """The schedule.Action a call op named '.../cell<k>_mb<t>/forward|backward|weight' runs, else
+  None."""
+  match = re.search(r'cell(\d+)_mb(\d+)/(forward|backward|weight)$', name)
   if not match:
     return None
-  kind = schedule.FORWARD if match.group(3) == 'forward' else schedule.BACKWARD
-  return schedule.Action(kind, int(match.group(1)), int(match.group(2)))
+  return schedule.Action(_KINDS[match.group(3)], int(match.group(1)), int(match.group(2)))
 
 
 class ExecutedOrderTest(test_utils.TestCase):
@@ -78,9 +81,13 @@ class ExecutedOrderTest(test_utils.TestCase):
       sched = self._Check(3, 5, overlap, '1f1b')
       self.assertIn(8, {e.rule for e in sched.edges})  # Forward passes wait for backward ones.
 
+  def testZeroBubble(self):
+    sched = self._Check(3, 5, True, 'zero_bubble')
+    self.assertEqual({e.rule for e in sched.edges}, {1, 2, 4, 6, 8, 9, 10, 11, 12, 13})
+
 
 class SchedulesTest(test_utils.TestCase):
-  """'gpipe' and '1f1b' give the plain model's gradients; '1f1b' refuses a loss it cannot run."""
+  """Every schedule gives the plain model's gradients; each refuses what it cannot run."""
 
   def _Grads(self, params):
     x = np.random.RandomState(2).normal(size=[32, DIM]).astype(np.float32)
@@ -100,20 +107,30 @@ class SchedulesTest(test_utils.TestCase):
     plain = self._Grads(helpers.Plain(layers))
     for k in (1, 2, 4):
       for m in (1, 4, 8, 16):
-        for name in ('gpipe', '1f1b'):
-          modes = ('always', 'except_last', 'never') if (k, m) == (2, 4) else ('always',)
+        for name in schedule.SCHEDULES:
+          modes = (('always', 'except_last', 'never') if (k, m) == (2, 4) and name != 'zero_bubble'
+                   else ('always',))
           for mode in modes:
             grads = self._Grads(helpers.Pipeline(layers, k, m, mode, schedule=name))
             self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, (k, m, name, mode))
 
-  def testOneFOneBRefusesALossOfTheJoinedOutputs(self):
-    with tf.Graph().as_default(), helpers.Cluster(2):
-      net = helpers.Pipeline(helpers.DenseLayers(2, dim=DIM), 2, 4, schedule='1f1b').Instantiate()
-      out = net.FPropDefaultTheta(tf.random.uniform([8, DIM]))
-      loss = tf.reduce_mean(tf.nn.softmax(out)[:, 0])  # Each row's gradient needs every output.
-      with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': the 1F1B K=2, M=4 schedule "
-                                  r".*must not depend on the pipeline's outputs.*per-example losses"):
-        tf.gradients(loss, tf.trainable_variables())
+  def testRefusesALossOfTheJoinedOutputs(self):
+    for name, shown in (('1f1b', '1F1B'), ('zero_bubble', 'zero-bubble')):
+      with tf.Graph().as_default(), helpers.Cluster(2):
+        net = helpers.Pipeline(helpers.DenseLayers(2, dim=DIM), 2, 4, schedule=name).Instantiate()
+        out = net.FPropDefaultTheta(tf.random.uniform([8, DIM]))
+        loss = tf.reduce_mean(tf.nn.softmax(out)[:, 0])  # Each row's gradient needs every output.
+        with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': the %s K=2, M=4 schedule "
+                                    r".*must not depend on the pipeline's outputs.*per-example "
+                                    r"losses" % shown):
+          tf.gradients(loss, tf.trainable_variables())
+
+  def testZeroBubbleNeedsRecomputation(self):
+    for mode in ('never', 'except_last'):
+      with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': schedule='zero_bubble' "
+                                  r"needs recompute='always', got recompute='%s'" % mode):
+        with helpers.Cluster(2):
+          helpers.Pipeline(helpers.DenseLayers(2), 2, 4, mode, schedule='zero_bubble').Instantiate()
 
   def testLossLayerTakesInputsAndLossInputs(self):
     with tf.Graph().as_default(), helpers.Cluster(2):
@@ -129,7 +146,7 @@ class SchedulesTest(test_utils.TestCase):
                          loss_layer=SquaredNorm.Params().Set(name='layer1')).Instantiate()
 
   def testUnknownSchedule(self):
-    with self.assertRaisesRegex(ValueError, r"schedule='zb' is not one of \('gpipe', '1f1b'\)"):
+    with self.assertRaisesRegex(ValueError, r"schedule='zb' is not one of \('gpipe', '1f1b', 'zero_bubble'\)"):
       with helpers.Cluster(2):
         helpers.Pipeline(helpers.DenseLayers(2), 2, 4, schedule='zb').Instantiate()
 

@@ -58,8 +58,15 @@ def _Value(name, shape):
   return (rng.normal(size=shape) * 0.3).astype(np.float32)
 
 
+# The softmax's variables when it runs in the decoder's last cell (decoder schedules other than
+# 'gpipe'), by the names they have otherwise.
+_SOFTMAX_IN_DECODER = {'mt/decoder/softmax/w/var': 'mt/softmax_w/var',
+                       'mt/decoder/softmax/b/var': 'mt/softmax_b/var'}
+
+
 def Gradients(params, num_devices=4):
-  """({variable: gradient}, loss, number of dropout masks) of one step at global step 5, weights set by name."""
+  """({variable: gradient}, loss, number of dropout masks) of one step at global step 5, weights set
+  by name (the softmax's by its name outside the decoder)."""
   graph = tf.Graph()
   with graph.as_default(), helpers.Cluster(num_devices):
     step = py_utils.GetOrCreateGlobalStepVar()
@@ -73,12 +80,13 @@ def Gradients(params, num_devices=4):
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(tf.global_variables_initializer())
       for v in variables:
-        v.load(_Value(v.op.name, v.shape.as_list()), sess)
+        v.load(_Value(_SOFTMAX_IN_DECODER.get(v.op.name, v.op.name), v.shape.as_list()), sess)
       step.load(5, sess)
       values, loss_value = sess.run([grads, loss])
     hashes = len([op for op in graph.get_operations()
                   if op.type == 'Cast' and re.search(r'dropout_mask(_\d+)?$', op.name)])
-  return {v.op.name: g for v, g in zip(variables, values)}, loss_value, hashes
+  return ({_SOFTMAX_IN_DECODER.get(v.op.name, v.op.name): g for v, g in zip(variables, values)},
+          loss_value, hashes)
 
 
 class PipelinedTransformerTest(test_utils.TestCase):
@@ -93,9 +101,41 @@ class PipelinedTransformerTest(test_utils.TestCase):
       self.assertAllClose(loss, ref_loss, rtol=1e-6, msg='K=%d M=%d' % (k, m))
       self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
 
+  def testDecoderSchedulesWithTheSoftmaxInTheLastCell(self):
+    reference, ref_loss, _ = Gradients(_Params(2, 2))
+    for name in ('1f1b', 'zero_bubble'):
+      p = _Params(2, 2)
+      p.decoder.schedule = name
+      grads, loss, _ = Gradients(p)
+      self.assertAllClose(loss, ref_loss, rtol=1e-6, msg=name)
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, name)
 
-if __name__ == '__main__':
-  tf.test.main()
+  def testDecodingWithTheSoftmaxInTheLastCell(self):
+
+    def GreedyIds(params):
+      graph = tf.Graph()
+      with graph.as_default(), cluster_factory.ForTestingWorker(cpus=2, split_size=2, do_eval=True):
+        py_utils.GetOrCreateGlobalStepVar()
+        params.max_decode_length = 5
+        task = params.Instantiate()
+        ids = task.GreedyDecode(task.theta, _Batch().src)
+        with helpers.Session(graph, 2) as sess:
+          sess.run(tf.global_variables_initializer())
+          for v in tf.trainable_variables():
+            v.load(_Value(_SOFTMAX_IN_DECODER.get(v.op.name, v.op.name), v.shape.as_list()), sess)
+          return sess.run(ids)
+
+    p = _Params(2, 2)
+    p.decoder.schedule = 'zero_bubble'
+    self.assertAllEqual(GreedyIds(p), GreedyIds(_Params(2, 2)))
+
+  def testEncoderKeepsFillDrain(self):
+    p = _Params(2, 2)
+    p.encoder.schedule = '1f1b'
+    with self.assertRaisesRegex(ValueError, r"PipelinedTransformer 'mt': encoder schedule='1f1b'; "
+                                r"the encoder must use 'gpipe'.*Set the schedule on the decoder"):
+      with helpers.Cluster(2):
+        p.Instantiate()
 
 
 class GreedyDecodeBleuTest(test_utils.TestCase):
@@ -169,3 +209,7 @@ class GreedyDecodeBleuTest(test_utils.TestCase):
     for lang in self.LANGS:
       self.assertIn('corpus_bleu_%s' % lang, dec_metrics)
       self.assertGreater(dec_metrics['corpus_bleu_%s' % lang].value, 0.0, lang)
+
+
+if __name__ == '__main__':
+  tf.test.main()

@@ -11,14 +11,15 @@ from tests import helpers
 
 
 def _TracedSteps(recompute, num_micro_batches=2, num_layers=4, dim=64, batch=16, steps=1,
-                 first_cell=None):
+                 first_cell=None, schedule='gpipe'):
   """[(Trace, allocator peak above what was allocated before the step)] of `steps` traced steps."""
   graph = tf.Graph()
   out = []
   with graph.as_default(), helpers.Cluster(2):
     layers = helpers.DenseLayers(num_layers, dim=dim)
     # One forward pass per cell at a time, so each op inside a call is that micro-batch's.
-    p = helpers.Pipeline(layers, 2, num_micro_batches, recompute=recompute, forward_overlap=False)
+    p = helpers.Pipeline(layers, 2, num_micro_batches, recompute=recompute, forward_overlap=False,
+                         schedule=schedule)
     if first_cell is not None:
       p.Set(layers=None, num_partitions=None,
             partitions=[layers[:first_cell], layers[first_cell:]])
@@ -106,6 +107,21 @@ class TraceTest(test_utils.TestCase):
     text = profiling.Summary(trace)
     self.assertIn('CPU:0', text)
     self.assertIn('recompute', text)
+
+  def testWeightGradientTasksOfAZeroBubbleStep(self):
+    trace = _TracedSteps('always', num_micro_batches=4, schedule='zero_bubble')[0][0]
+    tasks = {(k, kind, t): (start, end) for k, kind, t, start, end in trace.Tasks()}
+    for k in range(2):
+      for t in range(4):
+        # W(k, t) re-runs the layers and adds weight gradients after B(k, t) is done.
+        self.assertGreaterEqual(tasks[(k, 'weight', t)][0], tasks[(k, 'backward', t)][1] - 1e-6)
+    weight_task_layers = {op.layer for op in trace.compute_ops if op.task == 'weight'}
+    self.assertTrue({'layer0', 'layer1', 'layer2', 'layer3'} <= weight_task_layers,
+                    weight_task_layers)  # Each layer's re-run is named after the layer.
+    for c in trace.CellTimes():
+      for kind in ('forward', 'backward', 'recompute', 'weight'):
+        self.assertGreater(getattr(c, kind), 0, kind)
+    self.assertIn('weight', profiling.CellSummary(trace.CellTimes()))
 
   def testPeakMemoryPerDeviceAndAgainstTheAllocator(self):
     # 'never' keeps every activation of a cell until its backward pass: cell 1 (five 512-wide layers)

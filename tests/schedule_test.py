@@ -7,7 +7,7 @@ import unittest
 
 from tensorpipe import schedule
 
-F, B = schedule.FORWARD, schedule.BACKWARD
+F, B, W = schedule.FORWARD, schedule.BACKWARD, schedule.WEIGHT
 
 
 def _A(kind, k, t):
@@ -120,6 +120,52 @@ class OneFOneBScheduleTest(unittest.TestCase):
       self.assertAlmostEqual(schedule.OneFOneBSchedule(k, m).BubbleFraction(),
                              schedule.BubbleFraction(k, m))
     self.assertIs(schedule.SCHEDULES['1f1b'], schedule.OneFOneBSchedule)
+
+
+class ZeroBubbleScheduleTest(unittest.TestCase):
+
+  def testEveryActionOnceAndTheDocstringGrid(self):
+    for k, m, lag in itertools.product(range(1, 6), range(1, 9), (1, 2)):
+      sched = schedule.ZeroBubbleSchedule(k, m, lag)  # Checked (and dry-run) when made.
+      self.assertEqual(sum(len(a) for a in sched.device_actions), 3 * k * m)
+      self.assertTrue(sched.splits_backward)
+    self.assertFalse(schedule.OneFOneBSchedule(2, 3).splits_backward)
+    self.assertEqual(schedule.ZeroBubbleSchedule(2, 3).Render().splitlines(), [
+        'cell 0 | F0,0 F0,1 .    B0,0 F0,2 W0,0 B0,1 W0,1 B0,2 W0,2',
+        'cell 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 W1,0 B1,2 W1,1 W1,2'])
+
+  def testInFlightAsOneFOneBAndWeightGradientsKMicroBatchesLate(self):
+    for k_cells, m in itertools.product(range(1, 6), range(1, 9)):
+      sched = schedule.ZeroBubbleSchedule(k_cells, m)
+      for k, actions in enumerate(sched.device_actions):
+        waiting_for_b = waiting_for_w = peak = peak_w = 0
+        for action in actions:
+          waiting_for_b += {F: 1, B: -1, W: 0}[action.kind]
+          waiting_for_w += {F: 0, B: 1, W: -1}[action.kind]
+          peak, peak_w = max(peak, waiting_for_b), max(peak_w, waiting_for_w)
+        self.assertEqual(peak, min(k_cells - k, m), (k_cells, m, k))
+        self.assertLessEqual(peak_w, k + 1, (k_cells, m, k))  # Rule 13.
+        for kind in (B, W):  # Rules 9 and 11: micro-batch order.
+          self.assertEqual([a.micro_batch for a in actions if a.kind == kind], list(range(m)))
+        position = {a: i for i, a in enumerate(actions)}
+        for t in range(m - k):  # W(k, t) comes right after B(k, t + k) (and its F).
+          self.assertLess(position[_A(B, k, t + k)], position[_A(W, k, t)])
+          self.assertLessEqual(position[_A(W, k, t)], position[_A(B, k, t + k)] + 2)
+
+  def testEdgesFollowTheRulesAndTheBubbleIsAThirdOfOneFOneBs(self):
+    sched = schedule.ZeroBubbleSchedule(3, 5)
+    ticks = sched.DryRun()
+    for edge in sched.edges:
+      self.assertIn(edge.rule, (1, 2, 4, 6, 8, 9, 10, 11, 12, 13))
+      self.assertGreater(ticks[edge.after], ticks[edge.before])
+    self.assertEqual({(e.before, e.after) for e in sched.edges if e.rule == 12},
+                     {(_A(B, k, t + k), _A(W, k, t)) for k in range(1, 3) for t in range(5 - k)})
+    # With F, B and W one tick each, ZB-H1's bubble is (K-1) / (3M + K-1) for M >= K: a third of
+    # 1F1B's (K-1) / (M + K-1) with B and W in one task of two ticks.
+    for k, m in itertools.product((2, 4, 8), (8, 32)):
+      self.assertAlmostEqual(schedule.ZeroBubbleSchedule(k, m).BubbleFraction(),
+                             (k - 1) / (3 * m + k - 1), msg=(k, m))
+    self.assertIs(schedule.SCHEDULES['zero_bubble'], schedule.ZeroBubbleSchedule)
 
 
 class ScheduleCheckTest(unittest.TestCase):

@@ -37,6 +37,30 @@ class SimulateTest(unittest.TestCase):
         result = simulator.Simulate(costs, schedule.OneFOneBSchedule(k, m))
         self.assertAlmostEqual(result.idle_fraction, schedule.BubbleFraction(k, m), msg=(k, m))
 
+  def testZeroBubbleIsAThirdOfOneFOneBWithEqualForwardInputAndWeightGradients(self):
+    for k in (2, 4, 8):
+      for m in (4, 8, 32):
+        costs = [simulator.CellCost(forward=1.0, backward=1.0, weight=1.0)] * k
+        one_f_one_b = simulator.Simulate(costs, schedule.OneFOneBSchedule(k, m))
+        zero_bubble = simulator.Simulate(costs, schedule.ZeroBubbleSchedule(k, m))
+        self.assertAlmostEqual(one_f_one_b.idle_fraction, schedule.BubbleFraction(k, m))
+        self.assertAlmostEqual(one_f_one_b.step_time, 3.0 * (m + k - 1))  # B holds the weights'.
+        if m >= k:  # ZB-H1's (K-1)(F + B - W) idle time per device, against 1F1B's (K-1)(F + B + W).
+          self.assertAlmostEqual(zero_bubble.step_time, 3.0 * m + (k - 1), msg=(k, m))
+        self.assertLess(zero_bubble.step_time, one_f_one_b.step_time)
+
+  def testAWeightActionRecomputesThenAddsTheWeightGradients(self):
+    costs = [simulator.CellCost(forward=1.0, backward=2.0, recompute=1.0, weight=3.0)]
+    split = simulator.Simulate(costs, schedule.ZeroBubbleSchedule(1, 1))
+    self.assertEqual([(i.kind, i.start, i.end) for i in split.timeline], [
+        (simulator.FORWARD, 0.0, 1.0), (simulator.RECOMPUTE, 1.0, 2.0),
+        (simulator.BACKWARD, 2.0, 4.0), (simulator.RECOMPUTE, 4.0, 5.0),
+        (simulator.WEIGHT, 5.0, 8.0)])
+    joined = simulator.Simulate(costs, schedule.OneFOneBSchedule(1, 1))
+    self.assertEqual([i.kind for i in joined.timeline], [
+        simulator.FORWARD, simulator.RECOMPUTE, simulator.BACKWARD, simulator.WEIGHT])
+    self.assertAlmostEqual(joined.step_time, 7.0)
+
   def testDevicesFollowTheScheduleOrder(self):
     k, m = 3, 4
     result = _Sim(_Equal(k, 1.0, 1.0, 0.5), m)

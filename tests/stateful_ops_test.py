@@ -342,6 +342,71 @@ class RowsTest(test_utils.TestCase):
     self.assertAllEqual(outs[0], outs[1])
 
 
+class _SquaredDistance(base_layer.BaseLayer):
+  """A loss layer: per example, the summed squared distance of the (first) output to a target."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('batch_dim', 0, 'The batch dimension.')
+    return p
+
+  def FProp(self, theta, out, target):
+    if isinstance(out, (tuple, list)):
+      out = out[0]
+    axes = [i for i in range(out.shape.rank) if i != self.params.batch_dim]
+    return tf.reduce_sum(tf.square(out - target), axis=axes, keepdims=True)
+
+
+class ZeroBubbleTest(test_utils.TestCase):
+  """schedule='zero_bubble' re-runs each layer in its weight-gradient tasks: stock layers give the
+  same gradients and moving averages as 'gpipe' with the same per-example loss, for K in {1, 2, 3}
+  and M in {1, 4} (the Transformer at K in {2, 3}, M = 4): the same dropout masks, batch-norm
+  statistics and layer norms in every re-run."""
+
+  def _AssertSchedulesAgree(self, layer_params, inputs_fn, batch_dim=0, ks=KS, ms=MS):
+
+    def Inputs():
+      inputs = inputs_fn()
+      target = tf.constant(np.random.RandomState(9).normal(
+          size=inputs[0].shape.as_list()).astype(np.float32))
+      return inputs, (target,)
+
+    loss = _SquaredDistance.Params().Set(name='loss', batch_dim=batch_dim)
+    for k in ks:
+      for m in ms:
+        (gpipe, gpipe_moving, _, _), (zb, zb_moving, _, _) = [
+            _Step(helpers.Pipeline(layer_params, k, m, batch_dim=batch_dim, schedule=name,
+                                   loss_layer=loss), Inputs, tf.reduce_mean)
+            for name in ('gpipe', 'zero_bubble')]
+        self.assertLess(_MaxError(zb, gpipe), 1e-5, 'K=%d M=%d' % (k, m))
+        for name in gpipe_moving:
+          self.assertAllClose(zb_moving[name], gpipe_moving[name], rtol=1e-5, atol=1e-6)
+
+  def testDropoutAndLayerNorm(self):
+    self._AssertSchedulesAgree([
+        _Fc('fc0'), layers.DropoutLayer.Params().Set(name='drop1', keep_prob=0.5),
+        layers.LayerNorm.Params().Set(name='ln2', input_dim=DIM), _Fc('fc3'),
+        _NnDropout.Params().Set(name='drop4', keep_prob=0.6)], _Inputs)
+
+  def testBatchNormLayer(self):
+    self._AssertSchedulesAgree([
+        _Fc('fc0', activation='NONE'),
+        bn_layers.BatchNormLayer.Params().Set(name='bn1', dim=DIM, decay=0.9), _Fc('fc2')], _Inputs)
+
+  def testTransformerLayerWithDropouts(self):
+    stack = []
+    for i in range(3):
+      p = TransformerBlock.Params().Set(name='tr%d' % i, source_dim=DIM, output_dim=DIM)
+      p.tr_atten_tpl.num_attention_heads = 2
+      p.tr_atten_tpl.residual_dropout_prob = 0.3
+      p.tr_atten_tpl.atten_dropout_prob = 0.3
+      p.tr_fflayer_tpl.hidden_dim = 16
+      p.tr_fflayer_tpl.relu_dropout_prob = 0.3
+      stack.append(p)
+    self._AssertSchedulesAgree(stack, RowsTest._TimeMajor, batch_dim=1, ks=(2, 3), ms=(4,))
+
+
 class _Noisy(base_layer.BaseLayer):
   """x + N(0, 1) from a stateful random op."""
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-r"""Step memory of the 'gpipe' and '1f1b' schedules, per device, from a traced step.
+r"""Step memory of the 'gpipe', '1f1b' and 'zero_bubble' schedules, per device, from a traced step.
 
 A stack whose boundary activations dominate (wide micro-batches, narrow cheap layers: --layers
 dense tanh layers of --width, a per-example squared-norm loss as the last layer), K = --cells cells
@@ -11,6 +11,8 @@ boundary input on device k until its backward pass (M of them); 1F1B keeps at mo
 predicted stash ratio on device k is min(K - k, M) / M. The rest of a peak (one micro-batch's
 re-computed activations and gradients, the weight-gradient sums) is the same for both: the tool
 takes it as fill-drain's peak less M boundary inputs, and 1F1B's stash as its peak less that.
+'zero_bubble' is shown beside them (no target): it stashes as 1F1B does, and a micro-batch whose
+weight-gradient task waits keeps its layers' inputs and output gradients on device k until then.
 
   .venv/bin/python tools/schedule_memory.py                   # K = 4, M = 32; about 1 minute
   .venv/bin/python tools/schedule_memory.py --cells 4 --micro_batches 8
@@ -111,20 +113,22 @@ def main(argv=None):
   print('%d dense tanh layers of width %d + a per-example loss, K = %d, M = %d micro-batches of %d '
         '(a boundary activation: %.0f KiB); one traced training step per schedule' %
         (args.layers, args.width, k, m, args.micro_batch_size, boundary), flush=True)
-  peaks = {name: _Measure(args, name) for name in ('gpipe', '1f1b')}
-  print('%-8s %11s %10s %9s %14s %12s %16s' % ('device', 'gpipe KiB', '1f1b KiB', '1f1b/gp',
-                                                '1f1b stash KiB', 'stash ratio', 'predicted ratio'))
+  peaks = {name: _Measure(args, name) for name in ('gpipe', '1f1b', 'zero_bubble')}
+  print('%-8s %11s %10s %9s %14s %12s %16s %10s %8s' % (
+      'device', 'gpipe KiB', '1f1b KiB', '1f1b/gp', '1f1b stash KiB', 'stash ratio',
+      'predicted ratio', 'zb KiB', 'zb/gp'))
   worst = 0.0
   for i, device in enumerate(sorted(peaks['gpipe'])):
     g, o = peaks['gpipe'][device] / KIB, peaks['1f1b'].get(device, 0) / KIB
+    z = peaks['zero_bubble'].get(device, 0) / KIB
     # What both schedules hold besides the stash: fill-drain's peak less its M boundary inputs.
     fixed = max(0.0, g - m * boundary)
     stash = max(0.0, o - fixed)
     ratio = stash / (m * boundary)
     if i < k - 1:  # The last cell's stash is its forward outputs, not boundary inputs.
       worst = max(worst, ratio)
-    print('%-8s %11.0f %10.0f %8.2fx %14.0f %11.2fx %15.2fx' % (
-        device, g, o, o / g, stash, ratio, min(k - i, m) / float(m)))
+    print('%-8s %11.0f %10.0f %8.2fx %14.0f %11.2fx %15.2fx %10.0f %7.2fx' % (
+        device, g, o, o / g, stash, ratio, min(k - i, m) / float(m), z, z / g))
   limit = (k + 1) / float(m)
   print('\n1f1b stash <= (K + 1)/M = %.3f of gpipe\'s on every device but the last: %.3f  %s' %
         (limit, worst, 'PASS' if worst <= limit else 'FAIL'))
