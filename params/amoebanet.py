@@ -10,8 +10,8 @@ and tiny variants that train on CPU (the scikit-learn digits).
 Real-data models read tensorflow-datasets from DATA_DIR (override with
 --model_params_override='input.data_dir: /path' or a subclass); set SYNTHETIC = True (or
 input.synthetic: True) for speed runs without data. The launcher stops with one line naming the
-directory if the data is missing. These models skip the one-step smoke test of tests/params_test.py
-(SMOKE_TEST = False): tests/amoebanet_params_test.py checks the full-size models' structure,
+directory if the data is missing. These models skip the one-step smoke test of tests/trainer/params_test.py
+(SMOKE_TEST = False): tests/tasks/image/amoebanet_params_test.py checks the full-size models' structure,
 hyper-parameters and parameter counts without allocating them, and trains the tiny variants.
 """
 
@@ -21,10 +21,10 @@ from lingvo.core import learner
 from lingvo.core import optimizer
 from lingvo.core import schedule
 
-from tensorpipe import amoebanet
-from tensorpipe import digits_input
-from tensorpipe import image_classifier
-from tensorpipe import image_input
+from tensorpipe.tasks.image import amoebanet
+from tensorpipe.tasks.image import digits_input
+from tensorpipe.tasks.image import image_classifier
+from tensorpipe.tasks.image import image_input
 from tensorpipe import layer as layer_lib
 
 IMAGENET_TRAIN_IMAGES = 1281167
@@ -284,7 +284,7 @@ _RegisterTransfer()
 
 class _Tiny(AmoebaNetBase):
   """A tiny AmoebaNet on the digits (8x8x1, 10 classes) that trains on CPU in a minute."""
-  # tests/amoebanet_params_test.py trains both tiny models (faster there, without grappler's rewrites).
+  # tests/tasks/image/amoebanet_params_test.py trains both tiny models (faster there, without grappler's rewrites).
   SMOKE_TEST = False
   NUM_CELLS, FILTERS = 3, 8
   IMAGE_SIZE = 8
@@ -329,14 +329,14 @@ class _Tiny(AmoebaNetBase):
 
 @model_registry.RegisterSingleTaskModel
 class TinyAmoebaNetD(_Tiny):
-  """Tiny AmoebaNet-D (3, 8) on the digits: K = 4 cells on 4 CPU devices, M = 2."""
+  """Tiny AmoebaNet-D (3, 8) on the digits: K = 4 partitions on 4 CPU devices, M = 2."""
   GENOTYPE = 'D'
   NUM_PARTITIONS = 4
 
 
 @model_registry.RegisterSingleTaskModel
 class TinyAmoebaNetB(_Tiny):
-  """Tiny AmoebaNet-B (3, 8) on the digits: K = 2 cells on 2 CPU devices, M = 2."""
+  """Tiny AmoebaNet-B (3, 8) on the digits: K = 2 partitions on 2 CPU devices, M = 2."""
   GENOTYPE = 'B'
   NUM_PARTITIONS = 2
 

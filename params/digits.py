@@ -1,11 +1,11 @@
 """Registered models on the scikit-learn handwritten digits (8x8 images, 10 classes).
 
-  digits.TinyConvPipeline: a 4-layer conv net as one TensorPipeLayer, K = 4 cells (one per logical
+  digits.TinyConvPipeline: a 4-layer conv net as one TensorPipeLayer, K = 4 partitions (one per logical
   device: --cpu_devices=4 on CPU, --worker_gpus=4 --worker_split_size=4 on GPUs), M = 8 micro-batches.
 
-Train: python -m tensorpipe.train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
+Train: python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
          --run_locally=cpu --logdir=/tmp/digits
-Eval:  python -m tensorpipe.train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
+Eval:  python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
          --run_locally=cpu --logdir=/tmp/digits --job=evaler_test
 """
 
@@ -15,8 +15,8 @@ from lingvo.core import learner
 from lingvo.core import optimizer
 from lingvo.core import schedule
 
-from tensorpipe import classifier
-from tensorpipe import digits_input
+from tensorpipe.tasks.image import classifier
+from tensorpipe.tasks.image import digits_input
 from tensorpipe import layer as layer_lib
 
 

@@ -1,14 +1,14 @@
 """Registered translation models: the GPipe paper's T(L, H, A) setup and a tiny one on the num2words corpus.
 
   mt.Num2WordsTinyT        T(3, 256, 4), model 64, on the built-in num2words corpus (43 languages ->
-                           English, temperature T = 5); K = 2 cells, M = 4 micro-batches; trains on
-                           a CPU in minutes.
+                           English, temperature T = 5); K = 2 partitions, M = 4 micro-batches;
+                           trains on a CPU in minutes.
   mt.Num2WordsDeepT        T(6, 256, 4) and T(3, 704, 4): the same but deep or wide at about the
   mt.Num2WordsWideT        same parameter count (tools/deep_vs_wide.py compares them).
 
-Train:  python -m tensorpipe.train --model=mt.Num2WordsTinyT --cpu_devices=2 --mode=sync \
+Train:  python -m tensorpipe.trainer.train --model=mt.Num2WordsTinyT --cpu_devices=2 --mode=sync \
           --run_locally=cpu --logdir=/tmp/n2w
-Decode: python -m tensorpipe.train --model=mt.Num2WordsTinyT --cpu_devices=2 --mode=sync \
+Decode: python -m tensorpipe.trainer.train --model=mt.Num2WordsTinyT --cpu_devices=2 --mode=sync \
           --run_locally=cpu --logdir=/tmp/n2w --job=decoder_test    (BLEU overall and per language)
 """
 
@@ -20,18 +20,18 @@ from lingvo.core import learner
 from lingvo.core import optimizer
 from lingvo.core import schedule
 
-from tensorpipe import lm_task
-from tensorpipe import mt_input
-from tensorpipe import mt_task
-from tensorpipe import num2words_corpus
+from tensorpipe.tasks.lm import lm_task
+from tensorpipe.tasks.mt import mt_input
+from tensorpipe.tasks.mt import mt_task
+from tensorpipe.tasks.mt import num2words_corpus
 
 
 class TransformerParamsBase(base_model_params.SingleTaskModelParams):
   """T(NUM_LAYERS, FFN_DIM, NUM_HEADS) on multilingual data, with the paper's training recipe.
 
   Adafactor with a factored second moment (the paper's 'momentum factorisation'), the learning-rate
-  schedule (LEARNING_RATE, WARMUP_STEPS) = LEARNING_RATE * D^-0.5 * min(step / WARMUP^1.5, step^-0.5),
-  each parameter's gradient clipped to norm 1.0.
+  schedule (LEARNING_RATE, WARMUP_STEPS) = LEARNING_RATE * D^-0.5 * min(step / WARMUP^1.5,
+  step^-0.5), each parameter's gradient clipped to norm 1.0.
   """
 
   NUM_LAYERS = 6
@@ -52,7 +52,7 @@ class TransformerParamsBase(base_model_params.SingleTaskModelParams):
   DATA_DIR = ''  # '': the built-in num2words corpus.
   TEMPERATURE = 5.0
   LANGUAGES = None  # None: every language in DATA_DIR.
-  SMOKE_TEST = False  # Too large for params_test's CPU step; tests/mt_params_test.py builds them.
+  SMOKE_TEST = False  # Too large for params_test's CPU step; tests/tasks/mt/mt_params_test.py builds them.
 
   def _Input(self, split):
     p = mt_input.MultilingualInput.Params().Set(
@@ -126,7 +126,7 @@ class Num2WordsBase(TransformerParamsBase):
 
 @model_registry.RegisterSingleTaskModel
 class Num2WordsTinyT(Num2WordsBase):
-  """T(3, 256, 4) with model dimension 64 on num2words, K = 2 cells, M = 4 micro-batches."""
+  """T(3, 256, 4) with model dimension 64 on num2words, K = 2 partitions, M = 4 micro-batches."""
 
   NUM_LAYERS = 3
   FFN_DIM = 256
@@ -183,8 +183,8 @@ class Num2WordsWideT(Num2WordsTinyT):
 class MultilingualT(TransformerParamsBase):
   """The paper's multilingual T(L, H, A): 64k shared vocabulary, model dimension 1024, T = 5.
 
-  DATA_DIR must hold <lang>.train.tsv / <lang>.test.tsv for the languages and a 64k spm.model (set it
-  with --model_params_override or a subclass); the default '' falls back to the num2words corpus,
+  DATA_DIR must hold <lang>.train.tsv / <lang>.test.tsv for the languages and a 64k spm.model (set
+  it with --model_params_override or a subclass); the default '' falls back to the num2words corpus,
   whose ids all fit the 64k table, so the graph also runs without real data.
   """
 
@@ -289,7 +289,8 @@ class LargeBatch4M(LargeBatch):
 
 class TransformerL(base_model_params.SingleTaskModelParams):
   """Transformer-L of the paper's memory table: L layers, model 2048, feed-forward 8192, 32 heads,
-  32k vocabulary, sequence 1024, batch 32 (synthetic tokens: a memory/speed config, not a quality one).
+  32k vocabulary, sequence 1024, batch 32 (synthetic tokens: a memory/speed config, not a quality
+  one).
 
   NUM_PARTITIONS = 1 with RECOMPUTE 'never' is the paper's Naive-1; the others re-compute (GPipe).
   """

@@ -11,11 +11,11 @@ from lingvo.core import learner
 from lingvo.core import optimizer
 from lingvo.core import schedule
 
-from tensorpipe import digits_input
-from tensorpipe import image_classifier
-from tensorpipe import image_input
+from tensorpipe.tasks.image import digits_input
+from tensorpipe.tasks.image import image_classifier
+from tensorpipe.tasks.image import image_input
 from tensorpipe import layer as layer_lib
-from tensorpipe import resnet
+from tensorpipe.tasks.image import resnet
 
 
 @model_registry.RegisterSingleTaskModel
@@ -80,7 +80,7 @@ class ImageNetResNet101(base_model_params.SingleTaskModelParams):
 
 @model_registry.RegisterSingleTaskModel
 class TinyResNet(ImageNetResNet101):
-  """A tiny bottleneck ResNet on the digits (8x8x1): K = 2 cells on 2 CPU devices, M = 4."""
+  """A tiny bottleneck ResNet on the digits (8x8x1): K = 2 partitions on 2 CPU devices, M = 4."""
 
   SMOKE_TEST = True
   IMAGE_SIZE = 8

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end demo: train digits.TinyConvPipeline (a tiny conv net as a TensorPipeLayer with K = 4 cells
+# End-to-end demo: train digits.TinyConvPipeline (a tiny conv net as a TensorPipeLayer with K = 4 partitions
 # on 4 logical CPU devices, M = 8 micro-batches) on the scikit-learn handwritten digits through Lingvo's
 # trainer (sync mode: controller + trainer), then run the evaler on the final checkpoint and print the
 # held-out accuracy.
@@ -25,7 +25,7 @@ digest() {
   awk '
     /TensorPipe: / { sub(/.*TensorPipe: /, "  "); print; fflush(); next }
     /Save checkpoint done: / { sub(/.*Save checkpoint done: /, "  checkpoint saved: "); print; fflush(); next }
-    /error: / && /tensorpipe.train/ { print; fflush(); next }
+    /error: / && /tensorpipe.trainer.train/ { print; fflush(); next }
     /runners.py.*\] step: *[0-9]+,/ {
       if (match($0, /step: *[0-9]+/)) { s = substr($0, RSTART, RLENGTH); gsub(/[^0-9]/, "", s) }
       if (s % 100 != 0) next
@@ -41,12 +41,12 @@ digest() {
 }
 
 start=$(date +%s)
-echo "== Training $MODEL (K=$K cells on $K logical CPU devices) -> $LOGDIR  [log: $LOGDIR/train.log]"
-"$PY" -m tensorpipe.train "${COMMON[@]}" 2>&1 | tee "$LOGDIR/train.log" | digest
+echo "== Training $MODEL (K=$K partitions on $K logical CPU devices) -> $LOGDIR  [log: $LOGDIR/train.log]"
+"$PY" -m tensorpipe.trainer.train "${COMMON[@]}" 2>&1 | tee "$LOGDIR/train.log" | digest
 trained=$(date +%s)
 
 echo "== Evaluating the final checkpoint on the held-out split  [log: $LOGDIR/eval.log]"
-"$PY" -m tensorpipe.train "${COMMON[@]}" --job=evaler_test 2>&1 | tee "$LOGDIR/eval.log" | digest
+"$PY" -m tensorpipe.trainer.train "${COMMON[@]}" --job=evaler_test 2>&1 | tee "$LOGDIR/eval.log" | digest
 done_at=$(date +%s)
 
 score=$(ls "$LOGDIR"/eval_test/score-*.txt 2>/dev/null | sort | tail -n 1 || true)

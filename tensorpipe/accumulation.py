@@ -1,14 +1,14 @@
-"""Gradient accumulation: a cell's weight gradients summed over micro-batches in one buffer per weight.
+"""Gradient accumulation: a partition's weight gradients summed over micro-batches in one buffer per weight.
 
-Each backward pass B(k, t) adds its weight gradients to the running sum B(k, t + 1) hands it (schedule
-rule 5), and hands the sum on. Summing inside the backward function frees each layer's weight
-gradient as soon as it is added, so a device holds one sum per weight plus one layer's gradient,
-instead of every micro-batch's partial gradients (what one M-input AddN over separate calls would
-hold). The add writes into the running sum's own buffer (`AddInPlace`): a graph function cannot hand
-its input buffers on to its outputs, so an ordinary add would allocate a second copy of every sum
-while the call runs. That is safe because the sum a backward pass receives has no other reader:
-it comes from the previous backward pass, or for the first one from `Zeros`, and goes only to this
-one.
+Each backward pass B(k, t) adds its weight gradients to the running sum B(k, t + 1) hands it
+(schedule rule 5), and hands the sum on. Summing inside the backward function frees each layer's
+weight gradient as soon as it is added, so a device holds one sum per weight plus one layer's
+gradient, instead of every micro-batch's partial gradients (what one M-input AddN over separate
+calls would hold). The add writes into the running sum's own buffer (`AddInPlace`): a graph function
+cannot hand its input buffers on to its outputs, so an ordinary add would allocate a second copy of
+every sum while the call runs. That is safe because the sum a backward pass receives has no other
+reader: it comes from the previous backward pass, or for the first one from `Zeros`, and goes only
+to this one.
 """
 
 from lingvo import compat as tf

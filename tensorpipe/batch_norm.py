@@ -1,19 +1,20 @@
 """Batch normalisation the GPipe way: micro-batch statistics, moving averages from the whole mini-batch.
 
-In training, a batch-norm layer normalises each micro-batch with that micro-batch's mean and variance
-(as the paper does). Its moving averages, used in evaluation, must not depend on K or M, so they are
-updated once per mini-batch from the statistics of the whole mini-batch. Every batch-norm layer,
-Lingvo's stock ones (bn_layers.BatchNormLayer and the layers built on it, e.g. ConvLayer) and this
-module's `BatchNorm` alike, asks for its update through `py_utils.UpdateBatchNormVars`:
+In training, a batch-norm layer normalises each micro-batch with that micro-batch's mean and
+variance (as the paper does). Its moving averages, used in evaluation, must not depend on K or M, so
+they are updated once per mini-batch from the statistics of the whole mini-batch. Every batch-norm
+layer, Lingvo's stock ones (bn_layers.BatchNormLayer and the layers built on it, e.g. ConvLayer) and
+this module's `BatchNorm` alike, asks for its update through `py_utils.UpdateBatchNormVars`:
 
-- Inside a TensorPipeLayer's cell that call is routed here (see `stateful_ops`) and `Record`s the
-  statistic into the active `StatsCollector` instead of updating anything: a cell's forward function
-  returns the statistics as outputs (see `cell_function`), and the pipeline adds each call's records
-  to its own collector. After the last micro-batch the pipeline calls `StatsCollector.Finish`, which
-  combines the M micro-batches' statistics exactly (weighted by their non-padded positions where the
-  layer's moments say so, else equally: mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) - mean^2)
-  and registers one Lingvo batch-norm update per variable, which Lingvo's training step applies
-  like any other. A re-computation runs under a `Discarding` collector, so it records nothing.
+- Inside a TensorPipeLayer's partition that call is routed here (see `stateful_ops`) and `Record`s
+  the statistic into the active `StatsCollector` instead of updating anything: a partition's forward
+  function returns the statistics as outputs (see `partition_function`), and the pipeline adds each
+  call's records to its own collector. After the last micro-batch the pipeline calls
+  `StatsCollector.Finish`, which combines the M micro-batches' statistics exactly (weighted by their
+  non-padded positions where the layer's moments say so, else equally: mean = avg_t mean_t, var =
+  avg_t (var_t + mean_t^2) - mean^2) and registers one Lingvo batch-norm update per variable, which
+  Lingvo's training step applies like any other. A re-computation runs under a `Discarding`
+  collector, so it records nothing.
 - Outside a TensorPipeLayer the call updates the moving averages from the layer's own batch
   statistics, as it always does, so an unpipelined model gets the same moving averages.
 
@@ -118,8 +119,8 @@ class StatsCollector:
   def Finish(self, outputs):
     """Registers one moving-average update per variable; returns `outputs` made to depend on them.
 
-    The dependency makes Lingvo count the updates as relevant to the loss (it applies only batch-norm
-    updates whose statistics the loss depends on).
+    The dependency makes Lingvo count the updates as relevant to the loss (it applies only
+    batch-norm updates whose statistics the loss depends on).
 
     Raises:
       ValueError: if a variable got a number of updates other than M (e.g. a layer reused).
@@ -212,7 +213,8 @@ class BatchNorm(base_layer.BaseLayer):
         # One fused op (and one for its gradient) instead of a dozen: much smaller graphs.
         y, mean, variance = tf.compat.v1.nn.fused_batch_norm(
             x, theta.gamma, theta.beta, epsilon=p.epsilon, is_training=True)
-        # The fused op returns the Bessel-corrected variance; the moving average takes the biased one.
+        # The fused op returns the Bessel-corrected variance; the moving average takes the biased
+        # one.
         n = x.shape[:3].num_elements()
         if n is None:
           n = tf.cast(tf.reduce_prod(tf.shape(x)[:3]), tf.float32)

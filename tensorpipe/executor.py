@@ -2,18 +2,18 @@
 
 In training, FProp builds:
   (1) Entry, on device 0: the mini-batch split into M micro-batches.
-  (2) Anchor k, on device k: cell k's weights, as its calls read them.
-  (3) Every forward action F(k, t), in the schedule's build order: one call of cell k's forward
-      function (see `cell_function`), after the actions the schedule's edges name.
-  (4) Exit, on the last device: the last cell's outputs joined into the pipeline's output.
+  (2) Anchor k, on device k: partition k's weights, as its calls read them.
+  (3) Every forward action F(k, t), in the schedule's build order: one call of partition k's forward
+      function (see `partition_function`), after the actions the schedule's edges name.
+  (4) Exit, on the last device: the last partition's outputs joined into the pipeline's output.
 When tf.gradients reaches Exit:
   (5) Exit's gradient cuts the output gradient into micro-batches and builds every backward action
-      in build order: B(k, t) is one call of cell k's backward function (or, without
+      in build order: B(k, t) is one call of partition k's backward function (or, without
       re-computation, of TensorFlow's gradient of F(k, t)), after the actions its edges name; in a
       schedule that splits backward passes, B(k, t) calls the input-gradient function and W(k, t)
       the weight-gradient function on what that B call kept.
-  (6) Anchor k's gradient returns cell k's summed weight gradients, and Entry's gradient joins the
-      micro-batches' input gradients.
+  (6) Anchor k's gradient returns partition k's summed weight gradients, and Entry's gradient joins
+      the micro-batches' input gradients.
 
     Entry --x--> F(0,t) --y--> F(1,t) --y--> ... F(K-1,t) --y--> Exit --> loss
       |          Anchor 0 -/    Anchor 1 -/       Anchor K-1 -/    ^
@@ -56,26 +56,27 @@ class PipelineStep:
 
   Args:
     sched: the schedule.Schedule to follow.
-    make_cell: (k, theta NestedMap, inputs of micro-batch 0) -> cell_function.CellFunctions.
+    make_partition: (k, theta NestedMap, inputs of micro-batch 0) ->
+      partition_function.PartitionFunctions.
     devices: the K device strings.
     batch_dim: the batch dimension of the inputs and outputs.
-    recompute: (t) -> True if micro-batch t's backward passes re-compute their cells.
+    recompute: (t) -> True if micro-batch t's backward passes re-compute their partitions.
     where: names the pipeline in error messages.
   """
 
-  def __init__(self, sched: schedule_lib.Schedule, make_cell: Callable, devices: List[str],
+  def __init__(self, sched: schedule_lib.Schedule, make_partition: Callable, devices: List[str],
                batch_dim: int, recompute: Callable[[int], bool], where: str):
     self._sched = sched
-    self._make_cell = make_cell
+    self._make_partition = make_partition
     self._devices = devices
     self._batch_dim = batch_dim
     self._recompute = recompute
     self._where = where
-    self._num_cells = sched.num_cells
+    self._num_partitions = sched.num_partitions
     self._num_micro = sched.num_micro_batches
     self._ops = {}  # action -> the ops it is done after
     self._late = {}  # action not built yet -> the already built actions that must wait for it
-    self._cells = [None] * self._num_cells
+    self._partitions = [None] * self._num_partitions
     self._calls = {}  # F(k, t) -> (theta leaves, input leaves, output leaves, step, offset)
     self._weight_grads = None
     self._input_grads = None
@@ -98,17 +99,17 @@ class PipelineStep:
       for op in self._ops[waiting]:
         op._add_control_inputs(ops)  # pylint: disable=protected-access
 
-  def Run(self, cell_theta, args, offsets, collector, training):
-    """Builds the step; returns the pipeline's outputs (structured like the last cell's).
+  def Run(self, partition_theta, args, offsets, collector, training):
+    """Builds the step; returns the pipeline's outputs (structured like the last partition's).
 
     Args:
-      cell_theta: K NestedMaps, cell k's weights.
+      partition_theta: K NestedMaps, partition k's weights.
       args: the FProp inputs (tensors, tuples, NestedMaps; None allowed).
       offsets: per micro-batch, the index of its first example in the mini-batch (int or tensor).
       collector: batch_norm.StatsCollector that gets every forward call's statistics.
       training: build the gradient machinery (1, 2, 4-6); else only the forward calls.
     """
-    num_micro, num_cells = self._num_micro, self._num_cells
+    num_micro, num_partitions = self._num_micro, self._num_partitions
     step = py_utils.GetGlobalStep()
     with tf.device(self._devices[0]):
       if step is not None:
@@ -120,23 +121,23 @@ class PipelineStep:
       else:
         pieces = micro_batching.Split(args, num_micro, self._batch_dim)
     thetas, tokens = [], [entry_token] if training else []
-    for k in range(num_cells):
-      leaves = cell_theta[k].Flatten()
+    for k in range(num_partitions):
+      leaves = partition_theta[k].Flatten()
       if training and leaves:
-        with tf.device(self._devices[k]), tf.name_scope('cell%d_anchor' % k):
+        with tf.device(self._devices[k]), tf.name_scope('partition%d_anchor' % k):
           leaves, token = self._Anchor(k, leaves)  # Step (2).
         tokens.append(token)
       thetas.append(leaves)
-    outputs = [[None] * num_micro for _ in range(num_cells)]
+    outputs = [[None] * num_micro for _ in range(num_partitions)]
     for action in self._sched.BuildOrder((schedule_lib.FORWARD,)):  # Step (3).
-      k, t = action.cell, action.micro_batch
+      k, t = action.partition, action.micro_batch
       inputs = pieces[t] if k == 0 else outputs[k - 1][t]
-      if self._cells[k] is None:
-        self._cells[k] = self._make_cell(k, cell_theta[k], inputs)
+      if self._partitions[k] is None:
+        self._partitions[k] = self._make_partition(k, partition_theta[k], inputs)
       x_leaves = _NonNone(inputs)
       # Schedule rules 1 and 2: after F(k-1, t), and after the device's forward pass before it.
-      with tf.name_scope('cell%d_mb%d' % (k, t)), self._After(action):
-        out, records, ys = self._cells[k].Forward(step, offsets[t], thetas[k], x_leaves,
+      with tf.name_scope('partition%d_mb%d' % (k, t)), self._After(action):
+        out, records, ys = self._partitions[k].Forward(step, offsets[t], thetas[k], x_leaves,
                                                   differentiable=training and not self._recompute(t))
       self._Built(action, [ys[0].op])
       self._calls[action] = (thetas[k], x_leaves, ys, step, offsets[t])
@@ -190,7 +191,7 @@ class PipelineStep:
     return tf.add_n([g for g in grads if g is not None])
 
   def _Anchor(self, k, leaves):
-    """Step (2): cell k's weights and a token; the gradient returns step (6)'s summed gradients."""
+    """Step (2): partition k's weights and a token; the gradient returns step (6)'s sums."""
 
     @tf.custom_gradient
     def Anchor(*theta):
@@ -252,7 +253,7 @@ class PipelineStep:
 
   def _BuildBackward(self, out_grads, last_ys):
     """Step (5): every backward action, in build order; fills the gradients steps (6) return."""
-    num_micro, num_cells = self._num_micro, self._num_cells
+    num_micro, num_partitions = self._num_micro, self._num_partitions
     # tf.gradients hands outputs the loss does not use zeros_like(output): no gradient, and no
     # reason to wait for the output.
     out_grads = [None if g is not None and getattr(g, 'op', None) is not None and
@@ -268,25 +269,25 @@ class PipelineStep:
       else:
         pieces = micro_batching.SplitGradient(grad, column, self._batch_dim)
       for t in range(num_micro):
-        dys.setdefault((num_cells - 1, t), []).append(pieces[t])
-    sums = [None] * num_cells
+        dys.setdefault((num_partitions - 1, t), []).append(pieces[t])
+    sums = [None] * num_partitions
     input_grads = [None] * num_micro
     kept = {}  # (k, t) -> (output gradients, what B(k, t) kept for W(k, t), its name scope)
     split = self._sched.splits_backward
     # Lingvo builds gradients with colocate_gradients_with_ops, which would pin every op built here
-    # to Exit's device; each action is placed on its cell's device instead.
+    # to Exit's device; each action is placed on its partition's device instead.
     with tf.compat.v1.colocate_with(None, ignore_existing=True):
       for action in self._sched.BuildOrder((schedule_lib.BACKWARD, schedule_lib.WEIGHT)):
-        k, t = action.cell, action.micro_batch
+        k, t = action.partition, action.micro_batch
         theta, x_leaves, ys, step, offset = self._calls[schedule_lib.Action(
             schedule_lib.FORWARD, k, t)]
-        cell = self._cells[k]
+        partition = self._partitions[k]
         if action.kind == schedule_lib.WEIGHT:
           if (k, t) in kept:
             grads, tensors, scope = kept.pop((k, t))
             # Schedule rules 10 to 12: after B(k, t), W(k, t-1) and B(k, t+k).
             with tf.device(self._devices[k]), tf.name_scope(scope), self._After(action):
-              sums[k], ops = cell.WeightBackward(step, offset, theta, x_leaves, grads, tensors,
+              sums[k], ops = partition.WeightBackward(step, offset, theta, x_leaves, grads, tensors,
                                                  sums[k])
             self._Built(action, ops)
           continue
@@ -296,26 +297,26 @@ class PipelineStep:
         else:
           # Schedule rules 3 to 7, 9 and 13: after the loss's inputs, B(k+1, t), the device's
           # backward pass before it and, in zero-bubble, its weight-gradient pass k + 1 before.
-          with tf.device(self._devices[k]), tf.name_scope('cell%d_mb%d' % (k, t)) as scope, (
+          with tf.device(self._devices[k]), tf.name_scope('partition%d_mb%d' % (k, t)) as scope, (
               self._After(action)):
             if split:
               if not self._recompute(t):
                 raise AssertionError('%s: the %s schedule needs re-computation' %
                                      (self._where, self._sched.name))
-              dx, tensors, ops = cell.InputBackward(step, offset, theta, x_leaves, grads)
+              dx, tensors, ops = partition.InputBackward(step, offset, theta, x_leaves, grads)
               kept[(k, t)] = (grads, tensors, scope)  # W(k, t) is named in the same scope.
             elif self._recompute(t):
-              dx, sums[k], ops = cell.Backward(step, offset, theta, x_leaves, grads, sums[k])
+              dx, sums[k], ops = partition.Backward(step, offset, theta, x_leaves, grads, sums[k])
             else:
-              dx, sums[k], ops = cell.NeverRecomputeBackward(ys, theta, x_leaves, grads, sums[k])
+              dx, sums[k], ops = partition.NeverRecomputeBackward(ys, theta, x_leaves, grads, sums[k])
           self._Built(action, ops)
         if k:
           dys[(k - 1, t)] = dx
         else:
           input_grads[t] = dx
     self._weight_grads = []
-    for k in range(num_cells):
+    for k in range(num_partitions):
       theta = self._calls[schedule_lib.Action(schedule_lib.FORWARD, k, 0)][0]
       self._weight_grads.append([None] * len(theta) if sums[k] is None else
-                                self._cells[k].WeightGradients(sums[k]))
+                                self._partitions[k].WeightGradients(sums[k]))
     self._input_grads = input_grads

@@ -1,13 +1,14 @@
 """TensorPipeLayer: a sequential list of Lingvo layers run as a GPipe pipeline over K devices.
 
-The L layers are cut into K cells (explicitly, or balanced by estimated cost); cell k and its variables
-live on device k. FProp splits the mini-batch into M micro-batches and runs the schedule's actions
-(see `schedule`): each forward task F(k, t) is one call of cell k's forward function and each backward
-task B(k, t) one call of its backward function, which re-computes the cell from its saved boundary
-input (see `cell_function`). The functions are traced once per cell, so the graph does not grow with
-M. `executor` builds the calls in the schedule's order and joins the outputs on the last device; the
-weight gradients of the M micro-batches are summed on each cell's device (see `accumulation`) and
-Lingvo's learner applies them once per mini-batch.
+The L layers are cut into K partitions (explicitly, or balanced by estimated cost); partition k and
+its variables live on device k. FProp splits the mini-batch into M micro-batches and runs the
+schedule's actions (see `schedule`): each forward task F(k, t) is one call of partition k's forward
+function and each backward task B(k, t) one call of its backward function, which re-computes the
+partition from its saved boundary input (see `partition_function`). The functions are traced once
+per partition, so the graph does not grow with M. `executor` builds the calls in the schedule's
+order and joins the outputs on the last device; the weight gradients of the M micro-batches are
+summed on each partition's device (see `accumulation`) and Lingvo's learner applies them once per
+mini-batch.
 
 Variables are named `<layer>/<child layer>/...` whatever K is, so a checkpoint loads for any
 partitioning.
@@ -20,12 +21,12 @@ from lingvo.core import base_layer
 from lingvo.core import py_utils
 
 from tensorpipe import batch_norm
-from tensorpipe import cell_function
-from tensorpipe import cost_model
+from tensorpipe import partition_function
+from tensorpipe.partition import cost_model
 from tensorpipe import executor
 from tensorpipe import micro_batching
-from tensorpipe import partition_report
-from tensorpipe import partitioning
+from tensorpipe.partition import partition_report
+from tensorpipe.partition import partitioning
 from tensorpipe import placement
 from tensorpipe import randomness
 from tensorpipe import schedule
@@ -45,29 +46,30 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def Params(cls):
     p = super().Params()
     p.Define('partitions', None,
-             'Explicit cells: a list of K lists of layer Params; cell k runs on device k. '
+             'Explicit partitions: a list of K lists of layer Params; partition k runs on device k. '
              'Set this or `layers`.')
     p.Define('layers', None,
-             'Flat list of layer Params, cut automatically into `num_partitions` cells. '
+             'Flat list of layer Params, cut automatically into `num_partitions` partitions. '
              'Set this or `partitions`.')
     p.Define('num_partitions', None,
-             'K, the number of cells `layers` is cut into (only with `layers`).')
+             'K, the number of partitions `layers` is cut into (only with `layers`).')
     p.Define('cost_input_shapes', None,
              'Shapes of the first layer\'s FProp inputs for one mini-batch (list of lists): needed to '
              'balance `layers` by flops, time or memory, and for the partition report.')
     p.Define('partition_cost', 'auto',
              "What `layers` are balanced by: 'count', 'flops' (FPropMeta), 'measured' (each layer's "
-             "forward+backward time on the cells' device type), 'memory' (estimated bytes), or "
+             "forward+backward time on the partitions' device type), 'memory' (estimated bytes), or "
              "'auto' ('flops' with cost_input_shapes, else 'count').")
     p.Define('partition_algorithm', 'optimal',
-             "'optimal' (least max cell cost, exactly) or 'min_variance' (the GPipe paper's "
+             "'optimal' (least max partition cost, exactly) or 'min_variance' (the GPipe paper's "
              "heuristic).")
     p.Define('memory_budget', None,
              'Bytes each device may hold (parameters with optimizer slots and activations, as '
-             'cost_model estimates them); the split keeps every cell within it or raises. None: no '
+             'cost_model estimates them); the split keeps every partition within it or raises. None: '
+             'no '
              'limit.')
     p.Define('log_partition_report', False,
-             'Log the partition report (per cell: layers, cost, parameters, estimated memory; '
+             'Log the partition report (per partition: layers, cost, parameters, estimated memory; '
              'imbalance, bubble) when the layer is built; needs cost_input_shapes, and takes a '
              'while for big models (it builds each distinct layer in a throwaway graph).')
     p.Define('bytes_per_param', 12,
@@ -91,17 +93,19 @@ class TensorPipeLayer(base_layer.BaseLayer):
              "'1f1b' and 'zero_bubble' need per-example losses from the last layer or a loss_layer "
              "(see schedule).")
     p.Define('loss_layer', None,
-             'Optional layer Params run after the last layer, in the last cell, on each '
+             'Optional layer Params run after the last layer, in the last partition, on each '
              'micro-batch: FProp(theta, last layer\'s output, *loss_inputs) returning per-example '
              'values (e.g. losses). With it, FProp takes (inputs, loss_inputs): loss_inputs (e.g. '
-             'labels) are split into micro-batches and carried to the last cell. Lets the 1f1b '
+             'labels) are split into micro-batches and carried to the last partition. Lets the 1f1b '
              'schedule run a micro-batch\'s backward pass as soon as its loss is known.')
     p.Define('forward_overlap', True,
-             'True: a cell may run the forward passes of two neighbouring micro-batches at once, so '
+             'True: a partition may run the forward passes of two neighbouring micro-batches at once, '
+             'so '
              'a device whose neighbour is idle (filling the pipeline) can use a second core or '
-             'stream. False: one forward pass at a time per cell.')
+             'stream. False: one forward pass at a time per partition.')
     p.Define('two_d_weight_gradients', True,
-             'Inside the cells, compute weight gradients of x [..., n] @ w [n, m] matmuls (projections '
+             'Inside the partitions, compute weight gradients of x [..., n] @ w [n, m] matmuls '
+             '(projections '
              'of rank-3 activations) as one 2-D matmul instead of TF\'s per-leading-index products; '
              'same values, far less time when micro-batches are small. See matmul_gradient.')
     p.Define('devices', None,
@@ -126,46 +130,46 @@ class TensorPipeLayer(base_layer.BaseLayer):
       raise ValueError('%s: batch_dim must be a non-negative integer, got %r' % (where, p.batch_dim))
     if p.micro_batch_size is None:
       micro_batching.NumMicroBatches(None, p.num_micro_batches, None, where)
-    cells = self._Cells(where)
-    self._devices = placement.VariableDevices(self.cluster, len(cells), p.devices, where)
-    self._cell_layers = []
-    self._functions = weakref.WeakKeyDictionary()  # graph -> {input signature: CellFunctions}
-    for k, cell in enumerate(cells):
+    partitions = self._Partitions(where)
+    self._devices = placement.VariableDevices(self.cluster, len(partitions), p.devices, where)
+    self._partition_layers = []
+    self._functions = weakref.WeakKeyDictionary()  # graph -> {input signature: PartitionFunctions}
+    for k, partition in enumerate(partitions):
       names = []
       with tf.device(self._devices[k]):
-        for layer_params in cell:
+        for layer_params in partition:
           self.CreateChild(layer_params.name, layer_params)
           stateful_ops.CheckAccumulators(self.children[layer_params.name], where)
           names.append(layer_params.name)
-      self._cell_layers.append(names)
+      self._partition_layers.append(names)
     self._loss_name = None
     if p.loss_layer is not None:
       self._loss_name = p.loss_layer.name or 'loss'
-      if any(self._loss_name in names for names in self._cell_layers):
+      if any(self._loss_name in names for names in self._partition_layers):
         raise ValueError('%s: loss_layer name %r is also a layer name; give it another name' %
                          (where, self._loss_name))
       with tf.device(self._devices[-1]):
         self.CreateChild(self._loss_name, p.loss_layer.Copy().Set(name=self._loss_name))
-      self._cell_layers[-1].append(self._loss_name)
+      self._partition_layers[-1].append(self._loss_name)
 
-  def _Cells(self, where):
+  def _Partitions(self, where):
     """The K lists of layer Params, from `partitions` or by splitting `layers` (see partitioning)."""
     p = self.params
     if (p.partitions is None) == (p.layers is None):
-      raise ValueError('%s: set exactly one of `partitions` (explicit cells) and `layers` '
-                       '(cut into num_partitions cells)' % where)
+      raise ValueError('%s: set exactly one of `partitions` (explicit partitions) and `layers` '
+                       '(cut into num_partitions partitions)' % where)
     sizes = None
     if p.partitions is not None:
       if p.num_partitions is not None and p.num_partitions != len(p.partitions):
-        raise ValueError('%s: num_partitions=%r but `partitions` lists %d cells' %
+        raise ValueError('%s: num_partitions=%r but `partitions` lists %d partitions' %
                          (where, p.num_partitions, len(p.partitions)))
       partitioning.CheckPartitions(p.partitions, where)
-      sizes = [len(cell) for cell in p.partitions]
-      layers = [layer_params for cell in p.partitions for layer_params in cell]
+      sizes = [len(partition) for partition in p.partitions]
+      layers = [layer_params for partition in p.partitions for layer_params in partition]
       num_partitions = len(sizes)
     else:
       if p.num_partitions is None:
-        raise ValueError('%s: `layers` needs num_partitions (the number of cells K)' % where)
+        raise ValueError('%s: `layers` needs num_partitions (the number of partitions K)' % where)
       layers, num_partitions = list(p.layers), p.num_partitions
     seen = set()
     for i, layer_params in enumerate(layers):
@@ -186,49 +190,52 @@ class TensorPipeLayer(base_layer.BaseLayer):
     self._plan = partitioning.MakePlan(
         layers, num_partitions, p.cost_input_shapes, p.partition_cost, p.partition_algorithm,
         p.memory_budget, num_micro, p.recompute, p.bytes_per_param, device, sizes, where=where)
-    cells = self._plan.Cells()
+    partitions = self._plan.Partitions()
     if sizes is None:
-      tf.logging.info('%s: %d layers in cells of %s by %s cost (%s), imbalance max/mean %.3f', where,
+      tf.logging.info('%s: %d layers in partitions of %s by %s cost (%s), imbalance max/mean %.3f',
+                      where,
                       len(layers), self._plan.sizes, self._plan.cost_source, p.partition_algorithm,
                       self._plan.Imbalance())
     if p.log_partition_report:
       if p.cost_input_shapes is None:
         raise ValueError('%s: log_partition_report needs cost_input_shapes' % where)
       tf.logging.info('%s', partition_report.Build(self._plan, where))
-    return [[layer_params.Copy() for layer_params in cell] for cell in cells]
+    return [[layer_params.Copy() for layer_params in partition] for partition in partitions]
 
   @property
   def num_partitions(self):
-    return len(self._cell_layers)
+    return len(self._partition_layers)
 
   @property
   def partition_plan(self):
-    """The partitioning.Plan: cell sizes and the per-layer costs behind them."""
+    """The partitioning.Plan: partition sizes and the per-layer costs behind them."""
     return self._plan
 
   def PartitionReport(self):
-    """Per cell: layers, cost, share, parameters, estimated memory; imbalance and efficiency."""
+    """Per partition: layers, cost, share, parameters, estimated memory; imbalance and efficiency."""
     return partition_report.Build(self._plan, 'TensorPipeLayer %r' % self.params.name)
 
   @property
   def devices(self):
-    """The device string of each cell in the model split the layer was built in (where its variables
-    live). FProp runs the cells on the devices of the model split it is called in (see `FProp`)."""
+    """The device string of each partition in the model split the layer was built in (where its
+    variables
+    live). FProp runs the partitions on the devices of the model split it is called in (see
+    `FProp`)."""
     return list(self._devices)
 
   @property
-  def cell_layer_names(self):
-    """The names of the layers in each cell."""
-    return [list(names) for names in self._cell_layers]
+  def partition_layer_names(self):
+    """The names of the layers in each partition."""
+    return [list(names) for names in self._partition_layers]
 
-  def _CellStages(self, k):
-    """Cell k as stages, one per layer: (name, function (theta, inputs) -> outputs), in order.
+  def _PartitionLayers(self, k):
+    """Partition k's layers as (name, function (theta, inputs) -> outputs), in order.
 
-    With a loss layer, a stage's inputs are (the layer's inputs, the loss inputs): every layer passes
-    the loss inputs on, and the loss layer gets them after the last layer's output.
+    With a loss layer, each function's inputs are (the layer's inputs, the loss inputs): every layer
+    passes the loss inputs on, and the loss layer gets them after the last layer's output.
     """
 
-    def Stage(name):
+    def Run(name):
       layer = self.children[name]
       if self._loss_name is None:
         return lambda theta, inputs: layer.FProp(theta[name], *_ToTuple(inputs))
@@ -236,10 +243,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
         return lambda theta, inputs: layer.FProp(theta[name], inputs[0], *_ToTuple(inputs[1]))
       return lambda theta, inputs: (layer.FProp(theta[name], *_ToTuple(inputs[0])), inputs[1])
 
-    return [(name, Stage(name)) for name in self._cell_layers[k]]
+    return [(name, Run(name)) for name in self._partition_layers[k]]
 
-  def _CellFunctions(self, k, device, theta, inputs, example_count, recomputes):
-    """Cell k's graph functions on `device` for inputs like `inputs`, traced once per graph, device,
+  def _PartitionFunctions(self, k, device, theta, inputs, example_count, recomputes):
+    """Partition k's graph functions on `device` for inputs like `inputs`, traced once per graph,
+    device,
     input signature, mode (layers compute differently in evaluation) and whether backward passes
     re-compute."""
     p = self.params
@@ -250,8 +258,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
                  str(tf.nest.map_structure(lambda _: 0, inputs)))
     cache = self._functions.setdefault(graph, {})
     if signature not in cache:
-      cache[signature] = cell_function.CellFunctions(
-          self._CellStages(k), theta, inputs, device, '%s_cell%d' % (p.name, k),
+      cache[signature] = partition_function.PartitionFunctions(
+          self._PartitionLayers(k), theta, inputs, device, '%s_partition%d' % (p.name, k),
           p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
           site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
           example_count=example_count, recomputes=recomputes)
@@ -274,10 +282,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
                                           lag)
 
   def FProp(self, theta, *args):
-    """Runs the pipeline on `args` (tensors, tuples or NestedMaps) and returns the last cell's output.
+    """Runs the pipeline on `args` (tensors, tuples or NestedMaps); returns the last partition's output.
 
-    Cell k runs on device k of the current model split (`cluster.WorkerDeviceInModelSplit(k)`, or
-    `devices[k]`): with data parallelism, Lingvo calls FProp once per split, each on its own devices.
+    Partition k runs on device k of the current model split (`cluster.WorkerDeviceInModelSplit(k)`,
+    or `devices[k]`): with data parallelism, Lingvo calls FProp once per split, each on its own
+    devices.
     """
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
@@ -287,14 +296,14 @@ class TensorPipeLayer(base_layer.BaseLayer):
     batch = micro_batching.BatchSize(args, p.batch_dim, where)
     num_micro = self.NumMicroBatches(batch)
     collector = batch_norm.StatsCollector(num_micro, where)
-    devices = placement.CellDevices(self.cluster, self.num_partitions, p.devices, where)
+    devices = placement.PartitionDevices(self.cluster, self.num_partitions, p.devices, where)
     with tf.name_scope(p.name):
       with tf.device(devices[0]):
         if batch is None and num_micro > 1:
           args = self._AssertDivisible(args, num_micro)
         offsets = self._ExampleOffsets(args, batch, num_micro)
-      cell_theta = [
-          py_utils.NestedMap({name: theta[name] for name in names}) for names in self._cell_layers
+      partition_theta = [
+          py_utils.NestedMap({name: theta[name] for name in names}) for names in self._partition_layers
       ]
 
       def Recompute(t):
@@ -303,18 +312,18 @@ class TensorPipeLayer(base_layer.BaseLayer):
       recomputes = not self.do_eval and any(Recompute(t) for t in range(num_micro))
       example_count = None if batch is None else batch // num_micro
 
-      def MakeCell(k, theta, inputs):
-        return self._CellFunctions(k, devices[k], theta, inputs, example_count, recomputes)
+      def MakePartition(k, theta, inputs):
+        return self._PartitionFunctions(k, devices[k], theta, inputs, example_count, recomputes)
 
-      step = executor.PipelineStep(self.Schedule(batch), MakeCell, devices, p.batch_dim,
+      step = executor.PipelineStep(self.Schedule(batch), MakePartition, devices, p.batch_dim,
                                    Recompute, where)
-      out = step.Run(cell_theta, args, offsets, collector, training=not self.do_eval)
+      out = step.Run(partition_theta, args, offsets, collector, training=not self.do_eval)
       with tf.device(devices[-1]):
         out = collector.Finish(out)
     return out
 
   def _ExampleOffsets(self, args, batch, num_micro):
-    """The index in the mini-batch of each micro-batch's first example (a tensor if batch is unknown)."""
+    """Each micro-batch's first example's index in the mini-batch (a tensor if batch is unknown)."""
     p = self.params
     if batch is not None:
       return [t * (batch // num_micro) for t in range(num_micro)]
@@ -335,7 +344,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
 
   @classmethod
   def FPropMeta(cls, p, *args):
-    """Cost of the whole pipeline: the sum of its layers' FPropMeta (used by enclosing partitioners)."""
+    """The whole pipeline's cost: the sum of its layers' FPropMeta (for enclosing partitioners)."""
     layer_params = list(p.layers) if p.layers is not None else [l for c in p.partitions for l in c]
     metas, shapes = cost_model.ChainMeta(layer_params, args)
     return py_utils.NestedMap(flops=sum(flops for flops, _ in metas), out_shapes=shapes)

@@ -1,10 +1,11 @@
-"""Placement: which device runs each cell, checked against the devices the cluster (and session) has.
+"""Placement: which device runs each partition, checked against the devices the cluster (and session) has.
 
-By default cell k runs on `cluster.WorkerDeviceInModelSplit(k)`, so the same params run on logical CPU
-devices, GPUs or TPU cores. Lingvo wraps that index around when the split has fewer devices than cells;
-in jobs that run the training step TensorPipe refuses instead of silently stacking cells on one device.
-Jobs that only build the model for checkpoints, summaries or evaluation (controller, evaler, decoder)
-often get one device with the stock flags; there cells share the devices round-robin, with a warning.
+By default partition k runs on `cluster.WorkerDeviceInModelSplit(k)`, so the same params run on
+logical CPU devices, GPUs or TPU cores. Lingvo wraps that index around when the split has fewer
+devices than partitions; in jobs that run the training step TensorPipe refuses instead of silently
+stacking partitions on one device. Jobs that only build the model for checkpoints, summaries or
+evaluation (controller, evaler, decoder) often get one device with the stock flags; there partitions
+share the devices round-robin, with a warning.
 """
 
 from lingvo import compat as tf
@@ -47,58 +48,58 @@ def CheckDevice(device, cluster_devices, where='TensorPipeLayer'):
   return device
 
 
-def CellDevices(cluster, num_cells, devices=None, where='TensorPipeLayer'):
-  """Returns the K device strings the cells run on.
+def PartitionDevices(cluster, num_partitions, devices=None, where='TensorPipeLayer'):
+  """Returns the K device strings the partitions run on.
 
   Args:
     cluster: Lingvo cluster (the layer's `self.cluster`).
-    num_cells: K.
+    num_partitions: K.
     devices: optional explicit list of K device strings; each must be one of the cluster's devices.
     where: name used in error messages.
 
   Raises:
-    ValueError: for a list of the wrong length, an unknown device, or a model split with fewer devices
-      than cells.
+    ValueError: for a list of the wrong length, an unknown device, or a model split with fewer
+      devices than partitions.
   """
   cluster_devices = _ClusterDevices(cluster)
   if devices is not None:
-    if not isinstance(devices, (list, tuple)) or len(devices) != num_cells:
+    if not isinstance(devices, (list, tuple)) or len(devices) != num_partitions:
       raise ValueError('%s: `devices` has %s entries for %d partitions; give one device per '
                        'partition' % (where, len(devices) if isinstance(devices, (list, tuple))
-                                      else repr(devices), num_cells))
+                                      else repr(devices), num_partitions))
     return [CheckDevice(d, cluster_devices, where) for d in devices]
   split = cluster.num_devices_per_split
-  if num_cells > 1 and split < num_cells:
+  if num_partitions > 1 and split < num_partitions:
     message = (
         '%s: %d partitions need %d devices per model split, but the cluster (job %r) has %d' %
-        (where, num_cells, num_cells, cluster.job, split))
+        (where, num_partitions, num_partitions, cluster.job, split))
     if cluster.job not in _SHARING_JOBS:
       raise ValueError(
-          '%s; set --worker_split_size=%d with that many devices per replica (`tensorpipe.train '
+          '%s; set --worker_split_size=%d with that many devices per replica (`tensorpipe.trainer.train '
           '--cpu_devices=%d` on CPU), use cluster_factory.ForTestingWorker(cpus=%d, split_size=%d) '
-          'in tests, or list `devices` explicitly' % (message, num_cells, num_cells, num_cells, num_cells))
-    tf.logging.warning('%s; job %r only builds the model, so its cells share those devices '
+          'in tests, or list `devices` explicitly' % (message, num_partitions, num_partitions, num_partitions, num_partitions))
+    tf.logging.warning('%s; job %r only builds the model, so its partitions share those devices '
                        'round-robin', message, cluster.job)
-  return [cluster.WorkerDeviceInModelSplit(k) for k in range(num_cells)]
+  return [cluster.WorkerDeviceInModelSplit(k) for k in range(num_partitions)]
 
 
-def VariableDevices(cluster, num_cells, devices=None, where='TensorPipeLayer'):
-  """The K devices that hold the cells' variables: the cell devices of model split 0.
+def VariableDevices(cluster, num_partitions, devices=None, where='TensorPipeLayer'):
+  """The K devices that hold the partitions' variables: the partition devices of model split 0.
 
   Every job that builds the model must put a variable in the same place, since in a multi-process
   job (Lingvo's --cluster_spec) the controller initialises and checkpoints the variables the trainer
   client's steps use. A job that builds the model on devices of its own (the controller's) but sees
   the worker tasks in its session therefore takes split 0 of the worker job, as the trainer client
-  does; everywhere else (one process, or an evaler on its own) these are `CellDevices`.
+  does; everywhere else (one process, or an evaler on its own) these are `PartitionDevices`.
   """
   if devices is None and cluster.job_spec.name != cluster.params.worker.name:
     listed = getattr(cluster, '_session_devices', None) or []
     worker_job = cluster.params.worker.name + '/'
     if any(d.startswith(worker_job) for d in listed):
       workers = cluster.ListDevices(cluster.params.worker).reshape([-1]).tolist()
-      if len(workers) >= num_cells:
-        return workers[:num_cells]
-  return CellDevices(cluster, num_cells, devices, where)
+      if len(workers) >= num_partitions:
+        return workers[:num_partitions]
+  return PartitionDevices(cluster, num_partitions, devices, where)
 
 
 def SessionConfig(num_cpu_devices, intra_op_threads=None, inter_op_threads=None):

@@ -1,18 +1,18 @@
 """Dropout and drop-path whose masks do not depend on re-computation, K or M.
 
-Lingvo's dropout draws from stateful random ops, and GPipe's re-computation runs a cell again, so it
-would draw another mask and the gradient would belong to a different network. Here each element's
-keep/drop decision is a 32-bit integer hash of
+Lingvo's dropout draws from stateful random ops, and GPipe's re-computation runs a partition again,
+so it would draw another mask and the gradient would belong to a different network. Here each
+element's keep/drop decision is a 32-bit integer hash of
 
   (global step, site, example, position)
 
 where `site` names the dropout use (a layer's variable scope plus a per-use name, see `Site`),
 `example` is the element's example index in the whole mini-batch and `position` is its flat index
 among the other axes. TensorPipeLayer runs micro-batch t (the forward pass and its re-computation
-alike) inside `ExampleOffset(t * micro-batch size)`, so a layer's local example b is example
-offset + b of the mini-batch; outside a pipeline the offset is 0. The mask of an example is therefore
-the same in the forward pass, in its re-computation, and whatever K and M are, so a pipelined model
-with dropout gets exactly the plain model's gradients; a new training step draws new masks.
+alike) inside `ExampleOffset(t * micro-batch size)`, so a layer's local example b is example offset
++ b of the mini-batch; outside a pipeline the offset is 0. The mask of an example is therefore the
+same in the forward pass, in its re-computation, and whatever K and M are, so a pipelined model with
+dropout gets exactly the plain model's gradients; a new training step draws new masks.
 """
 
 import contextlib
@@ -40,7 +40,7 @@ def _Stack():
 def ExampleOffset(offset):
   """Within this context, example b of a layer's batch is example `offset` + b of the mini-batch.
 
-  Offsets of nested contexts add up (a pipeline inside a pipeline's cell).
+  Offsets of nested contexts add up (a pipeline inside a pipeline's partition).
 
   Args:
     offset: a non-negative Python int or a scalar integer tensor.
@@ -159,8 +159,8 @@ def Uniform(shape, site, batch_axis=0):
       then counts as one example, CurrentExampleOffset() (values then depend on how the mini-batch
       is split, but not on re-computation).
 
-  The example of an element is CurrentExampleOffset() + its index along `batch_axis`; its position is
-  its flat index over the other axes (in row-major order).
+  The example of an element is CurrentExampleOffset() + its index along `batch_axis`; its position
+  is its flat index over the other axes (in row-major order).
   """
   if not isinstance(site, int):
     raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
@@ -240,19 +240,19 @@ def DropPath(x, keep_prob, site, batch_axis=0, where='DropPath'):
   return Dropout(x, keep_prob, site, batch_axis, noise_shape=noise_shape, where=where)
 
 
-def ScheduledKeepProb(keep_prob, cell_index, num_cells, total_steps):
-  """NASNet's ScheduledDropPath keep probability for the cell at `cell_index` of `num_cells`.
+def ScheduledKeepProb(keep_prob, layer_index, num_layers, total_steps):
+  """NASNet's ScheduledDropPath keep probability for the layer at `layer_index` of `num_layers`.
 
-  The drop probability 1 - keep_prob is scaled by the cell's depth ((cell_index + 1) / num_cells) and
-  by training progress (min(1, global step / total_steps); no ramp when total_steps is 0).
+  The drop probability 1 - keep_prob is scaled by the layer's depth ((layer_index + 1) / num_layers)
+  and by training progress (min(1, global step / total_steps); no ramp when total_steps is 0).
   """
   _CheckKeepProb(keep_prob, 'ScheduledKeepProb')
-  if not 0 <= cell_index < num_cells:
-    raise ValueError('ScheduledKeepProb: cell_index must be in [0, num_cells=%r), got %r' %
-                     (num_cells, cell_index))
+  if not 0 <= layer_index < num_layers:
+    raise ValueError('ScheduledKeepProb: layer_index must be in [0, num_layers=%r), got %r' %
+                     (num_layers, layer_index))
   if keep_prob >= 1.0:
     return 1.0
-  drop = (1.0 - keep_prob) * (cell_index + 1) / float(num_cells)
+  drop = (1.0 - keep_prob) * (layer_index + 1) / float(num_layers)
   if not total_steps:
     return 1.0 - drop
   step = py_utils.GetGlobalStep()

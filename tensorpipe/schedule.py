@@ -1,26 +1,27 @@
 """Pipeline schedules as plain data (no TensorFlow): per-device lists of actions and their edges.
 
-An action is one task of a training step: forward F(k, t) runs cell k on micro-batch t; backward
-B(k, t) re-computes cell k from its saved boundary input (or, without re-computation, reads what the
-forward pass kept) and returns the input gradient and the cell's weight gradients, or, in a schedule
-that splits backward passes, only the input gradient, leaving the weight gradients to a later
-weight-gradient action W(k, t). Each device
-(cell) has an ordered list of actions, and each edge says that one action runs after another, by a
-numbered rule. TensorPipeLayer builds one op per action and turns every edge into a control
-dependency (see `executor`); `simulator` plays the same lists with measured costs; `DryRun` and
-`Render` play them with unit costs, one action per device per tick.
+An action is one task of a training step: forward F(k, t) runs partition k on micro-batch t;
+backward B(k, t) re-computes partition k from its saved boundary input (or, without re-computation,
+reads what the forward pass kept) and returns the input gradient and the partition's weight
+gradients, or, in a schedule that splits backward passes, only the input gradient, leaving the
+weight gradients to a later weight-gradient action W(k, t). Each device (partition) has an ordered
+list of actions, and each edge says that one action runs after another, by a numbered rule.
+TensorPipeLayer builds one op per action and turns every edge into a control dependency (see
+`executor`); `simulator` plays the same lists with measured costs; `DryRun` and `Render` play them
+with unit costs, one action per device per tick.
 
-GPipe's fill-drain for K = 2 cells and M = 3 micro-batches (`FillDrainSchedule(2, 3).Render()`):
+GPipe's fill-drain for K = 2 partitions and M = 3 micro-batches (`FillDrainSchedule(2,
+3).Render()`):
 
   tick     0    1    2    3    4    5    6    7
-  cell 0 | F0,0 F0,1 F0,2 .    .    B0,2 B0,1 B0,0
-  cell 1 | .    F1,0 F1,1 F1,2 B1,2 B1,1 B1,0 .
+  partition 0 | F0,0 F0,1 F0,2 .    .    B0,2 B0,1 B0,0
+  partition 1 | .    F1,0 F1,1 F1,2 B1,2 B1,1 B1,0 .
 
 The rules (the code cites them by number):
   1. F(k, t) after F(k-1, t): its input is that output (data).
-  2. F(k, t) after F(k, t - lag) on the same device: a device runs its forward passes in
-     micro-batch order; lag 2 lets two neighbouring micro-batches of a cell overlap, so a device
-     whose neighbour is idle can use a second core (order).
+  2. F(k, t) after F(k, t - lag) on the same device: a device runs its forward passes in micro-batch
+     order; lag 2 lets two neighbouring micro-batches of a partition overlap, so a device whose
+     neighbour is idle can use a second core (order).
   3. B(K-1, M-1) after every F(K-1, u): the loss over the whole mini-batch needs every micro-batch's
      output (data, through the loss).
   4. B(k, t) after B(k+1, t): its output gradient is that input gradient (data).
@@ -36,8 +37,8 @@ forward pass, so at most K - k micro-batches wait for their backward pass there 
 O(K) micro-batches instead of M); same bubble, same gradients. For K = 2, M = 3:
 
   tick     0    1    2    3    4    5    6    7
-  cell 0 | F0,0 F0,1 .    B0,0 F0,2 B0,1 .    B0,2
-  cell 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 B1,2 .
+  partition 0 | F0,0 F0,1 .    B0,0 F0,2 B0,1 .    B0,2
+  partition 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 B1,2 .
 
   6. B(K-1, t) after F(K-1, t): a per-example loss needs only that micro-batch's output (data).
   7. B(k, t) after B(k, t-1): it adds to that running weight-gradient sum, so a device runs its
@@ -53,8 +54,8 @@ time with their W passes. With F, B and W of equal cost the bubble is (K - 1) / 
 M >= K: a third of 1F1B's. For K = 2, M = 3:
 
   tick     0    1    2    3    4    5    6    7    8    9
-  cell 0 | F0,0 F0,1 .    B0,0 F0,2 W0,0 B0,1 W0,1 B0,2 W0,2
-  cell 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 W1,0 B1,2 W1,1 W1,2
+  partition 0 | F0,0 F0,1 .    B0,0 F0,2 W0,0 B0,1 W0,1 B0,2 W0,2
+  partition 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 W1,0 B1,2 W1,1 W1,2
 
   9. B(k, t) after B(k, t-1): input gradients in micro-batch order on a device (order).
   10. W(k, t) after B(k, t): it reads the layer inputs and output gradients B(k, t) kept (data).
@@ -90,13 +91,13 @@ RULES = {
 
 @dataclasses.dataclass(frozen=True, order=True)
 class Action:
-  """One task: `kind` (FORWARD, BACKWARD or WEIGHT) of cell `cell` on micro-batch `micro_batch`."""
+  """One task: `kind` (FORWARD, BACKWARD or WEIGHT) of `partition` on micro-batch `micro_batch`."""
   kind: str
-  cell: int
+  partition: int
   micro_batch: int
 
   def __str__(self):
-    return '%s%d,%d' % (self.kind, self.cell, self.micro_batch)
+    return '%s%d,%d' % (self.kind, self.partition, self.micro_batch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,11 +109,11 @@ class Edge:
 
   @property
   def crosses_devices(self):
-    return self.before.cell != self.after.cell
+    return self.before.partition != self.after.partition
 
 
-def _CheckSizes(num_cells, num_micro_batches):
-  for name, value in (('num_cells', num_cells), ('num_micro_batches', num_micro_batches)):
+def _CheckSizes(num_partitions, num_micro_batches):
+  for name, value in (('num_partitions', num_partitions), ('num_micro_batches', num_micro_batches)):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
       raise ValueError('%s must be a positive integer, got %r' % (name, value))
 
@@ -121,9 +122,9 @@ class Schedule:
   """Per-device ordered action lists and the edges between actions, checked to be consistent.
 
   Args:
-    num_cells: K, one device per cell.
+    num_partitions: K, one device per partition.
     num_micro_batches: M.
-    device_actions: K lists; list k holds the actions cell k runs, in order.
+    device_actions: K lists; list k holds the actions partition k runs, in order.
     edges: Edges between those actions.
     name: a short name for messages.
 
@@ -132,10 +133,10 @@ class Schedule:
       not in the lists, or if the edges and device orders form a cycle (the step could never end).
   """
 
-  def __init__(self, num_cells: int, num_micro_batches: int,
+  def __init__(self, num_partitions: int, num_micro_batches: int,
                device_actions: Sequence[Sequence[Action]], edges: Sequence[Edge], name: str):
-    _CheckSizes(num_cells, num_micro_batches)
-    self.num_cells = num_cells
+    _CheckSizes(num_partitions, num_micro_batches)
+    self.num_partitions = num_partitions
     self.num_micro_batches = num_micro_batches
     self.name = name
     self._device_actions = [list(actions) for actions in device_actions]
@@ -144,20 +145,20 @@ class Schedule:
     self._Check()
 
   def _Check(self):
-    if len(self._device_actions) != self.num_cells:
-      raise ValueError('%s: %d device lists for %d cells' %
-                       (self.name, len(self._device_actions), self.num_cells))
+    if len(self._device_actions) != self.num_partitions:
+      raise ValueError('%s: %d device lists for %d partitions' %
+                       (self.name, len(self._device_actions), self.num_partitions))
     seen = set()
     for k, actions in enumerate(self._device_actions):
       for action in actions:
-        if action.cell != k:
+        if action.partition != k:
           raise ValueError('%s: %s is in the list of device %d' % (self.name, action, k))
         if action in seen:
           raise ValueError('%s: %s appears twice' % (self.name, action))
         seen.add(action)
     kinds = (FORWARD, BACKWARD) + ((WEIGHT,) if any(a.kind == WEIGHT for a in seen) else ())
     expected = {Action(kind, k, t) for kind in kinds
-                for k in range(self.num_cells) for t in range(self.num_micro_batches)}
+                for k in range(self.num_partitions) for t in range(self.num_micro_batches)}
     if seen != expected:
       raise ValueError('%s: actions missing: %s' %
                        (self.name, ', '.join(str(a) for a in sorted(expected - seen))))
@@ -179,11 +180,11 @@ class Schedule:
     """K lists: the actions each device runs, in order."""
     return [list(actions) for actions in self._device_actions]
 
-  def DeviceActions(self, cell) -> List[Action]:
-    """The actions cell `cell` runs in one training step, in order."""
-    if not isinstance(cell, int) or not 0 <= cell < self.num_cells:
-      raise ValueError('cell %r is not in [0, %d)' % (cell, self.num_cells))
-    return list(self._device_actions[cell])
+  def DeviceActions(self, partition) -> List[Action]:
+    """The actions partition `partition` runs in one training step, in order."""
+    if not isinstance(partition, int) or not 0 <= partition < self.num_partitions:
+      raise ValueError('partition %r is not in [0, %d)' % (partition, self.num_partitions))
+    return list(self._device_actions[partition])
 
   @property
   def edges(self) -> List[Edge]:
@@ -202,7 +203,7 @@ class Schedule:
     Raises:
       ValueError: if no action can start (a cycle between edges and device orders).
     """
-    start, free, nxt = {}, [0] * self.num_cells, [0] * self.num_cells
+    start, free, nxt = {}, [0] * self.num_partitions, [0] * self.num_partitions
     remaining = sum(len(actions) for actions in self._device_actions)
     while remaining:
       progressed = False
@@ -228,33 +229,33 @@ class Schedule:
     """Every action (whose kind is in `kinds`, if given) in an order where each comes after what it
     waits for."""
     ticks = self.DryRun()
-    actions = sorted(ticks, key=lambda a: (ticks[a], a.cell))
+    actions = sorted(ticks, key=lambda a: (ticks[a], a.partition))
     return [a for a in actions if kinds is None or a.kind in kinds]
 
   def Ticks(self) -> List[List[Action]]:
     """The dry run as ticks: tick c holds the actions that start at c (at most one per device)."""
     ticks = self.DryRun()
     out = [[] for _ in range(max(ticks.values()) + 1)]
-    for action in sorted(ticks, key=lambda a: a.cell):
+    for action in sorted(ticks, key=lambda a: a.partition):
       out[ticks[action]].append(action)
     return out
 
   def BubbleFraction(self):
     """Idle share of the devices in the dry run (equal action costs)."""
     ticks = self.Ticks()
-    return 1.0 - sum(len(tick) for tick in ticks) / float(self.num_cells * len(ticks))
+    return 1.0 - sum(len(tick) for tick in ticks) / float(self.num_partitions * len(ticks))
 
   def Render(self):
-    """The dry run as a grid: one row per cell, one column per tick, '.' where the cell is idle."""
+    """The dry run as a grid: a row per partition, a column per tick, '.' where the partition idles."""
     ticks = self.Ticks()
     width = max(len(str(a)) for tick in ticks for a in tick)
     rows = []
-    for k in range(self.num_cells):
-      cells = []
+    for k in range(self.num_partitions):
+      partitions = []
       for tick in ticks:
-        mine = [str(a) for a in tick if a.cell == k]
-        cells.append((mine[0] if mine else '.').ljust(width))
-      rows.append('cell %d | %s' % (k, ' '.join(cells)))
+        mine = [str(a) for a in tick if a.partition == k]
+        partitions.append((mine[0] if mine else '.').ljust(width))
+      rows.append('partition %d | %s' % (k, ' '.join(partitions)))
     return '\n'.join(rows)
 
 
@@ -263,59 +264,59 @@ def _CheckLag(forward_lag):
     raise ValueError('forward_lag must be 1 or 2, got %r' % (forward_lag,))
 
 
-def _DataAndOrderEdges(k, t, num_cells, forward_lag):
+def _DataAndOrderEdges(k, t, num_partitions, forward_lag):
   """The edges into F(k, t) and B(k, t) that every schedule has: rules 1, 2 and 4."""
   edges = []
   if k:
     edges.append(Edge(Action(FORWARD, k - 1, t), Action(FORWARD, k, t), 1))
   if t >= forward_lag:
     edges.append(Edge(Action(FORWARD, k, t - forward_lag), Action(FORWARD, k, t), 2))
-  if k < num_cells - 1:
+  if k < num_partitions - 1:
     edges.append(Edge(Action(BACKWARD, k + 1, t), Action(BACKWARD, k, t), 4))
   return edges
 
 
-def FillDrainSchedule(num_cells, num_micro_batches, forward_lag=1) -> Schedule:
+def FillDrainSchedule(num_partitions, num_micro_batches, forward_lag=1) -> Schedule:
   """GPipe's schedule: every forward pass, then every backward pass in reverse (rules 1-5).
 
   Args:
-    num_cells: K.
+    num_partitions: K.
     num_micro_batches: M.
     forward_lag: rule 2's lag: 1 keeps a device on one forward pass at a time; 2 lets F(k, t) run
       beside F(k, t - 1).
   """
-  _CheckSizes(num_cells, num_micro_batches)
+  _CheckSizes(num_partitions, num_micro_batches)
   _CheckLag(forward_lag)
-  k_cells, m = num_cells, num_micro_batches
+  k_partitions, m = num_partitions, num_micro_batches
   f = lambda k, t: Action(FORWARD, k, t)
   b = lambda k, t: Action(BACKWARD, k, t)
   edges = []
-  for k in range(k_cells):
+  for k in range(k_partitions):
     for t in range(m):
-      edges.extend(_DataAndOrderEdges(k, t, k_cells, forward_lag))
+      edges.extend(_DataAndOrderEdges(k, t, k_partitions, forward_lag))
       if t < m - 1:
         edges.append(Edge(b(k, t + 1), b(k, t), 5))
-  edges.extend(Edge(f(k_cells - 1, u), b(k_cells - 1, m - 1), 3) for u in range(m))
+  edges.extend(Edge(f(k_partitions - 1, u), b(k_partitions - 1, m - 1), 3) for u in range(m))
   device_actions = [[f(k, t) for t in range(m)] + [b(k, t) for t in reversed(range(m))]
-                    for k in range(k_cells)]
-  return Schedule(k_cells, m, device_actions, edges, 'fill-drain K=%d, M=%d' % (k_cells, m))
+                    for k in range(k_partitions)]
+  return Schedule(k_partitions, m, device_actions, edges, 'fill-drain K=%d, M=%d' % (k_partitions, m))
 
 
-def _Interleaved(num_cells, num_micro_batches, forward_lag, split):
+def _Interleaved(num_partitions, num_micro_batches, forward_lag, split):
   """Device lists and edges of 1F1B (rules 1, 2, 4, 6-8) or, with `split`, of zero-bubble (rules 1,
   2, 4, 6 and 8-13)."""
-  _CheckSizes(num_cells, num_micro_batches)
+  _CheckSizes(num_partitions, num_micro_batches)
   _CheckLag(forward_lag)
-  k_cells, m = num_cells, num_micro_batches
+  k_partitions, m = num_partitions, num_micro_batches
   f = lambda k, t: Action(FORWARD, k, t)
   b = lambda k, t: Action(BACKWARD, k, t)
   w = lambda k, t: Action(WEIGHT, k, t)
   edges, device_actions = [], []
-  for k in range(k_cells):
-    in_flight = min(k_cells - k, m)
+  for k in range(k_partitions):
+    in_flight = min(k_partitions - k, m)
     for t in range(m):
-      edges.extend(_DataAndOrderEdges(k, t, k_cells, forward_lag))
-      if k == k_cells - 1:
+      edges.extend(_DataAndOrderEdges(k, t, k_partitions, forward_lag))
+      if k == k_partitions - 1:
         edges.append(Edge(f(k, t), b(k, t), 6))
       if t + in_flight < m:
         edges.append(Edge(b(k, t), f(k, t + in_flight), 8))
@@ -343,39 +344,39 @@ def _Interleaved(num_cells, num_micro_batches, forward_lag, split):
   return device_actions, edges
 
 
-def OneFOneBSchedule(num_cells, num_micro_batches, forward_lag=1) -> Schedule:
+def OneFOneBSchedule(num_partitions, num_micro_batches, forward_lag=1) -> Schedule:
   """1F1B: a warm-up of K - k forward passes on device k, then one backward, one forward (rules 1,
   2, 4 and 6-8). Needs a pipeline whose output is per-example losses (see the module docstring).
 
   Args:
-    num_cells: K.
+    num_partitions: K.
     num_micro_batches: M.
     forward_lag: rule 2's lag, as for FillDrainSchedule.
   """
-  device_actions, edges = _Interleaved(num_cells, num_micro_batches, forward_lag, split=False)
-  return Schedule(num_cells, num_micro_batches, device_actions, edges,
-                  '1F1B K=%d, M=%d' % (num_cells, num_micro_batches))
+  device_actions, edges = _Interleaved(num_partitions, num_micro_batches, forward_lag, split=False)
+  return Schedule(num_partitions, num_micro_batches, device_actions, edges,
+                  '1F1B K=%d, M=%d' % (num_partitions, num_micro_batches))
 
 
-def ZeroBubbleSchedule(num_cells, num_micro_batches, forward_lag=1) -> Schedule:
+def ZeroBubbleSchedule(num_partitions, num_micro_batches, forward_lag=1) -> Schedule:
   """ZB-H1: 1F1B with each backward pass split into B (input gradient) and W (weight gradient), and
   device k's W passes k micro-batches late (rules 1, 2, 4, 6, 8-13; see the module docstring).
 
   Args:
-    num_cells: K.
+    num_partitions: K.
     num_micro_batches: M.
     forward_lag: rule 2's lag, as for FillDrainSchedule.
   """
-  device_actions, edges = _Interleaved(num_cells, num_micro_batches, forward_lag, split=True)
-  return Schedule(num_cells, num_micro_batches, device_actions, edges,
-                  'zero-bubble K=%d, M=%d' % (num_cells, num_micro_batches))
+  device_actions, edges = _Interleaved(num_partitions, num_micro_batches, forward_lag, split=True)
+  return Schedule(num_partitions, num_micro_batches, device_actions, edges,
+                  'zero-bubble K=%d, M=%d' % (num_partitions, num_micro_batches))
 
 
 SCHEDULES = {'gpipe': FillDrainSchedule, '1f1b': OneFOneBSchedule,
              'zero_bubble': ZeroBubbleSchedule}
 
 
-def BubbleFraction(num_cells, num_micro_batches):
+def BubbleFraction(num_partitions, num_micro_batches):
   """(K - 1) / (M + K - 1): the idle share of each device in a fill-drain step with equal costs."""
-  _CheckSizes(num_cells, num_micro_batches)
-  return (num_cells - 1) / float(num_micro_batches + num_cells - 1)
+  _CheckSizes(num_partitions, num_micro_batches)
+  return (num_partitions - 1) / float(num_micro_batches + num_partitions - 1)

@@ -1,7 +1,8 @@
-"""Stateful ops in a cell: made exact where TensorPipe can, refused where it cannot.
+"""Stateful ops in a partition: made exact where TensorPipe can, refused where it cannot.
 
-A pipeline runs each cell's forward pass once per micro-batch and, with re-computation, once more
-in backprop. Stateful ops in a cell would then make training depend on K and M, or be wrong:
+A pipeline runs each partition's forward pass once per micro-batch and, with re-computation, once
+more in backprop. Stateful ops in a partition would then make training depend on K and M, or be
+wrong:
 
   - a stateful random op (tf.nn.dropout's RandomUniform, tf.random.normal, ...) draws other numbers
     in the re-computation than in the forward pass, so the gradient belongs to another network;
@@ -9,7 +10,7 @@ in backprop. Stateful ops in a cell would then make training depend on K and M, 
     per call: 2M times a step, from micro-batch statistics;
   - any other variable write in FProp would also happen M or 2M times a step.
 
-While a cell's functions are traced (`Replacing`), TensorPipe routes the common entry points:
+While a partition's functions are traced (`Replacing`), TensorPipe routes the common entry points:
 
   (1) py_utils.UpdateBatchNormVars, which every stock Lingvo batch-norm layer and TensorPipe's own
       BatchNorm call, records the statistics into the active batch-norm collector instead: the
@@ -21,10 +22,10 @@ While a cell's functions are traced (`Replacing`), TensorPipe routes the common 
       randomness.Dropout, whose mask hashes (global step, site, example, position): the same in a
       forward pass and its re-computation, and for any K and M.
 
-`Stage` scopes one top-level layer of the cell: the sites of (3) are named after that layer and the
-order of dropout uses within it, and Lingvo's step seed restarts from a value derived from the
-layer's name, so stateless ops seeded by py_utils.GenerateStepSeedPair draw the same numbers in the
-forward pass, in the re-computation and whatever cell the layer lands in.
+`LayerScope` scopes one top-level layer of the partition: the sites of (3) are named after that
+layer and the order of dropout uses within it, and Lingvo's step seed restarts from a value derived
+from the layer's name, so stateless ops seeded by py_utils.GenerateStepSeedPair draw the same
+numbers in the forward pass, in the re-computation and whatever partition the layer lands in.
 
 After the forward function is traced, `Check` refuses what is left (a stateful random op; a variable
 write), with one line naming the layer, the op and what to do instead. Other stateful ops (reads,
@@ -51,8 +52,8 @@ from tensorpipe import randomness
 
 _STATE = threading.local()
 
-# Module attributes that hold tf.nn.dropout: TensorFlow 2's and 1's API modules (Lingvo's compat.nn is
-# TensorFlow 2's), and nn_ops for code that imports it directly.
+# Module attributes that hold tf.nn.dropout: TensorFlow 2's and 1's API modules (Lingvo's compat.nn
+# is TensorFlow 2's), and nn_ops for code that imports it directly.
 _DROPOUT_V2_HOMES = (tf2.nn, tf2.compat.v2.nn, tf.nn)
 _DROPOUT_V1_HOMES = (tf2.compat.v1.nn,)
 
@@ -68,12 +69,12 @@ _FUNCTION_ATTRS = ('f', 'body', 'cond', 'then_branch', 'else_branch', 'branches'
 
 
 class _Context:
-  """What the replaced entry points need while one cell is traced."""
+  """What the replaced entry points need while one partition is traced."""
 
   def __init__(self, example_axis, example_count):
     self.example_axis = example_axis
     self.example_count = example_count
-    self.stage = None  # Site prefix of the layer being traced.
+    self.layer = None  # Site prefix of the layer being traced.
     self.uses = 0  # Dropout uses so far in that layer.
     self.counts = {}  # id(statistic) -> count of non-padded positions (from ComputeMoments)
 
@@ -119,7 +120,7 @@ def _Routes():
 
 @contextlib.contextmanager
 def Replacing(example_axis, example_count):
-  """Routes the entry points (1)-(3) of the module docstring while a cell is traced.
+  """Routes the entry points (1)-(3) of the module docstring while a partition is traced.
 
   Args:
     example_axis: the pipeline's batch dimension (where dropout looks for examples first).
@@ -128,7 +129,8 @@ def Replacing(example_axis, example_count):
   contexts = _Contexts()
   contexts.append(_Context(example_axis, example_count))
   try:
-    # A cell traced inside another cell (a pipeline in a pipeline's cell) finds the routes in place.
+    # A partition traced inside another partition (a pipeline in a pipeline's partition) finds the
+    # routes in place.
     with _Patched(_Routes()) if len(contexts) == 1 else contextlib.nullcontext():
       yield
   finally:
@@ -136,15 +138,15 @@ def Replacing(example_axis, example_count):
 
 
 @contextlib.contextmanager
-def Stage(key):
+def LayerScope(key):
   """Within `Replacing`: the trace of the top-level layer `key` (a string, the same for any K)."""
   context = _Current()
-  context.stage, context.uses = key, 0
+  context.layer, context.uses = key, 0
   py_utils.ResetStepSeed(zlib.crc32(('%s|step seed' % key).encode('utf-8')) & 0x7FFFFFFF)
   try:
     yield
   finally:
-    context.stage = None
+    context.layer = None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -152,7 +154,7 @@ def Stage(key):
 
 
 def _UpdateBatchNormVars(batch_norm_var, batch_norm_stats, decay):
-  """py_utils.UpdateBatchNormVars inside a cell: records the statistics; updates nothing here."""
+  """py_utils.UpdateBatchNormVars inside a partition: records the statistics; updates nothing here."""
   context = _Current()
   count = context.counts.get(id(batch_norm_stats))
   batch_norm.Record(batch_norm_var, batch_norm_stats, decay, count)
@@ -200,9 +202,9 @@ def _ExampleAxis(shape, context):
 
 def _ReplacedDropout(x, keep_prob, noise_shape, where):
   context = _Current()
-  if context.stage is None:
-    raise AssertionError('dropout traced in a cell outside any layer')
-  site = randomness.NamedSite('%s|dropout %d' % (context.stage, context.uses))
+  if context.layer is None:
+    raise AssertionError('dropout traced in a partition outside any layer')
+  site = randomness.NamedSite('%s|dropout %d' % (context.layer, context.uses))
   context.uses += 1
   x = tf.convert_to_tensor(x)
   shape = noise_shape if noise_shape is not None else py_utils.GetShape(x)
@@ -225,7 +227,7 @@ def _KeepProbFromRate(rate, where):
 
 
 def _DropoutV2(x, rate, noise_shape=None, seed=None, name=None):
-  """tf.nn.dropout (TensorFlow 2) inside a cell; `seed` has no use (masks are hashes)."""
+  """tf.nn.dropout (TensorFlow 2) inside a partition; `seed` has no use (masks are hashes)."""
   del seed
   with tf.name_scope(name or 'dropout'):
     return _ReplacedDropout(x, _KeepProbFromRate(rate, 'tf.nn.dropout'), noise_shape,
@@ -233,7 +235,7 @@ def _DropoutV2(x, rate, noise_shape=None, seed=None, name=None):
 
 
 def _DropoutV1(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None):
-  """tf.compat.v1.nn.dropout inside a cell."""
+  """tf.compat.v1.nn.dropout inside a partition."""
   del seed
   if (keep_prob is None) == (rate is None):
     raise ValueError('tf.compat.v1.nn.dropout: set exactly one of keep_prob and rate')
@@ -244,7 +246,7 @@ def _DropoutV1(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=N
 
 
 def _DeterministicDropout(x, keep_prob, seeds, noise_shape=None, name=None):
-  """py_utils.DeterministicDropout inside a cell; `seeds` has no use (masks are hashes)."""
+  """py_utils.DeterministicDropout inside a partition; `seeds` has no use (masks are hashes)."""
   del seeds
   with tf.name_scope(name or 'dropout'):
     return _ReplacedDropout(x, keep_prob, noise_shape, 'py_utils.DeterministicDropout')
@@ -309,7 +311,7 @@ class _Library:
 
 
 def _Offences(ops, library):
-  """(kind, op type, op name, op or None) of each refused op among `ops` and the functions they call."""
+  """(kind, op type, op name, op or None) of each refused op in `ops` and the functions they call."""
   found = []
   seen = set()
   for op in ops:
@@ -336,32 +338,33 @@ def _WrittenVariable(op, graph):
 
 
 def CheckAccumulators(layer, where):
-  """Raises ValueError if `layer` (a layer of a cell) or a layer inside it has Lingvo accumulators.
+  """Raises ValueError if `layer` (of a partition) or a layer inside it has Lingvo accumulators.
 
   Accumulators (e.g. bn_layers.BatchNormLayerNoPadding's sufficient statistics) are Python-side
-  per-step state that FProp sets; a cell's FProp runs inside a graph function, where that state
+  per-step state that FProp sets; a partition's FProp runs inside a graph function, where that state
   cannot be carried from one micro-batch to the next.
   """
   names = sorted(layer.GetAccumulatorValues().FlattenItems())
   if names:
     raise ValueError(
-        '%s: layer %r keeps Lingvo accumulators (%s), per-step state that a pipelined cell cannot '
+        '%s: layer %r keeps Lingvo accumulators (%s), per-step state that a pipelined partition '
+        'cannot '
         'carry between micro-batches; use bn_layers.BatchNormLayer or TensorPipe\'s BatchNorm '
         'for batch normalisation, or run the layer outside the TensorPipeLayer' %
         (where, layer.params.name, ', '.join(name for name, _ in names)))
 
 
-def Check(graph, stage_ops, recomputes, where):
+def Check(graph, layer_ops, recomputes, where):
   """Raises ValueError for the first refused op in a traced forward function.
 
   Args:
     graph: the forward function's graph.
-    stage_ops: [(layer name, the ops its trace created)] in order.
-    recomputes: whether the cell is re-computed in backprop (random ops are refused only then).
-    where: names the pipeline and cell in the message.
+    layer_ops: [(layer name, the ops its trace created)] in order.
+    recomputes: whether the partition is re-computed in backprop (random ops are refused only then).
+    where: names the pipeline and partition in the message.
   """
   library = _Library(graph)
-  for layer_name, ops in stage_ops:
+  for layer_name, ops in layer_ops:
     for kind, op_type, op_name, op in _Offences(ops, library):
       if kind == 'random' and recomputes:
         raise ValueError(
@@ -374,7 +377,7 @@ def Check(graph, stage_ops, recomputes, where):
       if kind == 'write':
         variable = _WrittenVariable(op, graph)
         raise ValueError(
-            '%s: layer %r writes %s in FProp (%s %r): a pipeline runs each cell\'s forward pass '
+            '%s: layer %r writes %s in FProp (%s %r): a pipeline runs each partition\'s forward pass '
             'once per micro-batch and again when re-computing, so it would be written M or 2M '
             'times a step. Update it outside the TensorPipeLayer; for batch-norm statistics call '
             'py_utils.UpdateBatchNormVars (as Lingvo\'s BatchNormLayer and TensorPipe\'s '

@@ -55,7 +55,7 @@ class SumBufferTest(test_utils.TestCase):
           if re.fullmatch(r'InplaceAdd(_\d+)?', n.node_name) and n.output:
             buffers[(dev.device, n.node_name)].add(
                 n.output[0].tensor_description.allocation_description.ptr)
-      self.assertLen(buffers, 8)  # one running sum per weight: 4 per cell
+      self.assertLen(buffers, 8)  # one running sum per weight: 4 per partition
       for key, pointers in buffers.items():
         self.assertLen(pointers, 1, key)
 

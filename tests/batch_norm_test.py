@@ -56,9 +56,9 @@ def _Step(params):
 def _UnpipelinedMovingAverages(num_micro_batches, decay=0.9):
   """Moving averages after one step of the plain model, each layer normalised per micro-batch.
 
-  The plain model runs on each of the M slices of the batch in turn (registering ordinary
-  per-slice updates, which are not run); the expected moving averages are computed here in numpy from
-  those per-slice statistics: the whole mini-batch's mean and variance, one decay step from (0, 1).
+  The plain model runs on each of the M slices of the batch in turn (registering ordinary per-slice
+  updates, which are not run); the expected moving averages are computed here in numpy from those
+  per-slice statistics: the whole mini-batch's mean and variance, one decay step from (0, 1).
   """
   graph = tf.Graph()
   with graph.as_default(), helpers.Cluster(1):
@@ -131,10 +131,11 @@ class PipelinedBatchNormTest(test_utils.TestCase):
       self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d' % k)
 
   def testMicroBatchStatisticsIndependentOfK(self):
-    """With M > 1 each micro-batch is normalised on its own, whatever the number of cells is."""
+    """With M > 1 each micro-batch is normalised on its own, whatever the number of partitions is."""
     reference, _, _, _ = _Step(helpers.Pipeline(_Layers(), 1, 4, 'never'))
     plain, _, _, _ = _Step(helpers.Plain(_Layers()))
-    # Per-micro-batch statistics really change the function (so the comparison below means something).
+    # Per-micro-batch statistics really change the function (so the comparison below means
+    # something).
     self.assertGreater(helpers.MaxRelativeError(plain, reference), 1e-3)
     for k in (2, 4):
       grads, _, _, _ = _Step(helpers.Pipeline(_Layers(), k, 4, 'always'))

@@ -20,22 +20,24 @@ class BuildTest(unittest.TestCase):
   def testBuildIsUpToDate(self):
     with open(os.path.join(ROOT, 'BUILD')) as f:
       self.assertEqual(f.read(), _Generator().Generate(),
-                       'BUILD is out of date: run python tools/update_build.py')
+                       'BUILD is out of date: run python -m tools.update_build')
 
   def testEveryModuleAndTestHasATarget(self):
     text = _Generator().Generate()
-    for folder, rule in (('tensorpipe', 'py_library'), ('tests', 'py_test')):
-      for name in os.listdir(os.path.join(ROOT, folder)):
-        if name.endswith('.py') and name != '__init__.py' and (folder != 'tests' or
-                                                                name.endswith('_test.py')):
-          self.assertIn('%s(\n    name = "%s",\n    srcs = ["%s/%s"]' %
-                        (rule, name[:-3], folder, name), text)
+    for top, rule in (('tensorpipe', 'py_library'), ('tests', 'py_test')):
+      for folder, _, names in os.walk(os.path.join(ROOT, top)):
+        for name in names:
+          if name.endswith('.py') and name != '__init__.py' and (top != 'tests' or
+                                                                  name.endswith('_test.py')):
+            path = os.path.relpath(os.path.join(folder, name), ROOT)
+            self.assertIn('%s(\n    name = "%s",\n    srcs = ["%s"]' % (rule, name[:-3], path),
+                          text)
 
   def testDependenciesFollowImports(self):
     text = _Generator().Generate()
     layer = text[text.index('name = "layer",'):]
     layer = layer[:layer.index(')')]
-    for dep in (':cell_function', ':executor', ':micro_batching', ':partitioning', ':placement',
+    for dep in (':partition_function', ':executor', ':micro_batching', ':partitioning', ':placement',
                 ':schedule'):
       self.assertIn('"%s"' % dep, layer)
     self.assertIn('# External: lingvo.', layer)

@@ -8,7 +8,7 @@ from lingvo.core import base_layer
 from lingvo.core import cluster_factory
 from lingvo.core import test_utils
 
-from tensorpipe import profiling
+from tensorpipe.measure import profiling
 from tensorpipe import schedule
 from tests import helpers
 
@@ -30,9 +30,9 @@ _KINDS = {'forward': schedule.FORWARD, 'backward': schedule.BACKWARD, 'weight': 
 
 
 def _Action(name):
-  """The schedule.Action a call op named '.../cell<k>_mb<t>/forward|backward|weight' runs, else
+  """The schedule.Action a call op named '.../partition<k>_mb<t>/forward|backward|weight' runs, else
   None."""
-  match = re.search(r'cell(\d+)_mb(\d+)/(forward|backward|weight)$', name)
+  match = re.search(r'partition(\d+)_mb(\d+)/(forward|backward|weight)$', name)
   if not match:
     return None
   return schedule.Action(_KINDS[match.group(3)], int(match.group(1)), int(match.group(2)))
@@ -53,14 +53,14 @@ class ExecutedOrderTest(test_utils.TestCase):
       with helpers.Session(g, k, intra_op_threads=1, inter_op_threads=2) as sess:
         sess.run(tf.global_variables_initializer())
         for _ in range(2):
-          _, meta = profiling.TracedRun(sess, [grads, loss])  # The loss needs the last cell's F.
+          _, meta = profiling.TracedRun(sess, [grads, loss])  # The loss needs the last partition's F.
           spans = {}
           for dev in meta.step_stats.dev_stats:
             for n in dev.node_stats:
               action = _Action(n.node_name)
               if action:
                 self.assertNotIn(action, spans)
-                self.assertTrue(dev.device.endswith('CPU:%d' % action.cell), (action, dev.device))
+                self.assertTrue(dev.device.endswith('CPU:%d' % action.partition), (action, dev.device))
                 spans[action] = (n.all_start_micros, n.all_start_micros + n.all_end_rel_micros)
           self.assertEqual(sorted(spans), sorted(a for acts in sched.device_actions for a in acts))
           for edge in sched.edges:
@@ -136,7 +136,7 @@ class SchedulesTest(test_utils.TestCase):
     with tf.Graph().as_default(), helpers.Cluster(2):
       net = helpers.Pipeline(helpers.DenseLayers(2, dim=DIM), 2, 4, schedule='1f1b',
                              loss_layer=SquaredNorm.Params().Set(name='sq')).Instantiate()
-      self.assertEqual(net.cell_layer_names, [['layer0'], ['layer1', 'sq']])
+      self.assertEqual(net.partition_layer_names, [['layer0'], ['layer1', 'sq']])
       with self.assertRaisesRegex(ValueError, r"with a loss_layer, FProp takes \(inputs, "
                                   r"loss_inputs\); got 1 arguments"):
         net.FPropDefaultTheta(tf.random.uniform([8, DIM]))

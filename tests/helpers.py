@@ -11,7 +11,7 @@ from lingvo.core import py_utils
 
 from tensorpipe import layer as layer_lib
 from tensorpipe import placement
-from tensorpipe import profiling
+from tensorpipe.measure import profiling
 
 MATMUL_TYPES = ('MatMul', '_MklMatMul', '_FusedMatMul', '_MklFusedMatMul', '_MklNativeFusedMatMul',
                 '_MklNativeMatMul')
@@ -170,3 +170,15 @@ def StepWithBatchNormUpdates(params, inputs_fn, num_devices=4, loss_fn=None):
       moving_values = sess.run(moving)
   return ({v.op.name: g for v, g in zip(variables, grad_values)},
           {v.op.name: m for v, m in zip(moving, moving_values)}, len(updates), len(relevant))
+
+
+def TransformerParameterCount(num_layers, model_dim, ffn_dim, num_heads, vocab, head_dim=64, lm=False):
+  """Parameters of PipelinedTransformer (or, lm=True, PipelinedTransformerLm) from its shapes."""
+  d, att = model_dim, num_heads * head_dim
+  ffn = 2 * d * ffn_dim + ffn_dim + d
+  enc_layer = 4 * d * att + ffn + 2 * 2 * d
+  dec_layer = 8 * d * att + ffn + 3 * 2 * d
+  emb_softmax = vocab * d + d * vocab + vocab
+  if lm:
+    return num_layers * enc_layer + 2 * d + emb_softmax
+  return num_layers * (enc_layer + dec_layer) + 2 * 2 * d + emb_softmax

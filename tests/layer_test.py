@@ -16,7 +16,7 @@ from tests import helpers
 
 BATCH = 16
 DIM = 8
-NUM_LAYERS = 7  # Every K in 2..4 gives uneven cells (4/3, 3/2/2, 2/2/2/1).
+NUM_LAYERS = 7  # Every K in 2..4 gives uneven partitions (4/3, 3/2/2, 2/2/2/1).
 
 
 def _Inputs():
@@ -147,10 +147,11 @@ class BehaviourTest(test_utils.TestCase):
     wide = [helpers.Dense.Params().Set(name='a', dim=DIM), helpers.Dense.Params().Set(name='b', dim=DIM)]
     with tf.Graph().as_default(), helpers.Cluster(3):
       net = explicit.Instantiate()
-      self.assertEqual(net.cell_layer_names, [['layer0'], ['layer1', 'layer2', 'layer3'], ['layer4']])
+      self.assertEqual(net.partition_layer_names,
+                       [['layer0'], ['layer1', 'layer2', 'layer3'], ['layer4']])
       balanced = helpers.Pipeline(wide + helpers.DenseLayers(2), 2, 1,
                                   cost_input_shapes=[[BATCH, DIM]], name='b').Instantiate()
-      self.assertEqual(balanced.cell_layer_names, [['a', 'b'], ['layer0', 'layer1']])
+      self.assertEqual(balanced.partition_layer_names, [['a', 'b'], ['layer0', 'layer1']])
 
   def testVariableNamesDoNotDependOnPartitioning(self):
     names = []
@@ -218,7 +219,7 @@ def _DropoutLayers(num_layers, batch_axis=0):
 
 
 class DropoutTest(test_utils.TestCase):
-  """Each cell runs with its micro-batch's example offset, so dropout masks do not depend on K or M."""
+  """Each partition runs with its micro-batch's example offset: dropout masks do not depend on K, M."""
 
   def testTimeMajorGradientsEqualPlain(self):
     x = np.random.RandomState(4).uniform(-1, 1, size=[3, BATCH, DIM]).astype(np.float32)
@@ -248,7 +249,7 @@ class DropoutTest(test_utils.TestCase):
 
 
   def testEvalInTheTrainingGraphDropsNothing(self):
-    """The cells' functions are traced again for evaluation, where layers compute differently."""
+    """The partitions' functions are traced again for evaluation, where layers compute differently."""
 
     class EvalAware(_DropoutDense):
 
@@ -276,7 +277,7 @@ class DropoutTest(test_utils.TestCase):
 
 
 class PipeliningTest(test_utils.TestCase):
-  """Devices overlap on different micro-batches: cell 0 runs F(0, t + 1) while cell 1 runs F(1, t)."""
+  """Devices overlap on different micro-batches: partition 0 runs F(0, t + 1) while 1 runs F(1, t)."""
 
   def testDevicesOverlap(self):
     k, m = 2, 4
@@ -292,7 +293,7 @@ class PipeliningTest(test_utils.TestCase):
           _, nodes = helpers.TracedStep(sess, [loss, grads])
           spans = {}
           for _, name, _, start, end in nodes:
-            match = re.search(r'cell(\d+)_mb(\d+)/forward$', name)
+            match = re.search(r'partition(\d+)_mb(\d+)/forward$', name)
             if match:
               spans[(int(match.group(1)), int(match.group(2)))] = (start, end)
           self.assertLen(spans, k * m)
@@ -301,7 +302,7 @@ class PipeliningTest(test_utils.TestCase):
             overlapped |= a[0] < b[1] and b[0] < a[1]
           if overlapped:
             break
-        self.assertTrue(overlapped, 'cell 0 never ran micro-batch t + 1 while cell 1 ran t')
+        self.assertTrue(overlapped, 'partition 0 never ran micro-batch t + 1 while partition 1 ran t')
 
 
 class BadInputTest(test_utils.TestCase):

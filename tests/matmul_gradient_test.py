@@ -56,7 +56,7 @@ class GradientTest(test_utils.TestCase):
 
 class TensorPipeLayerTest(test_utils.TestCase):
 
-  def testCellsUseItAndGradientsEqualThePlainModel(self):
+  def testPartitionsUseItAndGradientsEqualThePlainModel(self):
     # helpers.Dense on [B, T, D] inputs: a rank-3 activation projected with a rank-2 weight.
     layers = helpers.DenseLayers(4)
     inputs = lambda: (tf.constant(np.random.RandomState(0).normal(size=[8, 5, 8]).astype(np.float32)),)
@@ -68,7 +68,7 @@ class TensorPipeLayerTest(test_utils.TestCase):
       with tf.Graph().as_default() as g, helpers.Cluster(2):
         out = params.Instantiate().FPropDefaultTheta(*inputs())
         tf.gradients(tf.reduce_mean(out), tf.trainable_variables())
-        # The cells' backward functions hold the gradients (traced once, whatever M is).
+        # The partitions' backward functions hold the gradients (traced once, whatever M is).
         batched = [n.name for f in g.as_graph_def().library.function for n in f.node_def
                    if n.op == 'BatchMatMulV2' and 'MatMul_grad/' in n.name]
       if two_d:

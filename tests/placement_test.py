@@ -1,4 +1,4 @@
-"""Placement: each cell's ops, gradients and variables run on its own device (checked in step stats)."""
+"""Placement: each partition's ops, gradients and variables on its own device (in step stats)."""
 
 import re
 
@@ -22,16 +22,17 @@ def _IsTransfer(name, op_type):
 
 class PlacementTest(test_utils.TestCase):
 
-  def testCellsAndTheirVariablesRunOnTheirDevices(self):
+  def testPartitionsAndTheirVariablesRunOnTheirDevices(self):
     with tf.Graph().as_default() as g, helpers.Cluster(K):
       net = helpers.Pipeline(helpers.DenseLayers(8), K, 4).Instantiate()
       out = net.FPropDefaultTheta(tf.ones([8, 8]))
       variables = tf.trainable_variables()
       grads = tf.gradients(tf.reduce_mean(out), variables, colocate_gradients_with_ops=True)
-      layer_cell = {name: k for k, names in enumerate(net.cell_layer_names) for name in names}
-      self.assertEqual(sorted(set(layer_cell.values())), list(range(K)))
+      layer_partition = {
+          name: k for k, names in enumerate(net.partition_layer_names) for name in names}
+      self.assertEqual(sorted(set(layer_partition.values())), list(range(K)))
       for v in variables:
-        k = layer_cell[v.op.name.split('/')[1]]
+        k = layer_partition[v.op.name.split('/')[1]]
         self.assertEqual(tf.DeviceSpec.from_string(v.device).device_index, k, v.op.name)
       with helpers.Session(g, K) as sess:
         placement.CheckSessionDevices(sess, net.devices)
@@ -42,18 +43,18 @@ class PlacementTest(test_utils.TestCase):
       if _IsTransfer(name, op_type):
         continue
       index = int(device.rsplit(':', 1)[1])
-      task = re.search(r'cell(\d+)_mb\d+/(forward|backward|zeros)$', name)
+      task = re.search(r'partition(\d+)_mb\d+/(forward|backward|zeros)$', name)
       if task:  # A call op of a task.
         self.assertEqual(index, int(task.group(1)), '%s ran on %s' % (name, device))
         seen.add((index, task.group(2)))
       # Ops inside the functions' bodies: a layer's forward pass, its re-computation, its gradients.
       inner = re.match(r'(?:gradients(?:_\d+)?/)?(recompute/)?(layer\d+)/', name)
       if inner:
-        self.assertEqual(index, layer_cell[inner.group(2)], '%s ran on %s' % (name, device))
+        self.assertEqual(index, layer_partition[inner.group(2)], '%s ran on %s' % (name, device))
         seen.add((index, 'backward body' if inner.group(1) else 'forward body'))
       layer = re.match(r'pipe/(layer\d+)/', name)
       if layer and op_type.startswith(('ReadVariableOp', 'VarHandleOp')):
-        self.assertEqual(index, layer_cell[layer.group(1)], '%s ran on %s' % (name, device))
+        self.assertEqual(index, layer_partition[layer.group(1)], '%s ran on %s' % (name, device))
         seen.add((index, 'var'))
     self.assertEqual(seen, {(k, kind) for k in range(K) for kind in (
         'forward', 'backward', 'zeros', 'forward body', 'backward body', 'var')})

@@ -1,4 +1,4 @@
-"""randomness: masks are a pure function of (step, site, example, position), whatever the micro-batching."""
+"""randomness: masks are a function of (step, site, example, position), whatever the micro-batches."""
 
 import numpy as np
 from lingvo import compat as tf
@@ -122,7 +122,7 @@ class BadInputTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, 'ScheduledKeepProb: keep_prob must be in \\(0, 1\\], '
                                 'got -0.5'):
       randomness.ScheduledKeepProb(-0.5, 0, 10, 0)
-    with self.assertRaisesRegex(ValueError, 'cell_index must be in \\[0, num_cells=10\\), got 10'):
+    with self.assertRaisesRegex(ValueError, 'layer_index must be in \\[0, num_layers=10\\), got 10'):
       randomness.ScheduledKeepProb(0.5, 10, 10, 0)
 
   def testBadOffsetSiteAndAxis(self):

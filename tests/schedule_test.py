@@ -19,14 +19,14 @@ class FillDrainScheduleTest(unittest.TestCase):
   def testEveryActionOnceOnItsDevice(self):
     for k, m, lag in itertools.product(range(1, 6), range(1, 9), (1, 2)):
       s = schedule.FillDrainSchedule(k, m, lag)
-      for cell, actions in enumerate(s.device_actions):
-        self.assertEqual(actions, [_A(F, cell, t) for t in range(m)] +
-                         [_A(B, cell, t) for t in reversed(range(m))])
+      for partition, actions in enumerate(s.device_actions):
+        self.assertEqual(actions, [_A(F, partition, t) for t in range(m)] +
+                         [_A(B, partition, t) for t in reversed(range(m))])
       ticks = s.Ticks()
       self.assertEqual(len(ticks), 2 * (m + k - 1))
       for tick in ticks:
-        cells = [a.cell for a in tick]
-        self.assertEqual(len(cells), len(set(cells)))
+        partitions = [a.partition for a in tick]
+        self.assertEqual(len(partitions), len(set(partitions)))
 
   def testEdgesFollowTheRules(self):
     s = schedule.FillDrainSchedule(3, 4, forward_lag=2)
@@ -56,8 +56,8 @@ class FillDrainScheduleTest(unittest.TestCase):
 
   def testRender(self):
     self.assertEqual(schedule.FillDrainSchedule(2, 3).Render().split('\n'),
-                     ['cell 0 | F0,0 F0,1 F0,2 .    .    B0,2 B0,1 B0,0',
-                      'cell 1 | .    F1,0 F1,1 F1,2 B1,2 B1,1 B1,0 .   '])
+                     ['partition 0 | F0,0 F0,1 F0,2 .    .    B0,2 B0,1 B0,0',
+                      'partition 1 | .    F1,0 F1,1 F1,2 B1,2 B1,1 B1,0 .   '])
 
   def testBubble(self):
     self.assertEqual(schedule.BubbleFraction(1, 1), 0.0)
@@ -74,13 +74,13 @@ class FillDrainScheduleTest(unittest.TestCase):
     subprocess.run([sys.executable, '-c', code], check=True)
 
   def testBadSizes(self):
-    with self.assertRaisesRegex(ValueError, 'num_cells must be a positive integer, got 0'):
+    with self.assertRaisesRegex(ValueError, 'num_partitions must be a positive integer, got 0'):
       schedule.FillDrainSchedule(0, 4)
     with self.assertRaisesRegex(ValueError, 'num_micro_batches must be a positive integer, got 2.5'):
       schedule.FillDrainSchedule(2, 2.5)
     with self.assertRaisesRegex(ValueError, 'forward_lag must be 1 or 2, got 3'):
       schedule.FillDrainSchedule(2, 2, 3)
-    with self.assertRaisesRegex(ValueError, r'cell 3 is not in \[0, 2\)'):
+    with self.assertRaisesRegex(ValueError, r'partition 3 is not in \[0, 2\)'):
       schedule.FillDrainSchedule(2, 2).DeviceActions(3)
 
 
@@ -91,18 +91,18 @@ class OneFOneBScheduleTest(unittest.TestCase):
       sched = schedule.OneFOneBSchedule(k, m, lag)  # Checked (and dry-run) when made.
       self.assertEqual(sum(len(a) for a in sched.device_actions), 2 * k * m)
     self.assertEqual(schedule.OneFOneBSchedule(2, 3).Render().splitlines(), [
-        'cell 0 | F0,0 F0,1 .    B0,0 F0,2 B0,1 .    B0,2',
-        'cell 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 B1,2 .   '])
+        'partition 0 | F0,0 F0,1 .    B0,0 F0,2 B0,1 .    B0,2',
+        'partition 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 B1,2 .   '])
 
   def testAtMostKMinusKMicroBatchesInFlightOnDeviceK(self):
-    for k_cells, m in itertools.product(range(1, 6), range(1, 9)):
-      sched = schedule.OneFOneBSchedule(k_cells, m)
+    for k_partitions, m in itertools.product(range(1, 6), range(1, 9)):
+      sched = schedule.OneFOneBSchedule(k_partitions, m)
       for k, actions in enumerate(sched.device_actions):
         in_flight = peak = 0
         for action in actions:
           in_flight += 1 if action.kind == F else -1
           peak = max(peak, in_flight)
-        self.assertEqual(peak, min(k_cells - k, m), (k_cells, m, k))
+        self.assertEqual(peak, min(k_partitions - k, m), (k_partitions, m, k))
       # Backward passes in micro-batch order (rule 7's running sums).
       for actions in sched.device_actions:
         self.assertEqual([a.micro_batch for a in actions if a.kind == B], list(range(m)))
@@ -131,20 +131,20 @@ class ZeroBubbleScheduleTest(unittest.TestCase):
       self.assertTrue(sched.splits_backward)
     self.assertFalse(schedule.OneFOneBSchedule(2, 3).splits_backward)
     self.assertEqual(schedule.ZeroBubbleSchedule(2, 3).Render().splitlines(), [
-        'cell 0 | F0,0 F0,1 .    B0,0 F0,2 W0,0 B0,1 W0,1 B0,2 W0,2',
-        'cell 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 W1,0 B1,2 W1,1 W1,2'])
+        'partition 0 | F0,0 F0,1 .    B0,0 F0,2 W0,0 B0,1 W0,1 B0,2 W0,2',
+        'partition 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 W1,0 B1,2 W1,1 W1,2'])
 
   def testInFlightAsOneFOneBAndWeightGradientsKMicroBatchesLate(self):
-    for k_cells, m in itertools.product(range(1, 6), range(1, 9)):
-      sched = schedule.ZeroBubbleSchedule(k_cells, m)
+    for k_partitions, m in itertools.product(range(1, 6), range(1, 9)):
+      sched = schedule.ZeroBubbleSchedule(k_partitions, m)
       for k, actions in enumerate(sched.device_actions):
         waiting_for_b = waiting_for_w = peak = peak_w = 0
         for action in actions:
           waiting_for_b += {F: 1, B: -1, W: 0}[action.kind]
           waiting_for_w += {F: 0, B: 1, W: -1}[action.kind]
           peak, peak_w = max(peak, waiting_for_b), max(peak_w, waiting_for_w)
-        self.assertEqual(peak, min(k_cells - k, m), (k_cells, m, k))
-        self.assertLessEqual(peak_w, k + 1, (k_cells, m, k))  # Rule 13.
+        self.assertEqual(peak, min(k_partitions - k, m), (k_partitions, m, k))
+        self.assertLessEqual(peak_w, k + 1, (k_partitions, m, k))  # Rule 13.
         for kind in (B, W):  # Rules 9 and 11: micro-batch order.
           self.assertEqual([a.micro_batch for a in actions if a.kind == kind], list(range(m)))
         position = {a: i for i, a in enumerate(actions)}

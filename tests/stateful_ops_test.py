@@ -1,6 +1,7 @@
 """Stock Lingvo layers in a TensorPipeLayer (the README's table): exact, or refused with one line.
 
-Each row is built unpipelined (SequentialLayer) and as a pipeline for K in {1, 2, 3} and M in {1, 4}:
+Each row is built unpipelined (SequentialLayer) and as a pipeline for K in {1, 2, 3} and M in {1,
+4}:
 - stateless rows: per-variable gradients equal the plain model's;
 - batch-norm rows: at M = 1 gradients and moving averages equal the plain model's; at M = 4 (each
   micro-batch normalised on its own) they do not depend on K or on re-computation, one update per
@@ -453,7 +454,7 @@ class RefusedTest(test_utils.TestCase):
   def testStatefulRandomOp(self):
     stack = [_Fc('fc0'), _Noisy.Params().Set(name='noisy'), _Fc('fc2')]
     with self.assertRaisesRegex(
-        ValueError, r"TensorPipeLayer 'pipe' \(pipe_cell\d\): layer 'noisy' draws random numbers "
+        ValueError, r"TensorPipeLayer 'pipe' \(pipe_partition\d\): layer 'noisy' draws random numbers "
         r"with stateful op RandomStandardNormal \('noisy/.*RandomStandardNormal'\).*"
         r"recompute='never'"):
       self._Build(stack)

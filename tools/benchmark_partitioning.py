@@ -1,23 +1,24 @@
-#!/usr/bin/env python
 """Benchmarks the partitioner: predicted imbalance of each algorithm, and the step time it buys.
 
-Part 1, imbalance (max/mean estimated cell cost, by FPropMeta flops) of AmoebaNet-D (18, 256) at
-224x224 and of a Transformer-48 stack (token embedding, 48 Transformer layers with model dimension
-2048, feed-forward 8192, 32 heads, and a 32k-vocabulary softmax, as in the paper's Table 2) for
-K = 2, 4, 8, side by side: cells of equal layer count, the paper's min-variance heuristic, and the
-exact min-max split. The min-max split is the least imbalance of any contiguous split of these
-layers (tests/balancing_test.py checks it against brute force): where it is above 1.05, the layers
-are too coarse for any split to do better.
+Part 1, imbalance (max/mean estimated partition cost, by FPropMeta flops) of AmoebaNet-D (18, 256)
+at 224x224 and of a Transformer-48 stack (token embedding, 48 Transformer layers with model
+dimension 2048, feed-forward 8192, 32 heads, and a 32k-vocabulary softmax, as in the paper's Table
+2) for K = 2, 4, 8, side by side: partitions of equal layer count, the paper's min-variance
+heuristic, and the exact min-max split. The min-max split is the least imbalance of any contiguous
+split of these
+layers (tests/partition/balancing_test.py checks it against brute force): where it is above 1.05,
+the layers are too coarse for any split to do better.
 
 Part 2, step time: a training step (forward, backward, SGD update) of a TensorPipeLayer with K = 2
 on 2 logical CPU devices (intra_op=1, inter_op=2), M = 4, for a dense stack with its work up front,
 a small transformer stack whose softmax is expensive, and a small AmoebaNet-D; each model cut by
-layer count, by flops and by measured layer time (all with the optimal algorithm). Configurations are timed interleaved, in
-rounds, in one process (see benchmark_pipeline for why); ratios are of median step times.
+layer count, by flops and by measured layer time (all with the optimal algorithm). Configurations
+are timed interleaved, in rounds, in one process (see benchmark_pipeline for why); ratios are of
+median step times.
 
 Usage:
-  .venv/bin/python tools/benchmark_partitioning.py               # both parts (a few minutes)
-  .venv/bin/python tools/benchmark_partitioning.py --skip_timing # part 1 only (seconds)
+  .venv/bin/python -m tools.benchmark_partitioning               # both parts (a few minutes)
+  .venv/bin/python -m tools.benchmark_partitioning --skip_timing # part 1 only (seconds)
 
 Results and the command that produced them: docs/benchmarks.md.
 """
@@ -28,12 +29,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import argparse  # pylint: disable=g-import-not-at-top
 import statistics
-import sys
 import time
-
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 from lingvo import compat as tf
@@ -41,12 +37,12 @@ from lingvo.core import base_layer
 from lingvo.core import cluster_factory
 from lingvo.core import py_utils
 
-from tensorpipe import amoebanet
-from tensorpipe import balancing
+from tensorpipe.tasks.image import amoebanet
+from tensorpipe.partition import balancing
 from tensorpipe import layer as tensorpipe_layer
-from tensorpipe import partitioning
+from tensorpipe.partition import partitioning
 from tensorpipe import placement
-from tensorpipe import profiling
+from tensorpipe.measure import profiling
 from tools import benchmark_pipeline
 
 
@@ -157,7 +153,7 @@ def ImbalanceTable(models, ks=(2, 4, 8)):
     flops = partitioning.MakePlan(layers, 1, shapes).cost
     for k in ks:
       by_count = partitioning.MakePlan(layers, k, None)
-      row = [name, k, len(layers), balancing.Imbalance(flops.Cells(by_count.sizes))]
+      row = [name, k, len(layers), balancing.Imbalance(flops.Partitions(by_count.sizes))]
       for algorithm in balancing.ALGORITHMS:
         row.append(partitioning.MakePlan(layers, k, shapes, algorithm=algorithm).Imbalance())
       rows.append(tuple(row))
@@ -165,7 +161,7 @@ def ImbalanceTable(models, ks=(2, 4, 8)):
 
 
 def PrintImbalance(rows):
-  print('Part 1: imbalance, max/mean estimated cell cost (FPropMeta flops); 1.000 is perfect')
+  print('Part 1: imbalance, max/mean estimated partition cost (FPropMeta flops); 1.000 is perfect')
   print('%-50s %2s %6s  %7s  %12s  %7s' % ('model', 'K', 'layers', 'count', 'min_variance',
                                           'optimal'))
   for name, k, num_layers, count, variance, optimal in rows:
@@ -179,8 +175,8 @@ def PrintImbalance(rows):
 class Step:
   """A training step (forward, backward, SGD update) of one TensorPipeLayer configuration.
 
-  Built in its own graph and session inside cluster_factory.ForTestingWorker(cpus=devices), so cell
-  k runs on logical CPU device k; `sizes` gives the cells' layer counts.
+  Built in its own graph and session inside cluster_factory.ForTestingWorker(cpus=devices), so
+  partition k runs on logical CPU device k; `sizes` gives the partitions' layer counts.
   """
 
   def __init__(self, name, layers, sizes, inputs_fn, num_micro_batches, batch_dim=0, devices=None,
@@ -192,12 +188,12 @@ class Step:
         cpus=devices, split_size=devices) as cluster:
       with tf.device(cluster.WorkerDeviceInModelSplit(0)):
         inputs = inputs_fn()
-      cells, start = [], 0
+      partitions, start = [], 0
       for size in sizes:
-        cells.append([l.Copy() for l in layers[start:start + size]])
+        partitions.append([l.Copy() for l in layers[start:start + size]])
         start += size
       net = tensorpipe_layer.TensorPipeLayer.Params().Set(
-          name='net', partitions=cells, num_micro_batches=num_micro_batches, batch_dim=batch_dim,
+          name='net', partitions=partitions, num_micro_batches=num_micro_batches, batch_dim=batch_dim,
           recompute=recompute).Instantiate()
       out = [y for y in tf.nest.flatten(net.FPropDefaultTheta(*inputs))
              if y is not None and y.dtype.is_floating]
@@ -285,7 +281,7 @@ def TimeSplits(args):
         s.Time(args.steps_per_round)
     base = steps[0].Median()
     for s in steps:
-      results.append((name, s.name, balancing.Imbalance(seconds.Cells(s.sizes)), s.Median(),
+      results.append((name, s.name, balancing.Imbalance(seconds.Partitions(s.sizes)), s.Median(),
                       base / s.Median()))
       s.Close()
   return results
@@ -295,7 +291,7 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--skip_timing', action='store_true', help='Only part 1.')
-  parser.add_argument('--k', type=int, default=2, help='Cells (= logical CPU devices) in part 2.')
+  parser.add_argument('--k', type=int, default=2, help='Partitions (= logical CPU devices) in part 2.')
   parser.add_argument('--micro_batches', type=int, default=4, help='M in part 2.')
   parser.add_argument('--rounds', type=int, default=12, help='Interleaved timing rounds.')
   parser.add_argument('--steps_per_round', type=int, default=5, help='Timed steps per round.')

@@ -1,37 +1,38 @@
-#!/usr/bin/env python
 """Benchmarks TensorPipeLayer training steps against the plain model and Lingvo's GPipe, on CPU.
 
-Every configuration is a full training step (forward, `tf.gradients(..., colocate_gradients_with_ops=True)`
-and a plain SGD update with `assign_sub`) built in its own tf.Graph and tf.Session inside
-`cluster_factory.ForTestingWorker(cpus=D, split_size=D)`, so cell k of a pipeline runs on logical CPU
-device k. All sessions share one ConfigProto (D logical CPU devices, intra_op=1, inter_op=2, no soft
-placement): TF fixes its thread pools with the first session of a process, so every configuration of one
-run sees the same pools.
+Every configuration is a full training step (forward, `tf.gradients(...,
+colocate_gradients_with_ops=True)` and a plain SGD update with `assign_sub`) built in its own
+tf.Graph and tf.Session inside `cluster_factory.ForTestingWorker(cpus=D, split_size=D)`, so
+partition k of a pipeline runs on logical CPU device k. All sessions share one ConfigProto (D
+logical CPU devices, intra_op=1, inter_op=2, no soft placement): TF fixes its thread pools with the
+first session of a process, so every configuration of one run sees the same pools.
 
-Timing is interleaved: after building and warming up every configuration (warm-up runs the very fetches
-that are timed, so no executor is built during timing), each round runs `--steps_per_round` (dense) or
-`--tr_steps_per_round` (transformer) steps of every configuration in turn, the starting configuration
-rotating from round to round. The machine may be shared, so each timed step also records how much CPU
-time other processes used meanwhile (/proc/stat minus this process's getrusage); a step is "quiet" when
-that is at most `--max_foreign_cpu` CPU-seconds per second. After `--rounds` rounds, more rounds run
-until every configuration has `--min_clean` quiet steps or `--max_timing_s` is spent. The reported step
-time is the median over the quiet steps (over all steps, marked *, for a configuration with too few),
-and every ratio is a ratio of those medians; the all-step median and the minimum are printed too.
+Timing is interleaved: after building and warming up every configuration (warm-up runs the very
+fetches that are timed, so no executor is built during timing), each round runs `--steps_per_round`
+(dense) or `--tr_steps_per_round` (transformer) steps of every configuration in turn, the starting
+configuration rotating from round to round. The machine may be shared, so each timed step also
+records how much CPU time other processes used meanwhile (/proc/stat minus this process's
+getrusage); a step is "quiet" when that is at most `--max_foreign_cpu` CPU-seconds per second. After
+`--rounds` rounds, more rounds run until every configuration has `--min_clean` quiet steps or
+`--max_timing_s` is spent. The reported step time is the median over the quiet steps (over all
+steps, marked *, for a configuration with too few), and every ratio is a ratio of those medians; the
+all-step median and the minimum are printed too.
 
-Peak memory is measured in a separate process per configuration (this script with `--memory_child`), so
-that no other graph's tensors are in the allocator: tf.config.experimental.reset_memory_stats('CPU:0')
-before a step, get_memory_info('CPU:0')['peak'] after it. The CPU allocator is shared by all logical CPU
-devices of the process, so this is the process-wide peak of the step. It needs the BFC CPU allocator
-(oneDNN builds use it by default; TF_CPU_ALLOCATOR_USE_BFC=true is set below, before TensorFlow is
-imported, so that it is also used with TF_ENABLE_ONEDNN_OPTS=0).
+Peak memory is measured in a separate process per configuration (this script with `--memory_child`),
+so that no other graph's tensors are in the allocator:
+tf.config.experimental.reset_memory_stats('CPU:0') before a step, get_memory_info('CPU:0')['peak']
+after it. The CPU allocator is shared by all logical CPU devices of the process, so this is the
+process-wide peak of the step. It needs the BFC CPU allocator (oneDNN builds use it by default;
+TF_CPU_ALLOCATOR_USE_BFC=true is set below, before TensorFlow is imported, so that it is also used
+with TF_ENABLE_ONEDNN_OPTS=0).
 
 Usage:
-  .venv/bin/python tools/benchmark_pipeline.py            # full run (about 8-10 minutes on 2 cores)
-  .venv/bin/python tools/benchmark_pipeline.py --quick    # smoke run (a minute or two)
-  .venv/bin/python tools/benchmark_pipeline.py --trace    # also: per-device busy time from one traced step
-  .venv/bin/python tools/benchmark_pipeline.py --diagnose # also: TensorPipe K=1,M=8,'never' (micro-batching
+  .venv/bin/python -m tools.benchmark_pipeline            # full run (about 8-10 minutes on 2 cores)
+  .venv/bin/python -m tools.benchmark_pipeline --quick    # smoke run (a minute or two)
+  .venv/bin/python -m tools.benchmark_pipeline --trace    # also: per-device busy time from one traced step
+  .venv/bin/python -m tools.benchmark_pipeline --diagnose # also: TensorPipe K=1,M=8,'never' (micro-batching
                                                           # alone) on both stacks
-  .venv/bin/python tools/benchmark_pipeline.py --suites=dense --skip_memory   # dense speed only (~3 min)
+  .venv/bin/python -m tools.benchmark_pipeline --suites=dense --skip_memory   # dense speed only (~3 min)
 
 Results measured with it, and how to read them: docs/benchmarks.md.
 """
@@ -40,6 +41,7 @@ import os
 
 # Must be set before TensorFlow is imported.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The working directory of sub-runs.
 os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
 
 import argparse  # pylint: disable=g-import-not-at-top
@@ -54,10 +56,6 @@ import subprocess
 import sys
 import time
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
-
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf2
 from lingvo import compat as tf
@@ -71,9 +69,9 @@ from lingvo.core import py_utils
 
 from tensorpipe import layer as tensorpipe_layer
 from tensorpipe import matmul_gradient
-from tensorpipe import partitioning
+from tensorpipe.partition import partitioning
 from tensorpipe import placement
-from tensorpipe import profiling
+from tensorpipe.measure import profiling
 
 MIB = 1024.0 * 1024.0
 
@@ -86,7 +84,8 @@ class TransformerBlock(base_layer.BaseLayer):
   """A Lingvo TransformerLayer (encoder block) as (vecs, paddings) -> (vecs, paddings).
 
   vecs are time-major [T, B, D] and paddings [T, B], as Lingvo's attention layers want, so the batch
-  dimension of both is 1. The same layer runs in SequentialLayer, TensorPipeLayer and PipeliningLayer.
+  dimension of both is 1. The same layer runs in SequentialLayer, TensorPipeLayer and
+  PipeliningLayer.
   """
 
   @classmethod
@@ -133,12 +132,12 @@ def _TransformerLayers(args):
   ]
 
 
-def _Cells(layer_params, k):
-  """Cuts the layer list into k equal consecutive cells (the same cut for TensorPipe and Lingvo)."""
+def _Partitions(layer_params, k):
+  """Cuts the layer list into k equal consecutive partitions (the same cut for TensorPipe and Lingvo)."""
   n = len(layer_params)
   if n % k:
-    raise ValueError('%d layers cannot be cut into %d equal cells' % (n, k))
-  return [[lp.Copy() for lp in cell] for cell in partitioning.SplitLayers(layer_params, k)]
+    raise ValueError('%d layers cannot be cut into %d equal partitions' % (n, k))
+  return [[lp.Copy() for lp in partition] for partition in partitioning.SplitLayers(layer_params, k)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,17 +169,17 @@ def _LayerParams(config, args):
     return builder_layers.SequentialLayer.Params().Set(name='net', sub=layer_list)
   if config.kind == 'tensorpipe':
     return tensorpipe_layer.TensorPipeLayer.Params().Set(
-        name='net', partitions=_Cells(layer_list, config.k), num_micro_batches=config.m,
+        name='net', partitions=_Partitions(layer_list, config.k), num_micro_batches=config.m,
         recompute=config.recompute, forward_overlap=config.overlap, batch_dim=batch_dim)
   if config.kind == 'gpipe':
     if config.k < 2:
-      raise ValueError("Lingvo's PipeliningLayer only pipelines with K > 1 cells")
-    cells = [
-        gpipe.FeatureExtractionLayer.Params().Set(name='cell%d' % i, sub=sub)
-        for i, sub in enumerate(_Cells(layer_list, config.k))
+      raise ValueError("Lingvo's PipeliningLayer only pipelines with K > 1 partitions")
+    partitions = [
+        gpipe.FeatureExtractionLayer.Params().Set(name='partition%d' % i, sub=sub)
+        for i, sub in enumerate(_Partitions(layer_list, config.k))
     ]
     return gpipe.PipeliningLayer.Params().Set(
-        name='net', cell_tpl=cells, num_micro_batches=config.m, batch_dim=batch_dim)
+        name='net', cell_tpl=partitions, num_micro_batches=config.m, batch_dim=batch_dim)
   raise ValueError(config.kind)
 
 
@@ -235,8 +234,8 @@ class Step:
     self.build_s = time.perf_counter() - t0
 
   def Run(self, **kwargs):
-    # Always the same fetches: a new fetch set makes TF build (and grappler optimise) another executor,
-    # which for the largest graphs here takes about a minute.
+    # Always the same fetches: a new fetch set makes TF build (and grappler optimise) another
+    # executor, which for the largest graphs here takes about a minute.
     return self.sess.run(self.fetches, **kwargs)[1]
 
   def Warmup(self, steps):
@@ -336,7 +335,7 @@ def SpeedTargets():
       ('transformer TensorPipe K=2,M=8 >= 0.7x plain',
        Config('transformer', 'tensorpipe', 2, 8, 'always'), Config('transformer', 'plain'), 0.7),
       # Not targets (need None): the no-overlap replay order, and the plain model with the 2-D
-      # weight gradients TensorPipe's cells use.
+      # weight gradients TensorPipe's partitions use.
       ('  no_overlap K=2,M=8 / K=2,M=1', Config('dense', 'tensorpipe', 2, 8, overlap=False), tp(2, 1),
        None),
       ('  no_overlap K=2,M=8 / Lingvo GPipe K=2,M=8', Config('dense', 'tensorpipe', 2, 8, overlap=False),
@@ -369,8 +368,9 @@ def MemoryChild(args, name):
 def MeasureMemory(args):
   results = {}
   for config in MemoryConfigs():
-    cmd = [sys.executable, os.path.abspath(__file__), '--memory_child', config.name] + _ModelFlags(args)
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    cmd = [sys.executable, '-m', 'tools.benchmark_pipeline', '--memory_child', config.name]
+    proc = subprocess.run(cmd + _ModelFlags(args), capture_output=True, text=True, check=False,
+                          cwd=_REPO)
     lines = [l for l in proc.stdout.splitlines() if l.startswith('MEMORY_RESULT ')]
     if proc.returncode or not lines:
       print('memory child for %s failed (rc %d):\n%s' % (config.name, proc.returncode,

@@ -1,10 +1,10 @@
 """Deep vs wide at about the same parameter count on the num2words corpus (the GPipe paper's
 T(24, 8192, 16) vs T(12, 16384, 32) comparison, issue 6), through the trainer.
 
-  python tools/deep_vs_wide.py --logdir_root=/tmp/dvw --steps=1000
+  python -m tools.deep_vs_wide --logdir_root=/tmp/dvw --steps=1000
 
 For each model (default mt.Num2WordsDeepT and mt.Num2WordsWideT, one after the other) it runs
-`python -m tensorpipe.train --model=M --cpu_devices=2 --mode=sync --run_locally=cpu` to train for
+`python -m tensorpipe.trainer.train --model=M --cpu_devices=2 --mode=sync --run_locally=cpu` to train for
 --steps steps into LOGDIR_ROOT/<model>, then the same command with --job=decoder_test to decode the
 final checkpoint greedily, and reads per-language BLEU from LOGDIR/decoder_test/score-<step>.txt.
 Training is skipped when the final-step checkpoint already exists, decoding when its score file does,
@@ -26,17 +26,17 @@ import subprocess
 import sys
 import time
 
-from tensorpipe import num2words_corpus
-from tensorpipe import param_count
-from tensorpipe import train
+from tensorpipe.tasks.mt import num2words_corpus
+from tensorpipe.trainer import param_count
+from tensorpipe.trainer import train
 
 DEFAULT_MODELS = ('mt.Num2WordsDeepT', 'mt.Num2WordsWideT')
 CPU_DEVICES = 2
 
 
 def TrainerCommand(model, logdir, steps, job=None, python=sys.executable):
-  """The tensorpipe.train command line that trains (job None) or runs `job` for `model`."""
-  cmd = [python, '-m', 'tensorpipe.train', '--model=%s' % model, '--cpu_devices=%d' % CPU_DEVICES,
+  """The tensorpipe.trainer.train command line that trains (job None) or runs `job` for `model`."""
+  cmd = [python, '-m', 'tensorpipe.trainer.train', '--model=%s' % model, '--cpu_devices=%d' % CPU_DEVICES,
          '--mode=sync', '--run_locally=cpu', '--logdir=%s' % logdir,
          # The trainer stops at the model's train.max_steps, the decoder at task.train.max_steps.
          '--model_params_override=train.max_steps:%d;task.train.max_steps:%d' % (steps, steps)]

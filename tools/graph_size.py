@@ -1,50 +1,49 @@
-#!/usr/bin/env python
 r"""Graph size and build time: TensorPipe's training graph against M, and every registered model's.
 
 Two reports. Every row is built in its own child process (this script with the hidden `--child`
 flag): TensorFlow's caches and thread pools would otherwise carry over from one configuration to the
-next and skew its times, and the child's peak RSS is then its own. Each row is printed as soon as its
-child is done.
+next and skew its times, and the child's peak RSS is then its own. Each row is printed as soon as
+its child is done.
 
   stack   A stack of 16 stock Lingvo `layers_with_attention.TransformerLayer`s (model dim 64, 4 heads,
-          feed-forward 256; time-major [T=16, B=64, D=64] inputs with [T, B] paddings), cut into K = 4
-          equal cells, built three ways side by side for M in {4, 16, 64}: the plain model
-          (`builder_layers.SequentialLayer`), `TensorPipeLayer` (`partitions=` the 4 cells,
-          batch_dim=1) and Lingvo's GPipe (`gpipe.PipeliningLayer` of `FeatureExtractionLayer` cells,
-          batch_dim=1). Each child builds, in a fresh tf.Graph inside
-          `cluster_factory.ForTestingWorker(cpus=4, split_size=4)` (global step created first: Lingvo's
-          GPipe reads it), the layer, its FProp and `tf.gradients(loss, trainable variables,
-          colocate_gradients_with_ops=True)`. Row: seconds to instantiate the layer, seconds for
-          FProp + gradients ("build s", what the targets compare), graph ops, nodes inside the graph's
-          function library (cell bodies: TensorPipe's and Lingvo's GPipe keep cells there), their
-          total and that total over the plain model's at the same M. For one M (`--first_run_m`,
-          default the largest) the child also opens a session with 4 logical CPU devices
-          (placement.SessionConfig(4, 1, 2)), initialises the variables and times the first
-          session.run of the gradients (where grappler optimises the graph and functions are
-          instantiated) and the second one.
+          feed-forward 256; time-major [T=16, B=64, D=64] inputs with [T, B] paddings), cut into K =
+          4 equal partitions, built three ways side by side for M in {4, 16, 64}: the plain model
+          (`builder_layers.SequentialLayer`), `TensorPipeLayer` (`partitions=` the 4 partitions,
+          batch_dim=1) and Lingvo's GPipe (`gpipe.PipeliningLayer` of `FeatureExtractionLayer`
+          partitions, batch_dim=1). Each child builds, in a fresh tf.Graph inside
+          `cluster_factory.ForTestingWorker(cpus=4, split_size=4)` (global step created first:
+          Lingvo's GPipe reads it), the layer, its FProp and `tf.gradients(loss, trainable
+          variables, colocate_gradients_with_ops=True)`. Row: seconds to instantiate the layer,
+          seconds for FProp + gradients ("build s", what the targets compare), graph ops, nodes
+          inside the graph's function library (partition bodies: TensorPipe's and Lingvo's GPipe
+          keep partitions there), their total and that total over the plain model's at the same M.
+          For one M (`--first_run_m`, default the largest) the child also opens a session with 4
+          logical CPU devices (placement.SessionConfig(4, 1, 2)), initialises the variables and
+          times the first session.run of the gradients (where grappler optimises the graph and
+          functions are instantiated) and the second one.
   models  Registered models (every one of the repository's params/ package by default; `--match` to
           select), each built as Lingvo's trainer first builds it: model params with the Train()
           input (synthetic=True where the input Params has that field), instantiated and
           `ConstructFPropBPropGraph()` called inside `ForTestingWorker(cpus=K, split_size=K)`, K the
-          largest TensorPipeLayer's number of cells; variables are never initialised. Row: K, M,
-          seconds to instantiate, seconds for FProp + BProp, their total, graph ops, function-library
-          nodes, the child's peak RSS (getrusage ru_maxrss) and a status: ok, 'needs data: ...' (the
-          input's data directory or files are missing), 'timeout after N s' (the child is killed by
-          pid) or 'error: ...'.
+          largest TensorPipeLayer's number of partitions; variables are never initialised. Row: K,
+          M, seconds to instantiate, seconds for FProp + BProp, their total, graph ops,
+          function-library nodes, the child's peak RSS (getrusage ru_maxrss) and a status: ok,
+          'needs data: ...' (the input's data directory or files are missing), 'timeout after N s'
+          (the child is killed by pid) or 'error: ...'.
 
 Commands:
-  .venv/bin/python tools/graph_size.py stack                 # about 3.5 minutes on 2 cores
-  .venv/bin/python tools/graph_size.py stack --quick         # smoke run: M in {2, 4}, 8 layers
-  .venv/bin/python tools/graph_size.py stack --first_run_m 0 # sizes and build times only
-  .venv/bin/python tools/graph_size.py models --match 'AmoebaNetD18x256K8M32$'   # about 75 s
-  .venv/bin/python tools/graph_size.py models --match 'AmoebaNetD18x256K8M32$|T64H16384A32$|TransformerL415Pipeline32$'
-  .venv/bin/python tools/graph_size.py models                # every registered model (hours)
+  .venv/bin/python -m tools.graph_size stack                 # about 3.5 minutes on 2 cores
+  .venv/bin/python -m tools.graph_size stack --quick         # smoke run: M in {2, 4}, 8 layers
+  .venv/bin/python -m tools.graph_size stack --first_run_m 0 # sizes and build times only
+  .venv/bin/python -m tools.graph_size models --match 'AmoebaNetD18x256K8M32$'   # about 75 s
+  .venv/bin/python -m tools.graph_size models --match 'AmoebaNetD18x256K8M32$|T64H16384A32$|TransformerL415Pipeline32$'
+  .venv/bin/python -m tools.graph_size models                # every registered model (hours)
 
-Each report ends with PASS/FAIL lines for its targets; every ratio in them comes from rows of the same
-run. stack: TensorPipe's total nodes at the largest M <= 3x the plain model's; TensorPipe's build time
-<= 1.5x Lingvo's GPipe's at every M. models (for those that were run): AmoebaNetD18x256K8M32 builds in
-< 60 s with < 4 GiB peak RSS; mt.T64H16384A32 and mt.TransformerL415Pipeline32 each in < 10 minutes.
-Results and commands: docs/benchmarks.md.
+Each report ends with PASS/FAIL lines for its targets; every ratio in them comes from rows of the
+same run. stack: TensorPipe's total nodes at the largest M <= 3x the plain model's; TensorPipe's
+build time <= 1.5x Lingvo's GPipe's at every M. models (for those that were run):
+AmoebaNetD18x256K8M32 builds in < 60 s with < 4 GiB peak RSS; mt.T64H16384A32 and
+mt.TransformerL415Pipeline32 each in < 10 minutes. Results and commands: docs/benchmarks.md.
 """
 
 import os
@@ -62,14 +61,12 @@ import sys
 import time
 import traceback
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The working directory of sub-runs.
 
 _RESULT = 'GRAPH_SIZE_RESULT '  # Prefix of the one line of JSON a child prints.
 GIB = 2.0**30
 KINDS = ('plain', 'tensorpipe', 'gpipe')
-NUM_CELLS = 4  # K of the stack report (and its logical CPU devices).
+NUM_PARTITIONS = 4  # K of the stack report (and its logical CPU devices).
 
 # Models with a target: (maximum total build seconds, maximum peak RSS bytes or None).
 MODEL_TARGETS = {
@@ -106,9 +103,10 @@ def _OneLine(error):
 def _TransformerBlockClass():
   """A stock Lingvo TransformerLayer as a (vecs, paddings) -> (vecs, paddings) layer.
 
-  TransformerLayer.FProp returns (output, attention probabilities); a SequentialLayer, TensorPipeLayer
-  or FeatureExtractionLayer feeds a layer's outputs to the next one, so the block passes the paddings
-  on instead. Defined in a function so that the parent process never imports TensorFlow.
+  TransformerLayer.FProp returns (output, attention probabilities); a SequentialLayer,
+  TensorPipeLayer or FeatureExtractionLayer feeds a layer's outputs to the next one, so the block
+  passes the paddings on instead. Defined in a function so that the parent process never imports
+  TensorFlow.
   """
   from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
   from lingvo.core import base_layer  # pylint: disable=g-import-not-at-top
@@ -141,7 +139,7 @@ def _TransformerBlockClass():
 
     @classmethod
     def FPropMeta(cls, p, vecs, paddings):
-      """Output shapes (Lingvo's GPipe infers cell outputs with it) and rough forward matmul flops:
+      """Output shapes (Lingvo's GPipe infers partition outputs with it) and rough forward matmul flops:
       QKV and output projections, attention, feed-forward."""
       t, b, d = vecs[0], vecs[1], vecs[2]
       flops = 2 * t * b * (4 * d * d + 2 * d * p.hidden_dim) + 4 * t * t * b * d
@@ -151,30 +149,30 @@ def _TransformerBlockClass():
 
 
 def _StackParams(kind, num_layers, m, model_dim, num_heads, hidden_dim):
-  """Params of the stack as `kind` ('plain', 'tensorpipe' or 'gpipe'), cut into NUM_CELLS equal cells."""
+  """Params of the stack as `kind` ('plain', 'tensorpipe' or 'gpipe'), cut into NUM_PARTITIONS equal partitions."""
   from lingvo.core import builder_layers  # pylint: disable=g-import-not-at-top
   from lingvo.core import gpipe  # pylint: disable=g-import-not-at-top
   from tensorpipe import layer as tensorpipe_layer  # pylint: disable=g-import-not-at-top
 
-  if num_layers % NUM_CELLS:
-    raise ValueError('%d layers cannot be cut into %d equal cells' % (num_layers, NUM_CELLS))
+  if num_layers % NUM_PARTITIONS:
+    raise ValueError('%d layers cannot be cut into %d equal partitions' % (num_layers, NUM_PARTITIONS))
   block = _TransformerBlockClass()
   blocks = [
       block.Params().Set(name='block%d' % i, model_dim=model_dim, num_heads=num_heads,
                          hidden_dim=hidden_dim) for i in range(num_layers)
   ]
-  size = num_layers // NUM_CELLS
-  cells = [blocks[k * size:(k + 1) * size] for k in range(NUM_CELLS)]
+  size = num_layers // NUM_PARTITIONS
+  partitions = [blocks[k * size:(k + 1) * size] for k in range(NUM_PARTITIONS)]
   if kind == 'plain':
     return builder_layers.SequentialLayer.Params().Set(name='net', sub=blocks)
   if kind == 'tensorpipe':
     return tensorpipe_layer.TensorPipeLayer.Params().Set(
-        name='net', partitions=cells, num_micro_batches=m, batch_dim=1)
+        name='net', partitions=partitions, num_micro_batches=m, batch_dim=1)
   if kind == 'gpipe':
     return gpipe.PipeliningLayer.Params().Set(
         name='net', num_micro_batches=m, batch_dim=1, cell_tpl=[
-            gpipe.FeatureExtractionLayer.Params().Set(name='cell%d' % k, sub=cell)
-            for k, cell in enumerate(cells)
+            gpipe.FeatureExtractionLayer.Params().Set(name='partition%d' % k, sub=partition)
+            for k, partition in enumerate(partitions)
         ])
   raise ValueError('unknown kind %r' % kind)
 
@@ -193,7 +191,7 @@ def StackChild(args):
   row = {'kind': args.kind, 'm': args.m}
   graph = tf.Graph()
   with graph.as_default(), cluster_factory.ForTestingWorker(
-      cpus=NUM_CELLS, split_size=NUM_CELLS) as cluster:
+      cpus=NUM_PARTITIONS, split_size=NUM_PARTITIONS) as cluster:
     py_utils.GetOrCreateGlobalStepVar()  # Lingvo's PipeliningLayer reads the global step.
     with tf.device(cluster.WorkerDeviceInModelSplit(0)):
       vecs = tf.random.normal([args.seq_len, args.batch, args.model_dim], seed=1)
@@ -218,7 +216,7 @@ def StackChild(args):
     step = tf.group(*grads)
     init = tf.global_variables_initializer()
   if args.first_run:
-    with tf.Session(graph=graph, config=placement.SessionConfig(NUM_CELLS, 1, 2)) as sess:
+    with tf.Session(graph=graph, config=placement.SessionConfig(NUM_PARTITIONS, 1, 2)) as sess:
       sess.run(init)
       start = time.perf_counter()
       sess.run(step)
@@ -253,8 +251,8 @@ def ModelChild(args):
   """Builds one registered model's training graph as Lingvo's trainer does; prints its row."""
   from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
   from lingvo.core import cluster_factory  # pylint: disable=g-import-not-at-top
-  from tensorpipe import param_count  # pylint: disable=g-import-not-at-top
-  from tensorpipe import train  # pylint: disable=g-import-not-at-top
+  from tensorpipe.trainer import param_count  # pylint: disable=g-import-not-at-top
+  from tensorpipe.trainer import train  # pylint: disable=g-import-not-at-top
 
   row = {'model': args.model}
   graph = tf.Graph()
@@ -304,7 +302,7 @@ def _RunChild(flags, timeout):
 
   The child is killed (SIGKILL, by its pid) when it takes longer than `timeout` seconds.
   """
-  cmd = [sys.executable, os.path.abspath(__file__)] + flags
+  cmd = [sys.executable, '-m', 'tools.graph_size'] + flags
   proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           cwd=_REPO)
   try:
@@ -334,13 +332,13 @@ def Stack(args):
   """The stack report: one child per (M, kind), then the targets."""
   ms = [2, 4] if args.quick else [int(m) for m in args.ms.split(',')]
   layers = args.layers or (8 if args.quick else 16)
-  if layers % NUM_CELLS:
-    raise SystemExit('graph_size: --layers=%d cannot be cut into %d equal cells' % (layers, NUM_CELLS))
+  if layers % NUM_PARTITIONS:
+    raise SystemExit('graph_size: --layers=%d cannot be cut into %d equal partitions' % (layers, NUM_PARTITIONS))
   first_run_m = max(ms) if args.first_run_m is None else args.first_run_m
   print('Stack of %d stock Lingvo TransformerLayers (d %d, %d heads, ffn %d; [T=%d, B=%d, D] inputs, '
-        'batch_dim 1), K = %d equal cells; FProp + tf.gradients in a fresh process per row%s' %
+        'batch_dim 1), K = %d equal partitions; FProp + tf.gradients in a fresh process per row%s' %
         (layers, args.model_dim, args.num_heads, args.hidden_dim, args.seq_len, args.batch,
-         NUM_CELLS, '; first session.run timed at M=%d' % first_run_m if first_run_m in ms else ''),
+         NUM_PARTITIONS, '; first session.run timed at M=%d' % first_run_m if first_run_m in ms else ''),
         flush=True)
   print('%-11s %3s %7s %8s %8s %9s %8s %9s %10s %9s %8s' % (
       'kind', 'M', 'inst s', 'build s', 'ops', 'fn nodes', 'total', 'vs plain', 'first run',
@@ -390,7 +388,7 @@ def Stack(args):
 
 def Models(args):
   """The models report: one child per registered model, then the targets of those that ran."""
-  from tensorpipe import train  # pylint: disable=g-import-not-at-top
+  from tensorpipe.trainer import train  # pylint: disable=g-import-not-at-top
   from tools import param_counts  # pylint: disable=g-import-not-at-top
   models = train.RegisteredModels()
   names = sorted(k for k, cls in models.items()

@@ -1,9 +1,9 @@
 """Prints the parameter count of every registered TensorPipe model (built, variables never allocated).
 
-  python tools/param_counts.py                 # every model registered by params/
-  python tools/param_counts.py --match '^mt\\.' # only those whose key matches a regular expression
+  python -m tools.param_counts                 # every model registered by params/
+  python -m tools.param_counts --match '^mt\\.' # only those whose key matches a regular expression
 
-Each model's task is instantiated in a throwaway graph (tensorpipe.param_count), so counts come from
+Each model's task is instantiated in a throwaway graph (tensorpipe.trainer.param_count), so counts come from
 the variables the model really declares. Building the deepest configurations takes minutes (Lingvo
 declares one variable at a time; Transformer-L 1663 has ~20k variables).
 """
@@ -13,8 +13,8 @@ import re
 import sys
 import time
 
-from tensorpipe import param_count
-from tensorpipe import train
+from tensorpipe.trainer import param_count
+from tensorpipe.trainer import train
 
 
 def _Human(n):

@@ -1,12 +1,12 @@
 """Prints how a registered model's TensorPipeLayers are partitioned, and why.
 
-For every TensorPipeLayer in the model's training params: per cell its layers, cost, share of the
-total, parameters, estimated parameter and activation memory; then the imbalance (max/mean cell cost),
-the bubble and the efficiency they predict for M micro-batches. Flags re-partition the same layers to
-compare choices without editing the params.
+For every TensorPipeLayer in the model's training params: per partition its layers, cost, share of
+the total, parameters, estimated parameter and activation memory; then the imbalance (max/mean
+partition cost), the bubble and the efficiency they predict for M micro-batches. Flags re-partition
+the same layers to compare choices without editing the params.
 
-  python tools/partition_report.py --model=digits.TinyConvPipeline
-  python tools/partition_report.py --model=digits.TinyConvPipeline --num_partitions=2 \\
+  python -m tools.partition_report --model=digits.TinyConvPipeline
+  python -m tools.partition_report --model=digits.TinyConvPipeline --num_partitions=2 \\
       --cost=memory --algorithm=both --memory_budget=1MiB
 """
 
@@ -16,31 +16,14 @@ import sys
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import argparse  # pylint: disable=g-import-not-at-top
-import re
-
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 
-from tensorpipe import balancing  # pylint: disable=g-import-not-at-top
-from tensorpipe import partition_report
-from tensorpipe import partitioning
-from tensorpipe import train
-
-_UNITS = {'': 1, 'B': 1, 'KB': 1e3, 'MB': 1e6, 'GB': 1e9, 'TB': 1e12, 'KIB': 2**10, 'MIB': 2**20,
-          'GIB': 2**30, 'TIB': 2**40}
-
-
-def ParseBytes(text):
-  """'8GiB', '1.5GB', '1e9' -> bytes."""
-  match = re.fullmatch(r'\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*', text or '')
-  unit = match.group(2).upper() if match else None
-  if not match or unit not in _UNITS:
-    raise ValueError('memory budget %r is not a size such as 8GiB, 500MB or 1e9' % text)
-  return float(match.group(1)) * _UNITS[unit]
-
+from tensorpipe import units  # pylint: disable=g-import-not-at-top
+from tensorpipe.partition import balancing
+from tensorpipe.partition import partition_report
+from tensorpipe.partition import partitioning
+from tensorpipe.trainer import train
 
 def Reports(model, dataset='Train', num_partitions=None, num_micro_batches=None, cost=None,
             algorithms=('optimal',), memory_budget=None):
@@ -57,8 +40,8 @@ def Reports(model, dataset='Train', num_partitions=None, num_micro_batches=None,
     if p.layers is not None:
       layers, sizes = list(p.layers), None
     else:
-      layers = [l for cell in p.partitions for l in cell]
-      sizes = [len(cell) for cell in p.partitions]
+      layers = [l for partition in p.partitions for l in partition]
+      sizes = [len(partition) for partition in p.partitions]
     k = num_partitions or p.num_partitions or len(sizes)
     if num_partitions or cost or memory_budget is not None or algorithms != ('optimal',):
       sizes = None  # Re-partition.
@@ -77,7 +60,7 @@ def main(argv=None):
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--model', required=True, help='Registered model, e.g. digits.TinyConvPipeline.')
   parser.add_argument('--dataset', default='Train', help='Which dataset params to read.')
-  parser.add_argument('--num_partitions', type=int, default=None, help='Re-split into K cells.')
+  parser.add_argument('--num_partitions', type=int, default=None, help='Re-split into K partitions.')
   parser.add_argument('--num_micro_batches', type=int, default=None, help='M for the prediction.')
   parser.add_argument('--cost', default=None, choices=partitioning.COST_SOURCES,
                       help='Cost source (default: the params\' partition_cost).')
@@ -87,7 +70,7 @@ def main(argv=None):
   args = parser.parse_args(argv)
   algorithms = balancing.ALGORITHMS if args.algorithm == 'both' else (args.algorithm,)
   try:
-    budget = None if args.memory_budget is None else ParseBytes(args.memory_budget)
+    budget = None if args.memory_budget is None else units.ParseBytes(args.memory_budget)
     reports = Reports(args.model, args.dataset, args.num_partitions, args.num_micro_batches,
                       args.cost, algorithms, budget)
   except (ValueError, train.UsageError) as e:

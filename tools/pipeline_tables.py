@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Reproduces the GPipe paper's performance tables with TensorPipe on the devices at hand.
 
 Sections (all by default; pick with --sections):
@@ -15,21 +14,21 @@ Sections (all by default; pick with --sections):
 
 How the simulator is fed: one traced step of each model with K = 1 and M micro-batches gives every
 layer's forward, re-computation and backward span and work at that micro-batch size
-(profiling.LayerTimes); simulator.SplitCosts cuts them into the same cells as the measured run and
-simulator.Simulate plays the fill-drain schedule twice: with independent devices (one task at a
+(profiling.LayerTimes); simulator.SplitCosts cuts them into the same partitions as the measured run
+and simulator.Simulate plays the fill-drain schedule twice: with independent devices (one task at a
 time each, as separate accelerators) and with the shared-core model (the logical CPU devices' tasks
 run as the graph allows and share the C threads that run ops: min(os.cpu_count(), the sessions'
 inter_op_parallelism_threads)). A third prediction feeds the shared-core model per-task costs
-instead (profiling.Trace.GroupTimes: each would-be cell's span and work per micro-batch, taken from
-the same trace, so overlap between neighbouring layers counts once). Under each table: the models'
-step time errors; the same with the predictions scaled by the K=1 timed / traced step ratio (tracing
-slows ops down; K = 1 then only sets the scale, so those errors are over K > 1); and per traced step
-its time, work and spans.
+instead (profiling.Trace.GroupTimes: each would-be partition's span and work per micro-batch, taken
+from the same trace, so overlap between neighbouring layers counts once). Under each table: the
+models' step time errors; the same with the predictions scaled by the K=1 timed / traced step ratio
+(tracing slows ops down; K = 1 then only sets the scale, so those errors are over K > 1); and per
+traced step its time, work and spans.
 
 Usage:
-  .venv/bin/python tools/pipeline_tables.py                      # everything (15-25 minutes)
-  .venv/bin/python tools/pipeline_tables.py --sections=memory    # a few minutes
-  .venv/bin/python tools/pipeline_tables.py --quick              # smoke run (smaller grids)
+  .venv/bin/python -m tools.pipeline_tables                      # everything (15-25 minutes)
+  .venv/bin/python -m tools.pipeline_tables --sections=memory    # a few minutes
+  .venv/bin/python -m tools.pipeline_tables --quick              # smoke run (smaller grids)
 
 Results and the exact command: docs/benchmarks.md.
 """
@@ -37,6 +36,7 @@ Results and the exact command: docs/benchmarks.md.
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The working directory of sub-runs.
 os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
 
 import argparse  # pylint: disable=g-import-not-at-top
@@ -46,22 +46,18 @@ import subprocess
 import sys
 import time
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
-
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf2
 from lingvo import compat as tf
 
-from tensorpipe import amoebanet
-from tensorpipe import balancing
-from tensorpipe import cost_model
-from tensorpipe import partitioning
-from tensorpipe import profiling
-from tensorpipe import resnet
+from tensorpipe.tasks.image import amoebanet
+from tensorpipe.partition import balancing
+from tensorpipe.partition import cost_model
+from tensorpipe.partition import partitioning
+from tensorpipe.measure import profiling
+from tensorpipe.tasks.image import resnet
 from tensorpipe import schedule
-from tensorpipe import simulator
+from tensorpipe.measure import simulator
 from tools import benchmark_partitioning as bp
 
 GIB = 2.0**30
@@ -110,7 +106,7 @@ def CpuModels(quick):
 
 
 def _CountSizes(layers, k):
-  """Cells of equal layer count (what the measured runs use, so the simulator cuts the same)."""
+  """Partitions of equal layer count (what the measured runs use, so the simulator cuts the same)."""
   return balancing.OptimalSplit([1.0] * len(layers), k)
 
 
@@ -128,13 +124,13 @@ def _Step(name, layers, sizes, inputs_fn, m, batch_dim, k, warmup):
                  intra_op_threads=_INTRA_OP_THREADS, inter_op_threads=_INTER_OP_THREADS)
 
 
-def _Simulate(cells, m, cores=None):
+def _Simulate(partitions, m, cores=None):
   """simulator.Simulate of TensorPipeLayer's default schedule (fill-drain, forward_overlap on)."""
-  return simulator.Simulate(cells, schedule.FillDrainSchedule(len(cells), m, 2), cores=cores)
+  return simulator.Simulate(partitions, schedule.FillDrainSchedule(len(partitions), m, 2), cores=cores)
 
 
 def TracedCosts(layers, inputs_fn, batch_dim, m, warmup=2, traces=2):
-  """(per layer simulator.CellCost for the whole mini-batch, the profiling.Trace) of a K=1 step.
+  """(per layer simulator.PartitionCost for the whole mini-batch, the profiling.Trace) of a K=1 step.
 
   Of `traces` traced steps the fastest is used: the least disturbed (a process's first trace also
   starts the profiler).
@@ -146,7 +142,7 @@ def TracedCosts(layers, inputs_fn, batch_dim, m, warmup=2, traces=2):
 
 
 def LayerCosts(layers, inputs_fn, batch_dim, m, warmup=2):
-  """Per layer simulator.CellCost (whole mini-batch) from a traced K=1 step with M micro-batches."""
+  """Per layer simulator.PartitionCost (whole mini-batch) of a traced K=1 step, M micro-batches."""
   return TracedCosts(layers, inputs_fn, batch_dim, m, warmup)[0]
 
 
@@ -177,9 +173,9 @@ def Throughput(args):
     for m in ms:
       for k in ks:
         sizes = _CountSizes(layers, k)
-        cells = simulator.SplitCosts(traced[m][0], sizes, m)
-        independent[(k, m)] = _Simulate(cells, m).step_time
-        shared[(k, m)] = _Simulate(cells, m, cores=cores).step_time
+        partitions = simulator.SplitCosts(traced[m][0], sizes, m)
+        independent[(k, m)] = _Simulate(partitions, m).step_time
+        shared[(k, m)] = _Simulate(partitions, m, cores=cores).step_time
         groups = np.split(np.array([p.name for p in layers]), np.cumsum(sizes)[:-1])
         shared_tasks[(k, m)] = _Simulate(
             traced[m][1].GroupTimes([list(g) for g in groups]), m, cores=cores).step_time
@@ -278,7 +274,7 @@ def PredictDeep(costs_by_m, name):
   base = None
   for m, costs in sorted(costs_by_m.items()):
     block = costs[1:-1]
-    mean_block = simulator.CellCost(*[float(np.median([getattr(c, f) for c in block]))
+    mean_block = simulator.PartitionCost(*[float(np.median([getattr(c, f) for c in block]))
                                       for f in ('forward', 'backward', 'recompute')])
     deep = [costs[0]] + [mean_block] * 128 + [costs[-1]]
     row = []
@@ -319,9 +315,9 @@ def OverheadShares(trace, num_micro_batches):
   """Shares of (devices x step time): setup, bubble, imbalance, recompute, update, other, work.
 
   Busy time by category comes from the trace. Idle time is split into bubble and imbalance with the
-  simulator: the idle share the same schedule has with every cell at the mean cell time is bubble;
-  the rest of the idle time is put down to imbalance (and to dependencies the schedule does not
-  model, such as transfers).
+  simulator: the idle share the same schedule has with every partition at the mean partition time is
+  bubble; the rest of the idle time is put down to imbalance (and to dependencies the schedule does
+  not model, such as transfers).
   """
   devices = trace.devices
   total = len(devices) * trace.step_time
@@ -330,10 +326,10 @@ def OverheadShares(trace, num_micro_batches):
   shares = {c: sum(by_cat[d].get(c, 0.0) for d in devices) / total
             for c in ('setup', 'recompute', 'update', 'forward', 'backward', 'transfer', 'other')}
   idle = 1.0 - sum(busy.values()) / total
-  cells = trace.CellTimes()
-  mean = simulator.CellCost(*[float(np.mean([getattr(c, f) for c in cells]))
+  partitions = trace.PartitionTimes()
+  mean = simulator.PartitionCost(*[float(np.mean([getattr(c, f) for c in partitions]))
                               for f in ('forward', 'backward', 'recompute')])
-  bubble = _Simulate([mean] * len(cells), num_micro_batches).idle_fraction
+  bubble = _Simulate([mean] * len(partitions), num_micro_batches).idle_fraction
   bubble = min(bubble, idle)
   return {'setup': shares['setup'], 'bubble': bubble, 'imbalance': idle - bubble,
           'recompute': shares['recompute'], 'update': shares['update'],
@@ -361,7 +357,7 @@ def PeakOfBestSplit(profiles, k, m, recompute):
   """(estimated bytes of the fullest device, sizes) for the split that minimises it."""
   mem = cost_model.MemoryCost(profiles, m, recompute)
   sizes = balancing.OptimalSplit(mem, k)
-  return max(mem.Cells(sizes)), sizes
+  return max(mem.Partitions(sizes)), sizes
 
 
 def LargestFilters(num_cells, shapes, k, m, recompute, budget, lo=32, hi=1024, step=32):
@@ -449,7 +445,7 @@ def LargestL(k, m, recompute, budget, bytes_per_param, hi=8192):
     if num_layers + 2 < k:
       return True
     mem = cost_model.MemoryCost(TransformerLProfiles(num_layers), m, recompute, bytes_per_param)
-    return max(mem.Cells(balancing.OptimalSplit(mem, k))) <= budget
+    return max(mem.Partitions(balancing.OptimalSplit(mem, k))) <= budget
   return _Largest(Fits, 1, hi)
 
 
@@ -476,7 +472,7 @@ def TransformerLMemory(args):
     profiles = TransformerLProfiles(shown)
     params = sum(p.params for p in profiles)
     mem = cost_model.MemoryCost(profiles, mm, recompute, bytes_per_param)
-    peak = max(mem.Cells(balancing.OptimalSplit(mem, min(k, shown + 2))))
+    peak = max(mem.Partitions(balancing.OptimalSplit(mem, min(k, shown + 2))))
     if num_layers:
       fits[label] = num_layers
     print('%-14s %16s %11.2fB %8.1f GiB %10.2f GiB   L=%d' % (
@@ -492,8 +488,8 @@ def _MemoryChild(spec):
 
   Measured per device: the variables placed on it plus its peak of step allocations, replayed from
   the allocation records of a traced step (profiling.Trace.PeakMemory). Measured for the process:
-  the allocator's own peak, which the logical CPU devices share; the trace's all-device peak plus all
-  variables is checked against it.
+  the allocator's own peak, which the logical CPU devices share; the trace's all-device peak plus
+  all variables is checked against it.
   """
   layers = amoebanet.AmoebaNetLayers('D', 6, spec['filters'], num_classes=10, image_size=32,
                                      stem_stride=1, num_stem_cells=0, stem_filters=16,
@@ -519,7 +515,7 @@ def _MemoryChild(spec):
   return {'process': process,
           'trace_total': trace.PeakMemory(trace.devices) + sum(resident.values()),
           'measured': [peaks.get(d, 0) + resident[d] for d in devices],
-          'estimated': list(plan.Memory().Cells(sizes))}
+          'estimated': list(plan.Memory().Partitions(sizes))}
 
 
 def CrossCheck(args):
@@ -537,8 +533,8 @@ def CrossCheck(args):
               dict(filters=32, batch=64, k=4, m=8, recompute='always')]
   mib = 2.0**20
   for spec in specs:
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), '--memory_child',
-                          json.dumps(spec)], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, '-m', 'tools.pipeline_tables', '--memory_child',
+                          json.dumps(spec)], capture_output=True, text=True, check=True, cwd=_REPO)
     r = json.loads(out.stdout.strip().splitlines()[-1])
     label = 'F=%d K=%d M=%d %s' % (spec['filters'], spec['k'], spec['m'], spec['recompute'])
     print('%-28s %-24s %-24s %7.2f %6.1f MiB %6.1f MiB' % (

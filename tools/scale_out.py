@@ -1,12 +1,11 @@
-#!/usr/bin/env python
-r"""Scale-out on one machine: the digits model in one process against its cells in worker processes.
+r"""Scale-out on one machine: the digits model in one process against its partitions in workers.
 
-Trains the registered digits.TinyConvPipeline (K = 4 cells, M = 8) for --steps steps three ways,
-each through Lingvo's trainer:
+Trains the registered digits.TinyConvPipeline (K = 4 partitions, M = 8) for --steps steps three
+ways, each through Lingvo's trainer:
 
-  1 process     tensorpipe.train --run_locally=cpu --cpu_devices=4 (4 logical devices, one process)
-  2 processes   tensorpipe.launch --worker_tasks=2 --cpu_devices=2 (2 cells per worker process)
-  4 processes   tensorpipe.launch --worker_tasks=4 --cpu_devices=1 (one cell per worker process)
+  1 process     tensorpipe.trainer.train --run_locally=cpu --cpu_devices=4 (4 logical devices)
+  2 processes   tensorpipe.trainer.launch --worker_tasks=2 --cpu_devices=2 (2 partitions per worker)
+  4 processes   tensorpipe.trainer.launch --worker_tasks=4 --cpu_devices=1 (one partition per worker)
 
 and prints, per way: examples/sec (median over the second half of the steps, from Lingvo's step
 lines) and the ratio to one process, and from the trainer's last traced step (TensorPipe's profile,
@@ -16,8 +15,8 @@ counts from its request, so waiting for the sender is included). Worker processe
 talk over loopback gRPC and share its cores: this measures what process boundaries cost, not what
 separate hosts would gain.
 
-  .venv/bin/python tools/scale_out.py              # about 4 minutes on 2 cores
-  .venv/bin/python tools/scale_out.py --steps 200
+  .venv/bin/python -m tools.scale_out              # about 4 minutes on 2 cores
+  .venv/bin/python -m tools.scale_out --steps 200
 
 Results: docs/benchmarks.md.
 """
@@ -34,7 +33,7 @@ import time
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = 'digits.TinyConvPipeline'
 _STEP = re.compile(r'\] step: *(\d+), steps/sec: [\d.]+, examples/sec: ([\d.]+)')
-_PROFILE_STEP = re.compile(r'TensorPipe profile of step (\d+).*\n\s*step ([\d.]+) ms\n(.*?)\ncell',
+_PROFILE_STEP = re.compile(r'TensorPipe profile of step (\d+).*\n\s*step ([\d.]+) ms\n(.*?)\npartition',
                            re.S)
 
 
@@ -42,9 +41,9 @@ def _Command(way, logdir, steps, profile_every):
   override = '--model_params_override=train.max_steps: %d' % steps
   profile = '--tensorpipe_profile_every_n_steps=%d' % profile_every
   if way == 1:
-    return [sys.executable, '-m', 'tensorpipe.train', '--model=%s' % MODEL, '--cpu_devices=4',
+    return [sys.executable, '-m', 'tensorpipe.trainer.train', '--model=%s' % MODEL, '--cpu_devices=4',
             '--mode=sync', '--run_locally=cpu', '--logdir=%s' % logdir, override, profile]
-  return [sys.executable, '-m', 'tensorpipe.launch', '--model=%s' % MODEL, '--logdir=%s' % logdir,
+  return [sys.executable, '-m', 'tensorpipe.trainer.launch', '--model=%s' % MODEL, '--logdir=%s' % logdir,
           '--worker_tasks=%d' % way, '--cpu_devices=%d' % (4 // way), override, profile]
 
 
@@ -97,7 +96,7 @@ def main(argv=None):
   parser.add_argument('--profile_every', type=int, default=100, help='Traced step interval.')
   parser.add_argument('--timeout', type=int, default=600, help='Seconds per way.')
   args = parser.parse_args(argv)
-  print('%s (K = 4 cells, M = 8) for %d steps through Lingvo\'s trainer; one machine' %
+  print('%s (K = 4 partitions, M = 8) for %d steps through Lingvo\'s trainer; one machine' %
         (MODEL, args.steps), flush=True)
   print('%-12s %12s %9s %10s %13s %-16s %8s' % ('way', 'examples/s', 'vs 1', 'step ms',
                                                  'transfer %', 'busiest device', 'wall s'))

@@ -1,19 +1,19 @@
-#!/usr/bin/env python
 r"""Bubble of the 'gpipe', '1f1b' and 'zero_bubble' schedules: simulated, textbook and traced.
 
-1. Task times: one cell of a dense stack (--layers / K tanh layers of --width, the last cell also
-   a per-example squared-norm loss) run as a one-device pipeline with schedule 'zero_bubble', M
-   micro-batches, one op at a time (intra_op = inter_op = 1), one traced step: the mean forward F,
-   input-gradient B, weight-gradient W and re-computation R time per task (`profiling`).
-2. The simulator plays each schedule on K separate devices with K equal cells, for K in {2, 4, 8}
-   and M in {4, 8, 32}: (a) with F = B = W = 1 and no re-computation, against the textbook bubbles
-   (fill-drain and 1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1) for M >= K: a third of 1F1B's);
+1. Task times: one partition of a dense stack (--layers / K tanh layers of --width, the last
+   partition also a per-example squared-norm loss) run as a one-device pipeline with schedule
+   'zero_bubble', M micro-batches, one op at a time (intra_op = inter_op = 1), one traced step: the
+   mean forward F, input-gradient B, weight-gradient W and re-computation R time per task
+   (`profiling`).
+2. The simulator plays each schedule on K separate devices with K equal partitions, for K in {2, 4,
+   8} and M in {4, 8, 32}: (a) with F = B = W = 1 and no re-computation, against the textbook
+   bubbles (fill-drain and 1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1) for M >= K: a third of 1F1B's);
    (b) with the measured times, where a backward task of 'gpipe'/'1f1b' takes R + B + W and
    'zero_bubble' runs R + B and, later, R + W (its weight-gradient task re-runs the layers).
 3. Timelines: one real traced training step per schedule (K = 4 logical CPU devices, M = 8) and
    the simulator's step from the measured times, one PNG each, in --out_dir.
 
-  .venv/bin/python tools/schedule_bubble.py --out_dir /tmp/schedules   # about 1 minute
+  .venv/bin/python -m tools.schedule_bubble --out_dir /tmp/schedules   # about 1 minute
 
 Results: docs/benchmarks.md.
 """
@@ -24,10 +24,6 @@ import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
-
 import numpy as np  # pylint: disable=g-import-not-at-top
 from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
 from lingvo.core import base_layer  # pylint: disable=g-import-not-at-top
@@ -36,10 +32,10 @@ from lingvo.core import layers  # pylint: disable=g-import-not-at-top
 
 from tensorpipe import layer as layer_lib  # pylint: disable=g-import-not-at-top
 from tensorpipe import placement  # pylint: disable=g-import-not-at-top
-from tensorpipe import profiling  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
 from tensorpipe import schedule  # pylint: disable=g-import-not-at-top
-from tensorpipe import simulator  # pylint: disable=g-import-not-at-top
-from tensorpipe import timeline  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import simulator  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import timeline  # pylint: disable=g-import-not-at-top
 
 KS = (2, 4, 8)
 MS = (4, 8, 32)
@@ -58,12 +54,12 @@ def _Stack(num_layers, width):
          ] + [SquaredNorm.Params().Set(name='loss')]
 
 
-def TracedStep(stack, num_cells, num_micro, micro_batch_size, width, name, inter_op, warmup=3):
-  """profiling.Trace of one SGD training step of `stack` as a K-cell pipeline with schedule `name`."""
+def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, inter_op, warmup=3):
+  """profiling.Trace of one SGD step of `stack` as a K-partition pipeline with schedule `name`."""
   with tf.Graph().as_default() as graph, cluster_factory.ForTestingWorker(
-      cpus=num_cells, split_size=num_cells):
+      cpus=num_partitions, split_size=num_partitions):
     net = layer_lib.TensorPipeLayer.Params().Set(
-        name='pipe', layers=stack, num_partitions=num_cells, num_micro_batches=num_micro,
+        name='pipe', layers=stack, num_partitions=num_partitions, num_micro_batches=num_micro,
         schedule=name, forward_overlap=False).Instantiate()
     x = tf.constant(np.random.RandomState(0).normal(
         size=[num_micro * micro_batch_size, width]).astype(np.float32))
@@ -71,7 +67,7 @@ def TracedStep(stack, num_cells, num_micro, micro_batch_size, width, name, inter
     variables = tf.trainable_variables()
     grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
     step = tf.group(*[v.assign_sub(1e-3 * g) for v, g in zip(variables, grads)])
-    config = placement.SessionConfig(num_cells, 1, inter_op)
+    config = placement.SessionConfig(num_partitions, 1, inter_op)
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(tf.global_variables_initializer())
       for _ in range(warmup):
@@ -81,18 +77,18 @@ def TracedStep(stack, num_cells, num_micro, micro_batch_size, width, name, inter
 
 
 def MeasuredCost(args):
-  """simulator.CellCost of one cell (mean per task) from a traced one-device zero-bubble step."""
-  per_cell = max(1, args.layers // 4)
-  trace = TracedStep(_Stack(per_cell, args.width)[:per_cell], 1, args.micro_batches,
+  """simulator.PartitionCost of one partition (mean per task) of a traced one-device ZB step."""
+  per_partition = max(1, args.layers // 4)
+  trace = TracedStep(_Stack(per_partition, args.width)[:per_partition], 1, args.micro_batches,
                      args.micro_batch_size, args.width, 'zero_bubble', inter_op=1)
-  (cost,) = trace.CellTimes()
+  (cost,) = trace.PartitionTimes()
   return cost
 
 
 def BubbleTable(cost):
   """Rows (K, M, textbook FD/1F1B, textbook ZB, simulated bubbles with unit and measured costs,
   step time zero_bubble / 1f1b with measured costs)."""
-  unit = simulator.CellCost(forward=1.0, backward=1.0, weight=1.0)
+  unit = simulator.PartitionCost(forward=1.0, backward=1.0, weight=1.0)
   rows = []
   for k in KS:
     for m in MS:
@@ -123,11 +119,11 @@ def main(argv=None):
   args = parser.parse_args(argv)
   os.makedirs(args.out_dir, exist_ok=True)
   cost = MeasuredCost(args)
-  print('task times of one cell (%d layers of %d, micro-batch %d), mean per task: F %.2f ms, '
+  print('task times of one partition (%d layers of %d, micro-batch %d), mean per task: F %.2f ms, '
         'B %.2f ms, W %.2f ms, R %.2f ms' % (
             max(1, args.layers // 4), args.width, args.micro_batch_size, 1e3 * cost.forward,
             1e3 * cost.backward, 1e3 * cost.weight, 1e3 * cost.recompute))
-  print('\nbubble (idle share of K separate devices, equal cells)')
+  print('\nbubble (idle share of K separate devices, equal partitions)')
   print('%3s %3s | %9s %9s | %23s | %23s | %8s' % (
       'K', 'M', 'FD, 1F1B', 'ZB-H1', 'F=B=W: gpipe 1f1b zb', 'measured: gpipe 1f1b zb',
       'zb/1f1b'))

@@ -1,21 +1,21 @@
-#!/usr/bin/env python
 r"""Step memory of the 'gpipe', '1f1b' and 'zero_bubble' schedules, per device, from a traced step.
 
-A stack whose boundary activations dominate (wide micro-batches, narrow cheap layers: --layers
-dense tanh layers of --width, a per-example squared-norm loss as the last layer), K = --cells cells
-on K logical CPU devices, M = --micro_batches micro-batches of --micro_batch_size examples, trained
-one step (forward, gradients, SGD update) with each schedule in its own process. Per device: the
-peak of memory allocated during the step (profiling.Trace.PeakMemory: what the step adds above the
-resident variables and inputs), and the ratio 1f1b / gpipe. Fill-drain keeps every micro-batch's
-boundary input on device k until its backward pass (M of them); 1F1B keeps at most K - k, so the
-predicted stash ratio on device k is min(K - k, M) / M. The rest of a peak (one micro-batch's
-re-computed activations and gradients, the weight-gradient sums) is the same for both: the tool
-takes it as fill-drain's peak less M boundary inputs, and 1F1B's stash as its peak less that.
-'zero_bubble' is shown beside them (no target): it stashes as 1F1B does, and a micro-batch whose
-weight-gradient task waits keeps its layers' inputs and output gradients on device k until then.
+A stack whose boundary activations dominate (wide micro-batches, narrow cheap layers: --layers dense
+tanh layers of --width, a per-example squared-norm loss as the last layer), K = --partitions
+partitions on K logical CPU devices, M = --micro_batches micro-batches of --micro_batch_size
+examples, trained one step (forward, gradients, SGD update) with each schedule in its own process.
+Per device: the peak of memory allocated during the step (profiling.Trace.PeakMemory: what the step
+adds above the resident variables and inputs), and the ratio 1f1b / gpipe. Fill-drain keeps every
+micro-batch's boundary input on device k until its backward pass (M of them); 1F1B keeps at most K -
+k, so the predicted stash ratio on device k is min(K - k, M) / M. The rest of a peak (one
+micro-batch's re-computed activations and gradients, the weight-gradient sums) is the same for both:
+the tool takes it as fill-drain's peak less M boundary inputs, and 1F1B's stash as its peak less
+that. 'zero_bubble' is shown beside them (no target): it stashes as 1F1B does, and a micro-batch
+whose weight-gradient task waits keeps its layers' inputs and output gradients on device k until
+then.
 
-  .venv/bin/python tools/schedule_memory.py                   # K = 4, M = 32; about 1 minute
-  .venv/bin/python tools/schedule_memory.py --cells 4 --micro_batches 8
+  .venv/bin/python -m tools.schedule_memory                   # K = 4, M = 32; about 1 minute
+  .venv/bin/python -m tools.schedule_memory --partitions 4 --micro_batches 8
 
 Results: docs/benchmarks.md.
 """
@@ -28,9 +28,7 @@ import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The working directory of sub-runs.
 
 _RESULT = 'SCHEDULE_MEMORY '
 KIB = 1024.0
@@ -45,7 +43,7 @@ def Child(args):
   from lingvo.core import layers  # pylint: disable=g-import-not-at-top
   from tensorpipe import layer as layer_lib  # pylint: disable=g-import-not-at-top
   from tensorpipe import placement  # pylint: disable=g-import-not-at-top
-  from tensorpipe import profiling  # pylint: disable=g-import-not-at-top
+  from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
 
   class SquaredNorm(base_layer.BaseLayer):
     """Per-example losses |x|^2 (the last layer: what '1f1b' needs)."""
@@ -53,7 +51,7 @@ def Child(args):
     def FProp(self, theta, x):
       return tf.reduce_sum(tf.square(x), axis=-1)
 
-  k, m = args.cells, args.micro_batches
+  k, m = args.partitions, args.micro_batches
   stack = [layers.FCLayer.Params().Set(name='fc%d' % i, input_dim=args.width,
                                        output_dim=args.width, activation='TANH')
            for i in range(args.layers)] + [SquaredNorm.Params().Set(name='loss')]
@@ -82,9 +80,9 @@ def Child(args):
 
 
 def _Measure(args, schedule):
-  cmd = [sys.executable, os.path.abspath(__file__), '--child', '--schedule', schedule] + [
+  cmd = [sys.executable, '-m', 'tools.schedule_memory', '--child', '--schedule', schedule] + [
       '--%s=%s' % (n, getattr(args, n)) for n in
-      ('cells', 'micro_batches', 'micro_batch_size', 'width', 'layers')]
+      ('partitions', 'micro_batches', 'micro_batch_size', 'width', 'layers')]
   proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False,
                         cwd=_REPO)
   for line in proc.stdout.splitlines():
@@ -96,7 +94,7 @@ def _Measure(args, schedule):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--cells', type=int, default=4, help='K.')
+  parser.add_argument('--partitions', type=int, default=4, help='K.')
   parser.add_argument('--micro_batches', type=int, default=32, help='M.')
   parser.add_argument('--micro_batch_size', type=int, default=512, help='Examples per micro-batch.')
   parser.add_argument('--width', type=int, default=64, help='Width of every layer.')
@@ -108,7 +106,7 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.child:
     return Child(args)
-  k, m = args.cells, args.micro_batches
+  k, m = args.partitions, args.micro_batches
   boundary = args.micro_batch_size * args.width * 4 / KIB
   print('%d dense tanh layers of width %d + a per-example loss, K = %d, M = %d micro-batches of %d '
         '(a boundary activation: %.0f KiB); one traced training step per schedule' %
@@ -125,7 +123,7 @@ def main(argv=None):
     fixed = max(0.0, g - m * boundary)
     stash = max(0.0, o - fixed)
     ratio = stash / (m * boundary)
-    if i < k - 1:  # The last cell's stash is its forward outputs, not boundary inputs.
+    if i < k - 1:  # The last partition's stash is its forward outputs, not boundary inputs.
       worst = max(worst, ratio)
     print('%-8s %11.0f %10.0f %8.2fx %14.0f %11.2fx %15.2fx %10.0f %7.2fx' % (
         device, g, o, o / g, stash, ratio, min(k - i, m) / float(m), z, z / g))

@@ -1,12 +1,13 @@
 """Draws one real training step of a registered model as a per-device timeline PNG.
 
-Builds the model's training graph with its TensorPipeLayer cells on K logical CPU devices (or the
-devices Lingvo's cluster gives), runs a few warm-up steps, traces one, and writes:
+Builds the model's training graph with its TensorPipeLayer partitions on K logical CPU devices (or
+the devices Lingvo's cluster gives), runs a few warm-up steps, traces one, and writes:
   - the traced step, one row per device: forward, re-computation, backward, other work, idle;
-  - with --simulated_out, the same step as `simulator` predicts it from the traced per-cell times;
+  - with --simulated_out, the same step as `simulator` predicts it from the traced per-partition
+    times;
 and prints each device's busy time by category.
 
-  python tools/timeline.py --model=digits.TinyConvPipeline --out=/tmp/timeline.png
+  python -m tools.timeline --model=digits.TinyConvPipeline --out=/tmp/timeline.png
 """
 
 import os
@@ -16,20 +17,16 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import argparse  # pylint: disable=g-import-not-at-top
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _REPO not in sys.path:
-  sys.path.insert(0, _REPO)
-
 from absl import flags  # pylint: disable=g-import-not-at-top
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 
 from tensorpipe import placement
-from tensorpipe import profiling
+from tensorpipe.measure import profiling
 from tensorpipe import schedule
-from tensorpipe import simulator
-from tensorpipe import timeline
-from tensorpipe import train
+from tensorpipe.measure import simulator
+from tensorpipe.measure import timeline
+from tensorpipe.trainer import train
 
 
 def TraceModel(model, warmup=3, intra_op_threads=1, inter_op_threads=2):
@@ -80,10 +77,10 @@ def main(argv=None):
                      (args.model, num_micro))
   print(profiling.Summary(trace))
   print('wrote %s' % args.out)
-  cells = trace.CellTimes()
-  predicted = simulator.Simulate(cells, schedule.FillDrainSchedule(
-      len(cells), num_micro, 2 if first.forward_overlap else 1))
-  print('simulator, fed with the traced per-cell times: pipeline part %.1f ms, idle %.1f%% '
+  partitions = trace.PartitionTimes()
+  predicted = simulator.Simulate(partitions, schedule.FillDrainSchedule(
+      len(partitions), num_micro, 2 if first.forward_overlap else 1))
+  print('simulator, fed with the traced per-partition times: pipeline part %.1f ms, idle %.1f%% '
         '(traced step %.1f ms, including input, loss and update)' %
         (1e3 * predicted.step_time, 100 * predicted.idle_fraction, 1e3 * trace.step_time))
   if args.simulated_out:

@@ -1,12 +1,12 @@
 """Writes the top-level BUILD from the sources' imports, so BUILD stays in step with the code.
 
-One py_library per module of tensorpipe/ and params/, one py_test per tests/*_test.py, one py_binary
-per tool, in Lingvo's style. Dependencies between the project's own targets come from each file's
+One py_library per module of tensorpipe/ (and its subpackages) and params/, one py_test per
+tests/**/*_test.py, one py_binary per tool, in Lingvo's style. Dependencies between the project's own targets come from each file's
 imports; third-party packages (tensorflow, lingvo, numpy, ...) come from the Python environment that
 scripts/setup.sh installs from requirements*.txt and are listed as comments.
 
-  python tools/update_build.py          # rewrite BUILD
-  python tools/update_build.py --check  # exit 1 if BUILD is out of date
+  python -m tools.update_build          # rewrite BUILD
+  python -m tools.update_build --check  # exit 1 if BUILD is out of date
 """
 
 import argparse
@@ -27,25 +27,30 @@ licenses(["notice"])
 
 
 def _Sources():
-  """(package, module name, path relative to ROOT) for every Python file of the project."""
+  """(package, dotted module, path relative to ROOT) for every Python file of the project, e.g.
+  ('tensorpipe', 'tensorpipe.partition.balancing', 'tensorpipe/partition/balancing.py')."""
   out = []
   for package in PACKAGES:
-    folder = os.path.join(ROOT, package)
-    if not os.path.isdir(folder):
-      continue
-    for name in sorted(os.listdir(folder)):
-      if name.endswith('.py'):
-        out.append((package, name[:-3], '%s/%s' % (package, name)))
+    top = os.path.join(ROOT, package)
+    for folder, subfolders, names in os.walk(top):
+      subfolders[:] = sorted(d for d in subfolders if not d.startswith(('.', '__')))
+      for name in sorted(names):
+        if name.endswith('.py'):
+          path = os.path.relpath(os.path.join(folder, name), ROOT)
+          parts = path[:-3].split(os.sep)
+          if parts[-1] == '__init__':
+            parts = parts[:-1]
+          out.append((package, '.'.join(parts), path.replace(os.sep, '/')))
   return out
 
 
 def TargetName(package, module):
-  """The BUILD target of a module: tensorpipe/layer.py -> 'layer', params/image.py -> 'params_image'."""
-  if module == '__init__':
-    return package
-  if package == 'tensorpipe' or module.endswith('_test'):
-    return module
-  return '%s_%s' % (package, module)
+  """The BUILD target of a dotted module: tensorpipe.layer -> 'layer', tensorpipe.partition ->
+  'partition', params.image -> 'params_image', tests.partition.balancing_test -> 'balancing_test'."""
+  last = module.split('.')[-1]
+  if package in ('tensorpipe', 'tests'):
+    return last
+  return last if module == package else '%s_%s' % (package, last)
 
 
 def _Imports(path, known):
@@ -71,10 +76,18 @@ def _Imports(path, known):
 
 def Generate():
   sources = _Sources()
-  known = {'%s.%s' % (p, m) if m != '__init__' else p: (p, m) for p, m, _ in sources}
+  known = {m: (p, m) for p, m, _ in sources}
+  names = {}
+  for package, module, path in sources:
+    if package in ('tests', 'tools') and path.endswith('__init__.py'):
+      continue
+    other = names.setdefault(TargetName(package, module), path)
+    if other != path:
+      raise ValueError('%s and %s would share the BUILD target %r; rename one' %
+                       (other, path, TargetName(package, module)))
   blocks = [HEADER]
   for package, module, path in sources:
-    if package in ('tests', 'tools') and module == '__init__':
+    if package in ('tests', 'tools') and path.endswith('__init__.py'):
       continue
     internal, external = _Imports(path, known)
     deps = set()
@@ -114,7 +127,7 @@ def main():
   if args.check:
     current = open(path).read() if os.path.exists(path) else ''
     if current != text:
-      print('BUILD is out of date: run python tools/update_build.py')
+      print('BUILD is out of date: run python -m tools.update_build')
       return 1
     print('BUILD is up to date')
     return 0

@@ -1,0 +1,287 @@
+"""Simulator: predicts a pipelined training step's time from per-partition task times (plain data).
+
+It plays a `schedule.Schedule`, the same per-device action lists and edges TensorPipeLayer builds
+its ops from: an action starts once every action its edges name has ended (plus `transfer` for an
+edge between devices). A forward action F(k, t) takes partition k's forward time; a backward action
+B(k, t) first re-computes the partition (its recompute time, 0 without re-computation) and then
+back-propagates (its backward time, plus its weight time where the schedule has no W actions); a
+weight-gradient action W(k, t) re-computes the partition's layers from the inputs B(k, t) kept and
+then takes its weight time. Two machine models play them:
+  independent devices (cores=None): each device runs its actions one at a time in list order and
+    has its own processor: right for separate accelerators;
+  shared cores (cores=C): actions wait only for their edges, and all running actions share C cores:
+    right for logical CPU devices of one process (see `_SimulateShared`).
+Fed with measured times (see `profiling.PartitionTimes`) it predicts the step time, the bubble, each
+device's idle time and a timeline for any K and M, e.g. K = 128 devices that are not at hand.
+"""
+
+import dataclasses
+import math
+from typing import List
+
+from tensorpipe import schedule
+
+FORWARD, RECOMPUTE, BACKWARD, WEIGHT = 'forward', 'recompute', 'backward', 'weight'
+KINDS = (FORWARD, BACKWARD, RECOMPUTE, WEIGHT)
+
+
+@dataclasses.dataclass
+class PartitionCost:
+  """One partition's tasks for ONE micro-batch.
+
+  forward, backward, recompute, weight: seconds the task takes given every core it can use (its
+    span), as on a device of its own. `backward` is the input-gradient part of a backward pass and
+    `weight` its weight-gradient part: together one B action, or a B and a W action in a schedule
+    that splits them (see `schedule`); leave weight at 0 where backward holds both.
+  *_parallelism: the mean number of the task's ops that run at once (its work / span, at least 1),
+    so its work is seconds x parallelism core-seconds. Only the shared-core model reads them.
+  """
+  forward: float
+  backward: float
+  recompute: float = 0.0
+  forward_parallelism: float = 1.0
+  backward_parallelism: float = 1.0
+  recompute_parallelism: float = 1.0
+  weight: float = 0.0
+  weight_parallelism: float = 1.0
+
+  def Work(self, kind):
+    """Core-seconds of task `kind` (one of KINDS)."""
+    return getattr(self, kind) * self.Parallelism(kind)
+
+  def Parallelism(self, kind):
+    """Ops of task `kind` running at once, on average."""
+    return getattr(self, kind + '_parallelism')
+
+
+@dataclasses.dataclass
+class Interval:
+  """One task on the timeline."""
+  partition: int
+  kind: str
+  micro_batch: int
+  start: float
+  end: float
+
+
+@dataclasses.dataclass
+class Result:
+  """A simulated step."""
+  step_time: float
+  busy: List[float]  # Per device: seconds with at least one of its tasks running.
+  timeline: List[Interval]
+
+  @property
+  def idle(self):
+    return [self.step_time - b for b in self.busy]
+
+  @property
+  def idle_fraction(self):
+    """Mean idle share of the devices (bubble plus imbalance)."""
+    return sum(self.idle) / (len(self.busy) * self.step_time) if self.step_time else 0.0
+
+
+def _IsNumber(value):
+  return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _Check(costs, sched, transfer, cores):
+  if not costs:
+    raise ValueError('simulator: no partitions given')
+  for k, c in enumerate(costs):
+    for kind in KINDS:
+      value = getattr(c, kind)
+      if not _IsNumber(value) or value < 0:
+        raise ValueError('simulator: partition %d has %s time %r; times must be non-negative seconds' %
+                         (k, kind, value))
+      value = c.Parallelism(kind)
+      if not _IsNumber(value) or value < 1:
+        raise ValueError('simulator: partition %d has %s_parallelism %r; it must be a number >= 1 '
+                         '(ops '
+                         'running at once)' % (k, kind, value))
+  if not _IsNumber(transfer) or transfer < 0:
+    raise ValueError('simulator: transfer time must be non-negative, got %r' % (transfer,))
+  if cores is not None and (not _IsNumber(cores) or cores <= 0):
+    raise ValueError('simulator: cores must be a positive number (or None for independent '
+                     'devices), got %r' % (cores,))
+  if not isinstance(sched, schedule.Schedule):
+    raise ValueError('simulator: expected a schedule.Schedule, got %r' % (sched,))
+  if sched.num_partitions != len(costs):
+    raise ValueError('simulator: %d partition costs for a schedule of %d partitions' %
+                     (len(costs), sched.num_partitions))
+
+
+def _Phases(action, cost, splits_backward):
+  """[(kind, seconds)] of one action: F is a forward pass; B re-computes, then back-propagates (and
+  adds the weight gradients unless the schedule `splits_backward`); W re-computes, then adds
+  them."""
+  if action.kind == schedule.FORWARD:
+    return [(FORWARD, cost.forward)]
+  if action.kind == schedule.WEIGHT:
+    last = [WEIGHT]
+  else:
+    last = [BACKWARD] + ([] if splits_backward or not cost.weight else [WEIGHT])
+  return [(kind, getattr(cost, kind)) for kind in [RECOMPUTE] + last
+          if kind != RECOMPUTE or cost.recompute]
+
+
+def Simulate(costs, sched, transfer=0.0, cores=None):
+  """Simulates one step of `sched` with the given per-partition costs.
+
+  Args:
+    costs: a PartitionCost per partition (per micro-batch).
+    sched: a schedule.Schedule of len(costs) partitions, e.g. schedule.FillDrainSchedule(K, M, lag).
+    transfer: seconds to move one micro-batch's boundary activation (or its gradient) between
+      neighbouring devices.
+    cores: None: independent devices, each running one action at a time. A number C: the devices
+      share C cores and run whatever the edges let run (see `_SimulateShared`).
+
+  Returns:
+    A Result; its timeline has one interval per forward action and one per phase of a backward or
+    weight-gradient action (RECOMPUTE, then BACKWARD and/or WEIGHT).
+  """
+  _Check(costs, sched, transfer, cores)
+  if cores is not None:
+    return _SimulateShared(costs, sched, transfer, cores)
+  free = [0.0] * sched.num_partitions
+  busy = [0.0] * sched.num_partitions
+  end = {}
+  timeline = []
+  for action in sched.BuildOrder():
+    k = action.partition
+    start = max([free[k]] + [end[e.before] + (transfer if e.crosses_devices else 0.0)
+                             for e in sched.Waits(action)])
+    for kind, seconds in _Phases(action, costs[k], sched.splits_backward):
+      timeline.append(Interval(k, kind, action.micro_batch, start, start + seconds))
+      start += seconds
+      busy[k] += seconds
+    end[action] = free[k] = start
+  return Result(max(i.end for i in timeline), busy, timeline)
+
+
+def _SimulateShared(costs, sched, transfer, cores):
+  """The shared-core model: event-driven processor sharing of `cores` among the running actions.
+
+  An action starts once the actions its edges name have ended, plus `transfer` for an edge between
+  devices. A phase of parallelism p counts as p ops: the cores are shared equally among the ops of
+  all running phases, at most one core each, so with n ops running each gets min(1, C / n) of a
+  core and a phase progresses at p x that. That is how a thread pool serves ready ops (each op uses
+  one thread with intra_op_parallelism_threads=1). With C >= K, parallelism 1 and a schedule whose
+  edges keep each device on one action at a time, it is the independent model.
+  """
+  waits = {a: sched.Waits(a) for a in sched.BuildOrder()}
+  waiting_on = {a: len(w) for a, w in waits.items()}
+  successors = {a: [] for a in waits}
+  for a, w in waits.items():
+    for edge in w:
+      successors[edge.before].append(a)
+  ready_at = {a: 0.0 for a, n in waiting_on.items() if n == 0}
+  phases, remaining, phase_start, end, timeline = {}, {}, {}, {}, []
+  now = 0.0
+
+  def Parallelism(action):
+    return costs[action.partition].Parallelism(phases[action][0][0])
+
+  def Begin(action):
+    while phases[action] and phases[action][0][1] <= 0.0:
+      kind, _ = phases[action].pop(0)
+      timeline.append(Interval(action.partition, kind, action.micro_batch, now, now))
+    if phases[action]:
+      kind, seconds = phases[action][0]
+      remaining[action] = seconds * costs[action.partition].Parallelism(kind)
+      phase_start[action] = now
+    else:
+      Finish(action)
+
+  def Finish(action):
+    end[action] = now
+    for after in successors[action]:
+      waiting_on[after] -= 1
+      if not waiting_on[after]:
+        ready_at[after] = max(end[e.before] + (transfer if e.crosses_devices else 0.0)
+                              for e in waits[after])
+
+  def EndPhase(action):
+    kind, _ = phases[action].pop(0)
+    timeline.append(Interval(action.partition, kind, action.micro_batch, phase_start[action], now))
+    del remaining[action]
+    Begin(action)
+
+  while ready_at or remaining:
+    for action in [a for a, at in ready_at.items() if at <= now]:
+      del ready_at[action]
+      phases[action] = list(_Phases(action, costs[action.partition], sched.splits_backward))
+      Begin(action)
+    for action in [a for a, w in remaining.items() if w <= 0.0]:
+      EndPhase(action)
+    if any(at <= now for at in ready_at.values()):
+      continue  # Zero-work actions released others at this instant.
+    if not remaining:
+      if ready_at:
+        now = min(ready_at.values())
+      continue
+    ops = sum(Parallelism(a) for a in remaining)
+    share = min(1.0, cores / ops)
+    rate = {a: Parallelism(a) * share for a in remaining}
+    finish_in = {a: remaining[a] / rate[a] for a in remaining}
+    step = min(finish_in.values())
+    if ready_at:
+      step = min(step, min(ready_at.values()) - now)
+    now += step
+    for a in list(remaining):
+      if finish_in[a] <= step * (1 + 1e-9):
+        remaining[a] = 0.0
+        EndPhase(a)
+      else:
+        remaining[a] -= rate[a] * step
+  timeline.sort(key=lambda i: (i.start, i.partition))
+  busy = [UnionLength([(i.start, i.end) for i in timeline if i.partition == k])
+          for k in range(len(costs))]
+  return Result(max(end.values()), busy, timeline)
+
+
+def SplitCosts(layer_costs, sizes, num_micro_batches, overhead=0.0):
+  """Per-partition PartitionCosts for M micro-batches from per-layer costs of the whole mini-batch.
+
+  Each layer's time and work are taken to scale with its share of the batch, plus a fixed `overhead`
+  seconds per task (op launch costs that do not shrink with the micro-batch; one core's worth). A
+  partition's layers run one after another, so its span is the sum of theirs and its parallelism is
+  its summed work over its summed span.
+
+  Args:
+    layer_costs: a PartitionCost per layer, for the whole mini-batch.
+    sizes: the partition sizes (layers per partition).
+    num_micro_batches: M.
+    overhead: seconds added to every task.
+  """
+  if sum(sizes) != len(layer_costs):
+    raise ValueError('simulator: partition sizes %s do not add up to %d layers' %
+                     (sizes, len(layer_costs)))
+  out, start = [], 0
+  for size in sizes:
+    partition = layer_costs[start:start + size]
+    start += size
+    fields = {}
+    for kind in KINDS:
+      if kind in (RECOMPUTE, WEIGHT) and not any(getattr(c, kind) for c in partition):
+        continue
+      span = sum(getattr(c, kind) for c in partition) / num_micro_batches + overhead
+      work = sum(c.Work(kind) for c in partition) / num_micro_batches + overhead
+      fields[kind] = span
+      fields[kind + '_parallelism'] = max(1.0, work / span) if span else 1.0
+    out.append(PartitionCost(fields[FORWARD], fields[BACKWARD], **{
+        name: value for name, value in fields.items() if name not in (FORWARD, BACKWARD)}))
+  return out
+
+
+def UnionLength(spans):
+  """Total length of the union of (start, end) spans (busy time of overlapping tasks or ops)."""
+  total, cur_start, cur_end = 0.0, None, None
+  for s, e in sorted(spans):
+    if cur_end is None or s > cur_end:
+      if cur_end is not None:
+        total += cur_end - cur_start
+      cur_start, cur_end = s, e
+    else:
+      cur_end = max(cur_end, e)
+  return total + (cur_end - cur_start if cur_end is not None else 0.0)

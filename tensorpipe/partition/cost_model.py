@@ -1,0 +1,301 @@
+"""Cost model: what each layer of a pipeline costs, for the partitioner to balance.
+
+Four sources (TensorPipeLayer's `partition_cost`):
+- 'count': 1 per layer; needs no shapes.
+- 'flops': each layer's FPropMeta estimate for the first layer's input shapes, chained through the
+  layers (composite layers compose their children's estimates in their own FPropMeta).
+- 'measured': seconds of each layer's forward and backward pass, run alone on the target device with
+  the input shapes it gets in the pipeline.
+- 'memory': bytes a layer adds to its device (parameters with their optimizer slots, and the
+  activations its backward pass holds), plus, for the layer a partition starts at, its stashed
+  input.
+
+Shapes are those of the whole mini-batch; memory estimates divide by M where micro-batches matter.
+"""
+
+import concurrent.futures
+import dataclasses
+import time
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import tshape
+
+from tensorpipe.partition import balancing
+
+COST_SOURCES = ('count', 'flops', 'measured', 'memory')
+
+
+@dataclasses.dataclass
+class LayerProfile:
+  """Static facts of one layer for the mini-batch input shapes."""
+  name: str
+  flops: float
+  params: int  # Trainable parameters.
+  state: int  # Other variables (e.g. batch-norm moving averages).
+  in_elements: int  # Elements of the layer's inputs (the stash if a partition starts here).
+  out_elements: int  # Elements of the layer's outputs.
+  activation_elements: int = 0  # Elements of forward tensors its backward pass reads.
+
+
+def _OutsideLayerStack(fn, *args):
+  """Runs fn(*args) on a fresh thread: layers it builds are not taken for children of a layer
+  being constructed on this one (Lingvo keeps its layer stack per thread)."""
+  with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    return pool.submit(fn, *args).result()
+
+
+def _ToShape(shape):
+  return shape if isinstance(shape, tshape.Shape) else tshape.Shape(list(shape))
+
+
+def _Elements(shapes):
+  total = 0
+  for shape in shapes:
+    if shape is None:  # An absent optional input or output.
+      continue
+    try:
+      total += int(shape.num_elements())
+    except TypeError as e:  # A symbolic dimension.
+      raise ValueError('shape %s is not fully known; give concrete cost_input_shapes' % shape) from e
+  return total
+
+
+def ChainMeta(layer_params, input_shapes):
+  """Runs FPropMeta through the layers in order.
+
+  Args:
+    layer_params: the L layer Params, in order.
+    input_shapes: shapes (lists or tshape.Shape) of the first layer's FProp inputs.
+
+  Returns:
+    (metas, out_shapes): per layer a (flops, input shapes) pair, and the last layer's output shapes.
+
+  Raises:
+    ValueError: when a layer does not implement FPropMeta, naming it.
+  """
+  shapes = tuple(_ToShape(s) for s in input_shapes)
+  metas = []
+  for p in layer_params:
+    try:
+      meta = p.cls.FPropMeta(p, *shapes)
+    except NotImplementedError as e:
+      raise ValueError('Layer %r (%s) has no FPropMeta, so its cost cannot be estimated; give '
+                       'explicit `partitions`, or partition_cost=\'count\' or \'measured\'' %
+                       (p.name, p.cls.__name__)) from e
+    metas.append((float(meta.flops), shapes))
+    shapes = tuple(meta.out_shapes)
+  return metas, shapes
+
+
+def Flops(layer_params, input_shapes):
+  """Estimated flops of each layer for the given first-layer input shapes (see ChainMeta)."""
+  return [flops for flops, _ in ChainMeta(layer_params, input_shapes)[0]]
+
+
+# A layer class may list, in SHAPE_NEUTRAL_PARAMS, its Params fields that change neither its
+# variables nor any shape (a position in the network, a dropout rate): layers that differ only there
+# are costed once.
+SHAPE_NEUTRAL_PARAMS = 'SHAPE_NEUTRAL_PARAMS'
+# Per process: (layer configuration, input shapes) -> (trainable, other, activation elements).
+_FACTS = {}
+
+
+def _ShapeKey(p):
+  p = p.Copy()
+  for field in ('name',) + tuple(getattr(p.cls, SHAPE_NEUTRAL_PARAMS, ())):
+    if field in p:
+      p.Set(**{field: None})
+  return p.ToText()
+
+
+def _CountVariables(layer):
+  trainable = other = 0
+  for var in layer.vars.Flatten():
+    num = int(np.prod(var.shape.as_list()))
+    if var.trainable:
+      trainable += num
+    else:
+      other += num
+  return trainable, other
+
+
+# Ops whose outputs alias or describe other tensors rather than hold new activations.
+_NOT_ACTIVATIONS = frozenset(['ReadVariableOp', 'Identity', 'IdentityN', 'Const', 'Placeholder',
+                              'NoOp', 'Shape', 'Reshape', 'ExpandDims', 'Squeeze', 'StopGradient'])
+
+
+def _KeptElements(graph, first_forward_op, first_backward_op):
+  """Elements of the float tensors of the forward ops (created from `first_forward_op` on) that the
+  backward ops (created from `first_backward_op` on) read: what backprop keeps alive."""
+  forward = graph.get_operations()[first_forward_op:first_backward_op]
+  backward = graph.get_operations()[first_backward_op:]
+  read = {t.name for op in backward for t in op.inputs}
+  total = 0
+  for op in forward:
+    if op.type in _NOT_ACTIVATIONS:
+      continue
+    for out in op.outputs:
+      if out.name in read and out.dtype.is_floating and out.shape.is_fully_defined():
+        total += int(np.prod(out.shape.as_list()))
+  return total
+
+
+def _Facts(p, in_shapes):
+  """(trainable, other, activation elements or None) of one layer, from a graph never run."""
+  with tf.Graph().as_default() as graph:
+    layer = p.Copy().Instantiate()
+    trainable, other = _CountVariables(layer)
+    if in_shapes is None:
+      return trainable, other, None
+    inputs = [None if s is None else tf.zeros(_ToShape(s).ToTensorShape().as_list())
+              for s in in_shapes]
+    first = len(graph.get_operations())
+    try:
+      out = layer.FProp(layer.theta, *inputs)
+    except (TypeError, ValueError):  # E.g. integer ids: fall back to the outputs' size.
+      return trainable, other, None
+    ys = [y for y in tf.nest.flatten(out) if y is not None and y.dtype.is_floating]
+    if not ys:
+      return trainable, other, None
+    first_backward = len(graph.get_operations())
+    xs = [x for x in inputs if x is not None] + layer.theta.Flatten()
+    tf.gradients([tf.reduce_sum(y) for y in ys], xs)
+    return trainable, other, _KeptElements(graph, first, first_backward)
+
+
+def _CachedFacts(p, in_shapes=None):
+  key = (_ShapeKey(p), None if in_shapes is None else repr(
+      [None if s is None else _ToShape(s).ToTensorShape().as_list() for s in in_shapes]))
+  if key not in _FACTS:
+    _FACTS[key] = _OutsideLayerStack(_Facts, p, in_shapes)
+  return _FACTS[key]
+
+
+def ParamCounts(layer_params):
+  """(trainable, other) variable elements of each layer, from graphs that are built but never run.
+
+  Variables are created as graph ops only, so even billion-parameter layers cost no memory here.
+  Layers whose Params differ only in name, position or regularisation (e.g. the partitions of one
+  stack) are built once per process.
+  """
+  return [_CachedFacts(p)[:2] for p in layer_params]
+
+
+def ParamCount(layer_params):
+  """Total trainable parameters of a sequence of layer Params (see ParamCounts)."""
+  return sum(trainable for trainable, _ in ParamCounts(layer_params))
+
+
+def Profiles(layer_params, input_shapes):
+  """A LayerProfile per layer: FPropMeta flops and shapes, variable counts, activation sizes.
+
+  Activation sizes come from building each layer's forward and backward pass on inputs of its
+  shapes in a graph that never runs, and adding up the forward tensors the backward ops read (what
+  backprop keeps alive), so the insides of composite layers count, not only their outputs.
+  """
+  metas, out_shapes = ChainMeta(layer_params, input_shapes)
+  in_shapes = [shapes for _, shapes in metas]
+  out_elements = [_Elements(s) for s in in_shapes[1:]] + [_Elements(out_shapes)]
+  profiles = []
+  for p, (flops, shapes), out in zip(layer_params, metas, out_elements):
+    params, state, activations = _CachedFacts(p, shapes)
+    profiles.append(LayerProfile(p.name, flops, params, state, _Elements(shapes), out,
+                                 out if activations is None else activations))
+  return profiles
+
+
+def MemoryCost(profiles, num_micro_batches, recompute='always', bytes_per_param=12,
+               bytes_per_activation=4):
+  """A partition's per-device bytes as a balancing.PartitionCost (an estimate, for budgets and balance).
+
+  Per layer: parameters x bytes_per_param (weights and optimizer slots), other variables, and the
+  activations its backward pass holds (the forward tensors it reads, see Profiles): with
+  re-computation those of the micro-batches a partition runs at once (two at most: two forward
+  passes with forward_overlap; one more kept with 'except_last'), without it those of the whole
+  mini-batch. At a partition's first layer: its input for the whole mini-batch, stashed until the
+  backward pass.
+  """
+  m = num_micro_batches
+  if recompute == 'never':
+    held = 1.0
+  else:
+    held = min(2, m) / m + (1.0 / m if recompute == 'except_last' and m > 1 else 0.0)
+  per_layer = [
+      p.params * bytes_per_param +
+      (p.state + held * max(p.activation_elements, p.out_elements)) * bytes_per_activation
+      for p in profiles
+  ]
+  at_start = [p.in_elements * bytes_per_activation for p in profiles]
+  return balancing.PartitionCost(per_layer, at_start, what='memory')
+
+
+def _LocalDevice(device):
+  """The device of this process with the same type as `device` (index 0)."""
+  spec = tf.DeviceSpec.from_string(device or '/device:CPU:0')
+  return '/device:%s:0' % (spec.device_type or 'CPU')
+
+
+def MeasureSeconds(layer_params, input_shapes, device=None, repeats=5, input_fn=None):
+  """Median seconds of each layer's forward + backward pass, each layer run alone.
+
+  Each layer's inputs are what the layers before it produce from random inputs, stored in variables
+  so that a run times the layer only.
+
+  Args:
+    layer_params: the L layer Params.
+    input_shapes: the first layer's input shapes (float32 uniform random inputs), unless input_fn.
+    device: a device of the type to measure on (e.g. a partition's device); index 0 of that type is
+      used.
+    repeats: timed runs per layer (after one warm-up run).
+    input_fn: optional callable returning the first layer's FProp args (e.g. integer ids).
+
+  Returns:
+    L floats (seconds).
+  """
+  return _OutsideLayerStack(_MeasureSeconds, layer_params, input_shapes, device, repeats, input_fn)
+
+
+def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn):
+  graph = tf.Graph()
+  with graph.as_default(), tf.device(_LocalDevice(device)):
+    if input_fn is not None:
+      args = tuple(input_fn())
+    else:
+      args = tuple(tf.random.uniform(_ToShape(s).ToTensorShape().as_list(), seed=i)
+                   for i, s in enumerate(input_shapes))
+    layers = [p.Copy().Instantiate() for p in layer_params]
+    steps, stores = [], []
+    for i, layer in enumerate(layers):
+      leaves = tf.nest.flatten(args)
+      held = [None if x is None else tf.Variable(tf.zeros_like(x), trainable=False,
+                                                 name='input%d_%d' % (i, j))
+              for j, x in enumerate(leaves)]
+      stores.extend(h.assign(x) for h, x in zip(held, leaves) if h is not None)
+      inputs = tf.nest.pack_sequence_as(args, [None if h is None else h.read_value() for h in held])
+      out = layer.FProp(layer.theta, *inputs)
+      ys = [y for y in tf.nest.flatten(out) if y is not None and y.dtype.is_floating]
+      sources = [x for x in tf.nest.flatten(inputs) if x is not None and x.dtype.is_floating]
+      sources += layer.theta.Flatten()
+      loss = tf.add_n([tf.reduce_sum(y) for y in ys]) if ys else None
+      grads = [] if loss is None else [g for g in tf.gradients(loss, sources) if g is not None]
+      # A scalar that needs every output and gradient: grappler drops unfetched pure ops, even
+      # ones a fetched tf.group depends on.
+      steps.append(tf.add_n([tf.reduce_sum(t) for t in ys + grads]) if ys + grads else tf.no_op())
+      args = out if isinstance(out, tuple) else (out,)
+    init = tf.global_variables_initializer()
+  config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
+  seconds = []
+  with tf.compat.v1.Session(graph=graph, config=config) as sess:
+    sess.run(init)
+    for store in stores:  # In layer order: each layer's inputs come from the stored ones before it.
+      sess.run(store)
+    for step in steps:
+      sess.run(step)
+      times = []
+      for _ in range(repeats):
+        start = time.perf_counter()
+        sess.run(step)
+        times.append(time.perf_counter() - start)
+      seconds.append(float(np.median(times)))
+  return seconds

@@ -1,0 +1,106 @@
+"""Partition report: per partition, its layers, cost, share, parameters and estimated memory.
+
+Shows a user why a partitioning is what it is, and what it predicts: the imbalance (max/mean
+partition cost) and the fraction of device time spent working once the fill-drain bubble (K - 1)/(M
++ K - 1) and the imbalance are paid.
+"""
+
+import dataclasses
+from typing import List, Optional
+
+from tensorpipe import units
+from tensorpipe.partition import balancing
+
+
+@dataclasses.dataclass
+class PartitionRow:
+  """One partition of the report."""
+  index: int
+  first: str
+  last: str
+  num_layers: int
+  cost: float
+  share: float
+  params: Optional[int]  # Trainable parameters (None without input shapes).
+  param_bytes: Optional[float]  # Parameters with optimizer slots and other variables.
+  activation_bytes: Optional[float]  # Stashed boundary input + activations held in the backward.
+
+
+@dataclasses.dataclass
+class Report:
+  """What `Build` found; `str()` formats it as a table."""
+  title: str
+  cost_source: str
+  algorithm: str
+  num_micro_batches: int
+  rows: List[PartitionRow]
+  imbalance: float
+  bubble: float
+  efficiency: float
+
+  def __str__(self):
+    return Format(self)
+
+
+def _Sum(values):
+  return float(sum(values))
+
+
+def Build(plan, title='pipeline'):
+  """A Report of `plan` (a partitioning.Plan)."""
+  costs = plan.PartitionCosts()
+  total = sum(costs) or 1.0
+  profiles = plan.Profiles()
+  mem = plan.Memory()
+  rows, start = [], 0
+  for k, size in enumerate(plan.sizes):
+    layers = plan.layer_params[start:start + size]
+    params = param_bytes = act_bytes = None
+    if profiles is not None:
+      partition = profiles[start:start + size]
+      params = sum(p.params for p in partition)
+      param_bytes = _Sum(p.params * plan.bytes_per_param + p.state * 4 for p in partition)
+      act_bytes = mem.Of(start, start + size) - param_bytes
+    rows.append(PartitionRow(k, layers[0].name, layers[-1].name, size, costs[k], costs[k] / total,
+                        params, param_bytes, act_bytes))
+    start += size
+  num_micro = plan.num_micro_batches
+  num_partitions = len(plan.sizes)
+  return Report(title, plan.cost_source, plan.algorithm, num_micro, rows,
+                balancing.Imbalance(costs), (num_partitions - 1) / (num_micro + num_partitions - 1),
+                balancing.Efficiency(costs, num_micro))
+
+
+def _Num(value):
+  if value is None:
+    return '-'
+  for unit, scale in (('T', 1e12), ('G', 1e9), ('M', 1e6), ('k', 1e3)):
+    if abs(value) >= scale:
+      return '%.2f%s' % (value / scale, unit)
+  return '%.3g' % value
+
+
+def _Bytes(value):
+  return '-' if value is None else units.FormatBytes(value)
+
+
+def Format(report):
+  """The report as a fixed-width table with a summary line."""
+  lines = [
+      '%s: %d partitions, cost %r, algorithm %r, M = %d' %
+      (report.title, len(report.rows), report.cost_source, report.algorithm,
+       report.num_micro_batches)
+  ]
+  header = ('partition', 'layers', 'n', 'cost', 'share', 'params', 'param mem', 'act mem')
+  table = [header]
+  for r in report.rows:
+    layers = r.first if r.num_layers == 1 else '%s .. %s' % (r.first, r.last)
+    table.append((str(r.index), layers, str(r.num_layers), _Num(r.cost), '%.1f%%' % (100 * r.share),
+                  _Num(r.params), _Bytes(r.param_bytes), _Bytes(r.activation_bytes)))
+  widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+  for row in table:
+    lines.append('  '.join(partition.ljust(w) if i < 2 else partition.rjust(w)
+                           for i, (partition, w) in enumerate(zip(row, widths))).rstrip())
+  lines.append('imbalance (max/mean cost) %.3f; bubble %.1f%%; predicted efficiency %.1f%%' %
+               (report.imbalance, 100 * report.bubble, 100 * report.efficiency))
+  return '\n'.join(lines)

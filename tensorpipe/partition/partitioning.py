@@ -1,0 +1,147 @@
+"""Partitioning: cut a pipeline's L layers into K contiguous partitions, and keep the reasons.
+
+Explicit partitions are only checked. A flat list of layers is split by `MakePlan`: per-layer costs
+come from `cost_model` (layer count, FPropMeta flops, measured time or memory), partition sizes from
+`balancing` (the exact min-max split, optionally within a per-device memory budget, or the paper's
+min-variance heuristic). The resulting `Plan` remembers costs and profiles so that
+`partition_report` can show per partition what it costs and holds.
+"""
+
+import dataclasses
+from typing import Any, List, Optional
+
+from tensorpipe.partition import balancing
+from tensorpipe.partition import cost_model
+
+COST_SOURCES = ('auto',) + cost_model.COST_SOURCES
+
+
+def CheckPartitions(partitions, where='TensorPipeLayer'):
+  """Checks an explicit list of K lists of layer Params; names the offending partition."""
+  if not isinstance(partitions, (list, tuple)) or not partitions:
+    raise ValueError('%s: partitions must be a non-empty list of lists of layer Params, got %r' %
+                     (where, partitions))
+  for k, partition in enumerate(partitions):
+    if not isinstance(partition, (list, tuple)):
+      raise ValueError('%s: partition %d must be a list of layer Params, got %s' %
+                       (where, k, type(partition).__name__))
+    if not partition:
+      raise ValueError('%s: partition %d of %d is empty; every partition needs at least one layer' %
+                       (where, k, len(partitions)))
+
+
+@dataclasses.dataclass
+class Plan:
+  """A partitioning decision: partition sizes, the costs they balance, and how they were found."""
+  layer_params: List[Any]
+  sizes: List[int]
+  cost_source: str
+  algorithm: str
+  cost: balancing.PartitionCost
+  input_shapes: Optional[List[Any]] = None
+  num_micro_batches: int = 1
+  recompute: str = 'always'
+  bytes_per_param: int = 12
+  memory_budget: Optional[float] = None
+  _profiles: Optional[List[cost_model.LayerProfile]] = None
+
+  @property
+  def num_partitions(self):
+    return len(self.sizes)
+
+  def Partitions(self):
+    """The layer Params of each partition."""
+    partitions, start = [], 0
+    for size in self.sizes:
+      partitions.append(list(self.layer_params[start:start + size]))
+      start += size
+    return partitions
+
+  def PartitionCosts(self):
+    return self.cost.Partitions(self.sizes)
+
+  def Imbalance(self):
+    """max / mean of the partition costs."""
+    return balancing.Imbalance(self.PartitionCosts())
+
+  def Efficiency(self, num_micro_batches=None):
+    """Predicted busy fraction of the devices from bubble and imbalance (see balancing.Efficiency)."""
+    return balancing.Efficiency(self.PartitionCosts(), num_micro_batches or self.num_micro_batches)
+
+  def Profiles(self):
+    """LayerProfiles (flops, parameters, activation sizes); None without input shapes."""
+    if self._profiles is None and self.input_shapes is not None:
+      self._profiles = cost_model.Profiles(self.layer_params, self.input_shapes)
+    return self._profiles
+
+  def Memory(self):
+    """Estimated per-partition memory as a balancing.PartitionCost (see cost_model.MemoryCost)."""
+    profiles = self.Profiles()
+    if profiles is None:
+      return None
+    return cost_model.MemoryCost(profiles, self.num_micro_batches, self.recompute,
+                                 self.bytes_per_param)
+
+
+def MakePlan(layer_params, num_partitions, input_shapes=None, cost='auto', algorithm='optimal',
+             memory_budget=None, num_micro_batches=1, recompute='always', bytes_per_param=12,
+             device=None, sizes=None, input_fn=None, where='TensorPipeLayer'):
+  """Splits `layer_params` into `num_partitions` partitions (or describes the given partition `sizes`).
+
+  Args:
+    layer_params: the L layer Params, in order.
+    num_partitions: K.
+    input_shapes: mini-batch shapes of the first layer's FProp inputs; needed by every cost source
+      but 'count' and by memory budgets.
+    cost: 'auto' ('flops' with input shapes, else 'count'), 'count', 'flops', 'measured', 'memory'.
+    algorithm: 'optimal' (least max partition cost) or 'min_variance' (the paper's heuristic).
+    memory_budget: bytes per device that no partition's estimated memory may exceed (None: no
+      limit).
+    num_micro_batches: M (for memory estimates and the predicted efficiency).
+    recompute: the TensorPipeLayer's recompute mode (for memory estimates).
+    bytes_per_param: bytes per trainable parameter including optimizer slots.
+    device: a device of the type 'measured' times layers on.
+    sizes: explicit partition sizes: only describe them.
+    input_fn: for 'measured': a callable returning the first layer's FProp args (e.g. integer ids)
+      instead of uniform random floats of `input_shapes`.
+    where: prefix of error messages.
+
+  Returns:
+    A Plan.
+  """
+  layer_params = list(layer_params)
+  if not layer_params:
+    raise ValueError('%s: `layers` is empty; give at least one layer' % where)
+  balancing.CheckCounts(len(layer_params), num_partitions, where)
+  if cost not in COST_SOURCES:
+    raise ValueError('%s: partition_cost=%r is not one of %s' % (where, cost, COST_SOURCES))
+  if algorithm not in balancing.ALGORITHMS:
+    raise ValueError('%s: partition_algorithm=%r is not one of %s' %
+                     (where, algorithm, balancing.ALGORITHMS))
+  if cost == 'auto':
+    cost = 'count' if input_shapes is None else 'flops'
+  if input_shapes is None and (cost != 'count' or memory_budget is not None):
+    what = 'memory_budget' if cost == 'count' else 'partition_cost=%r' % cost
+    raise ValueError('%s: %s needs cost_input_shapes (the first layer\'s input shapes for one '
+                     'mini-batch)' % (where, what))
+  plan = Plan(layer_params, list(sizes or []), cost, algorithm, None, input_shapes,
+              num_micro_batches, recompute, bytes_per_param, memory_budget)
+  if cost == 'count':
+    plan.cost = balancing.PartitionCost([1.0] * len(layer_params))
+  elif cost == 'flops':
+    plan.cost = balancing.PartitionCost(cost_model.Flops(layer_params, input_shapes), where=where)
+  elif cost == 'measured':
+    plan.cost = balancing.PartitionCost(
+        cost_model.MeasureSeconds(layer_params, input_shapes, device, input_fn=input_fn),
+        what='time', where=where)
+  else:
+    plan.cost = plan.Memory()
+  if not sizes:
+    memory = plan.Memory() if memory_budget is not None else None
+    plan.sizes = balancing.Split(plan.cost, num_partitions, algorithm, memory, memory_budget, where)
+  return plan
+
+
+def SplitLayers(layer_params, num_partitions, input_shapes=None, where='TensorPipeLayer'):
+  """`layer_params` in `num_partitions` partitions, balanced by flops (or by count without shapes)."""
+  return MakePlan(layer_params, num_partitions, input_shapes, where=where).Partitions()

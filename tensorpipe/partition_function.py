@@ -1,0 +1,698 @@
+"""A partition as graph functions: traced once whatever M is, called once per micro-batch.
+
+`PartitionFunctions` turns a partition (its layers, each a function (theta, inputs) -> outputs) into
+TensorFlow graph functions placed on the partition's device:
+
+  forward(offset[, step], theta, x) -> (y, batch-norm statistics)
+  backward(offset[, step], theta, x, dy, sums) -> (dx, sums + dtheta)
+  zeros() -> sums, all zero (a new buffer per weight every step)
+and, for schedules that split backward passes (see `schedule`), backward's two halves:
+  input_backward(offset[, step], theta, x, dy) -> (dx, kept)
+  weight_backward(offset[, step], theta, x, dy, kept, sums) -> sums + dtheta
+where `kept` is the input and output gradient of each layer that has weights; weight_backward
+re-runs each such layer from its kept input (one layer's activations at a time) and differentiates
+it with respect to its weights only.
+
+`backward` re-computes the partition from its saved boundary input x and differentiates it layer by
+layer, so only boundary activations are kept between the passes (GPipe's re-computation). It adds
+the weight gradients into the running sums it is given (see `accumulation`); the first backward pass
+of a step gets them from `zeros`. Without re-computation, the forward call is differentiated by
+TensorFlow's own function gradient instead (`NeverRecomputeBackward`): that forward call then also
+outputs what its backward call needs, and `accumulate(sums, dtheta) -> sums` adds the gradients.
+
+What differs per micro-batch is a function input: `offset`, the index of the micro-batch's first
+example in the mini-batch, so that dropout masks are the same in the forward pass, in its
+re-computation and for any K and M (see `randomness`); and the global step. Batch-norm statistics
+are function outputs (see `batch_norm`). Stock Lingvo dropout and batch-norm updates are routed to
+those while the partition is traced, and other stateful ops that would differ between a forward pass
+and its re-computation are refused when the forward function is traced (see `stateful_ops`). The
+functions are never inlined nor specialised per call (see _FUNCTION_ATTRS), so the graph TensorFlow
+optimises and runs does not grow with M either.
+"""
+
+import contextlib
+import copy
+import dataclasses
+
+import tensorflow as tf2
+from lingvo import compat as tf
+from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.eager.polymorphic_function import atomic_function
+from lingvo.core import cluster_factory
+from lingvo.core import py_utils
+
+from tensorpipe import accumulation
+from tensorpipe import batch_norm
+from tensorpipe import matmul_gradient
+from tensorpipe import randomness
+from tensorpipe import stateful_ops
+
+
+def _IsDifferentiable(t):
+  return t.dtype.is_floating or t.dtype.is_complex
+
+
+def _Spec(t):
+  return tf.TensorSpec(t.shape, t.dtype)
+
+
+# Attributes of every partition function: TensorFlow would otherwise inline each call into the
+# session's graph, and grappler would make a specialised copy of the function for each call (each
+# gets its own constant example offset): either way the graph TensorFlow optimises and runs grows
+# with M again.
+_FUNCTION_ATTRS = {'_noinline': attr_value_pb2.AttrValue(b=True),
+                   '_nospecialize': attr_value_pb2.AttrValue(b=True)}
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphFunction:
+  """`body(*args)` (args as `specs`) traced once as a graph function on `device`.
+
+  As Lingvo's py_utils.Function does, the body gets a fresh step seed and no summaries collection
+  of the outer graph. `Call` adds a call op of it; `concrete` is TensorFlow's ConcreteFunction of
+  the same trace, whose own calls tf.gradients can differentiate.
+  """
+  concrete: object
+  atomic: object  # The function `Call` calls: the trace with _FUNCTION_ATTRS.
+
+  @classmethod
+  def Trace(cls, name, body, specs, device):
+
+    def Body(*args):
+      py_utils.ResetStepSeed()
+      tf.get_default_graph().clear_collection(tf.GraphKeys.SUMMARIES)
+      with tf.device(device):
+        return list(body(*args))
+
+    Body.__name__ = name
+    concrete = tf2.function(Body, input_signature=list(specs), autograph=False,
+                            experimental_attributes={'_noinline': True}).get_concrete_function()
+    graph = concrete.graph
+    atomic = atomic_function.from_func_graph(
+        concrete.name.decode() + '_call', graph, graph.inputs, graph.outputs, _FUNCTION_ATTRS)
+    return cls(concrete, atomic)
+
+  @property
+  def outputs(self):
+    """The output tensors inside the traced function (their shapes and dtypes)."""
+    return self.concrete.outputs
+
+  @property
+  def captured_inputs(self):
+    return self.concrete.captured_inputs
+
+
+def _Ops(tensors):
+  """The ops behind `tensors` (None skipped), without repeats."""
+  ops = []
+  for t in tensors:
+    if t is not None and t.op not in ops:
+      ops.append(t.op)
+  return ops
+
+
+def Call(function, args, name='call'):
+  """One call op of `function` (a GraphFunction) on `args`; returns its output tensors.
+
+  The op TensorFlow's ConcreteFunction call adds, calling the function with _FUNCTION_ATTRS, with
+  the shapes of the outputs taken from the trace, and marked so that graph construction does not run
+  shape inference over the function's body again for every call (which would make building the
+  graph grow with M).
+  """
+  graph = tf.get_default_graph()
+  atomic = function.atomic
+  graph._add_function_recursive(atomic)  # pylint: disable=protected-access
+  call = atomic.graph_call_attrs
+  args = [tf.convert_to_tensor(x) for x in list(args) + list(function.captured_inputs)]
+  attrs = {
+      'Tin': attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
+          type=[x.dtype.as_datatype_enum for x in args])),
+      'Tout': attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(type=call['tout'])),
+      'f': attr_value_pb2.AttrValue(func=attr_value_pb2.NameAttrList(name=atomic.name)),
+      'config_proto': attr_value_pb2.AttrValue(s=call['config_proto']),
+      'executor_type': attr_value_pb2.AttrValue(s=tf.compat.as_bytes(call['executor_type'])),
+      '_disable_call_shape_inference': attr_value_pb2.AttrValue(b=True),
+  }
+  op = graph.create_op('StatefulPartitionedCall' if call['is_stateful'] else 'PartitionedCall', args,
+                       call['tout'], name=name, attrs=attrs)
+  for out, traced in zip(op.outputs, function.outputs):
+    out.set_shape(traced.shape)
+  return list(op.outputs)
+
+
+def _PartitionCluster(check_numerics):
+  """The current cluster as partitions run in it: without Lingvo's runtime asserts and summaries, and
+  without its CheckNumerics unless `check_numerics` (a re-computation repeats values already
+  checked).
+
+  An Assert op would make the partition's function stateful, and TensorFlow instantiates a stateful
+  function once per call op, so the time to start the first step and every step's overhead would
+  grow with M again. Lingvo's asserts check shapes the traced function already fixes. Summaries made
+  in a function body never reach the session's summary writer (and some read variables, which makes
+  the function stateful too).
+  """
+  cluster = copy.deepcopy(cluster_factory.Current())
+  cluster.params.enable_asserts = False
+  cluster.params.add_summary = False
+  if not check_numerics:
+    cluster.params.enable_check_numerics = False
+  return cluster
+
+
+def _Expand(values, mask):
+  """`values` (one per True in `mask`) spread over `mask`, None where it is False."""
+  it = iter(values)
+  return [next(it) if has else None for has in mask]
+
+
+def _AddWeightGradients(total, grads, theta_leaves):
+  """Adds `grads` (one per differentiable weight, None allowed) into the running sums `total` in
+  place; returns the sums added to."""
+  own = iter(grads)
+  added = []
+  for i, t in enumerate(theta_leaves):
+    g = accumulation.Dense(next(own)) if _IsDifferentiable(t) else None
+    if g is None:
+      continue
+    if total[i] is None:
+      raise AssertionError('no running sum for weight %d (%s)' % (i, t.name))
+    total[i] = accumulation.AddInPlace(total[i], g)
+    added.append(total[i])
+  return added
+
+
+def _LayerGradients(boundaries, out_grads, theta_leaves, sums=None):
+  """Gradients of a partition, differentiated layer by layer, last layer first.
+
+  Each layer's backward pass waits until the weight gradients of the layer after it have been added
+  to their sums. Left alone, the executor may run the chain of input gradients far ahead of the
+  cheap weight-gradient ops beside it (a bias gradient's reduction, the additions), and every
+  layer's output gradient and weight gradient would stay alive until they run.
+
+  Args:
+    boundaries: every layer's inputs, then the partition's outputs (structures).
+    out_grads: the gradient of each leaf of the partition's outputs (flattened), None where none.
+    theta_leaves: the partition's weights.
+    sums: running sums per weight (None where a weight has no gradient), added to in place; None:
+      input gradients only (a weight-gradient pass adds the weights' later, see `_WeightPass`).
+
+  Returns:
+    (per boundary, the gradient of each of its leaves (flattened) or None; the sums or None).
+  """
+  num_layers = len(boundaries) - 1
+  targets = [t for t in theta_leaves if _IsDifferentiable(t)] if sums is not None else []
+  total = None if sums is None else list(sums)
+  done = []
+  grads = [None] * num_layers + [list(out_grads)]
+  for j in reversed(range(num_layers)):
+    ins = tf.nest.flatten(boundaries[j])
+    grads[j] = [None] * len(ins)
+    pairs = [(y, d) for y, d in zip(tf.nest.flatten(boundaries[j + 1]), grads[j + 1])
+             if y is not None and d is not None and _IsDifferentiable(y)]
+    if not pairs:
+      continue
+    with tf.control_dependencies(done):
+      grad_ys = [tf.identity(d) for _, d in pairs]
+    diff = [i for i, x in enumerate(ins) if x is not None and _IsDifferentiable(x)]
+    results = tf.gradients([y for y, _ in pairs], [ins[i] for i in diff] + targets,
+                           grad_ys=grad_ys, stop_gradients=[ins[i] for i in diff])
+    for i, g in zip(diff, results):
+      grads[j][i] = accumulation.Dense(g)
+    if total is not None:
+      done = _AddWeightGradients(total, results[len(diff):], theta_leaves) or done
+  return grads, total
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+  """What an input-gradient pass keeps for its weight-gradient pass (see `InputBackward`).
+
+  layers: the layers that read weights, in order.
+  inputs: layer -> (its inputs structure, the positions of its non-None leaves), for the layers
+    after the first (the first one's inputs are the partition's).
+  grads: layer -> positions of its output leaves (flattened) that have gradients.
+  specs: the kept tensors: per layer in `layers`, its input leaves (not for the first layer), then
+    its output gradients (not for the last layer, whose are the partition's output gradients).
+  """
+  layers: tuple
+  inputs: dict
+  grads: dict
+  specs: tuple
+
+
+class PartitionFunctions:
+  """Forward and backward graph functions of one partition, traced on first use and then reused.
+
+  Args:
+    layers: the partition as a list of (layer name, function (theta NestedMap, inputs structure) ->
+      outputs structure), one per layer, applied in order. They must read the weights from theta
+      only and get every tensor they use from their inputs or theta.
+    theta: NestedMap of the partition's weights (tensors); only the structure, shapes and dtypes
+      count.
+    inputs: the inputs of micro-batch 0 (every micro-batch has the same structure and shapes).
+    device: the partition's device.
+    name: a name for the functions (e.g. 'pipe_partition1').
+    two_d_weight_gradients: trace under matmul_gradient.Scope().
+    where: names the pipeline in error messages.
+    site_prefix: names the pipeline in dropout sites and step seeds (the same whatever K is).
+    example_axis: the batch dimension of the partition's inputs.
+    example_count: examples per micro-batch (None if unknown when the graph is built).
+    recomputes: whether backward passes re-compute the partition (see stateful_ops.Check).
+  """
+
+  def __init__(self, layers, theta, inputs, device, name, two_d_weight_gradients=True,
+               where='TensorPipeLayer', site_prefix='', example_axis=0, example_count=None,
+               recomputes=True):
+    self._layers = list(layers)
+    self._site_prefix = site_prefix
+    self._example_axis = example_axis
+    self._example_count = example_count
+    self._recomputes = recomputes
+    self._layer_ops = None  # [(layer name, ops)] of the forward trace, for stateful_ops.Check
+    self._theta = theta
+    self._theta_specs = [_Spec(t) for t in theta.Flatten()]
+    self._in_template = inputs
+    in_leaves = tf.nest.flatten(inputs)
+    self._in_index = [i for i, x in enumerate(in_leaves) if x is not None]
+    self._x_specs = [_Spec(in_leaves[i]) for i in self._in_index]
+    self._device = device
+    self._name = name
+    self._two_d = two_d_weight_gradients
+    self._where = where
+    self._has_step = py_utils.GetGlobalStep() is not None
+    self._forward = None
+    self._out_template = None
+    self._num_y = None
+    self._stats_slots = None  # [(variable, decay, has count)] per batch-norm output
+    self._theta_mask = tuple(_IsDifferentiable(t) for t in theta.Flatten())  # Which have sums.
+    self._grad_mask = None  # Which weights get a gradient: known once a backward pass is traced.
+    self._zeros = None
+    self._backward = {}  # dy mask -> (function, dx mask)
+    self._split = {}  # dy mask -> (input-gradient function, dx mask, _Kept, weight-gradient function)
+    self._accumulate = None
+
+  @property
+  def num_inputs(self):
+    """Non-None input leaves (the x of the functions)."""
+    return len(self._x_specs)
+
+  @property
+  def num_weights(self):
+    return len(self._theta_specs)
+
+  def _Pack(self, theta_leaves, x_leaves):
+    leaves = [None] * len(tf.nest.flatten(self._in_template))
+    for i, x in zip(self._in_index, x_leaves):
+      leaves[i] = x
+    return (self._theta.Pack(list(theta_leaves)),
+            tf.nest.pack_sequence_as(self._in_template, leaves))
+
+  @contextlib.contextmanager
+  def _Tracing(self, step, offset, collector, check_numerics):
+    """The context the partition's layers are traced in, inside a function body."""
+    with _PartitionCluster(check_numerics), py_utils.GlobalStepContext(step), (
+        randomness.ExampleOffset(offset)), collector.Collecting(), stateful_ops.Replacing(
+            self._example_axis, self._example_count), (
+                matmul_gradient.Scope() if self._two_d else contextlib.nullcontext()):
+      yield
+
+  def _RunLayer(self, j, theta, inputs):
+    """Layer j on `inputs`, within `_Tracing`: the same dropout masks and seeds whenever it runs."""
+    name, layer = self._layers[j]
+    with stateful_ops.LayerScope('%s/%s' % (self._site_prefix, name)):
+      return layer(theta, inputs)
+
+  def _Run(self, step, offset, theta_leaves, x_leaves, collector, boundaries=None):
+    """Runs the partition inside a function body; returns its outputs structure and each layer's ops.
+
+    `boundaries`, if given, gets every layer's inputs and then the outputs: a re-computation, which
+    skips Lingvo's CheckNumerics.
+    """
+    theta, out = self._Pack(theta_leaves, x_leaves)
+    graph = tf.get_default_graph()
+    layer_ops = []
+    with self._Tracing(step, offset, collector, check_numerics=boundaries is None):
+      for j, (name, _) in enumerate(self._layers):
+        if boundaries is not None:
+          if boundaries:
+            # _LayerGradients stops each layer's differentiation at its inputs. tf.gradients
+            # ignores stop_gradients at the outputs of a function call op (e.g. the layer norm of
+            # Lingvo's py_utils.CallDefun) and would differentiate the layer before this one too.
+            out = tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), out)
+          boundaries.append(out)
+        first = len(graph.get_operations())
+        out = self._RunLayer(j, theta, out)
+        layer_ops.append((name, graph.get_operations()[first:]))
+    if boundaries is not None:
+      boundaries.append(out)
+    return out, layer_ops
+
+  def _Leading(self):
+    """Specs of the example offset and, if the graph has one, the global step (int64 scalars)."""
+    return [tf.TensorSpec([], tf.int64)] * (2 if self._has_step else 1)
+
+  def _LeadingArgs(self, step, offset):
+    if (step is not None) != self._has_step:
+      raise ValueError('%s: %s was traced %s a global step' %
+                       (self._where, self._name, 'with' if self._has_step else 'without'))
+    return [offset] + ([step] if self._has_step else [])
+
+  def _Split(self, args):
+    """(step or None, offset, the rest) of a function body's arguments."""
+    if self._has_step:
+      return args[1], args[0], args[2:]
+    return None, args[0], args[1:]
+
+  def _BuildForward(self):
+    num_theta = self.num_weights
+
+    def Forward(*args):
+      step, offset, args = self._Split(args)
+      recorder = batch_norm.StatsCollector(1, self._where)
+      out, self._layer_ops = self._Run(step, offset, args[:num_theta], args[num_theta:], recorder)
+      ys = [y for y in tf.nest.flatten(out) if y is not None]
+      for y in ys:
+        if not isinstance(y, tf.Tensor):
+          raise TypeError('%s: partition outputs must be tensors (None allowed), got %s' %
+                          (self._where, type(y).__name__))
+      self._out_template = out
+      self._num_y = len(ys)
+      records = recorder.Records()
+      self._stats_slots = [(u.variable, u.decay, u.count is not None) for u in records]
+      stats = [[u.value] + ([u.count] if u.count is not None else []) for u in records]
+      return ys + [t for pair in stats for t in pair]
+
+    self._forward = GraphFunction.Trace(self._name + '_forward', Forward,
+                                  self._Leading() + self._theta_specs + self._x_specs, self._device)
+    stateful_ops.Check(self._forward.concrete.graph, self._layer_ops, self._recomputes,
+                       '%s (%s)' % (self._where, self._name))
+    self._layer_ops = None
+    self._CheckCaptures(self._forward)
+
+  def _CheckCaptures(self, function):
+    captured = {id(c) for c in function.captured_inputs}
+    direct = [v.op.name for v in tf.trainable_variables() if id(v.handle) in captured]
+    if direct:
+      raise ValueError(
+          '%s: a layer of %s reads trainable variables %s directly instead of through theta; '
+          'their gradients would be lost. Use the theta passed to FProp.' %
+          (self._where, self._name, direct))
+
+  def Forward(self, step, offset, theta_leaves, x_leaves, differentiable=False):
+    """One call of the forward function on the partition's device.
+
+    Args:
+      step: the global step (int64 scalar) or None if the graph has none.
+      offset: the index of the micro-batch's first example in the mini-batch (int64 scalar).
+      theta_leaves: the partition's weights (theta.Flatten()).
+      x_leaves: the micro-batch's non-None input leaves.
+      differentiable: make the call with TensorFlow's own call op, whose gradient
+        `NeverRecomputeBackward` uses; else a call op that tf.gradients cannot differentiate.
+
+    Returns:
+      (outputs structure, [batch_norm.Update] of the call, the call's output tensors).
+    """
+    if self._forward is None:
+      self._BuildForward()
+    args = self._LeadingArgs(step, offset) + list(theta_leaves) + list(x_leaves)
+    with tf.device(self._device):
+      results = (self._forward.concrete(*args) if differentiable else
+                 Call(self._forward, args, 'forward'))
+    ys, stats = results[:self._num_y], results[self._num_y:]
+    it = iter(ys)
+    leaves = [None if y is None else next(it) for y in tf.nest.flatten(self._out_template)]
+    out = tf.nest.pack_sequence_as(self._out_template, leaves)
+    records = []
+    it = iter(stats)
+    for variable, decay, has_count in self._stats_slots:
+      value = next(it)
+      records.append(batch_norm.Update(variable, value, decay, next(it) if has_count else None))
+    return out, records, ys
+
+  def Zeros(self):
+    """One call of the function that makes a zero running sum per weight (None where none)."""
+    if self._zeros is None:
+      specs = [s for s, has in zip(self._theta_specs, self._theta_mask) if has]
+
+      def MakeZeros():
+        return [accumulation.Zeros(spec.shape, spec.dtype) for spec in specs]
+
+      self._zeros = GraphFunction.Trace(self._name + '_zeros', MakeZeros, [], self._device)
+    with tf.device(self._device):
+      results = Call(self._zeros, [], 'zeros')
+    return _Expand(results, self._theta_mask)
+
+  def _BuildBackward(self, dy_mask):
+    num_theta, num_x = self.num_weights, self.num_inputs
+    num_dy = sum(dy_mask)
+    dx_mask = []
+    theta_mask = self._theta_mask
+
+    def Backward(*args):
+      step, offset, args = self._Split(args)
+      theta_leaves = args[:num_theta]
+      x_leaves = args[num_theta:num_theta + num_x]
+      dys = args[num_theta + num_x:num_theta + num_x + num_dy]
+      sums = _Expand(args[num_theta + num_x + num_dy:], theta_mask)
+      boundaries = []
+      with tf.name_scope('recompute'):
+        self._Run(step, offset, theta_leaves, x_leaves, batch_norm.Discarding(), boundaries)
+      grads, new_sums = _LayerGradients(boundaries, self._OutGrads(dys, dy_mask), theta_leaves,
+                                        sums)
+      dx = [grads[0][i] for i in self._in_index]
+      dx_mask.extend(g is not None for g in dx)
+      self._NoteGradients([a is not b for a, b in zip(new_sums, sums)])
+      sums = new_sums
+      return [g for g in dx if g is not None] + [g for g in sums if g is not None]
+
+    specs = self._Leading() + self._theta_specs + self._x_specs + self._DySpecs(dy_mask) + [
+        s for s, has in zip(self._theta_specs, theta_mask) if has]
+    function = GraphFunction.Trace(self._name + '_backward', Backward, specs, self._device)
+    self._backward[dy_mask] = (function, tuple(dx_mask))
+
+  def _OutGrads(self, dys, dy_mask):
+    """The gradient of each leaf of the partition's outputs (flattened), from `dys` and `dy_mask`."""
+    per_y = iter(_Expand(dys, dy_mask))
+    return [None if y is None else next(per_y) for y in tf.nest.flatten(self._out_template)]
+
+  def _BuildSplitBackward(self, dy_mask):
+    """Traces the input-gradient function and then the weight-gradient function for `dy_mask`."""
+    num_theta, num_x = self.num_weights, self.num_inputs
+    num_dy = sum(dy_mask)
+    dx_mask, kept = [], []
+
+    def InputBackward(*args):
+      step, offset, args = self._Split(args)
+      theta_leaves = args[:num_theta]
+      x_leaves = args[num_theta:num_theta + num_x]
+      dys = args[num_theta + num_x:]
+      boundaries = []
+      with tf.name_scope('recompute'):
+        _, layer_ops = self._Run(step, offset, theta_leaves, x_leaves, batch_norm.Discarding(),
+                                 boundaries)
+      grads, _ = _LayerGradients(boundaries, self._OutGrads(dys, dy_mask), theta_leaves)
+      dx = [grads[0][i] for i in self._in_index]
+      dx_mask.extend(g is not None for g in dx)
+      weights = {t.ref() for t in theta_leaves}
+      last = len(self._layers) - 1
+      layers, inputs, grad_index, tensors = [], {}, {}, []
+      for j, (_, ops) in enumerate(layer_ops):
+        if not any(x.ref() in weights for op in ops for x in op.inputs):
+          continue  # No weights, nothing for a weight-gradient pass to do.
+        layers.append(j)
+        if j:
+          leaves = tf.nest.flatten(boundaries[j])
+          template = tf.nest.map_structure(lambda _: None, boundaries[j])
+          inputs[j] = (template, tuple(i for i, x in enumerate(leaves) if x is not None))
+          tensors.extend(leaves[i] for i in inputs[j][1])
+        grad_index[j] = tuple(i for i, g in enumerate(grads[j + 1]) if g is not None)
+        if j < last:
+          tensors.extend(grads[j + 1][i] for i in grad_index[j])
+      kept.append(_Kept(tuple(layers), inputs, grad_index, tuple(_Spec(t) for t in tensors)))
+      return [g for g in dx if g is not None] + tensors
+
+    specs = self._Leading() + self._theta_specs + self._x_specs + self._DySpecs(dy_mask)
+    input_fn = GraphFunction.Trace(self._name + '_input_backward', InputBackward, specs,
+                                   self._device)
+    layout = kept[0]
+    theta_mask = self._theta_mask
+
+    def WeightBackward(*args):
+      step, offset, args = self._Split(args)
+      theta_leaves = args[:num_theta]
+      x_leaves = args[num_theta:num_theta + num_x]
+      out_grads = self._OutGrads(args[num_theta + num_x:num_theta + num_x + num_dy], dy_mask)
+      rest = args[num_theta + num_x + num_dy:]
+      tensors, sums = rest[:len(layout.specs)], _Expand(rest[len(layout.specs):], theta_mask)
+      theta, x = self._Pack(theta_leaves, x_leaves)
+      total = list(sums)
+      done = []
+      it = iter(tensors)
+      saved = {}
+      for j in layout.layers:  # The order InputBackward kept them in.
+        if j:
+          template, index = layout.inputs[j]
+          leaves = [None] * len(tf.nest.flatten(template))
+          for i in index:
+            leaves[i] = next(it)
+          saved[j] = [leaves]
+        else:
+          saved[j] = [tf.nest.flatten(x)]
+        if j < len(self._layers) - 1:
+          saved[j].append([next(it) for _ in layout.grads[j]])
+        else:
+          saved[j].append([out_grads[i] for i in layout.grads[j]])
+      targets = [t for t in theta_leaves if _IsDifferentiable(t)]
+      with tf.name_scope('recompute') as scope:
+        pass  # Every re-run below in this one scope, as in a backward function (for profiling).
+      with self._Tracing(step, offset, batch_norm.Discarding(), check_numerics=False):
+        for j in reversed(layout.layers):  # Last layer first, one layer's activations at a time.
+          leaves, grads = saved[j]
+          with tf.control_dependencies(done):
+            leaves = [None if x is None else tf.identity(x) for x in leaves]
+          template = layout.inputs[j][0] if j else x
+          with tf.name_scope(scope):
+            out = self._RunLayer(j, theta, tf.nest.pack_sequence_as(template, leaves))
+          outs = tf.nest.flatten(out)
+          pairs = [(outs[i], g) for i, g in zip(layout.grads[j], grads)
+                   if _IsDifferentiable(outs[i])]
+          if not pairs:
+            continue
+          results = tf.gradients([y for y, _ in pairs], targets, grad_ys=[g for _, g in pairs])
+          done = _AddWeightGradients(total, results, theta_leaves) or done
+      self._NoteGradients([a is not b for a, b in zip(total, sums)])
+      return [g for g in total if g is not None]
+
+    specs = (self._Leading() + self._theta_specs + self._x_specs + self._DySpecs(dy_mask) +
+             list(layout.specs) + [s for s, has in zip(self._theta_specs, theta_mask) if has])
+    weight_fn = GraphFunction.Trace(self._name + '_weight_backward', WeightBackward, specs,
+                                    self._device)
+    self._split[dy_mask] = (input_fn, tuple(dx_mask), layout, weight_fn)
+
+  def _DySpecs(self, dy_mask):
+    return [_Spec(y) for y, has in zip(self._forward.outputs[:self._num_y], dy_mask) if has]
+
+  def _NoteGradients(self, got):
+    """Records which weights got a gradient (the same in every backward pass of the partition)."""
+    got = tuple(got)
+    if self._grad_mask is not None and self._grad_mask != got:
+      raise AssertionError('%s: %s: weights with gradients differ between backward passes' %
+                           (self._where, self._name))
+    self._grad_mask = got
+
+  def WeightGradients(self, sums):
+    """The final running sums as the weights' gradients: None for weights that got none."""
+    return [s if has else None for s, has in zip(sums, self._grad_mask or [False] * len(sums))]
+
+  def Backward(self, step, offset, theta_leaves, x_leaves, dys, sums):
+    """One call of the re-computing backward function on the partition's device.
+
+    Args:
+      step, offset, theta_leaves, x_leaves: what the forward call got.
+      dys: the gradient of each output leaf of Forward (None where there is none).
+      sums: the running sum of each weight (None for weights that are not floats) from the
+        previous backward pass; written in place (nothing else may read them). None: start from
+        zeros (the first backward pass of a step).
+
+    Returns:
+      (dx per input leaf or None, running sum per weight or None, the ops the pass is done after).
+    """
+    dys = [accumulation.Dense(d) for d in dys]
+    dy_mask = tuple(d is not None for d in dys)
+    if dy_mask not in self._backward:
+      self._BuildBackward(dy_mask)
+    function, dx_mask = self._backward[dy_mask]
+    if sums is None:
+      sums = self.Zeros()
+    args = (self._LeadingArgs(step, offset) + list(theta_leaves) + list(x_leaves) +
+            [d for d in dys if d is not None] + [s for s in sums if s is not None])
+    with tf.device(self._device):
+      results = Call(function, args, 'backward')
+    it = iter(results)
+    dx = [next(it) if has else None for has in dx_mask]
+    sums = _Expand(list(it), self._theta_mask)
+    return dx, sums, _Ops(results)
+
+  def InputBackward(self, step, offset, theta_leaves, x_leaves, dys):
+    """One call of the input-gradient half of a re-computing backward pass (a B action of a
+    schedule that splits backward passes).
+
+    It re-computes the partition and returns the input gradients, and keeps what `WeightBackward`
+    needs: the inputs and output gradients of each layer that has weights.
+
+    Args:
+      step, offset, theta_leaves, x_leaves, dys: as for Backward.
+
+    Returns:
+      (dx per input leaf or None, the kept tensors, the ops the pass is done after).
+    """
+    dys = [accumulation.Dense(d) for d in dys]
+    dy_mask = tuple(d is not None for d in dys)
+    if dy_mask not in self._split:
+      self._BuildSplitBackward(dy_mask)
+    function, dx_mask, _, _ = self._split[dy_mask]
+    args = (self._LeadingArgs(step, offset) + list(theta_leaves) + list(x_leaves) +
+            [d for d in dys if d is not None])
+    with tf.device(self._device):
+      results = Call(function, args, 'backward')
+    num_dx = sum(dx_mask)
+    dx = _Expand(results[:num_dx], dx_mask)
+    return dx, results[num_dx:], _Ops(results)
+
+  def WeightBackward(self, step, offset, theta_leaves, x_leaves, dys, kept, sums):
+    """One call of the weight-gradient half (a W action): re-runs each layer that has weights from
+    its kept inputs and adds its weight gradients to the running sums.
+
+    Args:
+      step, offset, theta_leaves, x_leaves, dys: what the InputBackward call got.
+      kept: its kept tensors.
+      sums: as for Backward (None: start from zeros).
+
+    Returns:
+      (running sum per weight or None, the ops the pass is done after).
+    """
+    dys = [accumulation.Dense(d) for d in dys]
+    dy_mask = tuple(d is not None for d in dys)
+    _, _, _, function = self._split[dy_mask]
+    if sums is None:
+      sums = self.Zeros()
+    args = (self._LeadingArgs(step, offset) + list(theta_leaves) + list(x_leaves) +
+            [d for d in dys if d is not None] + list(kept) + [s for s in sums if s is not None])
+    with tf.device(self._device):
+      results = Call(function, args, 'weight')
+    return _Expand(results, self._theta_mask), _Ops(results)
+
+  def NeverRecomputeBackward(self, forward_ys, theta_leaves, x_leaves, dys, sums):
+    """The backward pass of a forward call without re-computation (TensorFlow's function gradient).
+
+    TensorFlow rewrites that forward call (made with `differentiable=True`) to also output the
+    activations its backward call needs.
+
+    Args:
+      forward_ys: the output tensors of the forward call (Forward's third result).
+      theta_leaves, x_leaves, dys, sums: as for Backward.
+
+    Returns:
+      As Backward.
+    """
+    pairs = [(y, accumulation.Dense(d)) for y, d in zip(forward_ys, dys) if d is not None]
+    weights = [t for t, has in zip(theta_leaves, self._theta_mask) if has]
+    targets = [x for x in x_leaves if _IsDifferentiable(x)] + weights
+    if sums is None:
+      sums = self.Zeros()
+    with tf.device(self._device):
+      grads = iter(tf.gradients([y for y, _ in pairs], targets, grad_ys=[d for _, d in pairs]))
+      dx = [accumulation.Dense(next(grads)) if _IsDifferentiable(x) else None for x in x_leaves]
+      own = [accumulation.Dense(g) for g in grads]
+      self._NoteGradients([bool(g) for g in _Expand([g is not None for g in own], self._theta_mask)])
+      own = [tf.zeros_like(t) if g is None else g for t, g in zip(weights, own)]
+      if self._accumulate is None:
+        n = len(own)
+
+        def Accumulate(*args):
+          return [accumulation.AddInPlace(s, g) for s, g in zip(args[:n], args[n:])]
+
+        self._accumulate = GraphFunction.Trace(self._name + '_accumulate', Accumulate,
+                                         [_Spec(g) for g in own] * 2, self._device)
+      results = Call(self._accumulate, [s for s in sums if s is not None] + own, 'accumulate')
+    return dx, _Expand(results, self._theta_mask), _Ops(results) + _Ops(dx)

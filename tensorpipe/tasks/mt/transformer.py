@@ -1,0 +1,194 @@
+"""Batch-major Transformer layers for the encoder and decoder stacks of a pipelined T(L, H, A).
+
+Each layer maps a NestedMap to a NestedMap of the same fields, so a stack of them is a sequential
+layer list that TensorPipeLayer can cut into partitions and micro-batch along dimension 0:
+
+  vec           [B, T, D]  the activations this layer transforms;
+  paddings      [B, T]     1.0 at padded positions;
+  aux_vec       [B, S, D]  decoder only: the encoder output, passed on unchanged to every layer;
+  aux_paddings  [B, S]     decoder only: the source paddings, passed on unchanged.
+
+Batch-major (rather than Lingvo's time-major layers) because the pipeline splits micro-batches along
+dimension 0. Dropout masks are keyed by each example's index in the mini-batch (see `randomness`),
+so they are the same whatever K and M are. Layers are pre-layer-norm (x + f(LN(x))), which is stable
+for deep stacks; `ffn_init_scale` lets deep models scale the feed-forward init down by depth, as the
+GPipe paper needed.
+"""
+
+import math
+
+from lingvo import compat as tf
+from lingvo.core import base_layer
+from lingvo.core import layers
+from lingvo.core import py_utils
+
+from tensorpipe import randomness
+
+
+def _Gaussian(fan_in, scale=1.0):
+  return py_utils.WeightInit.Gaussian(scale / math.sqrt(fan_in))
+
+
+class MultiHeadAttention(base_layer.BaseLayer):
+  """Scaled dot-product attention with `num_heads` heads of `head_dim` channels each, batch-major."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('model_dim', 1024, 'Width D of the query, memory and output vectors.')
+    p.Define('num_heads', 16, 'A, the number of attention heads.')
+    p.Define('head_dim', 64, 'Channels per head; the attention width is num_heads * head_dim.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    if p.model_dim <= 0 or p.num_heads <= 0 or p.head_dim <= 0:
+      raise ValueError('MultiHeadAttention %r: model_dim, num_heads and head_dim must be positive, '
+                       'got %r, %r, %r' % (p.name, p.model_dim, p.num_heads, p.head_dim))
+    width = p.num_heads * p.head_dim
+    for name in ('w_q', 'w_k', 'w_v'):
+      self.CreateVariable(name, py_utils.WeightParams([p.model_dim, width], _Gaussian(p.model_dim)))
+    self.CreateVariable('w_o', py_utils.WeightParams([width, p.model_dim], _Gaussian(width)))
+
+  def FProp(self, theta, query, memory, memory_paddings, causal=False):
+    """query [B, T, D] attends to memory [B, S, D] (paddings [B, S]); returns [B, T, D]."""
+    p = self.params
+    with tf.name_scope(p.name):
+      b, t = py_utils.GetShape(query)[0], py_utils.GetShape(query)[1]
+      s = py_utils.GetShape(memory)[1]
+
+      def Heads(x, w, length):
+        return tf.reshape(tf.einsum('BTD,DH->BTH', x, w), [b, length, p.num_heads, p.head_dim])
+
+      q = Heads(query, theta.w_q, t) * (p.head_dim**-0.5)
+      k = Heads(memory, theta.w_k, s)
+      v = Heads(memory, theta.w_v, s)
+      logits = tf.einsum('BTNH,BSNH->BNTS', q, k)
+      mask = tf.cast(memory_paddings, logits.dtype)[:, None, None, :]
+      if causal:
+        future = 1.0 - tf.linalg.band_part(tf.ones([t, s], logits.dtype), -1, 0)
+        mask = tf.maximum(mask, future[None, None, :, :])
+      logits += mask * -1e9
+      probs = tf.nn.softmax(logits, axis=-1)
+      ctx = tf.reshape(tf.einsum('BNTS,BSNH->BTNH', probs, v), [b, t, p.num_heads * p.head_dim])
+      return tf.einsum('BTH,HD->BTD', ctx, theta.w_o)
+
+
+class TransformerLayer(base_layer.BaseLayer):
+  """One encoder layer (self-attention, feed-forward) or decoder layer (+ causal mask, cross-attention).
+
+  FProp(theta, NestedMap) -> NestedMap with `vec` replaced; the other fields pass through, so the
+  decoder's aux_vec / aux_paddings reach every decoder layer through the pipeline.
+  """
+
+  SHAPE_NEUTRAL_PARAMS = ('dropout_keep_prob',)
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('model_dim', 1024, 'Model width D.')
+    p.Define('ffn_dim', 8192, 'H, the hidden width of the feed-forward block.')
+    p.Define('num_heads', 16, 'A, the number of attention heads.')
+    p.Define('head_dim', 64, 'Channels per attention head (attention width grows with heads).')
+    p.Define('is_decoder', False, 'True: causal self-attention plus attention to aux_vec.')
+    p.Define('causal', None, 'Causal self-attention without aux_vec (a language model\'s layer); '
+             'None: same as is_decoder.')
+    p.Define('dropout_keep_prob', 1.0, 'Keep probability of the residual-branch dropouts.')
+    p.Define('ffn_init_scale', 1.0,
+             'Multiplies the feed-forward weights\' init std; set 1/sqrt(num_layers) for deep models.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    if p.ffn_dim <= 0:
+      raise ValueError('TransformerLayer %r: ffn_dim must be positive, got %r' % (p.name, p.ffn_dim))
+    if not 0.0 < p.dropout_keep_prob <= 1.0:
+      raise ValueError('TransformerLayer %r: dropout_keep_prob must be in (0, 1], got %r' %
+                       (p.name, p.dropout_keep_prob))
+    att = MultiHeadAttention.Params().Set(model_dim=p.model_dim, num_heads=p.num_heads,
+                                          head_dim=p.head_dim)
+    norm = layers.LayerNorm.Params().Set(input_dim=p.model_dim, use_defun=False)
+    self.CreateChild('self_norm', norm.Copy())
+    self.CreateChild('self_att', att.Copy())
+    if p.is_decoder:
+      self.CreateChild('cross_norm', norm.Copy())
+      self.CreateChild('cross_att', att.Copy())
+    self.CreateChild('ffn_norm', norm.Copy())
+    self.CreateVariable('ffn_w1', py_utils.WeightParams(
+        [p.model_dim, p.ffn_dim], _Gaussian(p.model_dim, p.ffn_init_scale)))
+    self.CreateVariable('ffn_b1', py_utils.WeightParams([p.ffn_dim], py_utils.WeightInit.Constant(0.)))
+    self.CreateVariable('ffn_w2', py_utils.WeightParams(
+        [p.ffn_dim, p.model_dim], _Gaussian(p.ffn_dim, p.ffn_init_scale)))
+    self.CreateVariable('ffn_b2', py_utils.WeightParams([p.model_dim],
+                                                        py_utils.WeightInit.Constant(0.)))
+
+  def _Dropout(self, x, use):
+    p = self.params
+    if self.do_eval or p.dropout_keep_prob >= 1.0:
+      return x
+    return randomness.Dropout(x, p.dropout_keep_prob, randomness.Site(self, use),
+                              where='TransformerLayer %r' % p.name)
+
+  def FProp(self, theta, inputs):
+    p = self.params
+    with tf.name_scope(p.name):
+      x = inputs.vec
+      h = self.self_norm.FProp(theta.self_norm, x)
+      causal = p.is_decoder if p.causal is None else p.causal
+      h = self.self_att.FProp(theta.self_att, h, h, inputs.paddings, causal=causal)
+      x += self._Dropout(h, 'self_att')
+      if p.is_decoder:
+        h = self.cross_norm.FProp(theta.cross_norm, x)
+        h = self.cross_att.FProp(theta.cross_att, h, inputs.aux_vec, inputs.aux_paddings)
+        x += self._Dropout(h, 'cross_att')
+      h = self.ffn_norm.FProp(theta.ffn_norm, x)
+      h = tf.nn.relu(tf.einsum('BTD,DH->BTH', h, theta.ffn_w1) + theta.ffn_b1)
+      h = self._Dropout(h, 'ffn_hidden')
+      h = tf.einsum('BTH,HD->BTD', h, theta.ffn_w2) + theta.ffn_b2
+      x += self._Dropout(h, 'ffn_out')
+      out = py_utils.NestedMap(inputs)
+      out.vec = x
+      return out
+
+
+class FinalNorm(base_layer.BaseLayer):
+  """Layer norm of `vec` at the top of a pre-layer-norm stack; other fields pass through."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('model_dim', 1024, 'Model width D.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateChild('norm', layers.LayerNorm.Params().Set(input_dim=self.params.model_dim,
+                                                           use_defun=False))
+
+  def FProp(self, theta, inputs):
+    with tf.name_scope(self.params.name):
+      out = py_utils.NestedMap(inputs)
+      out.vec = self.norm.FProp(theta.norm, inputs.vec)
+      return out
+
+
+def StackLayers(num_layers, model_dim, ffn_dim, num_heads, is_decoder, head_dim=64,
+                dropout_keep_prob=1.0, scale_ffn_init_by_depth=True, causal=None):
+  """Layer Params of an encoder or decoder stack: `num_layers` TransformerLayers and a FinalNorm.
+
+  causal=True with is_decoder=False gives a language model's stack (no attention to aux_vec).
+  """
+  if not isinstance(num_layers, int) or num_layers < 1:
+    raise ValueError('StackLayers: num_layers must be a positive integer, got %r' % (num_layers,))
+  prefix = 'dec' if is_decoder else 'enc'
+  scale = 1.0 / math.sqrt(num_layers) if scale_ffn_init_by_depth else 1.0
+  out = []
+  for i in range(num_layers):
+    out.append(TransformerLayer.Params().Set(
+        name='%s_layer%03d' % (prefix, i), model_dim=model_dim, ffn_dim=ffn_dim, num_heads=num_heads,
+        head_dim=head_dim, is_decoder=is_decoder, dropout_keep_prob=dropout_keep_prob,
+        ffn_init_scale=scale, causal=causal))
+  out.append(FinalNorm.Params().Set(name='%s_final_norm' % prefix, model_dim=model_dim))
+  return out

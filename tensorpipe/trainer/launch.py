@@ -1,0 +1,209 @@
+r"""Starts a whole distributed training job on this machine: one process per task, on 127.0.0.1.
+
+  python -m tensorpipe.trainer.launch --model=digits.TinyConvPipeline --logdir=/tmp/digits4 \
+      --worker_tasks=4                                 # its K = 4 partitions in 4 worker processes
+  python -m tensorpipe.trainer.launch --model=digits.TinyConvPipeline --logdir=/tmp/digits22 \
+      --worker_tasks=4 --tasks_per_replica=2 --cpu_devices=2   # S = 2 replicas x K = 4 partitions
+
+It picks free ports, writes Lingvo's --cluster_spec (controller, trainer_client, W worker tasks) and
+runs `python -m tensorpipe.trainer.train` once per task with --mode=sync --job=JOB --task=I, so
+every process is TensorFlow's own distributed runtime driven by Lingvo's trainer. A replica (one
+model split of --tasks_per_replica x --cpu_devices devices) spans --tasks_per_replica worker tasks:
+partition k of replica r runs on worker task r * tasks_per_replica + k // cpu_devices. Any other
+flag (e.g. --model_params_override) is passed to every process.
+
+It prints each process's pid and log file, and stops every process it started, by pid, when training
+ends, when any process fails, or when no training step has been logged for --stall_timeout_s
+seconds; the message names the task. Running the same command again resumes from the last checkpoint
+in --logdir. On several hosts run `python -m tensorpipe.trainer.train` with the same --cluster_spec
+(real addresses) and --job/--task on each host (see the README).
+"""
+
+import argparse
+import dataclasses
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import List, Optional
+
+_STEP = re.compile(r'step: *(\d+),')
+_REPORT_EVERY_S = 30  # How often the latest training step is printed.
+EXIT_FAILED = 1
+
+
+@dataclasses.dataclass
+class Task:
+  """One process of the job."""
+  job: str
+  index: int
+  argv: List[str]
+  log: str
+  proc: Optional[subprocess.Popen] = None
+
+  @property
+  def name(self):
+    return '%s task %d' % (self.job, self.index)
+
+
+def FreePorts(count, host='127.0.0.1'):
+  """`count` distinct free TCP ports on `host` (held open together while they are picked)."""
+  socks = []
+  try:
+    for _ in range(count):
+      s = socket.socket()
+      s.bind((host, 0))
+      socks.append(s)
+    return [s.getsockname()[1] for s in socks]
+  finally:
+    for s in socks:
+      s.close()
+
+
+def ClusterSpec(num_workers, host='127.0.0.1'):
+  """Lingvo's --cluster_spec for a controller, a trainer client and `num_workers` worker tasks."""
+  ports = FreePorts(2 + num_workers, host)
+  addr = ['%s:%d' % (host, p) for p in ports]
+  return 'controller=%s@trainer_client=%s@worker=%s' % (addr[0], addr[1], ','.join(addr[2:]))
+
+
+def Tasks(args, extra):
+  """The job's tasks: workers first (they serve), then the controller and the trainer client."""
+  spec = ClusterSpec(args.worker_tasks)
+  common = [sys.executable, '-m', 'tensorpipe.trainer.train', '--model=%s' % args.model,
+            '--logdir=%s' % args.logdir, '--mode=sync', '--cluster_spec=%s' % spec,
+            '--cpu_devices=%d' % args.cpu_devices,
+            '--worker_split_size=%d' % (args.tasks_per_replica * args.cpu_devices),
+            '--worker_tasks_per_replica=%d' % args.tasks_per_replica,
+            '--startup_timeout_s=%d' % args.startup_timeout_s] + list(extra)
+  logs = os.path.join(args.logdir, 'launch')
+  tasks = [Task('worker', i, common + ['--job=worker', '--task=%d' % i],
+                os.path.join(logs, 'worker.%d.log' % i)) for i in range(args.worker_tasks)]
+  for job in ('controller', 'trainer_client'):
+    tasks.append(Task(job, 0, common + ['--job=%s' % job, '--task=0'],
+                      os.path.join(logs, '%s.log' % job)))
+  return tasks
+
+
+def _LastStep(path):
+  """The last training step logged in `path`, or None."""
+  try:
+    with open(path, 'rb') as f:
+      f.seek(max(0, os.path.getsize(path) - 65536))
+      steps = _STEP.findall(f.read().decode('utf-8', 'replace'))
+  except OSError:
+    return None
+  return int(steps[-1]) if steps else None
+
+
+def Stop(tasks, grace_s=10.0):
+  """Stops every started process by pid: SIGTERM, then SIGKILL after `grace_s` seconds."""
+  alive = [t for t in tasks if t.proc is not None and t.proc.poll() is None]
+  for t in alive:
+    t.proc.send_signal(signal.SIGTERM)
+  deadline = time.time() + grace_s
+  for t in alive:
+    try:
+      t.proc.wait(timeout=max(0.1, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+      t.proc.kill()
+      t.proc.wait()
+
+
+def Supervise(tasks, stall_timeout_s, poll_s=1.0, out=sys.stdout):
+  """Waits until the trainer client and the controller end; returns (exit status, message).
+
+  Fails as soon as any process exits with an error or a worker exits at all (workers serve until
+  they are stopped), or when the trainer client has logged no new step for `stall_timeout_s`.
+  """
+  trainer = [t for t in tasks if t.job == 'trainer_client'][0]
+  last_step, last_change, last_report = None, time.time(), time.time()
+  while True:
+    for t in tasks:
+      status = t.proc.poll()
+      if status is None:
+        continue
+      if t.job == 'worker' or status != 0:
+        return EXIT_FAILED, ('%s (pid %d) exited with status %d; its log: %s. Run the same command '
+                             'again to resume from the last checkpoint.' %
+                             (t.name, t.proc.pid, status, t.log))
+    if all(t.proc.poll() == 0 for t in tasks if t.job != 'worker'):
+      return 0, 'training done (last step %s); logs in %s' % (
+          _LastStep(trainer.log), os.path.dirname(trainer.log))
+    step = _LastStep(trainer.log)
+    if step != last_step:
+      last_step, last_change = step, time.time()
+      if time.time() - last_report >= _REPORT_EVERY_S:
+        out.write('  step %d\n' % step)
+        out.flush()
+        last_report = time.time()
+    elif time.time() - last_change > stall_timeout_s:
+      return EXIT_FAILED, ('no training step for %d s (last: %s); stopping every task. Logs: %s' %
+                           (stall_timeout_s, last_step, os.path.dirname(trainer.log)))
+    time.sleep(poll_s)
+
+
+def ParseArgs(argv):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--model', required=True, help='Registered model (see --list_models of '
+                      'tensorpipe.trainer.train).')
+  parser.add_argument('--logdir', required=True, help='Checkpoints, summaries and launch/ logs.')
+  parser.add_argument('--worker_tasks', type=int, default=2, help='Worker processes W.')
+  parser.add_argument('--tasks_per_replica', type=int, default=None,
+                      help='Worker tasks one replica spans (default W: one replica, no data '
+                      'parallelism); must divide W.')
+  parser.add_argument('--cpu_devices', type=int, default=1,
+                      help='Logical CPU devices per worker process.')
+  parser.add_argument('--stall_timeout_s', type=int, default=300,
+                      help='Stop the job when the trainer client logs no new step for this long.')
+  parser.add_argument('--startup_timeout_s', type=int, default=120,
+                      help='Seconds every task waits for the others to accept connections.')
+  args, extra = parser.parse_known_args(argv)
+  if args.tasks_per_replica is None:
+    args.tasks_per_replica = args.worker_tasks
+  for name in ('worker_tasks', 'tasks_per_replica', 'cpu_devices', 'stall_timeout_s',
+               'startup_timeout_s'):
+    if getattr(args, name) < 1:
+      parser.error('--%s must be at least 1, got %d' % (name, getattr(args, name)))
+  if args.worker_tasks % args.tasks_per_replica:
+    parser.error('--tasks_per_replica=%d must divide --worker_tasks=%d' %
+                 (args.tasks_per_replica, args.worker_tasks))
+  args.logdir = os.path.abspath(args.logdir)
+  return args, extra
+
+
+def main(argv=None):
+  args, extra = ParseArgs(sys.argv[1:] if argv is None else argv)
+  tasks = Tasks(args, extra)
+  os.makedirs(os.path.dirname(tasks[0].log), exist_ok=True)
+  replicas = args.worker_tasks // args.tasks_per_replica
+  print('tensorpipe.trainer.launch: %s, %d worker tasks x %d CPU devices, %d replica%s of %d devices; '
+        'logdir %s' % (args.model, args.worker_tasks, args.cpu_devices, replicas,
+                       '' if replicas == 1 else 's', args.tasks_per_replica * args.cpu_devices,
+                       args.logdir), flush=True)
+  status, message = EXIT_FAILED, 'interrupted'
+  try:
+    env = dict(os.environ, PYTHONUNBUFFERED='1')
+    for t in tasks:
+      with open(t.log, 'ab') as log:
+        log.write(('# %s\n' % shlex.join(t.argv)).encode('utf-8'))  # To run it on another host.
+        log.flush()
+        t.proc = subprocess.Popen(t.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True)
+      print('  %-18s pid %-7d log %s' % (t.name, t.proc.pid, t.log), flush=True)
+    status, message = Supervise(tasks, args.stall_timeout_s)
+  except KeyboardInterrupt:
+    pass
+  finally:
+    Stop(tasks)
+  print('tensorpipe.trainer.launch: %s%s' % ('' if status == 0 else 'error: ', message), flush=True)
+  return status
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,36 @@
+"""Parameter counts of registered models, from the built model (variables declared, never allocated).
+
+`CountParameters(task_params)` instantiates the task in a throwaway graph under a cluster with as many
+devices as its largest TensorPipeLayer needs and sums the sizes of the trainable variables it creates.
+In graph mode creating a variable only adds ops to the graph; nothing is initialised, so even the 6B
+and 84B models are counted on a laptop.
+"""
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import cluster_factory
+
+from tensorpipe.trainer import train
+
+
+def MaxPartitions(params):
+  """The largest num_partitions (or len(partitions)) of any TensorPipeLayer inside `params`."""
+  return max([1] + [k for _, _, k in train.PipelinePartitions(params)])
+
+
+def BuildTask(task_params):
+  """(graph, task): the task instantiated in a new graph on a cluster with enough devices."""
+  k = MaxPartitions(task_params)
+  graph = tf.Graph()
+  with graph.as_default(), cluster_factory.ForTestingWorker(cpus=k, split_size=k):
+    p = task_params.Copy()
+    p.input = None
+    task = p.Instantiate()
+  return graph, task
+
+
+def CountParameters(task_params):
+  """Number of trainable parameters of the task `task_params` describes."""
+  graph, _ = BuildTask(task_params)
+  with graph.as_default():
+    return int(sum(np.prod(v.shape.as_list()) for v in tf.trainable_variables()))

@@ -1,0 +1,77 @@
+"""Cost model: FPropMeta chaining, variable counts without allocation, memory estimates, timing."""
+
+from lingvo import compat as tf
+from lingvo.core import base_layer
+from lingvo.core import layers as lingvo_layers
+from lingvo.core import py_utils
+from lingvo.core import test_utils
+
+from tensorpipe.tasks.image import classifier
+from tensorpipe.partition import cost_model
+from tests import helpers
+
+
+class _WithState(helpers.Dense):
+  """Dense plus a non-trainable counter (like batch-norm moving averages)."""
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateVariable('count', py_utils.WeightParams([3], py_utils.WeightInit.Constant(0.0)),
+                        trainable=False)
+
+
+class CostModelTest(test_utils.TestCase):
+
+  def testProfilesChainShapesAndCountVariables(self):
+    conv = classifier.ConvBlock.Params().Set(name='conv', filter_shape=(3, 3, 1, 4), pool=True)
+    dense = _WithState.Params().Set(name='dense', dim=4)
+    profiles = cost_model.Profiles([conv, dense], [[2, 8, 8, 1]])
+    self.assertEqual([p.name for p in profiles], ['conv', 'dense'])
+    self.assertEqual((profiles[0].params, profiles[0].state), (3 * 3 * 1 * 4 + 4, 0))
+    self.assertEqual(profiles[0].in_elements, 2 * 8 * 8)
+    self.assertEqual(profiles[0].out_elements, 2 * 4 * 4 * 4)  # Pooled to 4 x 4, 4 filters.
+    self.assertEqual(profiles[1].in_elements, profiles[0].out_elements)
+    self.assertEqual(profiles[1].out_elements, profiles[1].in_elements)
+    self.assertEqual((profiles[1].params, profiles[1].state), (16, 3))
+    self.assertEqual(profiles[0].flops, 2 * 2 * 8 * 8 * 9 * 4 + 2 * 2 * 8 * 8 * 4)
+    # What the backward ops read: the relu output at 8 x 8 (for the relu and max-pool gradients) and
+    # the pooled output; Dense: its tanh output. Not the conv or matmul outputs, which no gradient reads.
+    self.assertEqual(profiles[0].activation_elements, 512 + 128)
+    self.assertEqual(profiles[1].activation_elements, 128)
+
+  def testBillionParameterLayerIsCountedWithoutAllocating(self):
+    huge = helpers.Dense.Params().Set(name='huge', dim=40000)  # 1.6e9 weights, 6.4 GB as float32.
+    self.assertEqual(cost_model.ParamCounts([huge]), [(1600000000, 0)])
+
+  def testMemoryCostByRecomputeMode(self):
+    profile = cost_model.LayerProfile('l', 1.0, params=10, state=2, in_elements=100,
+                                      out_elements=100, activation_elements=400)
+    always = cost_model.MemoryCost([profile], 8, 'always', bytes_per_param=12)
+    self.assertEqual(always.Of(0, 1), 10 * 12 + 2 * 4 + 400 * 2 / 8 * 4 + 100 * 4)
+    never = cost_model.MemoryCost([profile], 8, 'never', bytes_per_param=12)
+    self.assertEqual(never.Of(0, 1), 10 * 12 + 2 * 4 + 400 * 4 + 100 * 4)
+    last = cost_model.MemoryCost([profile], 8, 'except_last', bytes_per_param=12)
+    self.assertEqual(last.Of(0, 1), 10 * 12 + 2 * 4 + 400 * 3 / 8 * 4 + 100 * 4)
+    single = cost_model.MemoryCost([profile], 1, 'always', bytes_per_param=12)
+    self.assertEqual(single.Of(0, 1), 10 * 12 + 2 * 4 + 400 * 4 + 100 * 4)
+
+  def testMeasureSecondsTakesIntegerInputs(self):
+    emb = lingvo_layers.SimpleEmbeddingLayer.Params().Set(name='emb', vocab_size=50,
+                                                          embedding_dim=16)
+    dense = helpers.Dense.Params().Set(name='dense', dim=16)
+
+    def Ids():
+      return (tf.zeros([32], tf.int32),)
+
+    seconds = cost_model.MeasureSeconds([emb, dense], None, repeats=2, input_fn=Ids)
+    self.assertEqual(len(seconds), 2)
+    self.assertTrue(all(s > 0 for s in seconds), seconds)
+
+  def testLayerWithoutFPropMetaIsNamed(self):
+    opaque = base_layer.BaseLayer.Params().Set(name='opaque')
+    with self.assertRaisesRegex(ValueError, "Layer 'opaque' .* has no FPropMeta"):
+      cost_model.Flops([opaque], [[2, 2]])
+
+
+if __name__ == '__main__':
+  test_utils.main()

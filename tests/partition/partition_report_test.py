@@ -1,0 +1,79 @@
+"""Partition report: per-partition rows, predictions, and the command-line tool."""
+
+import contextlib
+import io
+
+from lingvo import compat as tf
+from lingvo.core import test_utils
+
+from tensorpipe.partition import partition_report
+from tensorpipe.partition import partitioning
+from tests import helpers
+from tools import partition_report as tool
+
+
+class ReportTest(test_utils.TestCase):
+
+  def testRowsAndPredictions(self):
+    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
+    plan = partitioning.MakePlan(layers, 2, [[4, 8]], num_micro_batches=4)
+    report = partition_report.Build(plan, 'pipe')
+    self.assertEqual([(r.first, r.last, r.num_layers) for r in report.rows],
+                     [('d0', 'd1', 2), ('d2', 'd3', 2)])
+    self.assertEqual([r.cost for r in report.rows], [2 * 2 * 4 * 8 * 8] * 2)
+    self.assertAlmostEqual(sum(r.share for r in report.rows), 1.0)
+    self.assertEqual([r.params for r in report.rows], [2 * 64, 2 * 64])
+    self.assertEqual(report.rows[1].param_bytes, 2 * 64 * 12)
+    # d2's [4, 8] input stashed; 2 of 4 micro-batches of d2's and d3's tanh outputs (which their
+    # gradients read) held while re-computing.
+    self.assertEqual(report.rows[1].activation_bytes, 4 * 8 * 4 + 0.5 * 2 * (4 * 8) * 4)
+    self.assertEqual(report.imbalance, 1.0)
+    self.assertAlmostEqual(report.bubble, 1 / 5)
+    self.assertAlmostEqual(report.efficiency, 4 / 5)
+    text = str(report)
+    self.assertIn('pipe: 2 partitions, cost \'flops\', algorithm \'optimal\', M = 4', text)
+    self.assertIn('d0 .. d1', text)
+    self.assertIn('imbalance (max/mean cost) 1.000; bubble 20.0%; predicted efficiency 80.0%', text)
+
+
+  def testTensorPipeLayerLogsItsReport(self):
+    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      with self.assertLogs(level='INFO') as logs:
+        net = helpers.Pipeline(layers, 2, 4, cost_input_shapes=[[4, 8]],
+                               log_partition_report=True).Instantiate()
+      self.assertTrue(any('predicted efficiency 80.0%' in line for line in logs.output), logs.output)
+      self.assertEqual(str(net.PartitionReport()), str(partition_report.Build(
+          net.partition_plan, "TensorPipeLayer 'pipe'")))
+      with self.assertRaisesRegex(ValueError, 'log_partition_report needs cost_input_shapes'):
+        helpers.Pipeline(layers, 2, 4, log_partition_report=True, name='q').Instantiate()
+
+
+class ToolTest(test_utils.TestCase):
+
+  def _Run(self, *argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      code = tool.main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+  def testReportsARegisteredModel(self):
+    code, out, _ = self._Run('--model=digits.TinyConvPipeline', '--num_partitions=2',
+                             '--algorithm=both')
+    self.assertEqual(code, 0)
+    self.assertIn("digits.TinyConvPipeline task.pipeline: 2 partitions, cost 'flops', algorithm "
+                  "'optimal', M = 8", out)
+    self.assertIn("algorithm 'min_variance'", out)
+    self.assertEqual(out.count('predicted efficiency'), 2)
+
+  def testErrorsAreOneLine(self):
+    code, _, err = self._Run('--model=digits.TinyConvPipeline', '--memory_budget=1KiB')
+    self.assertEqual(code, 2)
+    self.assertRegex(err, r'^partition_report: error: .*fits a memory budget of 1.00 KiB per '
+                     r'device; the best split needs .*\n$')
+    code, _, err = self._Run('--model=digits.TinyConvPipeline', '--memory_budget=lots')
+    self.assertIn("memory budget 'lots' is not a size such as 8GiB", err)
+
+
+if __name__ == '__main__':
+  test_utils.main()

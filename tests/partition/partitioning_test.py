@@ -1,0 +1,134 @@
+"""Partitioning: explicit partitions are checked; plans split by the chosen cost and algorithm."""
+
+from lingvo import compat as tf
+from lingvo.core import layers as lingvo_layers
+from lingvo.core import test_utils
+
+from tensorpipe import layer as layer_lib
+from tensorpipe.partition import partitioning
+from tests import helpers
+from tools import benchmark_partitioning as bp
+
+
+def _Widths(widths):
+  return [helpers.Dense.Params().Set(name='d%d' % i, dim=w) for i, w in enumerate(widths)]
+
+
+class CheckPartitionsTest(test_utils.TestCase):
+
+  def testErrors(self):
+    with self.assertRaisesRegex(ValueError, 'partition 0 of 2 is empty'):
+      partitioning.CheckPartitions([[], [1]])
+    with self.assertRaisesRegex(ValueError, 'partition 1 must be a list of layer Params, got int'):
+      partitioning.CheckPartitions([[1], 2])
+    with self.assertRaisesRegex(ValueError, 'partitions must be a non-empty list'):
+      partitioning.CheckPartitions([])
+
+
+class MakePlanTest(test_utils.TestCase):
+
+  def testCountAndFlops(self):
+    small = [helpers.Dense.Params().Set(name='s%d' % i, dim=8) for i in range(4)]
+    big = helpers.Dense.Params().Set(name='big', dim=64)
+    by_count = partitioning.SplitLayers(small + [big], 2)
+    self.assertEqual([len(c) for c in by_count], [2, 3])
+    by_cost = partitioning.SplitLayers(small + [big], 2, input_shapes=[[10, 8]])
+    self.assertEqual([[p.name for p in c] for c in by_cost], [['s0', 's1', 's2', 's3'], ['big']])
+    plan = partitioning.MakePlan(small + [big], 2, [[10, 8]])
+    self.assertEqual(plan.cost_source, 'flops')
+    self.assertEqual(plan.PartitionCosts(), [4 * 2 * 10 * 8 * 8, 2 * 10 * 8 * 64])
+
+  def testOptimalBeatsMinVarianceOnAnUnevenStack(self):
+    layers = _Widths([1, 8, 3, 3, 1])
+    shapes = [[1, 1]]  # Flops = 2 x dim: costs 2, 16, 6, 6, 2.
+    optimal = partitioning.MakePlan(layers, 3, shapes, algorithm='optimal')
+    heuristic = partitioning.MakePlan(layers, 3, shapes, algorithm='min_variance')
+    self.assertEqual(optimal.PartitionCosts(), [2, 16, 14])
+    # Less variance (sum of squares 424 against 456) but a slower slowest partition.
+    self.assertEqual(heuristic.PartitionCosts(), [18, 6, 8])
+    self.assertLess(optimal.Imbalance(), heuristic.Imbalance())
+
+  def testMemoryCostAndBudget(self):
+    widths = [(8, 256), (256, 8), (8, 8), (8, 8)]
+    layers = [lingvo_layers.FCLayer.Params().Set(name='f%d' % i, input_dim=a, output_dim=b)
+              for i, (a, b) in enumerate(widths)]
+    plan = partitioning.MakePlan(layers, 2, [[16, 8]], cost='memory', num_micro_batches=4)
+    mem = plan.Memory()
+    best = min(max(mem.Partitions([s, 4 - s])) for s in range(1, 4))
+    self.assertEqual(max(mem.Partitions(plan.sizes)), best)
+    # Partition 0 = f0: its weights x 12 bytes, its [16, 8] input stashed, and 2 of 4 micro-batches
+    # of its forward activations held while re-computing, 4 bytes an element.
+    f0 = plan.Profiles()[0]
+    self.assertEqual(f0.params, 8 * 256 + 256)
+    self.assertGreaterEqual(f0.activation_elements, 16 * 256)  # At least the relu output.
+    self.assertEqual(mem.Of(0, 1), f0.params * 12 + 16 * 8 * 4 + 0.5 * f0.activation_elements * 4)
+    budget = best
+    flops = partitioning.MakePlan(layers, 2, [[16, 8]], memory_budget=budget, num_micro_batches=4)
+    self.assertLessEqual(max(flops.Memory().Partitions(flops.sizes)), budget)
+    with self.assertRaisesRegex(ValueError, 'no split of 4 layers into 2 partitions fits a memory budget '
+                                'of 1.00 KiB per device; the best split needs'):
+      partitioning.MakePlan(layers, 2, [[16, 8]], memory_budget=1024)
+
+  def testMeasuredCostsFollowTheWork(self):
+    layers = [bp.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
+              for i, n in enumerate([1, 1, 40, 1])]
+    plan = partitioning.MakePlan(layers, 2, [[256, 64]], cost='measured')
+    costs = plan.cost.per_layer
+    self.assertEqual(plan.cost_source, 'measured')
+    self.assertGreater(costs[2], 5 * max(costs[0], costs[1], costs[3]))  # 40 matmuls against 1.
+    self.assertEqual(plan.sizes, [2, 2])
+
+  def testErrorsNameTheValues(self):
+    layers = helpers.DenseLayers(3)
+    with self.assertRaisesRegex(ValueError, '`layers` is empty'):
+      partitioning.MakePlan([], 1)
+    with self.assertRaisesRegex(ValueError, '3 layers cannot fill 4 partitions'):
+      partitioning.MakePlan(layers, 4, [[2, 8]])
+    with self.assertRaisesRegex(ValueError, "partition_cost='time' is not one of"):
+      partitioning.MakePlan(layers, 2, cost='time')
+    with self.assertRaisesRegex(ValueError, "partition_algorithm='dp' is not one of"):
+      partitioning.MakePlan(layers, 2, algorithm='dp')
+    with self.assertRaisesRegex(ValueError, "partition_cost='memory' needs cost_input_shapes"):
+      partitioning.MakePlan(layers, 2, cost='memory')
+    with self.assertRaisesRegex(ValueError, 'memory_budget needs cost_input_shapes'):
+      partitioning.MakePlan(layers, 2, memory_budget=100)
+    from lingvo.core import base_layer  # pylint: disable=g-import-not-at-top
+    opaque = base_layer.BaseLayer.Params().Set(name='opaque')
+    with self.assertRaisesRegex(ValueError, "Layer 'opaque' .* has no FPropMeta"):
+      partitioning.MakePlan([opaque, opaque.Copy().Set(name='o2')], 2, [[2, 2]])
+
+
+class LayerParamsTest(test_utils.TestCase):
+
+  def testTensorPipeLayerUsesTheChosenAlgorithm(self):
+    layers = _Widths([1, 8, 3, 3, 1])
+    with tf.Graph().as_default(), helpers.Cluster(3):
+      for algorithm, sizes in (('optimal', [1, 1, 3]), ('min_variance', [2, 1, 2])):
+        net = helpers.Pipeline(layers, 3, 1, cost_input_shapes=[[1, 1]],
+                               partition_algorithm=algorithm, name=algorithm).Instantiate()
+        self.assertEqual([len(c) for c in net.partition_layer_names], sizes)
+        self.assertEqual(net.partition_plan.algorithm, algorithm)
+
+  def testMeasuredAndMemoryCostsInsideTheLayer(self):
+    layers = [bp.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
+              for i, n in enumerate([1, 1, 40, 1])]
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      net = helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]],
+                             partition_cost='measured').Instantiate()
+      self.assertEqual([len(c) for c in net.partition_layer_names], [2, 2])
+      net = helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]], partition_cost='memory',
+                             name='m').Instantiate()
+      self.assertEqual(net.partition_plan.cost_source, 'memory')
+
+  def testBadParamsAreNamed(self):
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      with self.assertRaisesRegex(ValueError, "partition_cost='flop' is not one of"):
+        helpers.Pipeline(helpers.DenseLayers(2), 2, 1, partition_cost='flop').Instantiate()
+      with self.assertRaisesRegex(ValueError, 'layer 1 .* has no name'):
+        layer_lib.TensorPipeLayer.Params().Set(
+            name='p', layers=[helpers.Dense.Params().Set(name='a'), helpers.Dense.Params()],
+            num_partitions=2).Instantiate()
+
+
+if __name__ == '__main__':
+  test_utils.main()

@@ -1,0 +1,217 @@
+"""PipelinedTransformer: the pipelined encoder-decoder gives the plain model's gradients (with dropout on).
+
+The encoder and decoder stacks run as TensorPipeLayers with K in {1, 2, 4} partitions and M in {1,
+2, 4} micro-batches (re-computation on); the reference runs the same layers in SequentialLayers.
+Weights are set to the same values by name, dropout (keep 0.8) is on, so equal gradients also show
+that every dropout mask is the same in the forward pass and in its re-computation, whatever K and M
+are.
+"""
+
+import os
+import re
+import tempfile
+import zlib
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import builder_layers
+from lingvo.core import cluster_factory
+from lingvo.core import metrics
+from lingvo.core import py_utils
+from lingvo.core import test_utils
+
+from tensorpipe.tasks.mt import mt_input
+from tensorpipe.tasks.mt import mt_task
+from tensorpipe.tasks.mt import num2words_corpus
+from tensorpipe import placement
+from tests import helpers
+
+VOCAB, BATCH, SRC_LEN, TGT_LEN = 40, 4, 7, 6
+
+
+def _Params(num_partitions, num_micro_batches=1, pipelined=True, keep=0.8):
+  p = mt_task.TransformerParams(num_layers=3, ffn_dim=24, num_heads=2, model_dim=16, head_dim=8,
+                                vocab_size=VOCAB, num_partitions=num_partitions,
+                                num_micro_batches=num_micro_batches, dropout_keep_prob=keep)
+  if not pipelined:
+    p.encoder = builder_layers.SequentialLayer.Params().Set(name='encoder', sub=p.encoder.layers)
+    p.decoder = builder_layers.SequentialLayer.Params().Set(name='decoder', sub=p.decoder.layers)
+  return p
+
+
+def _Batch():
+  rng = np.random.RandomState(0)
+  src_len = rng.randint(2, SRC_LEN + 1, size=BATCH)
+  tgt_len = rng.randint(2, TGT_LEN + 1, size=BATCH)
+  src_pad = (np.arange(SRC_LEN)[None, :] >= src_len[:, None]).astype(np.float32)
+  tgt_pad = (np.arange(TGT_LEN)[None, :] >= tgt_len[:, None]).astype(np.float32)
+  return py_utils.NestedMap(
+      src=py_utils.NestedMap(ids=tf.constant(rng.randint(4, VOCAB, size=[BATCH, SRC_LEN]), tf.int32),
+                             paddings=tf.constant(src_pad)),
+      tgt=py_utils.NestedMap(ids=tf.constant(rng.randint(4, VOCAB, size=[BATCH, TGT_LEN]), tf.int32),
+                             labels=tf.constant(rng.randint(4, VOCAB, size=[BATCH, TGT_LEN]),
+                                                tf.int32),
+                             paddings=tf.constant(tgt_pad), weights=tf.constant(1.0 - tgt_pad)))
+
+
+def _Value(name, shape):
+  rng = np.random.RandomState(zlib.crc32(name.encode()))
+  return (rng.normal(size=shape) * 0.3).astype(np.float32)
+
+
+# The softmax's variables when it runs in the decoder's last partition (decoder schedules other than
+# 'gpipe'), by the names they have otherwise.
+_SOFTMAX_IN_DECODER = {'mt/decoder/softmax/w/var': 'mt/softmax_w/var',
+                       'mt/decoder/softmax/b/var': 'mt/softmax_b/var'}
+
+
+def Gradients(params, num_devices=4):
+  """({variable: gradient}, loss, number of dropout masks) of one step at global step 5, weights set
+  by name (the softmax's by its name outside the decoder)."""
+  graph = tf.Graph()
+  with graph.as_default(), helpers.Cluster(num_devices):
+    step = py_utils.GetOrCreateGlobalStepVar()
+    task = params.Instantiate()
+    loss = task.FPropDefaultTheta(_Batch())[0]['loss'][0]
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+    grads = [tf.convert_to_tensor(g) for g in grads]
+    config = placement.SessionConfig(num_devices)
+    config.graph_options.rewrite_options.disable_meta_optimizer = True  # Build speed only.
+    with tf.Session(graph=graph, config=config) as sess:
+      sess.run(tf.global_variables_initializer())
+      for v in variables:
+        v.load(_Value(_SOFTMAX_IN_DECODER.get(v.op.name, v.op.name), v.shape.as_list()), sess)
+      step.load(5, sess)
+      values, loss_value = sess.run([grads, loss])
+    hashes = len([op for op in graph.get_operations()
+                  if op.type == 'Cast' and re.search(r'dropout_mask(_\d+)?$', op.name)])
+  return ({_SOFTMAX_IN_DECODER.get(v.op.name, v.op.name): g for v, g in zip(variables, values)},
+          loss_value, hashes)
+
+
+class PipelinedTransformerTest(test_utils.TestCase):
+
+  def testGradientsMatchUnpipelinedForSeveralKAndMWithDropout(self):
+    reference, ref_loss, ref_hashes = Gradients(_Params(1, pipelined=False))
+    self.assertGreater(len(reference), 30)
+    # Dropout is really on: 3 masks per encoder layer, 4 per decoder layer, 2 on the embeddings.
+    self.assertEqual(ref_hashes, 3 * 3 + 3 * 4 + 2)
+    for k, m in ((1, 4), (2, 2), (4, 1)):
+      grads, loss, _ = Gradients(_Params(k, m))
+      self.assertAllClose(loss, ref_loss, rtol=1e-6, msg='K=%d M=%d' % (k, m))
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
+
+  def testDecoderSchedulesWithTheSoftmaxInTheLastPartition(self):
+    reference, ref_loss, _ = Gradients(_Params(2, 2))
+    for name in ('1f1b', 'zero_bubble'):
+      p = _Params(2, 2)
+      p.decoder.schedule = name
+      grads, loss, _ = Gradients(p)
+      self.assertAllClose(loss, ref_loss, rtol=1e-6, msg=name)
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, name)
+
+  def testDecodingWithTheSoftmaxInTheLastPartition(self):
+
+    def GreedyIds(params):
+      graph = tf.Graph()
+      with graph.as_default(), cluster_factory.ForTestingWorker(cpus=2, split_size=2, do_eval=True):
+        py_utils.GetOrCreateGlobalStepVar()
+        params.max_decode_length = 5
+        task = params.Instantiate()
+        ids = task.GreedyDecode(task.theta, _Batch().src)
+        with helpers.Session(graph, 2) as sess:
+          sess.run(tf.global_variables_initializer())
+          for v in tf.trainable_variables():
+            v.load(_Value(_SOFTMAX_IN_DECODER.get(v.op.name, v.op.name), v.shape.as_list()), sess)
+          return sess.run(ids)
+
+    p = _Params(2, 2)
+    p.decoder.schedule = 'zero_bubble'
+    self.assertAllEqual(GreedyIds(p), GreedyIds(_Params(2, 2)))
+
+  def testEncoderKeepsFillDrain(self):
+    p = _Params(2, 2)
+    p.encoder.schedule = '1f1b'
+    with self.assertRaisesRegex(ValueError, r"PipelinedTransformer 'mt': encoder schedule='1f1b'; "
+                                r"the encoder must use 'gpipe'.*Set the schedule on the decoder"):
+      with helpers.Cluster(2):
+        p.Instantiate()
+
+
+class GreedyDecodeBleuTest(test_utils.TestCase):
+  """Trains a tiny pipelined T(1, 128, 4) (K = 2, M = 2) on a small num2words corpus, then decodes the
+  test split greedily in eval mode and scores it with PostProcessDecodeOut (overall + per
+  language)."""
+
+  LANGS = ['de', 'es', 'it']
+
+  def _Params(self, data_dir, vocab_size):
+    p = mt_task.TransformerParams(num_layers=1, ffn_dim=128, num_heads=4, model_dim=64, head_dim=16,
+                                  vocab_size=vocab_size, num_partitions=2, num_micro_batches=2,
+                                  dropout_keep_prob=1.0)
+    p.label_smoothing = 0.0
+    p.languages = self.LANGS
+    p.max_decode_length = 15
+    p.input = mt_input.MultilingualInput.Params().Set(
+        data_dir=data_dir, split='test', languages=self.LANGS, target_max_length=16)
+    p.input.batch_size = 16
+    return p
+
+  def testDecodeAndBleuEndToEnd(self):
+    data_dir = os.path.join(tempfile.mkdtemp(), 'corpus')
+    num2words_corpus.EnsureCorpus(data_dir, max_number=99, num_test=10, max_train=80, min_train=40,
+                                  vocab_size=300)
+    ckpt = os.path.join(tempfile.mkdtemp(), 'model')
+    graph = tf.Graph()
+    with graph.as_default(), helpers.Cluster(2):
+      step = py_utils.GetOrCreateGlobalStepVar()
+      train_input = mt_input.MultilingualInput.Params().Set(
+          data_dir=data_dir, split='train', languages=self.LANGS, target_max_length=16)
+      train_input.batch_size = 32
+      train_gen = train_input.Instantiate()
+      task = self._Params(data_dir, train_gen.vocab_size).Instantiate()
+      loss = task.FPropDefaultTheta(train_gen.GetPreprocessedInputBatch())[0]['loss'][0]
+      train_op = tf.train.AdamOptimizer(3e-3).minimize(loss, global_step=step,
+                                                       colocate_gradients_with_ops=True)
+      saver = tf.train.Saver()
+      with helpers.Session(graph, 2) as sess:
+        sess.run(tf.global_variables_initializer())
+        train_gen.Initialize(sess)
+        first = sess.run(loss)
+        for _ in range(150):
+          last, _ = sess.run([loss, train_op])
+        saver.save(sess, ckpt)
+    self.assertLess(last, 0.5 * first)
+
+    graph = tf.Graph()
+    with graph.as_default(), cluster_factory.ForTestingWorker(cpus=2, split_size=2, do_eval=True):
+      py_utils.GetOrCreateGlobalStepVar()
+      task = self._Params(data_dir, train_gen.vocab_size).Instantiate()
+      self.assertTrue(task.do_eval)
+      dec_out = task.Decode(task.input_generator.GetPreprocessedInputBatch())
+      with helpers.Session(graph, 2) as sess:
+        tf.train.Saver().restore(sess, ckpt)
+        task.input_generator.Initialize(sess)
+        dec_metrics = task.CreateDecoderMetrics()
+        pairs = []
+        try:
+          while True:
+            pairs += task.PostProcessDecodeOut(sess.run(dec_out), dec_metrics)
+        except tf.errors.OutOfRangeError:
+          pass
+    self.assertLen(pairs, 10 * len(self.LANGS))
+    # The overall BLEU is the BLEU of the logged (reference, hypothesis) pairs, rescored here.
+    rescored = metrics.CorpusBleuMetric()
+    for _, info in pairs:
+      ref, hyp = info.split(' ref: ')[1].split(' hyp: ')
+      rescored.Update(ref, hyp)
+    self.assertAllClose(dec_metrics['corpus_bleu'].value, rescored.value)
+    self.assertGreater(dec_metrics['corpus_bleu'].value, 0.2)
+    for lang in self.LANGS:
+      self.assertIn('corpus_bleu_%s' % lang, dec_metrics)
+      self.assertGreater(dec_metrics['corpus_bleu_%s' % lang].value, 0.0, lang)
+
+
+if __name__ == '__main__':
+  tf.test.main()

@@ -1,0 +1,272 @@
+"""Scale-out: partitions in separate TensorFlow processes, and pipeline x data parallelism.
+
+- K = 2 partitions on 2 worker processes (TensorFlow gRPC servers on 127.0.0.1, free ports), placed
+  through a Lingvo cluster whose one replica spans both tasks: the same gradients as one process.
+- Lingvo builds one tower per model split (base_model's _FPropSplitInputBatch: each under
+  cluster_factory.SetModelSplit(s)); TensorPipeLayer's FProp places its partitions on the current
+  split's devices. Checked with S = 2 splits of K = 2 partitions on 4 logical CPU devices of one
+  process.
+"""
+
+import glob
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import cluster_factory
+from lingvo.core import test_utils
+
+from tensorpipe import placement
+from tensorpipe.measure import profiling
+from tests import helpers
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BATCH = 16
+DIM = 8
+NUM_PARTITIONS = 2
+
+
+def _Input():
+  return np.random.RandomState(5).normal(size=[BATCH, DIM]).astype(np.float32)
+
+
+def _Layers():
+  return helpers.DenseLayers(4, dim=DIM)
+
+
+def _Run(num_splits, traced=False):
+  """Gradients ({var: value}) of mean(square(out)) over the whole batch, the batch split over
+  `num_splits` towers as Lingvo's trainer splits it; with `traced`, also the step's RunMetadata."""
+  graph = tf.Graph()
+  num_devices = NUM_PARTITIONS * num_splits
+  with graph.as_default(), cluster_factory.ForTestingWorker(cpus=num_devices,
+                                                            split_size=NUM_PARTITIONS) as cluster:
+    tf.random.set_seed(1234)
+    net = helpers.Pipeline(_Layers(), NUM_PARTITIONS, 4).Instantiate()
+    self_devices = net.devices
+    pieces = tf.split(tf.constant(_Input()), num_splits)
+    outs = []
+    for s, piece in enumerate(pieces):
+      with cluster_factory.SetModelSplit(s) as c, tf.name_scope('tower_%d' % s):
+        with tf.device(c.WorkerDeviceInModelSplit(0)):
+          outs.append(net.FPropDefaultTheta(piece))
+    loss = tf.reduce_mean(tf.square(tf.concat(outs, 0)))
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+    assert cluster.num_splits_per_client == num_splits
+    with tf.Session(graph=graph, config=placement.SessionConfig(num_devices, 1, 2)) as sess:
+      sess.run(tf.global_variables_initializer())
+      meta = None
+      if traced:
+        values, meta = profiling.TracedRun(sess, grads)
+      else:
+        values = sess.run(grads)
+  return {v.op.name: g for v, g in zip(variables, values)}, meta, self_devices
+
+
+# A TensorFlow gRPC server for one task of job 'worker' (argv: comma-separated addresses, task).
+_SERVER = """
+import sys
+import tensorflow as tf
+import lingvo.core.ops  # Lingvo's custom ops, which graphs built with Lingvo may use.
+addresses, task = sys.argv[1].split(','), int(sys.argv[2])
+server = tf.distribute.Server(tf.train.ClusterSpec({'worker': addresses}), job_name='worker',
+                              task_index=task,
+                              config=tf.compat.v1.ConfigProto(device_count={'CPU': 1}))
+print('ready', flush=True)
+server.join()
+"""
+_START_TIMEOUT_S = 60
+
+
+def _FreePort():
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+class MultiProcessTest(test_utils.TestCase):
+  """K = 2 partitions in 2 worker processes."""
+
+  def _StartWorkers(self, num_tasks):
+    """Starts the servers (stopped by pid when the test ends); returns their addresses (the first
+    session waits for them, up to _START_TIMEOUT_S)."""
+    addresses = ['127.0.0.1:%d' % _FreePort() for _ in range(num_tasks)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+    for task in range(num_tasks):
+      proc = subprocess.Popen([sys.executable, '-c', _SERVER, ','.join(addresses), str(task)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+      self.addCleanup(self._Stop, proc)
+    return addresses
+
+  @staticmethod
+  def _Stop(proc):
+    if proc.poll() is None:
+      proc.kill()
+    proc.wait(timeout=30)
+    proc.stdout.close()
+
+  def _Cluster(self, addresses):
+    """A Lingvo cluster whose one worker replica spans the tasks (a device each), as the trainer
+    client sees it: devices listed from a session on the first task."""
+    p = cluster_factory.Current().params.Copy()
+    p.mode, p.job = 'sync', 'trainer_client'
+    p.worker.name = '/job:worker'
+    p.worker.replicas = 1
+    p.worker.cpus_per_replica = len(addresses)
+    p.worker.devices_per_split = len(addresses)
+    cluster = p.Instantiate()
+    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=_START_TIMEOUT_S * 1000)
+    with tf.Session('grpc://' + addresses[0], config=config) as sess:
+      cluster.InitDevices(sess)
+    return cluster
+
+  def testPartitionsInTwoProcessesGiveTheOneProcessGradients(self):
+    addresses = self._StartWorkers(NUM_PARTITIONS)
+    graph = tf.Graph()
+    with graph.as_default(), self._Cluster(addresses) as cluster:
+      devices = [cluster.WorkerDeviceInModelSplit(k) for k in range(NUM_PARTITIONS)]
+      self.assertEqual(devices, ['/job:worker/replica:0/task:%d/device:CPU:0' % k
+                                 for k in range(NUM_PARTITIONS)])
+      tf.random.set_seed(1234)
+      net = helpers.Pipeline(_Layers(), NUM_PARTITIONS, 4).Instantiate()
+      loss = tf.reduce_mean(tf.square(net.FPropDefaultTheta(tf.constant(_Input()))))
+      variables = tf.trainable_variables()
+      grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+      config = tf.compat.v1.ConfigProto(allow_soft_placement=False,
+                                        operation_timeout_in_ms=_START_TIMEOUT_S * 1000)
+      with tf.Session('grpc://' + addresses[0], graph=graph, config=config) as sess:
+        sess.run(tf.global_variables_initializer())
+        values, meta = profiling.TracedRun(sess, grads)
+    remote = {v.op.name: g for v, g in zip(variables, values)}
+    reference, _, _ = _Run(1)
+    self.assertLess(helpers.MaxRelativeError(remote, reference), 1e-6)
+    # Each partition's calls ran in its own process.
+    tasks = {}
+    for dev in meta.step_stats.dev_stats:
+      for node in dev.node_stats:
+        partition = re.search(r'partition(\d+)_mb\d+/(forward|backward)$', node.node_name)
+        if partition:
+          tasks.setdefault(int(partition.group(1)), set()).add(
+              re.search(r'task:(\d+)', dev.device).group(1))
+    self.assertEqual(tasks, {k: {str(k)} for k in range(NUM_PARTITIONS)})
+
+
+class LauncherTest(test_utils.TestCase):
+  """tensorpipe.trainer.launch with K = 4 partitions in 2 worker processes: a killed worker stops the
+  job with a
+  message naming it, every process is stopped, and the same command resumes from the checkpoint."""
+
+  def _Launch(self, logdir, max_steps, stall_timeout_s):
+    args = [sys.executable, '-m', 'tensorpipe.trainer.launch', '--model=digits.TinyConvPipeline',
+            '--logdir=%s' % logdir, '--worker_tasks=2', '--cpu_devices=2',
+            '--stall_timeout_s=%d' % stall_timeout_s, '--startup_timeout_s=60',
+            '--model_params_override=train.max_steps: %d; train.save_interval_seconds: 2' %
+            max_steps]
+    out = open(os.path.join(logdir, 'launcher.%d.out' % max_steps), 'w')
+    proc = subprocess.Popen(args, cwd=_REPO, stdout=out, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+    self.addCleanup(self._Stop, proc, out)
+    return proc, out.name
+
+  @staticmethod
+  def _Stop(proc, out):
+    if proc.poll() is None:
+      proc.kill()
+    proc.wait(timeout=60)
+    out.close()
+
+  @staticmethod
+  def _Read(path):
+    with open(path) as f:
+      return f.read()
+
+  def _Pids(self, path, num_tasks, timeout_s=60):
+    """{task name: pid} from the launcher's 'worker task 1   pid 123   log ...' lines."""
+    deadline = time.time() + timeout_s
+    while True:
+      pids = {m.group(1): int(m.group(2)) for m in re.finditer(
+          r'^\s+(\w+ task \d+)\s+pid (\d+)', self._Read(path), re.M)}
+      if len(pids) == num_tasks or time.time() > deadline:
+        return pids
+      time.sleep(0.5)
+
+  @staticmethod
+  def _Alive(pid):
+    try:
+      os.kill(pid, 0)
+    except ProcessLookupError:
+      return False
+    with open('/proc/%d/stat' % pid) as f:  # A zombie has exited (it waits for its parent).
+      return f.read().split(')')[-1].split()[0] != 'Z'
+
+  def testKilledWorkerStopsTheJobAndTheSameCommandResumes(self):
+    logdir = self.create_tempdir().full_path
+    trainer_log = os.path.join(logdir, 'launch', 'trainer_client.log')
+    proc, path = self._Launch(logdir, max_steps=100000, stall_timeout_s=90)
+    pids = self._Pids(path, 4)
+    self.assertEqual(sorted(pids), ['controller task 0', 'trainer_client task 0', 'worker task 0',
+                                    'worker task 1'], self._Read(path))
+    deadline = time.time() + 240
+    while not glob.glob(os.path.join(logdir, 'train', 'ckpt-*[1-9]*.index')):
+      self.assertIsNone(proc.poll(), self._Read(path)[-3000:])
+      self.assertLess(time.time(), deadline, 'no checkpoint after a training step within 240 s')
+      time.sleep(1)
+    os.kill(pids['worker task 1'], signal.SIGKILL)
+    killed_at = time.time()
+    proc.wait(timeout=120)
+    self.assertLess(time.time() - killed_at, 60)
+    out = self._Read(path)
+    self.assertEqual(proc.returncode, 1, out[-3000:])
+    self.assertRegex(out.strip().splitlines()[-1],
+                     r'^tensorpipe\.launch: error: worker task 1 \(pid %d\) exited with status -9; '
+                     r'its log: .*worker\.1\.log\. Run the same command again to resume' %
+                     pids['worker task 1'])
+    for name, pid in pids.items():
+      self.assertFalse(self._Alive(pid), '%s (pid %d) still runs' % (name, pid))
+    saved = max(int(re.search(r'ckpt-(\d+)', f).group(1))
+                for f in glob.glob(os.path.join(logdir, 'train', 'ckpt-*.index')))
+    self.assertGreater(saved, 0)
+    # The same command (fewer steps to go) resumes from that checkpoint.
+    proc, path = self._Launch(logdir, max_steps=saved + 5, stall_timeout_s=90)
+    proc.wait(timeout=300)
+    out = self._Read(path)
+    self.assertEqual(proc.returncode, 0, out[-3000:])
+    self.assertIn('training done (last step %d)' % (saved + 5), out)
+    with open(trainer_log) as f:
+      resumed = [int(s) for s in re.findall(r'step: *(\d+),', f.read().split('TensorPipe: model')[-1])]
+    self.assertGreater(min(resumed), saved)  # No step before the checkpoint was run again.
+
+
+class DataParallelTest(test_utils.TestCase):
+
+  def testTwoSplitsEqualOnePipelineOnTheWholeBatch(self):
+    reference, _, _ = _Run(1)
+    grads, _, _ = _Run(2)
+    self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5)
+
+  def testEachSplitRunsOnItsOwnDevices(self):
+    _, meta, built_on = _Run(2, traced=True)
+    self.assertEqual([d.split('/')[-1] for d in built_on], ['device:CPU:0', 'device:CPU:1'])
+    calls = {}  # (split, partition) -> devices its call ops ran on
+    for dev in meta.step_stats.dev_stats:
+      for node in dev.node_stats:
+        tower = re.search(r'tower_(\d+)/', node.node_name)
+        partition = re.search(r'partition(\d+)_mb\d+/(forward|backward)$', node.node_name)  # Call ops.
+        if tower and partition:
+          calls.setdefault((int(tower.group(1)), int(partition.group(1))), set()).add(
+              dev.device.split('/')[-1].upper())
+    self.assertEqual(sorted(calls), [(s, k) for s in range(2) for k in range(NUM_PARTITIONS)])
+    for (s, k), devices in calls.items():
+      # Split s's partition k on device NUM_PARTITIONS * s + k of the worker.
+      self.assertEqual(devices, {'DEVICE:CPU:%d' % (NUM_PARTITIONS * s + k)}, (s, k))
+
+
+if __name__ == '__main__':
+  tf.test.main()

@@ -1,0 +1,314 @@
+"""The launcher (tensorpipe.trainer.train): K CPU devices, cluster layout, checks, and the real trainer path.
+
+TrainerSmokeTest runs `python -m tensorpipe.trainer.train` (Lingvo's trainer, sync mode: controller
++ trainer_client) on digits.TinyConvPipeline cut into K = 2 partitions on --cpu_devices=2: it kills
+the trainer once a checkpoint is written, starts it again (training resumes from that checkpoint),
+then evaluates the final checkpoint with --job=evaler_once_test@STEP. About 2 minutes on 2 cores
+(two 30 s start-up sleeps of Lingvo's sync-mode trainer).
+"""
+
+import collections
+import glob
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl.testing import flagsaver
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import cluster_factory
+from lingvo.core import py_utils
+from lingvo.core import test_utils
+
+from tensorpipe.trainer import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL = 'digits.TinyConvPipeline'
+
+
+def _Launcher(*args):
+  return [sys.executable, '-m', 'tensorpipe.trainer.train'] + list(args)
+
+
+def _Run(args, timeout):
+  """Runs the launcher; returns (exit status, stdout, stderr)."""
+  proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                        check=False)
+  return proc.returncode, proc.stdout, proc.stderr
+
+
+def _StepLosses(log):
+  """{step: loss} from Lingvo's trainer lines 'step: N, steps/sec: ... loss:X ...'."""
+  out = {}
+  for m in re.finditer(r'\] step:\s*(\d+), steps/sec:.* loss:([0-9.eE+-]+)', log):
+    out[int(m.group(1))] = float(m.group(2))
+  return out
+
+
+def _LatestStep(train_dir):
+  """Step of the checkpoint the `checkpoint` state file names (what a restart restores), or -1."""
+  path = tf.train.latest_checkpoint(train_dir) if os.path.isdir(train_dir) else None
+  return int(re.search(r'ckpt-(\d+)$', path).group(1)) if path else -1
+
+
+def _Checkpoints(train_dir):
+  steps = []
+  if os.path.isdir(train_dir):
+    for name in os.listdir(train_dir):
+      m = re.match(r'ckpt-(\d+)\.index$', name)
+      if m:
+        steps.append(int(m.group(1)))
+  return sorted(steps)
+
+
+class CpuDevicesTest(test_utils.TestCase):
+
+  def tearDown(self):
+    train.UninstallCpuDevices()
+    super().tearDown()
+
+  def testConfigureCpuClusterSetsEveryJobSpec(self):
+    p = cluster_factory.Current().params.Copy()
+    train.ConfigureCpuCluster(p, 4, 4)
+    for name in ('controller', 'train_summaries', 'worker', 'ps', 'input', 'evaler', 'decoder'):
+      self.assertEqual(p.Get(name).cpus_per_replica, 4, name)
+    for name in ('controller', 'worker', 'evaler', 'decoder'):
+      self.assertEqual(p.Get(name).devices_per_split, 4, name)
+    for job in ('controller', 'trainer_client', 'evaler', 'decoder'):
+      q = p.Copy().Set(job=job, mode='sync')
+      q.evaler.replicas = q.decoder.replicas = 1
+      cluster = q.Instantiate()
+      self.assertEqual(cluster.num_devices_per_split, 4, job)
+      self.assertEqual([cluster.WorkerDeviceInModelSplit(k) for k in range(4)],
+                       ['/job:localhost/replica:0/task:0/device:CPU:%d' % k for k in range(4)], job)
+
+  def testInstallCpuDevicesGivesServersAndSessionsKDevices(self):
+    self.assertNotIn('CPU', py_utils.SessionConfig().device_count)
+    train.InstallCpuDevices(3)
+    self.assertEqual(py_utils.SessionConfig().device_count['CPU'], 3)
+    self.assertTrue(py_utils.SessionConfig(soft_placement=False).device_count['CPU'] == 3)
+    server = tf.distribute.Server.create_local_server()
+    with tf.Session(server.target, graph=tf.Graph()) as sess:
+      cpus = [d.name for d in sess.list_devices() if d.device_type == 'CPU']
+    self.assertLen(cpus, 3)
+    train.UninstallCpuDevices()
+    self.assertNotIn('CPU', py_utils.SessionConfig().device_count)
+
+  def testWithCpuDevicesKeepsTheRestOfTheConfig(self):
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=True, inter_op_parallelism_threads=2)
+    out = train.WithCpuDevices(config, 4)
+    self.assertEqual(out.device_count['CPU'], 4)
+    self.assertTrue(out.allow_soft_placement)
+    self.assertEqual(out.inter_op_parallelism_threads, 2)
+    self.assertNotIn('CPU', config.device_count)  # A copy.
+
+
+class RegistryAndChecksTest(test_utils.TestCase):
+
+  def testRegisteredModelsIncludeTheDigitsModel(self):
+    self.assertIn(MODEL, train.RegisteredModels())
+
+  def testPipelinePartitions(self):
+    cfg = train.ModelRegistry.GetParams(MODEL, 'Train')
+    self.assertEqual(train.PipelinePartitions(cfg), [('task.pipeline', 'pipeline', 4)])
+
+  def testUnknownModel(self):
+    with self.assertRaisesRegex(train.UsageError, r'unknown --model=digits\.Nope; registered models:'
+                                r'.*digits\.TinyConvPipeline'):
+      train.ImportModel('digits.Nope')
+
+  def _Validate(self, **flags):
+    defaults = dict(model=MODEL, mode='sync', run_locally='cpu', logdir=self.get_temp_dir(),
+                    cpu_devices=4, worker_split_size=4, job='')
+    defaults.update(flags)
+    with flagsaver.flagsaver(**defaults):
+      train.Validate()
+
+  def testValidConfiguration(self):
+    self._Validate()
+
+  def testTooFewCpuDevices(self):
+    with self.assertRaisesRegex(train.UsageError, r'needs 4 devices per model split.*'
+                                r'--cpu_devices=2'):
+      self._Validate(cpu_devices=2, worker_split_size=2)
+
+  def testMissingDataDir(self):
+    missing = os.path.join(self.get_temp_dir(), 'no-such-dir')
+    with self.assertRaisesRegex(train.UsageError, r"data directory '.*no-such-dir' of dataset Train"):
+      self._Validate(model_params_override='input.data_dir: %s' % missing)
+
+  def testSyntheticInputNeedsNoDataDir(self):
+    missing = os.path.join(self.get_temp_dir(), 'no-such-dir')
+    self._Validate(model='resnet.ImageNetResNet101',
+                   model_params_override='input.synthetic: True; input.data_dir: %s' % missing)
+    with self.assertRaisesRegex(train.UsageError, r"data directory '.*no-such-dir'"):
+      self._Validate(model='resnet.ImageNetResNet101',
+                     model_params_override='input.data_dir: %s' % missing)
+
+  def testEvalWithoutCheckpoint(self):
+    with self.assertRaisesRegex(train.UsageError, 'no checkpoint in .*train to evaluate'):
+      self._Validate(job='evaler_test', logdir=tempfile.mkdtemp(dir=self.get_temp_dir()))
+
+
+class LauncherErrorsTest(test_utils.TestCase):
+  """The command line: one-line messages and exit status 2, no traceback."""
+
+  def _CheckError(self, args, pattern):
+    status, _, stderr = _Run(_Launcher(*args), timeout=120)
+    self.assertEqual(status, train.ERROR_EXIT_CODE, stderr[-2000:])
+    self.assertNotIn('Traceback', stderr)
+    last = stderr.strip().splitlines()[-1]
+    self.assertRegex(last, r'^tensorpipe\.train: error: ' + pattern)
+
+  def testUnknownModel(self):
+    self._CheckError(['--model=digits.NoSuchModel', '--cpu_devices=4', '--mode=sync',
+                      '--run_locally=cpu', '--logdir=%s' % self.get_temp_dir()],
+                     r'unknown --model=digits\.NoSuchModel; registered models: .*' + MODEL)
+
+  def testTooFewCpuDevices(self):
+    self._CheckError(['--model=%s' % MODEL, '--cpu_devices=2', '--mode=sync', '--run_locally=cpu',
+                      '--logdir=%s' % self.get_temp_dir()],
+                     r'model digits\.TinyConvPipeline needs 4 devices per model split .* run with '
+                     r'--cpu_devices=4$')
+
+  def testUnreachableWorker(self):
+    with socket.socket() as s:  # A free port nobody listens on.
+      s.bind(('127.0.0.1', 0))
+      port = s.getsockname()[1]
+    spec = ('controller=127.0.0.1:%d@trainer_client=127.0.0.1:%d@worker=127.0.0.1:%d' %
+            (port, port, port))
+    self._CheckError(['--model=%s' % MODEL, '--cpu_devices=4', '--mode=sync', '--job=trainer_client',
+                      '--task=0', '--cluster_spec=%s' % spec, '--startup_timeout_s=2',
+                      '--logdir=%s' % self.get_temp_dir()],
+                     r'task worker:0 at 127\.0\.0\.1:%d is not reachable after 2 s .*start it, or '
+                     r'fix its address in --cluster_spec$' % port)
+
+  def testWorkerTasksPerReplicaMustDivideTheTasks(self):
+    self._CheckError(['--model=%s' % MODEL, '--cpu_devices=2', '--mode=sync', '--job=worker',
+                      '--task=0', '--worker_tasks_per_replica=2',
+                      '--cluster_spec=worker=127.0.0.1:1,127.0.0.1:2,127.0.0.1:3',
+                      '--logdir=%s' % self.get_temp_dir()],
+                     r'--worker_tasks_per_replica=2 must divide the 3 worker tasks of '
+                     r'--cluster_spec$')
+
+  def testListModels(self):
+    status, stdout, stderr = _Run(_Launcher('--list_models'), timeout=120)
+    self.assertEqual(status, 0, stderr[-2000:])
+    self.assertIn(MODEL, stdout.split())
+
+
+class TrainerSmokeTest(test_utils.TestCase):
+  """Kill + resume, loss going down, and the evaler restoring the final checkpoint (K=2)."""
+
+  EXTRA_STEPS = 40
+
+  def _Args(self, logdir, max_steps, *extra):
+    override = ';'.join([
+        'task.pipeline.num_partitions: 2',
+        'train.max_steps: %d' % max_steps,
+        'train.save_interval_steps: 10',
+        'train.save_interval_seconds: 2',
+    ])
+    return _Launcher('--model=%s' % MODEL, '--cpu_devices=2', '--mode=sync', '--run_locally=cpu',
+                     '--logdir=%s' % logdir, '--model_params_override=%s' % override, *extra)
+
+  def _Log(self, path):
+    with open(path) as f:
+      return f.read()
+
+  def testTrainKillResumeAndEval(self):
+    logdir = tempfile.mkdtemp(dir=self.get_temp_dir())
+    train_dir = os.path.join(logdir, 'train')
+
+    # 1. Train with no step limit to speak of; kill -9 once a checkpoint past step 0 is recorded.
+    log1 = os.path.join(logdir, 'run1.log')
+    with open(log1, 'w') as out:
+      proc = subprocess.Popen(self._Args(logdir, 100000), cwd=REPO, stdout=out,
+                              stderr=subprocess.STDOUT)
+      try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+          if _LatestStep(train_dir) > 0:
+            break
+          time.sleep(0.5)
+      finally:
+        if proc.poll() is None:
+          os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    run1 = self._Log(log1)
+    resume_from = _LatestStep(train_dir)
+    self.assertGreater(resume_from, 0, 'no checkpoint after step 0; log tail:\n' + run1[-3000:])
+    losses1 = _StepLosses(run1)
+    self.assertNotEmpty(losses1, run1[-3000:])
+
+    # 2. The same command again (a few more steps): resumes from the last checkpoint.
+    final = resume_from + self.EXTRA_STEPS
+    log2 = os.path.join(logdir, 'run2.log')
+    status, stdout, stderr = _Run(self._Args(logdir, final, '--tensorpipe_profile_every_n_steps=15'),
+                                  timeout=300)
+    run2 = stdout + stderr
+    with open(log2, 'w') as f:
+      f.write(run2)
+    self.assertEqual(status, 0, run2[-3000:])
+    self.assertIn('Load from checkpoint %s' % os.path.join(train_dir, 'ckpt-%08d' % resume_from),
+                  run2)
+    losses2 = _StepLosses(run2)
+    self.assertNotEmpty(losses2, run2[-3000:])
+    # The global step continues from the restored one. (Lingvo's controller saves while the trainer
+    # runs, so the step stored in ckpt-N can differ from N by one; compare with the stored value.)
+    restored_step = int(tf.train.load_checkpoint(
+        os.path.join(train_dir, 'ckpt-%08d' % resume_from)).get_tensor('global_step'))
+    self.assertLessEqual(abs(restored_step - resume_from), 1)
+    self.assertEqual(min(losses2), restored_step + 1)
+    self.assertEqual(max(losses2), final)
+    self.assertIn(final, _Checkpoints(train_dir))
+    self.assertIn('TensorPipe: training done; latest checkpoint %s' %
+                  os.path.join(train_dir, 'ckpt-%08d' % final), run2)
+
+    # The trainer traced its second step and every 15th: per-device and per-partition tables in the
+    # log, tensorpipe/ scalars in the summaries.
+    self.assertIn('TensorPipe profile of step %d' % (restored_step + 2), run2)
+    profile = run2[run2.index('TensorPipe profile of step'):]
+    self.assertRegex(profile, r'CPU:1 .* [KM]iB')
+    self.assertRegex(profile, r'\n1 +\d+\.\d+ms +\d+\.\d+ms +\d+\.\d+ms')
+    tags = collections.defaultdict(list)
+    for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
+      try:
+        for event in tf.compat.v1.train.summary_iterator(path):
+          for value in event.summary.value:
+            tags[value.tag].append((event.step, value.simple_value))
+      except tf.errors.DataLossError:
+        pass  # Run 1 was killed: its files may end in a truncated record.
+    for tag in ('tensorpipe/partition0/forward_ms', 'tensorpipe/partition1/recompute_ms',
+                'tensorpipe/CPU_1/peak_step_memory_mib', 'tensorpipe/CPU_0/busy_fraction'):
+      self.assertNotEmpty(tags[tag], sorted(tags))
+      self.assertTrue(all(v > 0 for _, v in tags[tag]), (tag, tags[tag]))
+    self.assertGreaterEqual(len(tags['tensorpipe/partition0/forward_ms']), 3)  # Steps 2, 15, 30 of run 2.
+
+    # 3. The loss went down: first steps of run 1 vs the last steps of run 2.
+    first = np.mean([losses1[s] for s in sorted(losses1)[:10]])
+    last = np.mean([losses2[s] for s in sorted(losses2)[-10:]])
+    self.assertLess(last, 0.5 * first, (first, last))
+    self.assertGreater(first, 1.5)  # ~ln(10) for 10 classes at the start.
+
+    # 4. The evaler restores the final checkpoint and scores the whole held-out split.
+    status, stdout, stderr = _Run(
+        _Launcher('--model=%s' % MODEL, '--cpu_devices=2', '--mode=sync', '--run_locally=cpu',
+                  '--logdir=%s' % logdir, '--job=evaler_once_test@%d' % final,
+                  '--model_params_override=task.pipeline.num_partitions: 2'), timeout=180)
+    self.assertEqual(status, 0, (stdout + stderr)[-3000:])
+    score = train.LatestScore(logdir, 'test')
+    self.assertIsNotNone(score, (stdout + stderr)[-3000:])
+    step, metrics = score
+    self.assertEqual(step, final)
+    self.assertEqual(metrics['total_samples'], 359)
+    self.assertGreater(metrics['accuracy'], 0.8)
+
+
+if __name__ == '__main__':
+  tf.test.main()
