@@ -1,4 +1,4 @@
-"""pytest set-up: absl flags (used by tf.test / Lingvo's test_utils) count as parsed with defaults."""
+"""pytest setup: absl flags (used by tf.test, Lingvo's test_utils) count as parsed with defaults."""
 from absl import flags
 
 flags.FLAGS.mark_as_parsed()

@@ -1,5 +1,5 @@
-"""Registered AmoebaNet models: the GPipe paper's ImageNet run, Table 1 and Table 2, transfer learning,
-and tiny variants that train on CPU (the scikit-learn digits).
+"""Registered AmoebaNet models: the GPipe paper's ImageNet run, Table 1 and Table 2, transfer
+learning, and tiny variants that train on CPU (the scikit-learn digits).
 
   amoebanet.ImageNetAmoebaNetB18x512   AmoebaNet-B (18, 512), 480x480, K = 4 (the paper's 84.4% run)
   amoebanet.AmoebaNetDNaive1 / AmoebaNetDPipeline1 / 2 / 4 / 8   Table 1 (largest model per setting)
@@ -10,9 +10,10 @@ and tiny variants that train on CPU (the scikit-learn digits).
 Real-data models read tensorflow-datasets from DATA_DIR (override with
 --model_params_override='input.data_dir: /path' or a subclass); set SYNTHETIC = True (or
 input.synthetic: True) for speed runs without data. The launcher stops with one line naming the
-directory if the data is missing. These models skip the one-step smoke test of tests/trainer/params_test.py
-(SMOKE_TEST = False): tests/tasks/image/amoebanet_params_test.py checks the full-size models' structure,
-hyper-parameters and parameter counts without allocating them, and trains the tiny variants.
+directory if the data is missing. These models skip the one-step smoke test of
+tests/trainer/params_test.py (SMOKE_TEST = False): tests/tasks/image/amoebanet_params_test.py checks
+the full-size models' structure, hyper-parameters and parameter counts without allocating them, and
+trains the tiny variants.
 """
 
 from lingvo import model_registry
@@ -21,11 +22,11 @@ from lingvo.core import learner
 from lingvo.core import optimizer
 from lingvo.core import schedule
 
+from params import digits
+from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import amoebanet
-from tensorpipe.tasks.image import digits_input
 from tensorpipe.tasks.image import image_classifier
 from tensorpipe.tasks.image import image_input
-from tensorpipe import layer as layer_lib
 
 IMAGENET_TRAIN_IMAGES = 1281167
 
@@ -96,11 +97,11 @@ class AmoebaNetBase(base_model_params.SingleTaskModelParams):
   def _Layers(self):
     return amoebanet.AmoebaNetLayers(
         self.GENOTYPE, self.NUM_CELLS, self.FILTERS, self.NUM_CLASSES, self.IMAGE_SIZE,
-        image_channels=self.IMAGE_CHANNELS, stem_filters=self.STEM_FILTERS, stem_stride=self.STEM_STRIDE,
-        num_stem_cells=self.NUM_STEM_CELLS, aux_head=self.AUX_LOSS_WEIGHT > 0,
-        aux_scaling=self.AUX_SCALING, drop_path_keep_prob=self.DROP_PATH_KEEP_PROB,
-        drop_path_steps=self._TrainSteps(), dropout_keep_prob=self.DROPOUT_KEEP_PROB,
-        bn_decay=self.BN_DECAY)
+        image_channels=self.IMAGE_CHANNELS, stem_filters=self.STEM_FILTERS,
+        stem_stride=self.STEM_STRIDE, num_stem_cells=self.NUM_STEM_CELLS,
+        aux_head=self.AUX_LOSS_WEIGHT > 0, aux_scaling=self.AUX_SCALING,
+        drop_path_keep_prob=self.DROP_PATH_KEEP_PROB, drop_path_steps=self._TrainSteps(),
+        dropout_keep_prob=self.DROPOUT_KEEP_PROB, bn_decay=self.BN_DECAY)
 
   def _Learner(self):
     steps_per_epoch = max(1, self.NUM_TRAIN_IMAGES // self.BATCH_SIZE)
@@ -154,7 +155,7 @@ class _Table1(AmoebaNetBase):
 
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetDNaive1(_Table1):
-  """Table 1, Naive-1: AmoebaNet-D (18, 208), 82M parameters, one device, no pipeline or re-computation."""
+  """Table 1, Naive-1: AmoebaNet-D (18, 208), 82M parameters, no pipeline or re-computation."""
   NUM_CELLS, FILTERS = 18, 208
   NUM_PARTITIONS = 1
   NUM_MICRO_BATCHES = 1
@@ -203,7 +204,8 @@ def _RegisterTable2():
       name = 'AmoebaNetD18x256K%dM%d' % (k, m)
       cls = type(name, (_Table2,), dict(
           NUM_PARTITIONS=k, NUM_MICRO_BATCHES=m, __module__=__name__,
-          __doc__='Table 2: AmoebaNet-D (18, 256), K = %d partitions, M = %d micro-batches.' % (k, m)))
+          __doc__='Table 2: AmoebaNet-D (18, 256), K = %d partitions, M = %d micro-batches.' %
+                  (k, m)))
       globals()[name] = model_registry.RegisterSingleTaskModel(cls)
 
 
@@ -213,9 +215,9 @@ _RegisterTable2()
 class _Transfer(ImageNetAmoebaNetB18x512):
   """Fine-tunes the ImageNet AmoebaNet-B (18, 512) on DATASET with a fresh softmax (paper, Sec. 4).
 
-  480x480, random flips and cutout, SGD with momentum 0.9, batch 256, 20,000 steps, the paper's learning
-  rate and L2 per data set. IMAGENET_CHECKPOINT (a checkpoint of ImageNetAmoebaNetB18x512) initialises
-  every variable except the classifier's and auxiliary head's final layers.
+  480x480, random flips and cutout, SGD with momentum 0.9, batch 256, 20,000 steps, the paper's
+  learning rate and L2 per data set. IMAGENET_CHECKPOINT (a checkpoint of ImageNetAmoebaNetB18x512)
+  initialises every variable except the classifier's and auxiliary head's final layers.
   """
   TFDS_NAME = ''
   TRAIN_SPLIT = 'train'
@@ -248,9 +250,9 @@ class _Transfer(ImageNetAmoebaNetB18x512):
 
 
 def FreshSoftmaxRules(task_name):
-  """Lingvo checkpoint-loading rules: every model weight and batch-norm average of the pipeline, under
-  the same name, except the classifier's and auxiliary head's output layers (a fresh softmax); not the
-  optimizer's slots nor the global step."""
+  """Lingvo checkpoint-loading rules: every model weight and batch-norm average of the pipeline,
+  under the same name, except the classifier's and auxiliary head's output layers (a fresh softmax);
+  not the optimizer's slots nor the global step."""
   load = [(r'^(%s/pipeline/.*/var):0$' % task_name, '%s')]
   ignore = [r'^%s/pipeline/(classifier|aux_head)/(w|b)/var:0$' % task_name]
   return load, ignore
@@ -282,9 +284,10 @@ def _RegisterTransfer():
 _RegisterTransfer()
 
 
-class _Tiny(AmoebaNetBase):
+class _Tiny(digits.DigitsData, AmoebaNetBase):
   """A tiny AmoebaNet on the digits (8x8x1, 10 classes) that trains on CPU in a minute."""
-  # tests/tasks/image/amoebanet_params_test.py trains both tiny models (faster there, without grappler's rewrites).
+  # tests/tasks/image/amoebanet_params_test.py trains both tiny models (faster there, without
+  # grappler's rewrites).
   SMOKE_TEST = False
   NUM_CELLS, FILTERS = 3, 8
   IMAGE_SIZE = 8
@@ -301,24 +304,8 @@ class _Tiny(AmoebaNetBase):
   DROPOUT_KEEP_PROB = 0.8
   BN_DECAY = 0.95  # Moving averages must settle within a few hundred steps.
 
-  def _Digits(self, split):
-    return digits_input.DigitsInput.Params().Set(split=split)
-
-  def Train(self):
-    return self._Digits('train').Set(batch_size=self.BATCH_SIZE, max_shift=1)
-
-  def Test(self):
-    return self._Digits('test').Set(batch_size=self.EVAL_BATCH_SIZE, resettable=True)
-
   def _TrainSteps(self):
     return self.MAX_STEPS
-
-  def _Learner(self):
-    return learner.Learner.Params().Set(
-        name='loss', learning_rate=3e-3, optimizer=optimizer.Adam.Params(),
-        lr_schedule=schedule.LinearSchedule.Params().Set(start=(0, 1.0),
-                                                         limit=(self.MAX_STEPS, 0.05)),
-        l2_regularizer_weight=1e-4)
 
   def Task(self):
     p = super().Task()
@@ -343,8 +330,8 @@ class TinyAmoebaNetB(_Tiny):
 
 @model_registry.RegisterSingleTaskModel
 class TinyTransferAmoebaNetB(TinyAmoebaNetB):
-  """Fine-tunes a TinyAmoebaNetB checkpoint (set CHECKPOINT) with a fresh softmax: SGD with momentum,
-  as the paper's transfer runs (the digits stand in for the target data set)."""
+  """Fine-tunes a TinyAmoebaNetB checkpoint (set CHECKPOINT) with a fresh softmax: SGD with
+  momentum, as the paper's transfer runs (the digits stand in for the target data set)."""
   CHECKPOINT = ''  # e.g. /tmp/tiny_b/train/ckpt-00000600; empty: train from scratch.
   MAX_STEPS = 300
 

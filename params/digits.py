@@ -1,12 +1,13 @@
 """Registered models on the scikit-learn handwritten digits (8x8 images, 10 classes).
 
-  digits.TinyConvPipeline: a 4-layer conv net as one TensorPipeLayer, K = 4 partitions (one per logical
-  device: --cpu_devices=4 on CPU, --worker_gpus=4 --worker_split_size=4 on GPUs), M = 8 micro-batches.
+  digits.TinyConvPipeline: a 4-layer conv net as one TensorPipeLayer, K = 4 partitions (one per
+  logical device: --cpu_devices=4 on CPU, --worker_gpus=4 --worker_split_size=4 on GPUs), M = 8
+  micro-batches.
 
-Train: python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
-         --run_locally=cpu --logdir=/tmp/digits
-Eval:  python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
-         --run_locally=cpu --logdir=/tmp/digits --job=evaler_test
+Train: python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 \
+         --mode=sync --run_locally=cpu --logdir=/tmp/digits
+Eval:  python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 \
+         --mode=sync --run_locally=cpu --logdir=/tmp/digits --job=evaler_test
 """
 
 from lingvo import model_registry
@@ -15,43 +16,51 @@ from lingvo.core import learner
 from lingvo.core import optimizer
 from lingvo.core import schedule
 
+from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import classifier
 from tensorpipe.tasks.image import digits_input
-from tensorpipe import layer as layer_lib
 
 
-@model_registry.RegisterSingleTaskModel
-class TinyConvPipeline(base_model_params.SingleTaskModelParams):
-  """Tiny conv net on the digits, pipelined over 4 devices with 8 micro-batches."""
+class DigitsData:
+  """The digits splits and a learner for the tiny models of every family that train on them.
 
-  NUM_PARTITIONS = 4
-  NUM_MICRO_BATCHES = 8
+  Mix in before the family's params class, e.g. `class TinyX(digits.DigitsData, XBase)`.
+  """
+
   BATCH_SIZE = 64
-  EVAL_BATCH_SIZE = 120  # 360 held-out examples = 3 batches; 15 per micro-batch.
+  EVAL_BATCH_SIZE = 120  # 360 held-out examples = 3 batches.
   MAX_STEPS = 800
   DATA_DIR = ''  # scikit-learn's bundled copy.
 
-  def _Input(self, split):
-    p = digits_input.DigitsInput.Params()
-    p.data_dir = self.DATA_DIR
-    p.split = split
-    return p
-
   def Train(self):
-    p = self._Input('train')
-    p.batch_size = self.BATCH_SIZE
-    p.max_shift = 1  # Random +-1 pixel shifts.
-    return p
+    return digits_input.DigitsInput.Params().Set(
+        data_dir=self.DATA_DIR, split='train', batch_size=self.BATCH_SIZE,
+        max_shift=1)  # Random +-1 pixel shifts.
 
   def Test(self):
-    p = self._Input('test')
-    p.batch_size = self.EVAL_BATCH_SIZE
-    p.resettable = True  # The evaler covers the whole held-out split once per checkpoint.
-    return p
+    # resettable: the evaler covers the whole held-out split once per checkpoint.
+    return digits_input.DigitsInput.Params().Set(
+        data_dir=self.DATA_DIR, split='test', batch_size=self.EVAL_BATCH_SIZE, resettable=True)
 
   def Dev(self):
     # No separate dev split: --job=evaler_dev evaluates the same held-out split as evaler_test.
     return self.Test()
+
+  def _Learner(self):
+    """Adam at 3e-3 decaying linearly to 5% over MAX_STEPS, L2 1e-4."""
+    return learner.Learner.Params().Set(
+        name='loss', learning_rate=3e-3, optimizer=optimizer.Adam.Params(),
+        lr_schedule=schedule.LinearSchedule.Params().Set(start=(0, 1.0),
+                                                         limit=(self.MAX_STEPS, 0.05)),
+        l2_regularizer_weight=1e-4)
+
+
+@model_registry.RegisterSingleTaskModel
+class TinyConvPipeline(DigitsData, base_model_params.SingleTaskModelParams):
+  """Tiny conv net on the digits, pipelined over 4 devices with 8 micro-batches."""
+
+  NUM_PARTITIONS = 4
+  NUM_MICRO_BATCHES = 8
 
   def Task(self):
     p = classifier.PipelinedClassifier.Params().Set(name='digits', num_classes=10)
@@ -69,11 +78,5 @@ class TinyConvPipeline(base_model_params.SingleTaskModelParams):
     tp.save_interval_steps = 200
     tp.save_max_to_keep = 10
     tp.summary_interval_steps = 50
-    tp.learner = learner.Learner.Params().Set(
-        name='loss',
-        learning_rate=3e-3,
-        optimizer=optimizer.Adam.Params(),
-        lr_schedule=schedule.LinearSchedule.Params().Set(
-            start=(0, 1.0), limit=(self.MAX_STEPS, 0.05)),
-        l2_regularizer_weight=1e-4)
+    tp.learner = self._Learner()
     return p

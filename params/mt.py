@@ -1,4 +1,4 @@
-"""Registered translation models: the GPipe paper's T(L, H, A) setup and a tiny one on the num2words corpus.
+"""Registered translation models: the GPipe paper's T(L, H, A) setup and a tiny one on num2words.
 
   mt.Num2WordsTinyT        T(3, 256, 4), model 64, on the built-in num2words corpus (43 languages ->
                            English, temperature T = 5); K = 2 partitions, M = 4 micro-batches;
@@ -52,7 +52,8 @@ class TransformerParamsBase(base_model_params.SingleTaskModelParams):
   DATA_DIR = ''  # '': the built-in num2words corpus.
   TEMPERATURE = 5.0
   LANGUAGES = None  # None: every language in DATA_DIR.
-  SMOKE_TEST = False  # Too large for params_test's CPU step; tests/tasks/mt/mt_params_test.py builds them.
+  # Too large for params_test's CPU step; tests/tasks/mt/mt_params_test.py builds them.
+  SMOKE_TEST = False
 
   def _Input(self, split):
     p = mt_input.MultilingualInput.Params().Set(

@@ -1,5 +1,5 @@
-"""Registered ResNet models: ResNet-101 on ImageNet (the paper's model for overhead analysis) and a tiny
-ResNet on the digits that trains on CPU.
+"""Registered ResNet models: ResNet-101 on ImageNet (the paper's model for overhead analysis) and a
+tiny ResNet on the digits that trains on CPU.
 
   resnet.ImageNetResNet101   ResNet-101, 224x224, K = 4 partitions, M = 8 micro-batches
   resnet.TinyResNet          bottleneck ResNet (1, 1, 1, 1 blocks, width 4) on the digits, K = 2
@@ -11,16 +11,16 @@ from lingvo.core import learner
 from lingvo.core import optimizer
 from lingvo.core import schedule
 
-from tensorpipe.tasks.image import digits_input
+from params import digits
+from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import image_classifier
 from tensorpipe.tasks.image import image_input
-from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import resnet
 
 
 @model_registry.RegisterSingleTaskModel
 class ImageNetResNet101(base_model_params.SingleTaskModelParams):
-  """ResNet-101 (44.5M parameters) on ImageNet, pipelined over 4 devices (SGD momentum, step decay)."""
+  """ResNet-101 (44.5M params) on ImageNet, pipelined over 4 devices (SGD momentum, step decay)."""
 
   SMOKE_TEST = False  # Full size: tests/resnet_params_test.py checks its structure.
   DEPTH = 101
@@ -79,7 +79,7 @@ class ImageNetResNet101(base_model_params.SingleTaskModelParams):
 
 
 @model_registry.RegisterSingleTaskModel
-class TinyResNet(ImageNetResNet101):
+class TinyResNet(digits.DigitsData, ImageNetResNet101):
   """A tiny bottleneck ResNet on the digits (8x8x1): K = 2 partitions on 2 CPU devices, M = 4."""
 
   SMOKE_TEST = True
@@ -90,24 +90,10 @@ class TinyResNet(ImageNetResNet101):
   BATCH_SIZE = 64
   MAX_STEPS = 600
 
-  def Train(self):
-    return digits_input.DigitsInput.Params().Set(split='train', batch_size=self.BATCH_SIZE,
-                                                 max_shift=1)
-
-  def Test(self):
-    return digits_input.DigitsInput.Params().Set(split='test', batch_size=120, resettable=True)
-
   def _Layers(self):
     return resnet.ResNetLayers(num_classes=self.NUM_CLASSES, image_channels=1, base_width=4,
                                stem_kernel=3, stem_stride=1, stem_max_pool=False,
                                blocks=(1, 1, 1, 1))
-
-  def _Learner(self):
-    return learner.Learner.Params().Set(
-        name='loss', learning_rate=3e-3, optimizer=optimizer.Adam.Params(),
-        lr_schedule=schedule.LinearSchedule.Params().Set(start=(0, 1.0),
-                                                         limit=(self.MAX_STEPS, 0.05)),
-        l2_regularizer_weight=1e-4)
 
   def Task(self):
     p = super().Task()

@@ -1,7 +1,7 @@
 """TensorPipe: GPipe-style pipeline parallelism for Lingvo.
 
-`tensorpipe.TensorPipeLayer` is the entry point (see tensorpipe/layer.py). It is loaded lazily so that
-TF-free modules such as `tensorpipe.schedule` import without TensorFlow.
+`tensorpipe.TensorPipeLayer` is the entry point (see tensorpipe/layer.py). It is loaded lazily so
+that TF-free modules such as `tensorpipe.schedule` import without TensorFlow.
 """
 
 __all__ = ['TensorPipeLayer']

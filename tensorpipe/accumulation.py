@@ -1,15 +1,18 @@
-"""Gradient accumulation: a partition's weight gradients summed over micro-batches in one buffer per weight.
+"""Gradient accumulation: a partition's weight gradients summed over micro-batches, one buffer each.
 
-Each backward pass B(k, t) adds its weight gradients to the running sum B(k, t + 1) hands it
-(schedule rule 5), and hands the sum on. Summing inside the backward function frees each layer's
-weight gradient as soon as it is added, so a device holds one sum per weight plus one layer's
-gradient, instead of every micro-batch's partial gradients (what one M-input AddN over separate
-calls would hold). The add writes into the running sum's own buffer (`AddInPlace`): a graph function
-cannot hand its input buffers on to its outputs, so an ordinary add would allocate a second copy of
-every sum while the call runs. That is safe because the sum a backward pass receives has no other
-reader: it comes from the previous backward pass, or for the first one from `Zeros`, and goes only
-to this one.
+Each backward (or weight-gradient) action adds its weight gradients to the running sum that the
+device's previous such action hands it (schedule rules 5, 7 and 11), and hands the sum on. Summing
+inside the backward function frees each layer's weight gradient as soon as it is added, so a device
+holds one sum per weight plus one layer's gradient, instead of every micro-batch's partial
+gradients (what one M-input AddN over separate calls would hold). The add writes into the running
+sum's own buffer (`AddInPlace`): a graph function cannot hand its input buffers on to its outputs,
+so an ordinary add would allocate a second copy of every sum while the call runs. That is safe
+because the sum an action receives has no other reader: it comes from the previous action, or for
+the first one from `Zeros`, and goes only to this one. See docs/design.md, "Inside a partition's
+functions".
 """
+
+from typing import ContextManager, Optional, Union
 
 from lingvo import compat as tf
 from tensorflow.core.framework import attr_value_pb2
@@ -18,19 +21,19 @@ from tensorflow.python.ops import gen_array_ops
 _DO_NOT_REMOVE = {'_grappler_do_not_remove': attr_value_pb2.AttrValue(b=True)}
 
 
-def Kept():
+def Kept() -> ContextManager[None]:
   """Scope in which new ops carry the attribute that stops grappler removing or fusing them."""
   return tf.get_default_graph()._attr_scope(_DO_NOT_REMOVE)  # pylint: disable=protected-access
 
 
-def Dense(grad):
+def Dense(grad: Union[None, tf.Tensor, tf.IndexedSlices]) -> Optional[tf.Tensor]:
   """A gradient as a dense tensor (IndexedSlices summed into place), or None."""
   if grad is None or isinstance(grad, tf.Tensor):
     return grad
   return tf.convert_to_tensor(grad)
 
 
-def Zeros(shape, dtype):
+def Zeros(shape: tf.TensorShape, dtype: tf.DType) -> tf.Tensor:
   """A new zero-filled buffer of `shape` each time the op runs: a running sum to add into.
 
   `Empty` is a stateful op, so grappler never folds it into a constant (whose one buffer every
@@ -39,7 +42,7 @@ def Zeros(shape, dtype):
   return tf.raw_ops.Empty(shape=tf.constant(shape.as_list(), tf.int32), dtype=dtype, init=True)
 
 
-def AddInPlace(total, grad):
+def AddInPlace(total: tf.Tensor, grad: Optional[tf.Tensor]) -> tf.Tensor:
   """total + grad, written into `total`'s buffer; `total` must have no other reader.
 
   Element for element the same value as total + grad (one float addition).

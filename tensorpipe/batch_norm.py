@@ -1,4 +1,4 @@
-"""Batch normalisation the GPipe way: micro-batch statistics, moving averages from the whole mini-batch.
+"""Batch normalisation the GPipe way: micro-batch statistics, moving averages from the mini-batch.
 
 In training, a batch-norm layer normalises each micro-batch with that micro-batch's mean and
 variance (as the paper does). Its moving averages, used in evaluation, must not depend on K or M, so
@@ -6,15 +6,16 @@ they are updated once per mini-batch from the statistics of the whole mini-batch
 layer, Lingvo's stock ones (bn_layers.BatchNormLayer and the layers built on it, e.g. ConvLayer) and
 this module's `BatchNorm` alike, asks for its update through `py_utils.UpdateBatchNormVars`:
 
-- Inside a TensorPipeLayer's partition that call is routed here (see `stateful_ops`) and `Record`s
-  the statistic into the active `StatsCollector` instead of updating anything: a partition's forward
-  function returns the statistics as outputs (see `partition_function`), and the pipeline adds each
-  call's records to its own collector. After the last micro-batch the pipeline calls
-  `StatsCollector.Finish`, which combines the M micro-batches' statistics exactly (weighted by their
-  non-padded positions where the layer's moments say so, else equally: mean = avg_t mean_t, var =
-  avg_t (var_t + mean_t^2) - mean^2) and registers one Lingvo batch-norm update per variable, which
-  Lingvo's training step applies like any other. A re-computation runs under a `Discarding`
-  collector, so it records nothing.
+- Inside a TensorPipeLayer's partition that call is routed here (`stateful_ops`, route 1) and
+  `Record`s the statistic into the active `StatsCollector` instead of updating anything: a
+  partition's forward function returns the statistics as outputs (see `partition_function`), and
+  the pipeline adds each call's records to its own collector. After the last micro-batch the
+  pipeline calls `StatsCollector.Finish` (step (7) of docs/design.md, "One training step"), which
+  combines the M micro-batches' statistics exactly (weighted by their non-padded positions where
+  the layer's moments say so, else equally: mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) -
+  mean^2) and registers one Lingvo batch-norm update per variable, which Lingvo's training step
+  applies like any other. A re-computation runs under a `Discarding` collector, so it records
+  nothing.
 - Outside a TensorPipeLayer the call updates the moving averages from the layer's own batch
   statistics, as it always does, so an unpipelined model gets the same moving averages.
 
@@ -25,6 +26,7 @@ import collections
 import contextlib
 import dataclasses
 import threading
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
 from lingvo.core import base_layer
@@ -39,7 +41,8 @@ def _Stack():
   return _STATE.collectors
 
 
-def CombineMoments(means, variances, counts=None):
+def CombineMoments(means: Sequence[tf.Tensor], variances: Sequence[tf.Tensor],
+                   counts: Optional[Sequence[tf.Tensor]] = None) -> Tuple[tf.Tensor, tf.Tensor]:
   """Mean and (biased) variance of the union of groups with the given means and variances.
 
   Args:
@@ -75,29 +78,30 @@ def _VariableName(variable):
 
 
 class StatsCollector:
-  """Gathers the micro-batch statistics of every batch-norm update during one pipelined forward pass."""
+  """Gathers the micro-batch statistics of every batch-norm update in one pipelined forward pass."""
 
-  def __init__(self, num_micro_batches, where='TensorPipeLayer'):
+  def __init__(self, num_micro_batches: int, where: str = 'TensorPipeLayer'):
     self._num_micro_batches = num_micro_batches
     self._where = where
     self._updates = collections.OrderedDict()  # id(variable) -> [Update]
     self._closed = False
 
   @contextlib.contextmanager
-  def Collecting(self):
-    """Batch-norm updates recorded within this context go to this collector (nowhere once closed)."""
+  def Collecting(self) -> Iterator[None]:
+    """Batch-norm updates recorded in this context go to this collector (nowhere once closed)."""
     _Stack().append(self)
     try:
       yield
     finally:
       _Stack().pop()
 
-  def Add(self, update):
+  def Add(self, update: Update) -> None:
+    """Adds one micro-batch's record, unless the collector is closed."""
     if self._closed:
       return  # A re-computation: the forward pass already recorded these statistics.
     self._updates.setdefault(id(update.variable), []).append(update)
 
-  def Records(self):
+  def Records(self) -> List[Update]:
     """Every Update in the order added (e.g. to return them from a function)."""
     return [u for updates in self._updates.values() for u in updates]
 
@@ -112,11 +116,11 @@ class StatsCollector:
     partner = by_name.get(name[:-len('variance')] + 'mean')
     if partner is None:
       raise ValueError('%s: cannot combine the micro-batch statistics of batch-norm variable %r: '
-                       'a variance needs the matching mean (a variable named %r) updated beside it' %
-                       (self._where, name, name[:-len('variance')] + 'mean'))
+                       'a variance needs the matching mean (a variable named %r) updated beside '
+                       'it' % (self._where, name, name[:-len('variance')] + 'mean'))
     return CombineMoments([u.value for u in partner], values, counts)[1]
 
-  def Finish(self, outputs):
+  def Finish(self, outputs: Any) -> Any:
     """Registers one moving-average update per variable; returns `outputs` made to depend on them.
 
     The dependency makes Lingvo count the updates as relevant to the loss (it applies only
@@ -145,7 +149,7 @@ class StatsCollector:
       return tf.nest.map_structure(lambda x: None if x is None else tf.identity(x), outputs)
 
 
-def Discarding():
+def Discarding() -> StatsCollector:
   """A closed collector: batch-norm updates recorded in its `Collecting()` go nowhere.
 
   For re-computations, whose statistics the forward pass has already recorded.
@@ -155,7 +159,8 @@ def Discarding():
   return collector
 
 
-def Record(variable, value, decay, count=None):
+def Record(variable: tf.Variable, value: tf.Tensor, decay: Any,
+           count: Optional[tf.Tensor] = None) -> None:
   """Records a batch-norm update into the active collector (see `stateful_ops`)."""
   stack = _Stack()
   if not stack:
@@ -172,7 +177,8 @@ class BatchNorm(base_layer.BaseLayer):
     p.Define('dim', 0, 'Number of channels (the last axis of the input).')
     p.Define('decay', 0.9997, 'Decay of the moving averages, applied once per mini-batch.')
     p.Define('epsilon', 1e-3, 'Added to the variance to avoid dividing by zero.')
-    p.Define('gamma_init', 1.0, 'Initial value of the scale gamma (0 for a zero-initialised residual).')
+    p.Define('gamma_init', 1.0,
+             'Initial value of the scale gamma (0 for a zero-initialised residual).')
     return p
 
   def __init__(self, params):
@@ -195,12 +201,12 @@ class BatchNorm(base_layer.BaseLayer):
         [p.dim], py_utils.WeightInit.Constant(1.0), collections=moving), trainable=False,
                         aggregation=tf.VariableAggregation.MEAN)
 
-  def UpdateMovingAverages(self, mean, variance):
+  def UpdateMovingAverages(self, mean: tf.Tensor, variance: tf.Tensor) -> None:
     """Registers Lingvo batch-norm updates moving the averages towards (mean, variance)."""
     py_utils.UpdateBatchNormVars(self.vars.moving_mean, mean, self.params.decay)
     py_utils.UpdateBatchNormVars(self.vars.moving_variance, variance, self.params.decay)
 
-  def FProp(self, theta, x):
+  def FProp(self, theta: py_utils.NestedMap, x: tf.Tensor) -> tf.Tensor:
     p = self.params
     with tf.name_scope(p.name):
       dtype = x.dtype

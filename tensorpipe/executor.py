@@ -1,6 +1,8 @@
-"""One pipelined step's ops, built from a schedule: one op per action, one control dependency per edge.
+"""One pipelined step's ops from a schedule: one op per action, one control dependency per edge.
 
-In training, FProp builds:
+The step numbers are those of docs/design.md, "One training step" (TensorPipeLayer builds steps (0)
+and (7)); the rules are the schedule's (see `schedule` and docs/design.md). In training, FProp
+builds:
   (1) Entry, on device 0: the mini-batch split into M micro-batches.
   (2) Anchor k, on device k: partition k's weights, as its calls read them.
   (3) Every forward action F(k, t), in the schedule's build order: one call of partition k's forward
@@ -23,32 +25,23 @@ Entry and each anchor hand Exit a scalar token, so tf.gradients reaches Exit's g
 theirs (6); Exit's gradient gives the calls' outputs none, so tf.gradients never differentiates the
 calls (3) itself. The order of the step lives in the schedule only: `_After` turns its edges into
 control dependencies, the one place where actions are ordered. An edge into a forward action from a
-backward one (1F1B's rule 8) is added to the forward call once step (5) has built the backward
-action, which needs a loss gradient that does not wait for the forward passes (checked in (5)).
+backward one (rule 8, in 1F1B and zero-bubble) is added to the forward call once step (5) has built
+the backward action, which needs a loss gradient that does not wait for the forward passes (checked
+in (5)).
 """
 
-from typing import Callable, List
+from typing import Any, Callable, Sequence, Union
 
 from lingvo import compat as tf
 from lingvo.core import py_utils
 
+from tensorpipe import leaves
 from tensorpipe import micro_batching
 from tensorpipe import schedule as schedule_lib
 
 
 def _Token():
   return tf.zeros([], tf.float32, name='token')
-
-
-def _Structured(template, tensors):
-  """`tensors` (one per non-None leaf of `template`) packed like `template`."""
-  it = iter(tensors)
-  leaves = [None if x is None else next(it) for x in tf.nest.flatten(template)]
-  return tf.nest.pack_sequence_as(template, leaves)
-
-
-def _NonNone(structure):
-  return [x for x in tf.nest.flatten(structure) if x is not None]
 
 
 class PipelineStep:
@@ -64,8 +57,10 @@ class PipelineStep:
     where: names the pipeline in error messages.
   """
 
-  def __init__(self, sched: schedule_lib.Schedule, make_partition: Callable, devices: List[str],
-               batch_dim: int, recompute: Callable[[int], bool], where: str):
+  def __init__(self, sched: schedule_lib.Schedule,
+               make_partition: Callable[[int, py_utils.NestedMap, Any], Any],
+               devices: Sequence[str], batch_dim: int, recompute: Callable[[int], bool],
+               where: str):
     self._sched = sched
     self._make_partition = make_partition
     self._devices = devices
@@ -99,7 +94,8 @@ class PipelineStep:
       for op in self._ops[waiting]:
         op._add_control_inputs(ops)  # pylint: disable=protected-access
 
-  def Run(self, partition_theta, args, offsets, collector, training):
+  def Run(self, partition_theta: Sequence[py_utils.NestedMap], args: Any,
+          offsets: Sequence[Union[int, tf.Tensor]], collector: Any, training: bool) -> Any:
     """Builds the step; returns the pipeline's outputs (structured like the last partition's).
 
     Args:
@@ -107,7 +103,8 @@ class PipelineStep:
       args: the FProp inputs (tensors, tuples, NestedMaps; None allowed).
       offsets: per micro-batch, the index of its first example in the mini-batch (int or tensor).
       collector: batch_norm.StatsCollector that gets every forward call's statistics.
-      training: build the gradient machinery (1, 2, 4-6); else only the forward calls.
+      training: build the gradient machinery, steps (1)-(6); else only the forward calls (3)
+        between a plain split and a plain join.
     """
     num_micro, num_partitions = self._num_micro, self._num_partitions
     step = py_utils.GetGlobalStep()
@@ -122,23 +119,25 @@ class PipelineStep:
         pieces = micro_batching.Split(args, num_micro, self._batch_dim)
     thetas, tokens = [], [entry_token] if training else []
     for k in range(num_partitions):
-      leaves = partition_theta[k].Flatten()
-      if training and leaves:
+      theta_leaves = partition_theta[k].Flatten()
+      if training and theta_leaves:
         with tf.device(self._devices[k]), tf.name_scope('partition%d_anchor' % k):
-          leaves, token = self._Anchor(k, leaves)  # Step (2).
+          theta_leaves, token = self._Anchor(k, theta_leaves)  # Step (2).
         tokens.append(token)
-      thetas.append(leaves)
+      thetas.append(theta_leaves)
     outputs = [[None] * num_micro for _ in range(num_partitions)]
     for action in self._sched.BuildOrder((schedule_lib.FORWARD,)):  # Step (3).
       k, t = action.partition, action.micro_batch
       inputs = pieces[t] if k == 0 else outputs[k - 1][t]
       if self._partitions[k] is None:
         self._partitions[k] = self._make_partition(k, partition_theta[k], inputs)
-      x_leaves = _NonNone(inputs)
-      # Schedule rules 1 and 2: after F(k-1, t), and after the device's forward pass before it.
+      x_leaves = leaves.Present(inputs)
+      # Schedule rules 1 and 2: after F(k-1, t) and the device's forward pass before it. Rule 8's
+      # edge from B(k, t - (K - k)) is added by `_Built` once that action is built in step (5).
       with tf.name_scope('partition%d_mb%d' % (k, t)), self._After(action):
-        out, records, ys = self._partitions[k].Forward(step, offsets[t], thetas[k], x_leaves,
-                                                  differentiable=training and not self._recompute(t))
+        out, records, ys = self._partitions[k].Forward(
+            step, offsets[t], thetas[k], x_leaves,
+            differentiable=training and not self._recompute(t))
       self._Built(action, [ys[0].op])
       self._calls[action] = (thetas[k], x_leaves, ys, step, offsets[t])
       for update in records:
@@ -152,18 +151,12 @@ class PipelineStep:
 
   def _Entry(self, args):
     """Step (1): the micro-batches of `args` and a token; the gradient is step (6)'s join."""
-    leaves = tf.nest.flatten(args)
-    index = [i for i, x in enumerate(leaves) if x is not None]
     num_micro = self._num_micro
 
     @tf.custom_gradient
     def Entry(*xs):
-      full = list(leaves)
-      for i, x in zip(index, xs):
-        full[i] = x
-      parts = micro_batching.Split(tf.nest.pack_sequence_as(args, full), num_micro,
-                                   self._batch_dim)
-      flat = [x for part in parts for x in _NonNone(part)]
+      parts = micro_batching.Split(leaves.Fill(args, xs), num_micro, self._batch_dim)
+      flat = [x for part in parts for x in leaves.Present(part)]
 
       def Grad(*unused_grads):
         if self._input_grads is None:
@@ -174,9 +167,10 @@ class PipelineStep:
 
       return flat + [_Token()], Grad
 
-    results = Entry(*[leaves[i] for i in index])
-    per = len(index)
-    parts = [_Structured(args, results[t * per:(t + 1) * per]) for t in range(num_micro)]
+    inputs = leaves.Present(args)
+    results = Entry(*inputs)
+    per = len(inputs)
+    parts = [leaves.Fill(args, results[t * per:(t + 1) * per]) for t in range(num_micro)]
     return parts, results[-1]
 
   def _JoinGradients(self, x, grads):
@@ -190,7 +184,7 @@ class PipelineStep:
       return tf.concat(grads, self._batch_dim)
     return tf.add_n([g for g in grads if g is not None])
 
-  def _Anchor(self, k, leaves):
+  def _Anchor(self, k, theta_leaves):
     """Step (2): partition k's weights and a token; the gradient returns step (6)'s sums."""
 
     @tf.custom_gradient
@@ -204,18 +198,18 @@ class PipelineStep:
 
       return list(theta) + [_Token()], Grad
 
-    results = Anchor(*leaves)
+    results = Anchor(*theta_leaves)
     return results[:-1], results[-1]
 
   def _Exit(self, last, tokens):
     """Step (4): the joined outputs; the gradient is step (5)."""
-    flat = [_NonNone(out) for out in last]
+    flat = [leaves.Present(out) for out in last]
     per = len(flat[0])
 
     @tf.custom_gradient
     def Exit(*args):
       ys = [list(args[t * per:(t + 1) * per]) for t in range(self._num_micro)]
-      joined = micro_batching.Concat([_Structured(last[0], y) for y in ys], self._batch_dim,
+      joined = micro_batching.Concat([leaves.Fill(last[0], y) for y in ys], self._batch_dim,
                                      self._where)
 
       def Grad(*dys):
@@ -223,9 +217,9 @@ class PipelineStep:
         num_ys = per * self._num_micro
         return [None] * num_ys + [tf.zeros_like(token) for token in args[num_ys:]]
 
-      return _NonNone(joined), Grad
+      return leaves.Present(joined), Grad
 
-    return _Structured(last[0], Exit(*[y for ys in flat for y in ys], *tokens))
+    return leaves.Fill(last[0], Exit(*[y for ys in flat for y in ys], *tokens))
 
   def _CheckLossGradient(self, out_grads):
     """Raises ValueError if a forward action waits for a backward one (1F1B) while the gradient
@@ -252,7 +246,7 @@ class PipelineStep:
       todo.extend(op.control_inputs)
 
   def _BuildBackward(self, out_grads, last_ys):
-    """Step (5): every backward action, in build order; fills the gradients steps (6) return."""
+    """Step (5): every backward action, in build order; fills the gradients step (6) returns."""
     num_micro, num_partitions = self._num_micro, self._num_partitions
     # tf.gradients hands outputs the loss does not use zeros_like(output): no gradient, and no
     # reason to wait for the output.
@@ -308,7 +302,8 @@ class PipelineStep:
             elif self._recompute(t):
               dx, sums[k], ops = partition.Backward(step, offset, theta, x_leaves, grads, sums[k])
             else:
-              dx, sums[k], ops = partition.NeverRecomputeBackward(ys, theta, x_leaves, grads, sums[k])
+              dx, sums[k], ops = partition.NeverRecomputeBackward(ys, theta, x_leaves, grads,
+                                                                   sums[k])
           self._Built(action, ops)
         if k:
           dys[(k - 1, t)] = dx

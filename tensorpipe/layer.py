@@ -2,16 +2,17 @@
 
 The L layers are cut into K partitions (explicitly, or balanced by estimated cost); partition k and
 its variables live on device k. FProp splits the mini-batch into M micro-batches and runs the
-schedule's actions (see `schedule`): each forward task F(k, t) is one call of partition k's forward
-function and each backward task B(k, t) one call of its backward function, which re-computes the
-partition from its saved boundary input (see `partition_function`). The functions are traced once
-per partition, so the graph does not grow with M. `executor` builds the calls in the schedule's
-order and joins the outputs on the last device; the weight gradients of the M micro-batches are
-summed on each partition's device (see `accumulation`) and Lingvo's learner applies them once per
-mini-batch.
+schedule's actions (see `schedule`): each forward action F(k, t) is one call of partition k's
+forward function and each backward action B(k, t) one call of its backward function, which
+re-computes the partition from its saved boundary input (see `partition_function`). The functions
+are traced once per partition, so the graph does not grow with M. `executor` builds the calls in
+the schedule's order and joins the outputs on the last device; the weight gradients of the M
+micro-batches are summed on each partition's device (see `accumulation`) and Lingvo's learner
+applies them once per mini-batch.
 
-Variables are named `<layer>/<child layer>/...` whatever K is, so a checkpoint loads for any
-partitioning.
+The construction is step (0) and the batch-norm updates are step (7) of docs/design.md, "One
+training step"; the executor builds steps (1)-(6) in between. Variables are named
+`<pipeline>/<layer>/...` whatever K is, so a checkpoint loads for any partitioning.
 """
 
 import weakref
@@ -21,12 +22,12 @@ from lingvo.core import base_layer
 from lingvo.core import py_utils
 
 from tensorpipe import batch_norm
-from tensorpipe import partition_function
-from tensorpipe.partition import cost_model
 from tensorpipe import executor
 from tensorpipe import micro_batching
+from tensorpipe.partition import cost_model
 from tensorpipe.partition import partition_report
 from tensorpipe.partition import partitioning
+from tensorpipe import partition_function
 from tensorpipe import placement
 from tensorpipe import randomness
 from tensorpipe import schedule
@@ -40,34 +41,36 @@ def _ToTuple(x):
 
 
 class TensorPipeLayer(base_layer.BaseLayer):
-  """Pipelines a sequence of layers over K devices with M micro-batches (GPipe)."""
+  """Pipelines a sequence of layers over K devices with M micro-batches (GPipe).
+
+  Its Params are its API (see the README's table); docs/design.md explains how a step is built.
+  """
 
   @classmethod
   def Params(cls):
     p = super().Params()
     p.Define('partitions', None,
-             'Explicit partitions: a list of K lists of layer Params; partition k runs on device k. '
-             'Set this or `layers`.')
+             'Explicit partitions: a list of K lists of layer Params; partition k runs on device '
+             'k. Set this or `layers`.')
     p.Define('layers', None,
              'Flat list of layer Params, cut automatically into `num_partitions` partitions. '
              'Set this or `partitions`.')
     p.Define('num_partitions', None,
              'K, the number of partitions `layers` is cut into (only with `layers`).')
     p.Define('cost_input_shapes', None,
-             'Shapes of the first layer\'s FProp inputs for one mini-batch (list of lists): needed to '
-             'balance `layers` by flops, time or memory, and for the partition report.')
+             'Shapes of the first layer\'s FProp inputs for one mini-batch (list of lists): needed '
+             'to balance `layers` by flops, time or memory, and for the partition report.')
     p.Define('partition_cost', 'auto',
-             "What `layers` are balanced by: 'count', 'flops' (FPropMeta), 'measured' (each layer's "
-             "forward+backward time on the partitions' device type), 'memory' (estimated bytes), or "
-             "'auto' ('flops' with cost_input_shapes, else 'count').")
+             "What `layers` are balanced by: 'count', 'flops' (FPropMeta), 'measured' (each "
+             "layer's forward+backward time on the partitions' device type), 'memory' (estimated "
+             "bytes), or 'auto' ('flops' with cost_input_shapes, else 'count').")
     p.Define('partition_algorithm', 'optimal',
              "'optimal' (least max partition cost, exactly) or 'min_variance' (the GPipe paper's "
              "heuristic).")
     p.Define('memory_budget', None,
              'Bytes each device may hold (parameters with optimizer slots and activations, as '
-             'cost_model estimates them); the split keeps every partition within it or raises. None: '
-             'no '
-             'limit.')
+             'cost_model estimates them); the split keeps every partition within it or raises. '
+             'None: no limit.')
     p.Define('log_partition_report', False,
              'Log the partition report (per partition: layers, cost, parameters, estimated memory; '
              'imbalance, bubble) when the layer is built; needs cost_input_shapes, and takes a '
@@ -88,26 +91,25 @@ class TensorPipeLayer(base_layer.BaseLayer):
              "Order of the step's tasks: 'gpipe' (fill-drain: every forward pass, then every "
              "backward pass), '1f1b' (after a warm-up, each device alternates one backward and one "
              "forward pass, so at most K - k micro-batches wait on device k: less memory, same "
-             "gradients) or 'zero_bubble' (1F1B with each backward pass split into an input-gradient "
-             "and a later weight-gradient task that fills the bubble; needs recompute='always'). "
-             "'1f1b' and 'zero_bubble' need per-example losses from the last layer or a loss_layer "
-             "(see schedule).")
+             "gradients) or 'zero_bubble' (1F1B with each backward pass split into an "
+             "input-gradient and a later weight-gradient task that fills the bubble; needs "
+             "recompute='always'). '1f1b' and 'zero_bubble' need per-example losses from the last "
+             "layer or a loss_layer (see schedule).")
     p.Define('loss_layer', None,
              'Optional layer Params run after the last layer, in the last partition, on each '
              'micro-batch: FProp(theta, last layer\'s output, *loss_inputs) returning per-example '
              'values (e.g. losses). With it, FProp takes (inputs, loss_inputs): loss_inputs (e.g. '
-             'labels) are split into micro-batches and carried to the last partition. Lets the 1f1b '
-             'schedule run a micro-batch\'s backward pass as soon as its loss is known.')
+             'labels) are split into micro-batches and carried to the last partition. Lets the '
+             '1f1b schedule run a micro-batch\'s backward pass as soon as its loss is known.')
     p.Define('forward_overlap', True,
-             'True: a partition may run the forward passes of two neighbouring micro-batches at once, '
-             'so '
-             'a device whose neighbour is idle (filling the pipeline) can use a second core or '
-             'stream. False: one forward pass at a time per partition.')
+             'True: a partition may run the forward passes of two neighbouring micro-batches at '
+             'once, so a device whose neighbour is idle (filling the pipeline) can use a second '
+             'core or stream. False: one forward pass at a time per partition.')
     p.Define('two_d_weight_gradients', True,
              'Inside the partitions, compute weight gradients of x [..., n] @ w [n, m] matmuls '
-             '(projections '
-             'of rank-3 activations) as one 2-D matmul instead of TF\'s per-leading-index products; '
-             'same values, far less time when micro-batches are small. See matmul_gradient.')
+             '(projections of rank-3 activations) as one 2-D matmul instead of TF\'s '
+             'per-leading-index products; same values, far less time when micro-batches are '
+             'small. See matmul_gradient.')
     p.Define('devices', None,
              'Optional list of K device strings overriding cluster.WorkerDeviceInModelSplit(k).')
     return p
@@ -127,9 +129,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
           "weight-gradient tasks re-run each layer from the inputs its input-gradient task kept. "
           "Use recompute='always', or schedule='1f1b' to keep activations" % (where, p.recompute))
     if not isinstance(p.batch_dim, int) or p.batch_dim < 0:
-      raise ValueError('%s: batch_dim must be a non-negative integer, got %r' % (where, p.batch_dim))
+      raise ValueError('%s: batch_dim must be a non-negative integer, got %r' %
+                       (where, p.batch_dim))
     if p.micro_batch_size is None:
       micro_batching.NumMicroBatches(None, p.num_micro_batches, None, where)
+    # Step (0): cut the layers into partitions and create partition k's layers on device k.
     partitions = self._Partitions(where)
     self._devices = placement.VariableDevices(self.cluster, len(partitions), p.devices, where)
     self._partition_layers = []
@@ -153,7 +157,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
       self._partition_layers[-1].append(self._loss_name)
 
   def _Partitions(self, where):
-    """The K lists of layer Params, from `partitions` or by splitting `layers` (see partitioning)."""
+    """The K lists of layer Params, from `partitions` or by splitting `layers` (partitioning)."""
     p = self.params
     if (p.partitions is None) == (p.layers is None):
       raise ValueError('%s: set exactly one of `partitions` (explicit partitions) and `layers` '
@@ -212,15 +216,15 @@ class TensorPipeLayer(base_layer.BaseLayer):
     return self._plan
 
   def PartitionReport(self):
-    """Per partition: layers, cost, share, parameters, estimated memory; imbalance and efficiency."""
+    """Per partition: layers, cost, share, parameters, estimated memory; imbalance, efficiency."""
     return partition_report.Build(self._plan, 'TensorPipeLayer %r' % self.params.name)
 
   @property
   def devices(self):
-    """The device string of each partition in the model split the layer was built in (where its
-    variables
-    live). FProp runs the partitions on the devices of the model split it is called in (see
-    `FProp`)."""
+    """The device of each partition in the model split the layer was built in (its variables').
+
+    FProp runs the partitions on the devices of the model split it is called in (see `FProp`).
+    """
     return list(self._devices)
 
   @property
@@ -246,10 +250,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
     return [(name, Run(name)) for name in self._partition_layers[k]]
 
   def _PartitionFunctions(self, k, device, theta, inputs, example_count, recomputes):
-    """Partition k's graph functions on `device` for inputs like `inputs`, traced once per graph,
-    device,
-    input signature, mode (layers compute differently in evaluation) and whether backward passes
-    re-compute."""
+    """Partition k's graph functions on `device` for inputs like `inputs`.
+
+    Traced once per graph, device, input signature, mode (layers compute differently in evaluation)
+    and whether backward passes re-compute, so the graph does not grow with M.
+    """
     p = self.params
     graph = tf.get_default_graph()
     leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
@@ -282,7 +287,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
                                           lag)
 
   def FProp(self, theta, *args):
-    """Runs the pipeline on `args` (tensors, tuples or NestedMaps); returns the last partition's output.
+    """Runs the pipeline on `args` (tensors, tuples or NestedMaps): the last partition's outputs.
 
     Partition k runs on device k of the current model split (`cluster.WorkerDeviceInModelSplit(k)`,
     or `devices[k]`): with data parallelism, Lingvo calls FProp once per split, each on its own
@@ -291,8 +296,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
     if self._loss_name is not None and len(args) != 2:
-      raise ValueError('%s: with a loss_layer, FProp takes (inputs, loss_inputs); got %d arguments' %
-                       (where, len(args)))
+      raise ValueError('%s: with a loss_layer, FProp takes (inputs, loss_inputs); got %d '
+                       'arguments' % (where, len(args)))
     batch = micro_batching.BatchSize(args, p.batch_dim, where)
     num_micro = self.NumMicroBatches(batch)
     collector = batch_norm.StatsCollector(num_micro, where)
@@ -302,9 +307,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
         if batch is None and num_micro > 1:
           args = self._AssertDivisible(args, num_micro)
         offsets = self._ExampleOffsets(args, batch, num_micro)
-      partition_theta = [
-          py_utils.NestedMap({name: theta[name] for name in names}) for names in self._partition_layers
-      ]
+      partition_theta = [py_utils.NestedMap({name: theta[name] for name in names})
+                         for names in self._partition_layers]
 
       def Recompute(t):
         return p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1)
@@ -315,9 +319,12 @@ class TensorPipeLayer(base_layer.BaseLayer):
       def MakePartition(k, theta, inputs):
         return self._PartitionFunctions(k, devices[k], theta, inputs, example_count, recomputes)
 
+      # Steps (1)-(6) (see `executor`).
       step = executor.PipelineStep(self.Schedule(batch), MakePartition, devices, p.batch_dim,
                                    Recompute, where)
       out = step.Run(partition_theta, args, offsets, collector, training=not self.do_eval)
+      # Step (7): one moving-average update per batch-norm variable, from the M micro-batches'
+      # statistics; Lingvo's training step applies it with the gradients.
       with tf.device(devices[-1]):
         out = collector.Finish(out)
     return out
@@ -338,7 +345,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
     batch = tf.shape(first)[p.batch_dim]
     check = tf.debugging.assert_equal(
         batch % num_micro, 0,
-        message='TensorPipeLayer %r: batch is not divisible by %d micro-batches' % (p.name, num_micro))
+        message='TensorPipeLayer %r: batch is not divisible by %d micro-batches' %
+        (p.name, num_micro))
     with tf.control_dependencies([check]):
       return tf.nest.map_structure(lambda x: None if x is None else tf.identity(x), args)
 

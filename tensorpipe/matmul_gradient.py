@@ -1,13 +1,17 @@
 """Weight gradients of broadcast matmuls, x [..., n] @ w [n, m], as one 2-D matmul.
 
-Layers that project the last dimension of rank-3 activations with `tf.matmul` (Lingvo's projections
-and feed-forward layers on CPU/GPU, e.g. on [T, B, D]) create a broadcasting BatchMatMulV2. TF's
-gradient for w multiplies per leading index, giving a [..., n, m] tensor, and then sums it. That costs
-time and memory in proportion to the leading dimensions other than the batch (e.g. T x n x m floats)
-whatever the batch size, so M micro-batches pay it M times. Here, inside `Scope()`, such a matmul's
-gradients are dw = reshape(x, [-1, n])^T reshape(dy, [-1, m]) and dx = dy w^T: the same values up to
-float rounding, at the cost of one matmul each. Other BatchMatMul ops keep TF's gradient.
+Layers that project the last dimension of rank-3 activations with `tf.matmul` (Lingvo's
+projections and feed-forward layers on CPU/GPU, e.g. on [T, B, D]) create a broadcasting
+BatchMatMulV2. TF's gradient for w multiplies per leading index, giving a [..., n, m] tensor, and
+then sums it. That costs time and memory in proportion to the leading dimensions other than the
+batch (e.g. T x n x m floats) whatever the batch size, so M micro-batches pay it M times. Here,
+inside `Scope()`, such a matmul's gradients are dw = reshape(x, [-1, n])^T reshape(dy, [-1, m]) and
+dx = dy w^T: the same values up to float rounding, at the cost of one matmul each. Other
+BatchMatMul ops keep TF's gradient. TensorPipeLayer traces its partitions under `Scope()` when
+`two_d_weight_gradients` is on.
 """
+
+from typing import ContextManager
 
 from lingvo import compat as tf
 from tensorflow.python.framework import ops
@@ -35,6 +39,6 @@ def _Gradient(op, grad):
   return dx, dw
 
 
-def Scope():
+def Scope() -> ContextManager[None]:
   """Context in which new BatchMatMulV2/V3 ops get the gradient of this module."""
   return tf.get_default_graph().gradient_override_map({t: _GRADIENT_NAME for t in _OP_TYPES})

@@ -1,21 +1,25 @@
-"""Micro-batching: split a mini-batch of N examples into M micro-batches and join the outputs again.
+"""Micro-batching: split a mini-batch of N examples into M micro-batches and join the outputs.
 
-Inputs may be a tensor, a tuple/list, or a NestedMap whose fields may be None. Every tensor whose rank is
-larger than `batch_dim` is batched: all of them must agree on the batch size N, and each is split into M
-equal slices along `batch_dim`. Tensors of lower rank (e.g. a scalar) and None are given unchanged to every
-micro-batch.
+Inputs may be a tensor, a tuple/list, or a NestedMap whose fields may be None. Every tensor whose
+rank is larger than `batch_dim` is batched: all of them must agree on the batch size N, and each is
+split into M equal slices along `batch_dim`. Tensors of lower rank (e.g. a scalar) and None are
+given unchanged to every micro-batch. The executor splits in step (1), joins in step (4) and cuts
+the output gradient in step (5) (docs/design.md, "One training step").
 """
+
+from typing import Any, List, Optional, Sequence, Union
 
 from lingvo import compat as tf
 
 from tensorpipe import accumulation
 
 
-def NumMicroBatches(batch_size, num_micro_batches=None, micro_batch_size=None, where='TensorPipeLayer'):
+def NumMicroBatches(batch_size: Optional[int], num_micro_batches: Optional[int] = None,
+                    micro_batch_size: Optional[int] = None, where: str = 'TensorPipeLayer') -> int:
   """Returns M for a mini-batch of `batch_size` examples, checking every value it is given.
 
-  Exactly one of `num_micro_batches` and `micro_batch_size` decides M; `batch_size` may be None when it
-  is only known when the graph runs (then M must come from `num_micro_batches`).
+  Exactly one of `num_micro_batches` and `micro_batch_size` decides M; `batch_size` may be None when
+  it is only known when the graph runs (then M must come from `num_micro_batches`).
   """
   if micro_batch_size is not None:
     if not isinstance(micro_batch_size, int) or micro_batch_size < 1:
@@ -37,7 +41,8 @@ def NumMicroBatches(batch_size, num_micro_batches=None, micro_batch_size=None, w
   if num_micro_batches is None:
     raise ValueError('%s: set num_micro_batches or micro_batch_size' % where)
   if not isinstance(num_micro_batches, int) or num_micro_batches < 1:
-    raise ValueError('%s: num_micro_batches must be an integer >= 1, got %r' % (where, num_micro_batches))
+    raise ValueError('%s: num_micro_batches must be an integer >= 1, got %r' %
+                     (where, num_micro_batches))
   if batch_size is not None:
     if num_micro_batches > batch_size:
       raise ValueError('%s: num_micro_batches %d is larger than the batch %d' %
@@ -48,11 +53,12 @@ def NumMicroBatches(batch_size, num_micro_batches=None, micro_batch_size=None, w
   return num_micro_batches
 
 
-def IsBatched(x, batch_dim):
+def IsBatched(x: Any, batch_dim: int) -> bool:
+  """Whether `x` is a tensor of known rank with a `batch_dim` axis (so it is split and joined)."""
   return isinstance(x, tf.Tensor) and x.shape.rank is not None and x.shape.rank > batch_dim
 
 
-def LeafNames(structure, prefix='args'):
+def LeafNames(structure: Any, prefix: str = 'args') -> List[str]:
   """Readable paths of the leaves of `structure` (e.g. 'args[0].vec'), in tf.nest.flatten order."""
   if isinstance(structure, dict):
     return [n for k in sorted(structure) for n in LeafNames(structure[k], '%s.%s' % (prefix, k))]
@@ -61,18 +67,19 @@ def LeafNames(structure, prefix='args'):
   return [prefix]
 
 
-def BatchSize(structure, batch_dim, where='TensorPipeLayer'):
+def BatchSize(structure: Any, batch_dim: int, where: str = 'TensorPipeLayer') -> Optional[int]:
   """The batch size N shared by all batched tensors of `structure` (None if only known at run time).
 
-  Raises ValueError naming the disagreeing inputs when batch sizes differ, and when nothing is batched.
+  Raises ValueError naming the disagreeing inputs when batch sizes differ, and when nothing is
+  batched; TypeError for a leaf that is not a tensor.
   """
   leaves = tf.nest.flatten(structure)
   names = LeafNames(structure)
   sizes = []
   for name, x in zip(names, leaves):
     if x is not None and not isinstance(x, tf.Tensor):
-      raise TypeError('%s: input %s is of type %s; inputs must be tensors, tuples or NestedMaps of tensors '
-                      '(None allowed)' % (where, name, type(x).__name__))
+      raise TypeError('%s: input %s is of type %s; inputs must be tensors, tuples or NestedMaps '
+                      'of tensors (None allowed)' % (where, name, type(x).__name__))
     if IsBatched(x, batch_dim):
       sizes.append((name, tf.compat.dimension_value(x.shape[batch_dim])))
   if not sizes:
@@ -85,7 +92,7 @@ def BatchSize(structure, batch_dim, where='TensorPipeLayer'):
   return known.pop() if known else None
 
 
-def Split(structure, num_micro_batches, batch_dim):
+def Split(structure: Any, num_micro_batches: int, batch_dim: int) -> List[Any]:
   """Returns a list of M structures like `structure`, each holding one micro-batch."""
   leaves = tf.nest.flatten(structure)
   per_leaf = []
@@ -98,7 +105,7 @@ def Split(structure, num_micro_batches, batch_dim):
           for t in range(num_micro_batches)]
 
 
-def Concat(structures, batch_dim, where='TensorPipeLayer'):
+def Concat(structures: Sequence[Any], batch_dim: int, where: str = 'TensorPipeLayer') -> Any:
   """Joins M per-micro-batch output structures into one, concatenating along `batch_dim`.
 
   Raises ValueError for an output that cannot be joined (a tensor without a batch dimension), since
@@ -122,7 +129,8 @@ def Concat(structures, batch_dim, where='TensorPipeLayer'):
   return tf.nest.pack_sequence_as(first, joined)
 
 
-def SplitGradient(grad, parts, batch_dim):
+def SplitGradient(grad: Union[tf.Tensor, tf.IndexedSlices], parts: Sequence[tf.Tensor],
+                  batch_dim: int) -> List[tf.Tensor]:
   """The gradient of a joined output cut back into its micro-batches' pieces, each a copy.
 
   Slices along the first dimension would alias `grad`, so the whole mini-batch's gradient would stay

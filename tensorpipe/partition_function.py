@@ -28,11 +28,16 @@ those while the partition is traced, and other stateful ops that would differ be
 and its re-computation are refused when the forward function is traced (see `stateful_ops`). The
 functions are never inlined nor specialised per call (see _FUNCTION_ATTRS), so the graph TensorFlow
 optimises and runs does not grow with M either.
+
+The executor calls `Forward` in step (3) and the backward methods in step (5) of docs/design.md,
+"One training step"; "Inside a partition's functions" there gives the reason for each order and
+attribute below.
 """
 
 import contextlib
 import copy
 import dataclasses
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf2
 from lingvo import compat as tf
@@ -43,9 +48,16 @@ from lingvo.core import py_utils
 
 from tensorpipe import accumulation
 from tensorpipe import batch_norm
+from tensorpipe import leaves
 from tensorpipe import matmul_gradient
 from tensorpipe import randomness
 from tensorpipe import stateful_ops
+
+
+# A partition's layers: (layer name, function (theta NestedMap, inputs structure) -> outputs).
+LayerFunctions = Sequence[Tuple[str, Callable[[py_utils.NestedMap, Any], Any]]]
+# One entry per leaf (or per weight), None where it has none.
+_PerLeaf = List[Optional[tf.Tensor]]
 
 
 def _IsDifferentiable(t):
@@ -58,8 +70,9 @@ def _Spec(t):
 
 # Attributes of every partition function: TensorFlow would otherwise inline each call into the
 # session's graph, and grappler would make a specialised copy of the function for each call (each
-# gets its own constant example offset): either way the graph TensorFlow optimises and runs grows
-# with M again.
+# gets its own constant example offset): either way the graph TensorFlow optimises and runs would
+# grow with M. Not inlining also keeps grappler from merging re-computed ops with the forward
+# pass's, which would keep the forward activations alive.
 _FUNCTION_ATTRS = {'_noinline': attr_value_pb2.AttrValue(b=True),
                    '_nospecialize': attr_value_pb2.AttrValue(b=True)}
 
@@ -76,7 +89,8 @@ class GraphFunction:
   atomic: object  # The function `Call` calls: the trace with _FUNCTION_ATTRS.
 
   @classmethod
-  def Trace(cls, name, body, specs, device):
+  def Trace(cls, name: str, body: Callable[..., Sequence[tf.Tensor]],
+            specs: Sequence[tf.TensorSpec], device: str) -> 'GraphFunction':
 
     def Body(*args):
       py_utils.ResetStepSeed()
@@ -93,12 +107,13 @@ class GraphFunction:
     return cls(concrete, atomic)
 
   @property
-  def outputs(self):
+  def outputs(self) -> List[tf.Tensor]:
     """The output tensors inside the traced function (their shapes and dtypes)."""
     return self.concrete.outputs
 
   @property
-  def captured_inputs(self):
+  def captured_inputs(self) -> List[tf.Tensor]:
+    """The outer-graph tensors the body captured; every call passes them after `args`."""
     return self.concrete.captured_inputs
 
 
@@ -111,7 +126,7 @@ def _Ops(tensors):
   return ops
 
 
-def Call(function, args, name='call'):
+def Call(function: GraphFunction, args: Sequence[Any], name: str = 'call') -> List[tf.Tensor]:
   """One call op of `function` (a GraphFunction) on `args`; returns its output tensors.
 
   The op TensorFlow's ConcreteFunction call adds, calling the function with _FUNCTION_ATTRS, with
@@ -133,21 +148,20 @@ def Call(function, args, name='call'):
       'executor_type': attr_value_pb2.AttrValue(s=tf.compat.as_bytes(call['executor_type'])),
       '_disable_call_shape_inference': attr_value_pb2.AttrValue(b=True),
   }
-  op = graph.create_op('StatefulPartitionedCall' if call['is_stateful'] else 'PartitionedCall', args,
-                       call['tout'], name=name, attrs=attrs)
+  op = graph.create_op('StatefulPartitionedCall' if call['is_stateful'] else 'PartitionedCall',
+                       args, call['tout'], name=name, attrs=attrs)
   for out, traced in zip(op.outputs, function.outputs):
     out.set_shape(traced.shape)
   return list(op.outputs)
 
 
 def _PartitionCluster(check_numerics):
-  """The current cluster as partitions run in it: without Lingvo's runtime asserts and summaries, and
-  without its CheckNumerics unless `check_numerics` (a re-computation repeats values already
-  checked).
+  """The current cluster as partitions run in it: no Lingvo runtime asserts or summaries, and no
+  CheckNumerics unless `check_numerics` (a re-computation repeats values already checked).
 
   An Assert op would make the partition's function stateful, and TensorFlow instantiates a stateful
   function once per call op, so the time to start the first step and every step's overhead would
-  grow with M again. Lingvo's asserts check shapes the traced function already fixes. Summaries made
+  grow with M. Lingvo's asserts check shapes the traced function already fixes. Summaries made
   in a function body never reach the session's summary writer (and some read variables, which makes
   the function stateful too).
   """
@@ -157,12 +171,6 @@ def _PartitionCluster(check_numerics):
   if not check_numerics:
     cluster.params.enable_check_numerics = False
   return cluster
-
-
-def _Expand(values, mask):
-  """`values` (one per True in `mask`) spread over `mask`, None where it is False."""
-  it = iter(values)
-  return [next(it) if has else None for has in mask]
 
 
 def _AddWeightGradients(total, grads, theta_leaves):
@@ -228,8 +236,8 @@ class _Kept:
   """What an input-gradient pass keeps for its weight-gradient pass (see `InputBackward`).
 
   layers: the layers that read weights, in order.
-  inputs: layer -> (its inputs structure, the positions of its non-None leaves), for the layers
-    after the first (the first one's inputs are the partition's).
+  inputs: layer -> (its inputs structure, which of its leaves (flattened) are not None), for the
+    layers after the first (the first one's inputs are the partition's).
   grads: layer -> positions of its output leaves (flattened) that have gradients.
   specs: the kept tensors: per layer in `layers`, its input leaves (not for the first layer), then
     its output gradients (not for the last layer, whose are the partition's output gradients).
@@ -260,9 +268,10 @@ class PartitionFunctions:
     recomputes: whether backward passes re-compute the partition (see stateful_ops.Check).
   """
 
-  def __init__(self, layers, theta, inputs, device, name, two_d_weight_gradients=True,
-               where='TensorPipeLayer', site_prefix='', example_axis=0, example_count=None,
-               recomputes=True):
+  def __init__(self, layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any, device: str,
+               name: str, two_d_weight_gradients: bool = True, where: str = 'TensorPipeLayer',
+               site_prefix: str = '', example_axis: int = 0, example_count: Optional[int] = None,
+               recomputes: bool = True):
     self._layers = list(layers)
     self._site_prefix = site_prefix
     self._example_axis = example_axis
@@ -288,24 +297,22 @@ class PartitionFunctions:
     self._grad_mask = None  # Which weights get a gradient: known once a backward pass is traced.
     self._zeros = None
     self._backward = {}  # dy mask -> (function, dx mask)
-    self._split = {}  # dy mask -> (input-gradient function, dx mask, _Kept, weight-gradient function)
+    # dy mask -> (input-gradient function, dx mask, _Kept, weight-gradient function)
+    self._split = {}
     self._accumulate = None
 
   @property
-  def num_inputs(self):
+  def num_inputs(self) -> int:
     """Non-None input leaves (the x of the functions)."""
     return len(self._x_specs)
 
   @property
-  def num_weights(self):
+  def num_weights(self) -> int:
+    """Leaves of theta (the weights the functions take)."""
     return len(self._theta_specs)
 
   def _Pack(self, theta_leaves, x_leaves):
-    leaves = [None] * len(tf.nest.flatten(self._in_template))
-    for i, x in zip(self._in_index, x_leaves):
-      leaves[i] = x
-    return (self._theta.Pack(list(theta_leaves)),
-            tf.nest.pack_sequence_as(self._in_template, leaves))
+    return self._theta.Pack(list(theta_leaves)), leaves.Fill(self._in_template, x_leaves)
 
   @contextlib.contextmanager
   def _Tracing(self, step, offset, collector, check_numerics):
@@ -323,7 +330,7 @@ class PartitionFunctions:
       return layer(theta, inputs)
 
   def _Run(self, step, offset, theta_leaves, x_leaves, collector, boundaries=None):
-    """Runs the partition inside a function body; returns its outputs structure and each layer's ops.
+    """Runs the partition inside a function body; returns its outputs and each layer's ops.
 
     `boundaries`, if given, gets every layer's inputs and then the outputs: a re-computation, which
     skips Lingvo's CheckNumerics.
@@ -370,7 +377,7 @@ class PartitionFunctions:
       step, offset, args = self._Split(args)
       recorder = batch_norm.StatsCollector(1, self._where)
       out, self._layer_ops = self._Run(step, offset, args[:num_theta], args[num_theta:], recorder)
-      ys = [y for y in tf.nest.flatten(out) if y is not None]
+      ys = leaves.Present(out)
       for y in ys:
         if not isinstance(y, tf.Tensor):
           raise TypeError('%s: partition outputs must be tensors (None allowed), got %s' %
@@ -398,7 +405,10 @@ class PartitionFunctions:
           'their gradients would be lost. Use the theta passed to FProp.' %
           (self._where, self._name, direct))
 
-  def Forward(self, step, offset, theta_leaves, x_leaves, differentiable=False):
+  def Forward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
+              theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
+              differentiable: bool = False
+              ) -> Tuple[Any, List[batch_norm.Update], List[tf.Tensor]]:
     """One call of the forward function on the partition's device.
 
     Args:
@@ -419,9 +429,7 @@ class PartitionFunctions:
       results = (self._forward.concrete(*args) if differentiable else
                  Call(self._forward, args, 'forward'))
     ys, stats = results[:self._num_y], results[self._num_y:]
-    it = iter(ys)
-    leaves = [None if y is None else next(it) for y in tf.nest.flatten(self._out_template)]
-    out = tf.nest.pack_sequence_as(self._out_template, leaves)
+    out = leaves.Fill(self._out_template, ys)
     records = []
     it = iter(stats)
     for variable, decay, has_count in self._stats_slots:
@@ -429,7 +437,7 @@ class PartitionFunctions:
       records.append(batch_norm.Update(variable, value, decay, next(it) if has_count else None))
     return out, records, ys
 
-  def Zeros(self):
+  def Zeros(self) -> _PerLeaf:
     """One call of the function that makes a zero running sum per weight (None where none)."""
     if self._zeros is None:
       specs = [s for s, has in zip(self._theta_specs, self._theta_mask) if has]
@@ -440,7 +448,7 @@ class PartitionFunctions:
       self._zeros = GraphFunction.Trace(self._name + '_zeros', MakeZeros, [], self._device)
     with tf.device(self._device):
       results = Call(self._zeros, [], 'zeros')
-    return _Expand(results, self._theta_mask)
+    return leaves.Spread(results, self._theta_mask)
 
   def _BuildBackward(self, dy_mask):
     num_theta, num_x = self.num_weights, self.num_inputs
@@ -453,7 +461,7 @@ class PartitionFunctions:
       theta_leaves = args[:num_theta]
       x_leaves = args[num_theta:num_theta + num_x]
       dys = args[num_theta + num_x:num_theta + num_x + num_dy]
-      sums = _Expand(args[num_theta + num_x + num_dy:], theta_mask)
+      sums = leaves.Spread(args[num_theta + num_x + num_dy:], theta_mask)
       boundaries = []
       with tf.name_scope('recompute'):
         self._Run(step, offset, theta_leaves, x_leaves, batch_norm.Discarding(), boundaries)
@@ -463,7 +471,7 @@ class PartitionFunctions:
       dx_mask.extend(g is not None for g in dx)
       self._NoteGradients([a is not b for a, b in zip(new_sums, sums)])
       sums = new_sums
-      return [g for g in dx if g is not None] + [g for g in sums if g is not None]
+      return leaves.Present(dx) + leaves.Present(sums)
 
     specs = self._Leading() + self._theta_specs + self._x_specs + self._DySpecs(dy_mask) + [
         s for s, has in zip(self._theta_specs, theta_mask) if has]
@@ -471,9 +479,8 @@ class PartitionFunctions:
     self._backward[dy_mask] = (function, tuple(dx_mask))
 
   def _OutGrads(self, dys, dy_mask):
-    """The gradient of each leaf of the partition's outputs (flattened), from `dys` and `dy_mask`."""
-    per_y = iter(_Expand(dys, dy_mask))
-    return [None if y is None else next(per_y) for y in tf.nest.flatten(self._out_template)]
+    """The gradient of each leaf of the partition's outputs (flattened), from `dys`, `dy_mask`."""
+    return leaves.Fill(self._out_template, leaves.Spread(dys, dy_mask), flat=True)
 
   def _BuildSplitBackward(self, dy_mask):
     """Traces the input-gradient function and then the weight-gradient function for `dy_mask`."""
@@ -501,15 +508,14 @@ class PartitionFunctions:
           continue  # No weights, nothing for a weight-gradient pass to do.
         layers.append(j)
         if j:
-          leaves = tf.nest.flatten(boundaries[j])
           template = tf.nest.map_structure(lambda _: None, boundaries[j])
-          inputs[j] = (template, tuple(i for i, x in enumerate(leaves) if x is not None))
-          tensors.extend(leaves[i] for i in inputs[j][1])
+          inputs[j] = (template, tuple(x is not None for x in tf.nest.flatten(boundaries[j])))
+          tensors.extend(leaves.Present(boundaries[j]))
         grad_index[j] = tuple(i for i, g in enumerate(grads[j + 1]) if g is not None)
         if j < last:
           tensors.extend(grads[j + 1][i] for i in grad_index[j])
       kept.append(_Kept(tuple(layers), inputs, grad_index, tuple(_Spec(t) for t in tensors)))
-      return [g for g in dx if g is not None] + tensors
+      return leaves.Present(dx) + tensors
 
     specs = self._Leading() + self._theta_specs + self._x_specs + self._DySpecs(dy_mask)
     input_fn = GraphFunction.Trace(self._name + '_input_backward', InputBackward, specs,
@@ -523,7 +529,7 @@ class PartitionFunctions:
       x_leaves = args[num_theta:num_theta + num_x]
       out_grads = self._OutGrads(args[num_theta + num_x:num_theta + num_x + num_dy], dy_mask)
       rest = args[num_theta + num_x + num_dy:]
-      tensors, sums = rest[:len(layout.specs)], _Expand(rest[len(layout.specs):], theta_mask)
+      tensors, sums = rest[:len(layout.specs)], leaves.Spread(rest[len(layout.specs):], theta_mask)
       theta, x = self._Pack(theta_leaves, x_leaves)
       total = list(sums)
       done = []
@@ -531,11 +537,8 @@ class PartitionFunctions:
       saved = {}
       for j in layout.layers:  # The order InputBackward kept them in.
         if j:
-          template, index = layout.inputs[j]
-          leaves = [None] * len(tf.nest.flatten(template))
-          for i in index:
-            leaves[i] = next(it)
-          saved[j] = [leaves]
+          mask = layout.inputs[j][1]
+          saved[j] = [leaves.Spread([next(it) for _ in range(sum(mask))], mask)]
         else:
           saved[j] = [tf.nest.flatten(x)]
         if j < len(self._layers) - 1:
@@ -547,12 +550,12 @@ class PartitionFunctions:
         pass  # Every re-run below in this one scope, as in a backward function (for profiling).
       with self._Tracing(step, offset, batch_norm.Discarding(), check_numerics=False):
         for j in reversed(layout.layers):  # Last layer first, one layer's activations at a time.
-          leaves, grads = saved[j]
+          xs, grads = saved[j]
           with tf.control_dependencies(done):
-            leaves = [None if x is None else tf.identity(x) for x in leaves]
+            xs = [None if x is None else tf.identity(x) for x in xs]
           template = layout.inputs[j][0] if j else x
           with tf.name_scope(scope):
-            out = self._RunLayer(j, theta, tf.nest.pack_sequence_as(template, leaves))
+            out = self._RunLayer(j, theta, tf.nest.pack_sequence_as(template, xs))
           outs = tf.nest.flatten(out)
           pairs = [(outs[i], g) for i, g in zip(layout.grads[j], grads)
                    if _IsDifferentiable(outs[i])]
@@ -561,7 +564,7 @@ class PartitionFunctions:
           results = tf.gradients([y for y, _ in pairs], targets, grad_ys=[g for _, g in pairs])
           done = _AddWeightGradients(total, results, theta_leaves) or done
       self._NoteGradients([a is not b for a, b in zip(total, sums)])
-      return [g for g in total if g is not None]
+      return leaves.Present(total)
 
     specs = (self._Leading() + self._theta_specs + self._x_specs + self._DySpecs(dy_mask) +
              list(layout.specs) + [s for s, has in zip(self._theta_specs, theta_mask) if has])
@@ -580,11 +583,14 @@ class PartitionFunctions:
                            (self._where, self._name))
     self._grad_mask = got
 
-  def WeightGradients(self, sums):
+  def WeightGradients(self, sums: Sequence[Optional[tf.Tensor]]) -> _PerLeaf:
     """The final running sums as the weights' gradients: None for weights that got none."""
     return [s if has else None for s, has in zip(sums, self._grad_mask or [False] * len(sums))]
 
-  def Backward(self, step, offset, theta_leaves, x_leaves, dys, sums):
+  def Backward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
+               theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
+               dys: Sequence[Optional[tf.Tensor]], sums: Optional[Sequence[Optional[tf.Tensor]]]
+               ) -> Tuple[_PerLeaf, _PerLeaf, List[tf.Operation]]:
     """One call of the re-computing backward function on the partition's device.
 
     Args:
@@ -605,15 +611,18 @@ class PartitionFunctions:
     if sums is None:
       sums = self.Zeros()
     args = (self._LeadingArgs(step, offset) + list(theta_leaves) + list(x_leaves) +
-            [d for d in dys if d is not None] + [s for s in sums if s is not None])
+            leaves.Present(dys) + leaves.Present(sums))
     with tf.device(self._device):
       results = Call(function, args, 'backward')
     it = iter(results)
     dx = [next(it) if has else None for has in dx_mask]
-    sums = _Expand(list(it), self._theta_mask)
+    sums = leaves.Spread(list(it), self._theta_mask)
     return dx, sums, _Ops(results)
 
-  def InputBackward(self, step, offset, theta_leaves, x_leaves, dys):
+  def InputBackward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
+                    theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
+                    dys: Sequence[Optional[tf.Tensor]]
+                    ) -> Tuple[_PerLeaf, List[tf.Tensor], List[tf.Operation]]:
     """One call of the input-gradient half of a re-computing backward pass (a B action of a
     schedule that splits backward passes).
 
@@ -632,14 +641,18 @@ class PartitionFunctions:
       self._BuildSplitBackward(dy_mask)
     function, dx_mask, _, _ = self._split[dy_mask]
     args = (self._LeadingArgs(step, offset) + list(theta_leaves) + list(x_leaves) +
-            [d for d in dys if d is not None])
+            leaves.Present(dys))
     with tf.device(self._device):
       results = Call(function, args, 'backward')
     num_dx = sum(dx_mask)
-    dx = _Expand(results[:num_dx], dx_mask)
+    dx = leaves.Spread(results[:num_dx], dx_mask)
     return dx, results[num_dx:], _Ops(results)
 
-  def WeightBackward(self, step, offset, theta_leaves, x_leaves, dys, kept, sums):
+  def WeightBackward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
+                     theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
+                     dys: Sequence[Optional[tf.Tensor]], kept: Sequence[tf.Tensor],
+                     sums: Optional[Sequence[Optional[tf.Tensor]]]
+                     ) -> Tuple[_PerLeaf, List[tf.Operation]]:
     """One call of the weight-gradient half (a W action): re-runs each layer that has weights from
     its kept inputs and adds its weight gradients to the running sums.
 
@@ -657,12 +670,16 @@ class PartitionFunctions:
     if sums is None:
       sums = self.Zeros()
     args = (self._LeadingArgs(step, offset) + list(theta_leaves) + list(x_leaves) +
-            [d for d in dys if d is not None] + list(kept) + [s for s in sums if s is not None])
+            leaves.Present(dys) + list(kept) + leaves.Present(sums))
     with tf.device(self._device):
       results = Call(function, args, 'weight')
-    return _Expand(results, self._theta_mask), _Ops(results)
+    return leaves.Spread(results, self._theta_mask), _Ops(results)
 
-  def NeverRecomputeBackward(self, forward_ys, theta_leaves, x_leaves, dys, sums):
+  def NeverRecomputeBackward(self, forward_ys: Sequence[tf.Tensor],
+                             theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
+                             dys: Sequence[Optional[tf.Tensor]],
+                             sums: Optional[Sequence[Optional[tf.Tensor]]]
+                             ) -> Tuple[_PerLeaf, _PerLeaf, List[tf.Operation]]:
     """The backward pass of a forward call without re-computation (TensorFlow's function gradient).
 
     TensorFlow rewrites that forward call (made with `differentiable=True`) to also output the
@@ -684,7 +701,8 @@ class PartitionFunctions:
       grads = iter(tf.gradients([y for y, _ in pairs], targets, grad_ys=[d for _, d in pairs]))
       dx = [accumulation.Dense(next(grads)) if _IsDifferentiable(x) else None for x in x_leaves]
       own = [accumulation.Dense(g) for g in grads]
-      self._NoteGradients([bool(g) for g in _Expand([g is not None for g in own], self._theta_mask)])
+      self._NoteGradients(
+          [bool(g) for g in leaves.Spread([g is not None for g in own], self._theta_mask)])
       own = [tf.zeros_like(t) if g is None else g for t, g in zip(weights, own)]
       if self._accumulate is None:
         n = len(own)
@@ -694,5 +712,5 @@ class PartitionFunctions:
 
         self._accumulate = GraphFunction.Trace(self._name + '_accumulate', Accumulate,
                                          [_Spec(g) for g in own] * 2, self._device)
-      results = Call(self._accumulate, [s for s in sums if s is not None] + own, 'accumulate')
-    return dx, _Expand(results, self._theta_mask), _Ops(results) + _Ops(dx)
+      results = Call(self._accumulate, leaves.Present(sums) + own, 'accumulate')
+    return dx, leaves.Spread(results, self._theta_mask), _Ops(results) + _Ops(dx)

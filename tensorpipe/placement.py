@@ -1,12 +1,15 @@
-"""Placement: which device runs each partition, checked against the devices the cluster (and session) has.
+"""Placement: which device runs each partition, checked against the cluster's and session's devices.
 
 By default partition k runs on `cluster.WorkerDeviceInModelSplit(k)`, so the same params run on
 logical CPU devices, GPUs or TPU cores. Lingvo wraps that index around when the split has fewer
 devices than partitions; in jobs that run the training step TensorPipe refuses instead of silently
 stacking partitions on one device. Jobs that only build the model for checkpoints, summaries or
 evaluation (controller, evaler, decoder) often get one device with the stock flags; there partitions
-share the devices round-robin, with a warning.
+share the devices round-robin, with a warning. Variables are placed once, at construction (step (0)
+of docs/design.md); FProp places the partitions' calls on the devices of the model split it runs in.
 """
+
+from typing import Any, List, Optional, Sequence
 
 from lingvo import compat as tf
 
@@ -29,10 +32,11 @@ def _Matches(spec, full):
       for f in ('job', 'replica', 'task', 'device_type', 'device_index'))
 
 
-def CheckDevice(device, cluster_devices, where='TensorPipeLayer'):
+def CheckDevice(device: str, cluster_devices: Sequence[str], where: str = 'TensorPipeLayer') -> str:
   """Checks one explicit device string; returns it unchanged."""
   if not isinstance(device, str) or not device:
-    raise ValueError('%s: device %r is not a device string such as "/device:CPU:1"' % (where, device))
+    raise ValueError('%s: device %r is not a device string such as "/device:CPU:1"' %
+                     (where, device))
   try:
     spec = tf.DeviceSpec.from_string(device)
   except ValueError as e:
@@ -48,7 +52,9 @@ def CheckDevice(device, cluster_devices, where='TensorPipeLayer'):
   return device
 
 
-def PartitionDevices(cluster, num_partitions, devices=None, where='TensorPipeLayer'):
+def PartitionDevices(cluster: Any, num_partitions: int,
+                     devices: Optional[Sequence[str]] = None,
+                     where: str = 'TensorPipeLayer') -> List[str]:
   """Returns the K device strings the partitions run on.
 
   Args:
@@ -75,15 +81,19 @@ def PartitionDevices(cluster, num_partitions, devices=None, where='TensorPipeLay
         (where, num_partitions, num_partitions, cluster.job, split))
     if cluster.job not in _SHARING_JOBS:
       raise ValueError(
-          '%s; set --worker_split_size=%d with that many devices per replica (`tensorpipe.trainer.train '
-          '--cpu_devices=%d` on CPU), use cluster_factory.ForTestingWorker(cpus=%d, split_size=%d) '
-          'in tests, or list `devices` explicitly' % (message, num_partitions, num_partitions, num_partitions, num_partitions))
+          '%s; set --worker_split_size=%d with that many devices per replica '
+          '(`tensorpipe.trainer.train --cpu_devices=%d` on CPU), use '
+          'cluster_factory.ForTestingWorker(cpus=%d, split_size=%d) in tests, or list `devices` '
+          'explicitly' %
+          (message, num_partitions, num_partitions, num_partitions, num_partitions))
     tf.logging.warning('%s; job %r only builds the model, so its partitions share those devices '
                        'round-robin', message, cluster.job)
   return [cluster.WorkerDeviceInModelSplit(k) for k in range(num_partitions)]
 
 
-def VariableDevices(cluster, num_partitions, devices=None, where='TensorPipeLayer'):
+def VariableDevices(cluster: Any, num_partitions: int,
+                    devices: Optional[Sequence[str]] = None,
+                    where: str = 'TensorPipeLayer') -> List[str]:
   """The K devices that hold the partitions' variables: the partition devices of model split 0.
 
   Every job that builds the model must put a variable in the same place, since in a multi-process
@@ -102,9 +112,11 @@ def VariableDevices(cluster, num_partitions, devices=None, where='TensorPipeLaye
   return PartitionDevices(cluster, num_partitions, devices, where)
 
 
-def SessionConfig(num_cpu_devices, intra_op_threads=None, inter_op_threads=None):
-  """A ConfigProto with K logical CPU devices and soft placement off (a missing device is an error)."""
-  config = tf.compat.v1.ConfigProto(device_count={'CPU': num_cpu_devices}, allow_soft_placement=False)
+def SessionConfig(num_cpu_devices: int, intra_op_threads: Optional[int] = None,
+                  inter_op_threads: Optional[int] = None) -> tf.compat.v1.ConfigProto:
+  """A ConfigProto: K logical CPU devices, soft placement off (a missing device is an error)."""
+  config = tf.compat.v1.ConfigProto(device_count={'CPU': num_cpu_devices},
+                                    allow_soft_placement=False)
   if intra_op_threads is not None:
     config.intra_op_parallelism_threads = intra_op_threads
   if inter_op_threads is not None:
@@ -112,10 +124,11 @@ def SessionConfig(num_cpu_devices, intra_op_threads=None, inter_op_threads=None)
   return config
 
 
-def CheckSessionDevices(sess, devices):
+def CheckSessionDevices(sess: tf.Session, devices: Sequence[str]) -> None:
   """Raises ValueError naming each of `devices` that session `sess` does not have."""
   have = [tf.DeviceSpec.from_string(d.name) for d in sess.list_devices()]
-  missing = [d for d in devices if d and not any(_Matches(tf.DeviceSpec.from_string(d), h) for h in have)]
+  missing = [d for d in devices
+             if d and not any(_Matches(tf.DeviceSpec.from_string(d), h) for h in have)]
   if missing:
     raise ValueError('The session has no device %s; it has %s' %
                      (', '.join(missing), ', '.join(d.name for d in sess.list_devices())))

@@ -12,7 +12,8 @@ among the other axes. TensorPipeLayer runs micro-batch t (the forward pass and i
 alike) inside `ExampleOffset(t * micro-batch size)`, so a layer's local example b is example offset
 + b of the mini-batch; outside a pipeline the offset is 0. The mask of an example is therefore the
 same in the forward pass, in its re-computation, and whatever K and M are, so a pipelined model with
-dropout gets exactly the plain model's gradients; a new training step draws new masks.
+dropout gets exactly the plain model's gradients; a new training step draws new masks. See
+docs/design.md, "Why training does not depend on K or M".
 """
 
 import contextlib
@@ -20,9 +21,11 @@ import numbers
 import threading
 import weakref
 import zlib
+from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 from lingvo import compat as tf
+from lingvo.core import base_layer
 from lingvo.core import py_utils
 
 _MASK32 = 0xFFFFFFFF
@@ -36,8 +39,12 @@ def _Stack():
   return _STATE.offsets
 
 
+# A shape: Python ints, or a 1-D integer tensor.
+_Shape = Union[Sequence[int], tf.Tensor]
+
+
 @contextlib.contextmanager
-def ExampleOffset(offset):
+def ExampleOffset(offset: Union[int, tf.Tensor]) -> Iterator[None]:
   """Within this context, example b of a layer's batch is example `offset` + b of the mini-batch.
 
   Offsets of nested contexts add up (a pipeline inside a pipeline's partition).
@@ -63,24 +70,24 @@ def ExampleOffset(offset):
     stack.pop()
 
 
-def CurrentExampleOffset():
+def CurrentExampleOffset() -> Union[int, tf.Tensor]:
   """The offset of the innermost `ExampleOffset` context (summed over nesting), or 0 outside any."""
   stack = _Stack()
   return stack[-1] if stack else 0
 
 
-def LayerKey(layer):
+def LayerKey(layer: base_layer.BaseLayer) -> str:
   """A stable string naming `layer`: its variable scope, the same whatever the pipeline's K is."""
   scope = getattr(layer, '_self_variable_scope', None)
   return scope.name if scope is not None else layer.path
 
 
-def Site(layer, use=''):
+def Site(layer: base_layer.BaseLayer, use: str = '') -> int:
   """A Python int naming one dropout use in `layer` (distinct `use` strings for distinct uses)."""
   return NamedSite('%s|%s' % (LayerKey(layer), use))
 
 
-def NamedSite(name):
+def NamedSite(name: str) -> int:
   """A Python int naming one dropout use by a string that is the same whatever K and M are."""
   return zlib.crc32(name.encode('utf-8'))
 
@@ -149,7 +156,7 @@ def _Static(value):
   return tf.get_static_value(value)
 
 
-def Uniform(shape, site, batch_axis=0):
+def Uniform(shape: _Shape, site: int, batch_axis: Optional[int] = 0) -> tf.Tensor:
   """Float32 values in [0, 1) of `shape`, each a hash of (global step, site, example, position).
 
   Args:
@@ -211,7 +218,9 @@ def _CheckKeepProb(keep_prob, where):
     raise ValueError('%s: keep_prob must be in (0, 1], got %r' % (where, keep_prob))
 
 
-def Dropout(x, keep_prob, site, batch_axis=0, noise_shape=None, where='Dropout'):
+def Dropout(x: tf.Tensor, keep_prob: Union[float, tf.Tensor], site: int,
+            batch_axis: Optional[int] = 0, noise_shape: Optional[_Shape] = None,
+            where: str = 'Dropout') -> tf.Tensor:
   """x * mask / keep_prob, mask = Uniform(...) < keep_prob; x itself when keep_prob is 1.
 
   Args:
@@ -231,16 +240,19 @@ def Dropout(x, keep_prob, site, batch_axis=0, noise_shape=None, where='Dropout')
   return x * mask / tf.cast(keep_prob, x.dtype)
 
 
-def DropPath(x, keep_prob, site, batch_axis=0, where='DropPath'):
-  """Keeps or drops whole examples of x with probability keep_prob (NASNet's drop-path), rescaled."""
+def DropPath(x: tf.Tensor, keep_prob: Union[float, tf.Tensor], site: int, batch_axis: int = 0,
+             where: str = 'DropPath') -> tf.Tensor:
+  """Keeps or drops whole examples of x with probability keep_prob (NASNet's drop-path), scaled."""
   rank = x.shape.rank
   if rank is None or not isinstance(batch_axis, int) or not 0 <= batch_axis < rank:
-    raise ValueError('%s: batch_axis must be an axis of x (rank %s), got %r' % (where, rank, batch_axis))
+    raise ValueError('%s: batch_axis must be an axis of x (rank %s), got %r' %
+                     (where, rank, batch_axis))
   noise_shape = [py_utils.GetShape(x)[batch_axis] if i == batch_axis else 1 for i in range(rank)]
   return Dropout(x, keep_prob, site, batch_axis, noise_shape=noise_shape, where=where)
 
 
-def ScheduledKeepProb(keep_prob, layer_index, num_layers, total_steps):
+def ScheduledKeepProb(keep_prob: float, layer_index: int, num_layers: int,
+                      total_steps: int) -> Union[float, tf.Tensor]:
   """NASNet's ScheduledDropPath keep probability for the layer at `layer_index` of `num_layers`.
 
   The drop probability 1 - keep_prob is scaled by the layer's depth ((layer_index + 1) / num_layers)

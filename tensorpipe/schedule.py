@@ -10,10 +10,13 @@ TensorPipeLayer builds one op per action and turns every edge into a control dep
 `executor`); `simulator` plays the same lists with measured costs; `DryRun` and `Render` play them
 with unit costs, one action per device per tick.
 
-GPipe's fill-drain for K = 2 partitions and M = 3 micro-batches (`FillDrainSchedule(2,
-3).Render()`):
+Why each rule exists (the memory, determinism and deadlock reasons) is in docs/design.md, "The
+ordering rules and why"; `RULES` gives each in one line.
 
-  tick     0    1    2    3    4    5    6    7
+GPipe's fill-drain for K = 2 partitions and M = 3 micro-batches
+(`FillDrainSchedule(2, 3).Render()`):
+
+  tick        | 0    1    2    3    4    5    6    7
   partition 0 | F0,0 F0,1 F0,2 .    .    B0,2 B0,1 B0,0
   partition 1 | .    F1,0 F1,1 F1,2 B1,2 B1,1 B1,0 .
 
@@ -36,7 +39,7 @@ its own output). After a warm-up of K - k forward passes, device k alternates on
 forward pass, so at most K - k micro-batches wait for their backward pass there (the stash is
 O(K) micro-batches instead of M); same bubble, same gradients. For K = 2, M = 3:
 
-  tick     0    1    2    3    4    5    6    7
+  tick        | 0    1    2    3    4    5    6    7
   partition 0 | F0,0 F0,1 .    B0,0 F0,2 B0,1 .    B0,2
   partition 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 B1,2 .
 
@@ -53,7 +56,7 @@ last devices, which 1F1B leaves idle while the backward passes drain towards dev
 time with their W passes. With F, B and W of equal cost the bubble is (K - 1) / (3M + K - 1) for
 M >= K: a third of 1F1B's. For K = 2, M = 3:
 
-  tick     0    1    2    3    4    5    6    7    8    9
+  tick        | 0    1    2    3    4    5    6    7    8    9
   partition 0 | F0,0 F0,1 .    B0,0 F0,2 W0,0 B0,1 W0,1 B0,2 W0,2
   partition 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 W1,0 B1,2 W1,1 W1,2
 
@@ -66,7 +69,7 @@ M >= K: a third of 1F1B's. For K = 2, M = 3:
 """
 
 import dataclasses
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 FORWARD = 'F'
 BACKWARD = 'B'
@@ -108,7 +111,8 @@ class Edge:
   rule: int
 
   @property
-  def crosses_devices(self):
+  def crosses_devices(self) -> bool:
+    """Whether the edge joins two devices (rules 1 and 4): a transfer, for the simulator."""
     return self.before.partition != self.after.partition
 
 
@@ -180,7 +184,7 @@ class Schedule:
     """K lists: the actions each device runs, in order."""
     return [list(actions) for actions in self._device_actions]
 
-  def DeviceActions(self, partition) -> List[Action]:
+  def DeviceActions(self, partition: int) -> List[Action]:
     """The actions partition `partition` runs in one training step, in order."""
     if not isinstance(partition, int) or not 0 <= partition < self.num_partitions:
       raise ValueError('partition %r is not in [0, %d)' % (partition, self.num_partitions))
@@ -188,9 +192,10 @@ class Schedule:
 
   @property
   def edges(self) -> List[Edge]:
+    """Every edge, each tagged with its rule."""
     return list(self._edges)
 
-  def Waits(self, action) -> List[Edge]:
+  def Waits(self, action: Action) -> List[Edge]:
     """The edges into `action`: what it runs after."""
     return list(self._waits.get(action, []))
 
@@ -225,9 +230,13 @@ class Schedule:
         raise ValueError('%s: the schedule deadlocks; waiting: %s' % (self.name, ', '.join(stuck)))
     return start
 
-  def BuildOrder(self, kinds=None) -> List[Action]:
-    """Every action (whose kind is in `kinds`, if given) in an order where each comes after what it
-    waits for."""
+  def BuildOrder(self, kinds: Optional[Sequence[str]] = None) -> List[Action]:
+    """Every action (whose kind is in `kinds`, if given), each after the actions it waits for.
+
+    The executor builds ops in this order, one kind at a time, so an edge's `before` op exists
+    when its `after` op is built, except for an edge from a kind built later (rule 8: a backward
+    action into a forward one), which the executor adds once that action is built.
+    """
     ticks = self.DryRun()
     actions = sorted(ticks, key=lambda a: (ticks[a], a.partition))
     return [a for a in actions if kinds is None or a.kind in kinds]
@@ -245,8 +254,8 @@ class Schedule:
     ticks = self.Ticks()
     return 1.0 - sum(len(tick) for tick in ticks) / float(self.num_partitions * len(ticks))
 
-  def Render(self):
-    """The dry run as a grid: a row per partition, a column per tick, '.' where the partition idles."""
+  def Render(self) -> str:
+    """The dry run as a grid: a row per partition, a column per tick, '.' where it idles."""
     ticks = self.Ticks()
     width = max(len(str(a)) for tick in ticks for a in tick)
     rows = []
@@ -276,7 +285,8 @@ def _DataAndOrderEdges(k, t, num_partitions, forward_lag):
   return edges
 
 
-def FillDrainSchedule(num_partitions, num_micro_batches, forward_lag=1) -> Schedule:
+def FillDrainSchedule(num_partitions: int, num_micro_batches: int,
+                      forward_lag: int = 1) -> Schedule:
   """GPipe's schedule: every forward pass, then every backward pass in reverse (rules 1-5).
 
   Args:
@@ -299,7 +309,8 @@ def FillDrainSchedule(num_partitions, num_micro_batches, forward_lag=1) -> Sched
   edges.extend(Edge(f(k_partitions - 1, u), b(k_partitions - 1, m - 1), 3) for u in range(m))
   device_actions = [[f(k, t) for t in range(m)] + [b(k, t) for t in reversed(range(m))]
                     for k in range(k_partitions)]
-  return Schedule(k_partitions, m, device_actions, edges, 'fill-drain K=%d, M=%d' % (k_partitions, m))
+  return Schedule(k_partitions, m, device_actions, edges,
+                  'fill-drain K=%d, M=%d' % (k_partitions, m))
 
 
 def _Interleaved(num_partitions, num_micro_batches, forward_lag, split):
@@ -344,7 +355,8 @@ def _Interleaved(num_partitions, num_micro_batches, forward_lag, split):
   return device_actions, edges
 
 
-def OneFOneBSchedule(num_partitions, num_micro_batches, forward_lag=1) -> Schedule:
+def OneFOneBSchedule(num_partitions: int, num_micro_batches: int,
+                     forward_lag: int = 1) -> Schedule:
   """1F1B: a warm-up of K - k forward passes on device k, then one backward, one forward (rules 1,
   2, 4 and 6-8). Needs a pipeline whose output is per-example losses (see the module docstring).
 
@@ -372,11 +384,23 @@ def ZeroBubbleSchedule(num_partitions, num_micro_batches, forward_lag=1) -> Sche
                   'zero-bubble K=%d, M=%d' % (num_partitions, num_micro_batches))
 
 
-SCHEDULES = {'gpipe': FillDrainSchedule, '1f1b': OneFOneBSchedule,
-             'zero_bubble': ZeroBubbleSchedule}
+SCHEDULES: Dict[str, Callable[..., Schedule]] = {
+    'gpipe': FillDrainSchedule, '1f1b': OneFOneBSchedule, 'zero_bubble': ZeroBubbleSchedule}
 
 
 def BubbleFraction(num_partitions, num_micro_batches):
   """(K - 1) / (M + K - 1): the idle share of each device in a fill-drain step with equal costs."""
   _CheckSizes(num_partitions, num_micro_batches)
   return (num_partitions - 1) / float(num_micro_batches + num_partitions - 1)
+
+
+def ZeroBubbleFraction(num_partitions: int, num_micro_batches: int) -> float:
+  """(K - 1) / (3M + K - 1): the idle share of each device in a ZB-H1 step with equal F, B and W.
+
+  The formula holds for M >= K only: with fewer micro-batches the W passes cannot fill the warm-up.
+  """
+  _CheckSizes(num_partitions, num_micro_batches)
+  if num_micro_batches < num_partitions:
+    raise ValueError('ZeroBubbleFraction: the ZB-H1 formula needs M >= K, got M=%d, K=%d' %
+                     (num_micro_batches, num_partitions))
+  return (num_partitions - 1) / float(3 * num_micro_batches + num_partitions - 1)

@@ -10,19 +10,20 @@ wrong:
     per call: 2M times a step, from micro-batch statistics;
   - any other variable write in FProp would also happen M or 2M times a step.
 
-While a partition's functions are traced (`Replacing`), TensorPipe routes the common entry points:
+While a partition's functions are traced (`Replacing`), TensorPipe routes the common entry points
+(the routes of docs/design.md, "Stateful ops"):
 
-  (1) py_utils.UpdateBatchNormVars, which every stock Lingvo batch-norm layer and TensorPipe's own
-      BatchNorm call, records the statistics into the active batch-norm collector instead: the
-      forward function outputs them, the re-computation drops them, and the pipeline registers one
-      update per variable from the whole mini-batch (see `batch_norm`).
-  (2) bn_layers.ComputeMoments also records how many non-padded positions the statistics cover,
-      so that padded micro-batches combine into exactly the mini-batch's statistics.
-  (3) tf.nn.dropout (TensorFlow 1 and 2 signatures) and py_utils.DeterministicDropout become
-      randomness.Dropout, whose mask hashes (global step, site, example, position): the same in a
-      forward pass and its re-computation, and for any K and M.
+  Route 1: py_utils.UpdateBatchNormVars, which every stock Lingvo batch-norm layer and TensorPipe's
+    own BatchNorm call, records the statistics into the active batch-norm collector instead: the
+    forward function outputs them, the re-computation drops them, and the pipeline registers one
+    update per variable from the whole mini-batch (see `batch_norm`).
+  Route 2: bn_layers.ComputeMoments also records how many non-padded positions the statistics
+    cover, so that padded micro-batches combine into exactly the mini-batch's statistics.
+  Route 3: tf.nn.dropout (TensorFlow 1 and 2 signatures) and py_utils.DeterministicDropout become
+    randomness.Dropout, whose mask hashes (global step, site, example, position): the same in a
+    forward pass and its re-computation, and for any K and M.
 
-`LayerScope` scopes one top-level layer of the partition: the sites of (3) are named after that
+`LayerScope` scopes one top-level layer of the partition: the sites of route 3 are named after that
 layer and the order of dropout uses within it, and Lingvo's step seed restarts from a value derived
 from the layer's name, so stateless ops seeded by py_utils.GenerateStepSeedPair draw the same
 numbers in the forward pass, in the re-computation and whatever partition the layer lands in.
@@ -39,9 +40,11 @@ import contextlib
 import inspect
 import threading
 import zlib
+from typing import Iterator, Optional, Sequence, Tuple
 
 import tensorflow as tf2
 from lingvo import compat as tf
+from lingvo.core import base_layer
 from lingvo.core import bn_layers
 from lingvo.core import py_utils
 from tensorflow.python.framework import op_def_registry
@@ -104,10 +107,10 @@ def _Patched(attributes):
 
 
 def _Routes():
-  """(module, attribute, replacement) for the entry points (1)-(3) of the module docstring."""
-  routes = [(py_utils, 'UpdateBatchNormVars', _UpdateBatchNormVars),  # (1)
-            (bn_layers, 'ComputeMoments', _MomentsWithCount(bn_layers.ComputeMoments)),  # (2)
-            (py_utils, 'DeterministicDropout', _DeterministicDropout),  # (3)
+  """(module, attribute, replacement) for routes 1-3 of the module docstring."""
+  routes = [(py_utils, 'UpdateBatchNormVars', _UpdateBatchNormVars),  # Route 1.
+            (bn_layers, 'ComputeMoments', _MomentsWithCount(bn_layers.ComputeMoments)),  # Route 2.
+            (py_utils, 'DeterministicDropout', _DeterministicDropout),  # Route 3.
             (nn_ops, 'dropout_v2', _DropoutV2), (nn_ops, 'dropout', _DropoutV1)]
   homes = set()
   for homes_of, function in ((_DROPOUT_V2_HOMES, _DropoutV2), (_DROPOUT_V1_HOMES, _DropoutV1)):
@@ -119,8 +122,8 @@ def _Routes():
 
 
 @contextlib.contextmanager
-def Replacing(example_axis, example_count):
-  """Routes the entry points (1)-(3) of the module docstring while a partition is traced.
+def Replacing(example_axis: int, example_count: Optional[int]) -> Iterator[None]:
+  """Routes 1-3 of the module docstring, while a partition is traced.
 
   Args:
     example_axis: the pipeline's batch dimension (where dropout looks for examples first).
@@ -138,7 +141,7 @@ def Replacing(example_axis, example_count):
 
 
 @contextlib.contextmanager
-def LayerScope(key):
+def LayerScope(key: str) -> Iterator[None]:
   """Within `Replacing`: the trace of the top-level layer `key` (a string, the same for any K)."""
   context = _Current()
   context.layer, context.uses = key, 0
@@ -149,12 +152,12 @@ def LayerScope(key):
     context.layer = None
 
 
-# ----------------------------------------------------------------------------------------------------
-# (1) and (2): batch-norm updates.
+# --------------------------------------------------------------------------------------------------
+# Routes 1 and 2: batch-norm updates.
 
 
 def _UpdateBatchNormVars(batch_norm_var, batch_norm_stats, decay):
-  """py_utils.UpdateBatchNormVars inside a partition: records the statistics; updates nothing here."""
+  """py_utils.UpdateBatchNormVars in a partition: records the statistics; updates nothing here."""
   context = _Current()
   count = context.counts.get(id(batch_norm_stats))
   batch_norm.Record(batch_norm_var, batch_norm_stats, decay, count)
@@ -180,8 +183,8 @@ def _MomentsWithCount(compute_moments):
   return ComputeMoments
 
 
-# ----------------------------------------------------------------------------------------------------
-# (3): dropout.
+# --------------------------------------------------------------------------------------------------
+# Route 3: dropout.
 
 
 def _ExampleAxis(shape, context):
@@ -252,7 +255,7 @@ def _DeterministicDropout(x, keep_prob, seeds, noise_shape=None, name=None):
     return _ReplacedDropout(x, keep_prob, noise_shape, 'py_utils.DeterministicDropout')
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # What is left: refused.
 
 
@@ -311,7 +314,7 @@ class _Library:
 
 
 def _Offences(ops, library):
-  """(kind, op type, op name, op or None) of each refused op in `ops` and the functions they call."""
+  """(kind, op type, op name, op or None) of each refused op in `ops` and the functions called."""
   found = []
   seen = set()
   for op in ops:
@@ -337,7 +340,7 @@ def _WrittenVariable(op, graph):
   return None
 
 
-def CheckAccumulators(layer, where):
+def CheckAccumulators(layer: base_layer.BaseLayer, where: str) -> None:
   """Raises ValueError if `layer` (of a partition) or a layer inside it has Lingvo accumulators.
 
   Accumulators (e.g. bn_layers.BatchNormLayerNoPadding's sufficient statistics) are Python-side
@@ -348,13 +351,13 @@ def CheckAccumulators(layer, where):
   if names:
     raise ValueError(
         '%s: layer %r keeps Lingvo accumulators (%s), per-step state that a pipelined partition '
-        'cannot '
-        'carry between micro-batches; use bn_layers.BatchNormLayer or TensorPipe\'s BatchNorm '
-        'for batch normalisation, or run the layer outside the TensorPipeLayer' %
+        'cannot carry between micro-batches; use bn_layers.BatchNormLayer or TensorPipe\'s '
+        'BatchNorm for batch normalisation, or run the layer outside the TensorPipeLayer' %
         (where, layer.params.name, ', '.join(name for name, _ in names)))
 
 
-def Check(graph, layer_ops, recomputes, where):
+def Check(graph: tf.Graph, layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]],
+          recomputes: bool, where: str) -> None:
   """Raises ValueError for the first refused op in a traced forward function.
 
   Args:
@@ -377,8 +380,8 @@ def Check(graph, layer_ops, recomputes, where):
       if kind == 'write':
         variable = _WrittenVariable(op, graph)
         raise ValueError(
-            '%s: layer %r writes %s in FProp (%s %r): a pipeline runs each partition\'s forward pass '
-            'once per micro-batch and again when re-computing, so it would be written M or 2M '
+            '%s: layer %r writes %s in FProp (%s %r): a pipeline runs each partition\'s forward '
+            'pass once per micro-batch and again when re-computing, so it would be written M or 2M '
             'times a step. Update it outside the TensorPipeLayer; for batch-norm statistics call '
             'py_utils.UpdateBatchNormVars (as Lingvo\'s BatchNormLayer and TensorPipe\'s '
             'BatchNorm do), which the pipeline applies once per step' %

@@ -1,11 +1,10 @@
-"""Gradient accumulation: a running sum in one buffer per weight, not M partial weight gradients at once."""
+"""Gradient accumulation: running sum in one buffer per weight, not M partial gradients at once."""
 
 import collections
 import re
 
 import numpy as np
 from lingvo import compat as tf
-from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import accumulation
@@ -44,7 +43,7 @@ class AddInPlaceTest(test_utils.TestCase):
 
 
 class SumBufferTest(test_utils.TestCase):
-  """Each weight's running gradient sum stays in one buffer over all micro-batches (no re-allocation)."""
+  """Each weight's gradient sum stays in one buffer over all micro-batches (no re-allocation)."""
 
   def testEverySumStaysInOneBuffer(self):
     params = helpers.Pipeline(helpers.DenseLayers(8, dim=256), 2, 4)
@@ -81,7 +80,7 @@ class AccumulationMemoryTest(test_utils.TestCase):
     return tf.gradients(tf.reduce_mean(out), tf.trainable_variables())
 
   def _Naive(self):
-    """The same micro-batches without the pass-on chain: tf.gradients sums them with one AddN each."""
+    """Same micro-batches without the pass-on chain: tf.gradients sums them with one AddN each."""
     net = helpers.Plain(helpers.DenseLayers(LAYERS, DIM)).Instantiate()
     outs = [net.FPropDefaultTheta(x) for x in tf.split(tf.constant(self._x), M)]
     return tf.gradients(tf.reduce_mean(tf.concat(outs, 0)), tf.trainable_variables())
@@ -100,7 +99,8 @@ class AccumulationMemoryTest(test_utils.TestCase):
     weight_bytes = DIM * DIM * 4
     # Both produce the fetched gradients (LAYERS weights); the rest is partial sums.
     floor = LAYERS * weight_bytes
-    self.assertGreater(naive - floor, M * weight_bytes)  # >= M partial gradients of one weight at once.
+    # >= M partial gradients of one weight at once.
+    self.assertGreater(naive - floor, M * weight_bytes)
     self.assertLess(tensorpipe - floor, 0.5 * (naive - floor),
                     '%s: TensorPipe %d vs naive %d bytes' % (mode, tensorpipe, naive))
 

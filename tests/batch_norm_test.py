@@ -68,8 +68,10 @@ def _UnpipelinedMovingAverages(num_micro_batches, decay=0.9):
     for piece in tf.split(x, num_micro_batches):
       net.FPropDefaultTheta(piece)
     stats = {}
-    for var, stat in py_utils._get_batch_norm_updates_dict().values():  # pylint: disable=protected-access
+    # pylint: disable=protected-access
+    for var, stat in py_utils._get_batch_norm_updates_dict().values():
       stats.setdefault(var.op.name, []).append(stat)
+    # pylint: enable=protected-access
     means = {n: s for n, s in stats.items() if 'moving_mean' in n}
     with helpers.Session(graph, 1) as sess:
       sess.run(tf.global_variables_initializer())
@@ -131,7 +133,7 @@ class PipelinedBatchNormTest(test_utils.TestCase):
       self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d' % k)
 
   def testMicroBatchStatisticsIndependentOfK(self):
-    """With M > 1 each micro-batch is normalised on its own, whatever the number of partitions is."""
+    """With M > 1 each micro-batch is normalised on its own, whatever the number of partitions."""
     reference, _, _, _ = _Step(helpers.Pipeline(_Layers(), 1, 4, 'never'))
     plain, _, _, _ = _Step(helpers.Plain(_Layers()))
     # Per-micro-batch statistics really change the function (so the comparison below means
@@ -158,7 +160,8 @@ class PipelinedBatchNormTest(test_utils.TestCase):
     self.assertAllClose(value, expected, rtol=1e-5, atol=1e-5)
 
   def testBadDim(self):
-    with self.assertRaisesRegex(ValueError, "BatchNorm 'bn': dim must be a positive integer, got 0"):
+    with self.assertRaisesRegex(ValueError,
+                                "BatchNorm 'bn': dim must be a positive integer, got 0"):
       batch_norm.BatchNorm.Params().Set(name='bn').Instantiate()
 
 

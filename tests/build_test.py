@@ -1,4 +1,4 @@
-"""BUILD stays in step with the code: it equals what tools/update_build.py derives from the imports."""
+"""BUILD stays in step with the code: it equals what tools/update_build.py derives from imports."""
 
 import importlib.util
 import os
@@ -37,8 +37,8 @@ class BuildTest(unittest.TestCase):
     text = _Generator().Generate()
     layer = text[text.index('name = "layer",'):]
     layer = layer[:layer.index(')')]
-    for dep in (':partition_function', ':executor', ':micro_batching', ':partitioning', ':placement',
-                ':schedule'):
+    for dep in (':partition_function', ':executor', ':micro_batching', ':partitioning',
+                ':placement', ':schedule'):
       self.assertIn('"%s"' % dep, layer)
     self.assertIn('# External: lingvo.', layer)
 

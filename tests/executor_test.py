@@ -1,4 +1,4 @@
-"""The executor: one op per action, the executed step follows the schedule's edges, gradients flow."""
+"""Executor: one op per action, the executed step follows the schedule's edges, gradients flow."""
 
 import re
 
@@ -53,14 +53,16 @@ class ExecutedOrderTest(test_utils.TestCase):
       with helpers.Session(g, k, intra_op_threads=1, inter_op_threads=2) as sess:
         sess.run(tf.global_variables_initializer())
         for _ in range(2):
-          _, meta = profiling.TracedRun(sess, [grads, loss])  # The loss needs the last partition's F.
+          # The loss needs the last partition's F.
+          _, meta = profiling.TracedRun(sess, [grads, loss])
           spans = {}
           for dev in meta.step_stats.dev_stats:
             for n in dev.node_stats:
               action = _Action(n.node_name)
               if action:
                 self.assertNotIn(action, spans)
-                self.assertTrue(dev.device.endswith('CPU:%d' % action.partition), (action, dev.device))
+                self.assertTrue(dev.device.endswith('CPU:%d' % action.partition),
+                                (action, dev.device))
                 spans[action] = (n.all_start_micros, n.all_start_micros + n.all_end_rel_micros)
           self.assertEqual(sorted(spans), sorted(a for acts in sched.device_actions for a in acts))
           for edge in sched.edges:
@@ -71,7 +73,8 @@ class ExecutedOrderTest(test_utils.TestCase):
   def testFillDrainWithAndWithoutForwardOverlap(self):
     for overlap, lag in ((True, 2), (False, 1)):
       sched = self._Check(3, 4, overlap)
-      self.assertEqual({e.before.micro_batch for e in sched.edges if e.rule == 2}, set(range(4 - lag)))
+      self.assertEqual({e.before.micro_batch for e in sched.edges if e.rule == 2},
+                       set(range(4 - lag)))
       self.assertTrue(all(e.after.micro_batch - e.before.micro_batch == lag
                           for e in sched.edges if e.rule == 2))
 
@@ -146,7 +149,8 @@ class SchedulesTest(test_utils.TestCase):
                          loss_layer=SquaredNorm.Params().Set(name='layer1')).Instantiate()
 
   def testUnknownSchedule(self):
-    with self.assertRaisesRegex(ValueError, r"schedule='zb' is not one of \('gpipe', '1f1b', 'zero_bubble'\)"):
+    with self.assertRaisesRegex(
+        ValueError, r"schedule='zb' is not one of \('gpipe', '1f1b', 'zero_bubble'\)"):
       with helpers.Cluster(2):
         helpers.Pipeline(helpers.DenseLayers(2), 2, 4, schedule='zb').Instantiate()
 

@@ -1,6 +1,9 @@
 """Small layers and session helpers shared by the TensorPipe tests."""
 
 import collections
+import os
+import subprocess
+import sys
 
 import numpy as np
 from lingvo import compat as tf
@@ -10,9 +13,10 @@ from lingvo.core import cluster_factory
 from lingvo.core import py_utils
 
 from tensorpipe import layer as layer_lib
-from tensorpipe import placement
 from tensorpipe.measure import profiling
+from tensorpipe import placement
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The repository root.
 MATMUL_TYPES = ('MatMul', '_MklMatMul', '_FusedMatMul', '_MklFusedMatMul', '_MklNativeFusedMatMul',
                 '_MklNativeMatMul')
 
@@ -43,7 +47,7 @@ class Dense(base_layer.BaseLayer):
 
 
 class MaskedDense(Dense):
-  """Dense on a NestedMap(vec, paddings, ids, extra=None): transforms vec, passes the rest through."""
+  """Dense on NestedMap(vec, paddings, ids, extra=None): transforms vec, passes the rest through."""
 
   def FProp(self, theta, inputs):
     with tf.name_scope(self.params.name):
@@ -76,7 +80,7 @@ def Session(graph, num_devices, intra_op_threads=None, inter_op_threads=None):
 
 
 def Gradients(params, inputs_fn, num_devices=4, loss_fn=None):
-  """Builds `params`, runs one forward/backward pass; returns {variable name: gradient} and outputs."""
+  """Builds `params`, runs one forward/backward pass; returns {var name: gradient} and outputs."""
   graph = tf.Graph()
   with graph.as_default(), Cluster(num_devices):
     net = params.Instantiate()
@@ -98,10 +102,8 @@ def MaxRelativeError(grads, reference):
 
 
 def TracedStep(sess, fetches):
-  """Runs `fetches` with a full trace; returns (values, [(device, node name, op type, start, end)])."""
-  opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-  meta = tf.compat.v1.RunMetadata()
-  values = sess.run(fetches, options=opts, run_metadata=meta)
+  """Runs `fetches` fully traced; returns (values, [(device, node name, op type, start, end)])."""
+  values, meta = profiling.TracedRun(sess, fetches)
   nodes = []
   for dev in meta.step_stats.dev_stats:
     for n in dev.node_stats:
@@ -147,8 +149,8 @@ def CountByType(nodes, types, predicate=lambda name: True):
 def StepWithBatchNormUpdates(params, inputs_fn, num_devices=4, loss_fn=None):
   """One forward/backward pass that also runs the registered batch-norm updates.
 
-  Returns ({trainable var name: gradient}, {moving-average var name: value after the step}, the number
-  of registered batch-norm updates, the number of those Lingvo finds relevant to the loss).
+  Returns ({trainable var name: gradient}, {moving-average var name: value after the step}, the
+  number of registered batch-norm updates, the number of those Lingvo finds relevant to the loss).
   """
   graph = tf.Graph()
   with graph.as_default(), Cluster(num_devices):
@@ -172,7 +174,13 @@ def StepWithBatchNormUpdates(params, inputs_fn, num_devices=4, loss_fn=None):
           {v.op.name: m for v, m in zip(moving, moving_values)}, len(updates), len(relevant))
 
 
-def TransformerParameterCount(num_layers, model_dim, ffn_dim, num_heads, vocab, head_dim=64, lm=False):
+def TransformerParameterCount(num_layers,
+                              model_dim,
+                              ffn_dim,
+                              num_heads,
+                              vocab,
+                              head_dim=64,
+                              lm=False):
   """Parameters of PipelinedTransformer (or, lm=True, PipelinedTransformerLm) from its shapes."""
   d, att = model_dim, num_heads * head_dim
   ffn = 2 * d * ffn_dim + ffn_dim + d
@@ -182,3 +190,13 @@ def TransformerParameterCount(num_layers, model_dim, ffn_dim, num_heads, vocab, 
   if lm:
     return num_layers * enc_layer + 2 * d + emb_softmax
   return num_layers * (enc_layer + dec_layer) + 2 * 2 * d + emb_softmax
+
+
+def RunTool(name, *flags, timeout=300):
+  """Runs `python -m tools.<name> <flags>` from the repository root, as a user would.
+
+  Returns (exit code, stdout, stderr); a run longer than `timeout` seconds fails the test.
+  """
+  proc = subprocess.run([sys.executable, '-m', 'tools.' + name] + list(flags), capture_output=True,
+                        text=True, timeout=timeout, check=False, cwd=REPO)
+  return proc.returncode, proc.stdout, proc.stderr

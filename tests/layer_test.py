@@ -1,4 +1,4 @@
-"""TensorPipeLayer: gradients equal the unpipelined model's for every K, M and re-computation mode."""
+"""TensorPipeLayer: gradients equal the plain model's for every K, M and re-computation mode."""
 
 import itertools
 import re
@@ -144,7 +144,8 @@ class BehaviourTest(test_utils.TestCase):
     reference, _ = helpers.Gradients(helpers.Plain(helpers.DenseLayers(5)), _Inputs)
     grads, _ = helpers.Gradients(explicit, _Inputs)
     self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6)
-    wide = [helpers.Dense.Params().Set(name='a', dim=DIM), helpers.Dense.Params().Set(name='b', dim=DIM)]
+    wide = [helpers.Dense.Params().Set(name='a', dim=DIM),
+            helpers.Dense.Params().Set(name='b', dim=DIM)]
     with tf.Graph().as_default(), helpers.Cluster(3):
       net = explicit.Instantiate()
       self.assertEqual(net.partition_layer_names,
@@ -214,12 +215,13 @@ class _DropoutDense(helpers.Dense):
 
 
 def _DropoutLayers(num_layers, batch_axis=0):
-  return [_DropoutDense.Params().Set(name='drop%d' % i, dim=DIM, seed=200 + i, batch_axis=batch_axis)
+  return [_DropoutDense.Params().Set(name='drop%d' % i, dim=DIM, seed=200 + i,
+                                     batch_axis=batch_axis)
           for i in range(num_layers)]
 
 
 class DropoutTest(test_utils.TestCase):
-  """Each partition runs with its micro-batch's example offset: dropout masks do not depend on K, M."""
+  """Each partition uses its micro-batch's example offset: dropout masks do not depend on K, M."""
 
   def testTimeMajorGradientsEqualPlain(self):
     x = np.random.RandomState(4).uniform(-1, 1, size=[3, BATCH, DIM]).astype(np.float32)
@@ -249,7 +251,7 @@ class DropoutTest(test_utils.TestCase):
 
 
   def testEvalInTheTrainingGraphDropsNothing(self):
-    """The partitions' functions are traced again for evaluation, where layers compute differently."""
+    """Partition functions are traced again for evaluation, where layers compute differently."""
 
     class EvalAware(_DropoutDense):
 
@@ -277,7 +279,7 @@ class DropoutTest(test_utils.TestCase):
 
 
 class PipeliningTest(test_utils.TestCase):
-  """Devices overlap on different micro-batches: partition 0 runs F(0, t + 1) while 1 runs F(1, t)."""
+  """Devices overlap on different micro-batches: partition 0 runs F(0, t + 1) as 1 runs F(1, t)."""
 
   def testDevicesOverlap(self):
     k, m = 2, 4
@@ -302,7 +304,8 @@ class PipeliningTest(test_utils.TestCase):
             overlapped |= a[0] < b[1] and b[0] < a[1]
           if overlapped:
             break
-        self.assertTrue(overlapped, 'partition 0 never ran micro-batch t + 1 while partition 1 ran t')
+        self.assertTrue(overlapped,
+                        'partition 0 never ran micro-batch t + 1 while partition 1 ran t')
 
 
 class BadInputTest(test_utils.TestCase):
@@ -333,7 +336,8 @@ class BadInputTest(test_utils.TestCase):
 
   def testEmptyPartition(self):
     layers = helpers.DenseLayers(3)
-    params = layer_lib.TensorPipeLayer.Params().Set(name='pipe', partitions=[layers[:2], [], layers[2:]])
+    params = layer_lib.TensorPipeLayer.Params().Set(
+        name='pipe', partitions=[layers[:2], [], layers[2:]])
     with self.assertRaisesRegex(ValueError, 'partition 1 of 3 is empty'):
       self._Build(params, _Inputs)
 
@@ -343,10 +347,12 @@ class BadInputTest(test_utils.TestCase):
       self._Build(params, _Inputs)
 
   def testUnknownDevice(self):
-    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1, devices=['/device:CPU:0', '/device:XPU:1'])
+    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1,
+                              devices=['/device:CPU:0', '/device:XPU:1'])
     with self.assertRaisesRegex(ValueError, "unknown device '/device:XPU:1'"):
       self._Build(params, _Inputs)
-    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1, devices=['/device:CPU:0', '/device:CPU:7'])
+    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1,
+                              devices=['/device:CPU:0', '/device:CPU:7'])
     with self.assertRaisesRegex(ValueError, "unknown device '/device:CPU:7': the cluster has only"):
       self._Build(params, _Inputs, num_devices=2)
 
@@ -379,7 +385,8 @@ class BadInputTest(test_utils.TestCase):
       def FProp(self, theta, x):
         return tf.reduce_sum(tf.matmul(x, theta.w))
 
-    params = helpers.Pipeline(helpers.DenseLayers(1) + [Scalar.Params().Set(name='s', dim=DIM)], 2, 2)
+    params = helpers.Pipeline(helpers.DenseLayers(1) + [Scalar.Params().Set(name='s', dim=DIM)],
+                              2, 2)
     with self.assertRaisesRegex(ValueError, r': outputs has rank 0, so it has no batch dimension'):
       self._Build(params, _Inputs)
 

@@ -59,7 +59,8 @@ class TensorPipeLayerTest(test_utils.TestCase):
   def testPartitionsUseItAndGradientsEqualThePlainModel(self):
     # helpers.Dense on [B, T, D] inputs: a rank-3 activation projected with a rank-2 weight.
     layers = helpers.DenseLayers(4)
-    inputs = lambda: (tf.constant(np.random.RandomState(0).normal(size=[8, 5, 8]).astype(np.float32)),)
+    inputs = lambda: (tf.constant(
+        np.random.RandomState(0).normal(size=[8, 5, 8]).astype(np.float32)),)
     reference, _ = helpers.Gradients(helpers.Plain(layers), inputs)
     for two_d in (True, False):
       params = helpers.Pipeline(layers, 2, 4, two_d_weight_gradients=two_d)

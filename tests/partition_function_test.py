@@ -1,8 +1,7 @@
-"""Partitions as graph functions: traced once, real re-computation, layer-by-layer gradients, errors."""
+"""Partitions as graph functions: traced once, real re-computation, per-layer gradients, errors."""
 
 import re
 
-import numpy as np
 from lingvo import compat as tf
 from lingvo.core import layers as lingvo_layers
 from lingvo.core import test_utils
@@ -96,14 +95,15 @@ class DirectVariableReadTest(test_utils.TestCase):
     layers = [Sneaky.Params().Set(name='sneaky', dim=8)] + helpers.DenseLayers(1)
     with tf.Graph().as_default(), helpers.Cluster(K):
       net = helpers.Pipeline(layers, K, 2).Instantiate()
-      with self.assertRaisesRegex(ValueError, r"a layer of pipe_partition0 reads trainable variables "
-                                  r"\['pipe/sneaky/w/var'\] directly instead of through theta"):
+      with self.assertRaisesRegex(
+          ValueError, r"a layer of pipe_partition0 reads trainable variables "
+          r"\['pipe/sneaky/w/var'\] directly instead of through theta"):
         net.FPropDefaultTheta(tf.ones([4, 8]))
 
 
 class LayerOrderTest(test_utils.TestCase):
-  """Inside a backward call, layer j's backward pass starts after layer j + 1's weight gradients have
-  been added to their sums (so neither output nor weight gradients pile up)."""
+  """Inside a backward call, layer j's backward pass starts after layer j + 1's weight gradients
+  have been added to their sums (so neither output nor weight gradients pile up)."""
 
   def testEachLayerWaitsForTheSumsOfTheLayerAfterIt(self):
     num_layers, per_partition, num_micro = 8, 4, 3
@@ -130,13 +130,14 @@ class LayerOrderTest(test_utils.TestCase):
           added = [n[4] for n in inside if n[2] == 'InplaceAdd' and n[4] <= min(backward)]
           # Every later layer of the partition has added its gradient before layer j's backward
           # starts.
-          self.assertGreaterEqual(len(added), (partition + 1) * per_partition - 1 - j, (partition, j))
+          self.assertGreaterEqual(len(added), (partition + 1) * per_partition - 1 - j,
+                                  (partition, j))
           checked += 1
     self.assertEqual(checked, K * (per_partition - 1) * num_micro)
 
 
 class InPlaceUpdateTest(test_utils.TestCase):
-  """Once a weight's summed gradient exists nothing reads the weight, so the update copies nothing."""
+  """Once a weight's summed gradient exists nothing reads it, so the update copies nothing."""
 
   def testUpdatesCopyNoWeight(self):
     params = helpers.Pipeline(helpers.DenseLayers(8, dim=256), K, M)

@@ -1,4 +1,4 @@
-"""randomness: masks are a function of (step, site, example, position), whatever the micro-batches."""
+"""randomness: masks are a function of (step, site, example, position), whatever micro-batches."""
 
 import numpy as np
 from lingvo import compat as tf
@@ -122,11 +122,13 @@ class BadInputTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, 'ScheduledKeepProb: keep_prob must be in \\(0, 1\\], '
                                 'got -0.5'):
       randomness.ScheduledKeepProb(-0.5, 0, 10, 0)
-    with self.assertRaisesRegex(ValueError, 'layer_index must be in \\[0, num_layers=10\\), got 10'):
+    with self.assertRaisesRegex(ValueError,
+                                'layer_index must be in \\[0, num_layers=10\\), got 10'):
       randomness.ScheduledKeepProb(0.5, 10, 10, 0)
 
   def testBadOffsetSiteAndAxis(self):
-    with self.assertRaisesRegex(ValueError, 'example offset must be a non-negative integer, got -1'):
+    with self.assertRaisesRegex(ValueError,
+                                'example offset must be a non-negative integer, got -1'):
       with randomness.ExampleOffset(-1):
         pass
     with self.assertRaisesRegex(ValueError, 'example offset must be a scalar integer tensor'):
@@ -136,8 +138,8 @@ class BadInputTest(test_utils.TestCase):
       randomness.Dropout(tf.ones([2, 3]), 0.5, 'ffn')
     with self.assertRaisesRegex(ValueError, 'batch_axis must be an axis of a rank-2 shape, got 2'):
       randomness.Dropout(tf.ones([2, 3]), 0.5, 0, batch_axis=2)
-    with self.assertRaisesRegex(ValueError, 'DropPath: batch_axis must be an axis of x \\(rank 2\\), '
-                                'got -1'):
+    with self.assertRaisesRegex(ValueError, 'DropPath: batch_axis must be an axis of x '
+                                '\\(rank 2\\), got -1'):
       randomness.DropPath(tf.ones([2, 3]), 0.5, 0, batch_axis=-1)
 
 

@@ -76,7 +76,8 @@ class FillDrainScheduleTest(unittest.TestCase):
   def testBadSizes(self):
     with self.assertRaisesRegex(ValueError, 'num_partitions must be a positive integer, got 0'):
       schedule.FillDrainSchedule(0, 4)
-    with self.assertRaisesRegex(ValueError, 'num_micro_batches must be a positive integer, got 2.5'):
+    with self.assertRaisesRegex(ValueError,
+                                'num_micro_batches must be a positive integer, got 2.5'):
       schedule.FillDrainSchedule(2, 2.5)
     with self.assertRaisesRegex(ValueError, 'forward_lag must be 1 or 2, got 3'):
       schedule.FillDrainSchedule(2, 2, 3)
@@ -164,7 +165,11 @@ class ZeroBubbleScheduleTest(unittest.TestCase):
     # 1F1B's (K-1) / (M + K-1) with B and W in one task of two ticks.
     for k, m in itertools.product((2, 4, 8), (8, 32)):
       self.assertAlmostEqual(schedule.ZeroBubbleSchedule(k, m).BubbleFraction(),
-                             (k - 1) / (3 * m + k - 1), msg=(k, m))
+                             schedule.ZeroBubbleFraction(k, m), msg=(k, m))
+    self.assertAlmostEqual(schedule.ZeroBubbleFraction(4, 8), 3 / 27)
+    self.assertEqual(schedule.ZeroBubbleFraction(1, 1), 0.0)
+    with self.assertRaisesRegex(ValueError, 'needs M >= K, got M=2, K=4'):
+      schedule.ZeroBubbleFraction(4, 2)
     self.assertIs(schedule.SCHEDULES['zero_bubble'], schedule.ZeroBubbleSchedule)
 
 

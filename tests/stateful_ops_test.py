@@ -57,13 +57,14 @@ def _Step(params, inputs_fn, loss_fn=_Loss):
 
 
 def _MaxError(grads, reference):
-  """max over variables of |g - g_ref| / max(|g_ref|, 1e-3 max_v |g_ref_v|) (Frobenius norms).
+  """max over variables of |g - g_ref| / max(|g_ref|, 1e-2 max_v |g_ref_v|) (Frobenius norms).
 
   The floor keeps gradients that are zero up to rounding (a key projection's bias in attention, a
-  bias right before batch norm) from turning rounding into large relative errors.
+  bias right before batch norm) from turning rounding into large relative errors: such a gradient
+  is float32 noise of about 1e-8 whose value depends on the CPU's kernels and the summation order.
   """
   assert sorted(grads) == sorted(reference), (sorted(grads), sorted(reference))
-  floor = 1e-3 * max(np.linalg.norm(r) for r in reference.values())
+  floor = 1e-2 * max(np.linalg.norm(r) for r in reference.values())
   return max(np.linalg.norm(grads[k] - reference[k]) / max(np.linalg.norm(reference[k]), floor)
              for k in grads)
 
@@ -209,7 +210,8 @@ class RowsTest(test_utils.TestCase):
               helpers.Pipeline(layer_params, k, m, mode), inputs_fn, loss_fn)
           what = 'K=%d M=%d %s' % (k, m, mode)
           num_moving = num_moving or len(moving)
-          self.assertEqual(updates, num_moving, what)  # One per moving average, none per micro-batch.
+          # One per moving average, none per micro-batch.
+          self.assertEqual(updates, num_moving, what)
           self.assertEqual(relevant, num_moving, what)
           if reference is None:
             reference = grads, moving
@@ -250,7 +252,8 @@ class RowsTest(test_utils.TestCase):
     unpipelined model's (statistics weighted by non-padded positions)."""
     rng = np.random.RandomState(7)
     x = rng.normal(1.0, 2.0, size=[BATCH, 6, DIM]).astype(np.float32)
-    paddings = (np.arange(6)[None, :] >= rng.randint(1, 7, size=[BATCH])[:, None]).astype(np.float32)
+    paddings = (np.arange(6)[None, :] >=
+                rng.randint(1, 7, size=[BATCH])[:, None]).astype(np.float32)
     inputs_fn = lambda: (tf.constant(x), tf.constant(paddings))
     bn = [bn_layers.BatchNormLayer.Params().Set(name='bn', dim=DIM, decay=0.9)]
     _, plain, _, _ = _Step(helpers.Plain(bn), inputs_fn)
@@ -454,8 +457,8 @@ class RefusedTest(test_utils.TestCase):
   def testStatefulRandomOp(self):
     stack = [_Fc('fc0'), _Noisy.Params().Set(name='noisy'), _Fc('fc2')]
     with self.assertRaisesRegex(
-        ValueError, r"TensorPipeLayer 'pipe' \(pipe_partition\d\): layer 'noisy' draws random numbers "
-        r"with stateful op RandomStandardNormal \('noisy/.*RandomStandardNormal'\).*"
+        ValueError, r"TensorPipeLayer 'pipe' \(pipe_partition\d\): layer 'noisy' draws random "
+        r"numbers with stateful op RandomStandardNormal \('noisy/.*RandomStandardNormal'\).*"
         r"recompute='never'"):
       self._Build(stack)
     for mode in ('always', 'except_last'):

@@ -27,12 +27,13 @@ TF_CPU_ALLOCATOR_USE_BFC=true is set below, before TensorFlow is imported, so th
 with TF_ENABLE_ONEDNN_OPTS=0).
 
 Usage:
-  .venv/bin/python -m tools.benchmark_pipeline            # full run (about 8-10 minutes on 2 cores)
-  .venv/bin/python -m tools.benchmark_pipeline --quick    # smoke run (a minute or two)
-  .venv/bin/python -m tools.benchmark_pipeline --trace    # also: per-device busy time from one traced step
-  .venv/bin/python -m tools.benchmark_pipeline --diagnose # also: TensorPipe K=1,M=8,'never' (micro-batching
-                                                          # alone) on both stacks
-  .venv/bin/python -m tools.benchmark_pipeline --suites=dense --skip_memory   # dense speed only (~3 min)
+  .venv/bin/python -m tools.benchmark_pipeline             # full run (8-10 minutes on 2 cores)
+  .venv/bin/python -m tools.benchmark_pipeline --quick     # smoke run (a minute or two)
+  .venv/bin/python -m tools.benchmark_pipeline --trace     # also: per-device busy time from one
+                                                           # traced step
+  .venv/bin/python -m tools.benchmark_pipeline --diagnose  # also: TensorPipe K=1,M=8,'never'
+                                                           # (micro-batching alone) on both stacks
+  .venv/bin/python -m tools.benchmark_pipeline --suites=dense --skip_memory  # dense speed (~3 min)
 
 Results measured with it, and how to read them: docs/benchmarks.md.
 """
@@ -41,7 +42,8 @@ import os
 
 # Must be set before TensorFlow is imported.
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The working directory of sub-runs.
+# The working directory of sub-runs: the repository root.
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
 
 import argparse  # pylint: disable=g-import-not-at-top
@@ -59,63 +61,24 @@ import time
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf2
 from lingvo import compat as tf
-from lingvo.core import base_layer
 from lingvo.core import builder_layers
 from lingvo.core import cluster_factory
 from lingvo.core import gpipe
 from lingvo.core import layers
-from lingvo.core import layers_with_attention
 from lingvo.core import py_utils
 
 from tensorpipe import layer as tensorpipe_layer
 from tensorpipe import matmul_gradient
+from tensorpipe.measure import profiling
+from tensorpipe.measure import workloads
 from tensorpipe.partition import partitioning
 from tensorpipe import placement
-from tensorpipe.measure import profiling
 
 MIB = 1024.0 * 1024.0
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Models.
-
-
-class TransformerBlock(base_layer.BaseLayer):
-  """A Lingvo TransformerLayer (encoder block) as (vecs, paddings) -> (vecs, paddings).
-
-  vecs are time-major [T, B, D] and paddings [T, B], as Lingvo's attention layers want, so the batch
-  dimension of both is 1. The same layer runs in SequentialLayer, TensorPipeLayer and
-  PipeliningLayer.
-  """
-
-  @classmethod
-  def Params(cls):
-    p = super().Params()
-    p.Define('model_dim', 256, 'Model dimension.')
-    p.Define('num_heads', 4, 'Attention heads.')
-    p.Define('hidden_dim', 1024, 'Feed-forward hidden dimension.')
-    return p
-
-  def __init__(self, params):
-    super().__init__(params)
-    p = self.params
-    tp = layers_with_attention.TransformerLayer.Params().Set(
-        name='transformer', source_dim=p.model_dim, output_dim=p.model_dim)
-    tp.tr_atten_tpl.num_attention_heads = p.num_heads
-    tp.tr_fflayer_tpl.hidden_dim = p.hidden_dim
-    self.CreateChild('transformer', tp)
-
-  def FProp(self, theta, vecs, paddings):
-    with tf.name_scope(self.params.name):
-      out, _ = self.transformer.FProp(theta.transformer, vecs, paddings)
-      return out, paddings
-
-  @classmethod
-  def FPropMeta(cls, p, vecs, paddings):
-    # Rough matmul flops: QKV + output projections, attention, feed-forward (forward pass).
-    t, b, d = vecs[0], vecs[1], vecs[2]
-    flops = 2 * t * b * (4 * d * d + 2 * d * p.hidden_dim) + 4 * t * t * b * d
-    return py_utils.NestedMap(flops=flops, out_shapes=(vecs, paddings))
 
 
 def _DenseLayers(args):
@@ -127,17 +90,19 @@ def _DenseLayers(args):
 
 def _TransformerLayers(args):
   return [
-      TransformerBlock.Params().Set(name='block%d' % i, model_dim=args.tr_dim, num_heads=args.tr_heads,
-                                    hidden_dim=args.tr_hidden) for i in range(args.tr_layers)
+      workloads.TransformerBlock.Params().Set(
+          name='block%d' % i, model_dim=args.tr_dim, num_heads=args.tr_heads,
+          hidden_dim=args.tr_hidden) for i in range(args.tr_layers)
   ]
 
 
 def _Partitions(layer_params, k):
-  """Cuts the layer list into k equal consecutive partitions (the same cut for TensorPipe and Lingvo)."""
+  """Cuts the layer list into k equal consecutive partitions (one cut for TensorPipe and Lingvo)."""
   n = len(layer_params)
   if n % k:
     raise ValueError('%d layers cannot be cut into %d equal partitions' % (n, k))
-  return [[lp.Copy() for lp in partition] for partition in partitioning.SplitLayers(layer_params, k)]
+  return [[lp.Copy() for lp in partition]
+          for partition in partitioning.SplitLayers(layer_params, k)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,10 +198,10 @@ class Step:
     self.sess.run(init)
     self.build_s = time.perf_counter() - t0
 
-  def Run(self, **kwargs):
+  def Run(self):
     # Always the same fetches: a new fetch set makes TF build (and grappler optimise) another
     # executor, which for the largest graphs here takes about a minute.
-    return self.sess.run(self.fetches, **kwargs)[1]
+    return self.sess.run(self.fetches)[1]
 
   def Warmup(self, steps):
     t0 = time.perf_counter()
@@ -268,10 +233,8 @@ class Step:
 
   def Trace(self):
     """One traced step: (wall seconds, {device: busy seconds}, Counter of op types)."""
-    opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-    meta = tf.compat.v1.RunMetadata()
     t0 = time.perf_counter()
-    self.Run(options=opts, run_metadata=meta)
+    _, meta = profiling.TracedRun(self.sess, self.fetches)
     wall = time.perf_counter() - t0
     trace = profiling.Trace(meta)
     busy = {device: seconds for device, seconds in trace.Busy().items() if device.startswith('CPU')}
@@ -282,7 +245,7 @@ class Step:
     self.sess.close()
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Configurations and targets.
 
 
@@ -336,16 +299,17 @@ def SpeedTargets():
        Config('transformer', 'tensorpipe', 2, 8, 'always'), Config('transformer', 'plain'), 0.7),
       # Not targets (need None): the no-overlap replay order, and the plain model with the 2-D
       # weight gradients TensorPipe's partitions use.
-      ('  no_overlap K=2,M=8 / K=2,M=1', Config('dense', 'tensorpipe', 2, 8, overlap=False), tp(2, 1),
-       None),
-      ('  no_overlap K=2,M=8 / Lingvo GPipe K=2,M=8', Config('dense', 'tensorpipe', 2, 8, overlap=False),
-       Config('dense', 'gpipe', 2, 8), None),
+      ('  no_overlap K=2,M=8 / K=2,M=1', Config('dense', 'tensorpipe', 2, 8, overlap=False),
+       tp(2, 1), None),
+      ('  no_overlap K=2,M=8 / Lingvo GPipe K=2,M=8',
+       Config('dense', 'tensorpipe', 2, 8, overlap=False), Config('dense', 'gpipe', 2, 8), None),
       ('  transformer TensorPipe K=2,M=8 / plain 2-D grads',
-       Config('transformer', 'tensorpipe', 2, 8, 'always'), Config('transformer', 'plain_2d'), None),
+       Config('transformer', 'tensorpipe', 2, 8, 'always'), Config('transformer', 'plain_2d'),
+       None),
   ]
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Memory (child process).
 
 
@@ -382,13 +346,13 @@ def MeasureMemory(args):
 
 def _ModelFlags(args):
   flags = []
-  for name in ('layers', 'width', 'batch', 'devices', 'intra_op_threads', 'inter_op_threads', 'warmup',
-               'memory_steps', 'learning_rate'):
+  for name in ('layers', 'width', 'batch', 'devices', 'intra_op_threads', 'inter_op_threads',
+               'warmup', 'memory_steps', 'learning_rate'):
     flags.append('--%s=%s' % (name, getattr(args, name)))
   return flags
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Main.
 
 
@@ -459,9 +423,9 @@ def Main(args):
   for s in steps:
     median[s.config.name], clean[s.config.name] = s.Median(args.min_clean)
   print()
-  print('Step times. "quiet" steps: other processes used <= %.2f CPU-s per step-second while it ran '
-        '(from /proc/stat minus this process\'s own CPU time); medians are over quiet steps when a '
-        'config has >= %d of them, else over all steps (marked *).' %
+  print('Step times. "quiet" steps: other processes used <= %.2f CPU-s per step-second while it '
+        'ran (from /proc/stat minus this process\'s own CPU time); medians are over quiet steps '
+        'when a config has >= %d of them, else over all steps (marked *).' %
         (args.max_foreign_cpu, args.min_clean))
   print('%-44s %9s %7s %9s %9s %9s' % ('config', 'median s', 'quiet', 'all: med', 'min s',
                                           'vs plain'))
@@ -506,12 +470,13 @@ def Main(args):
     tp_never = mem.get(MemoryConfigs()[1].name)
     lingvo = mem.get(MemoryConfigs()[2].name)
     print()
-    print('Peak memory of one training step (dense stack, one process per config, %d steps each): the '
-          'CPU allocator peak (all logical devices), max and median over the steps, and the max '
-          'minus what was allocated before the step (variables, inputs).' % args.memory_steps)
+    print('Peak memory of one training step (dense stack, one process per config, %d steps each): '
+          'the CPU allocator peak (all logical devices), max and median over the steps, and the '
+          'max minus what was allocated before the step (variables, inputs).' % args.memory_steps)
     print('%-44s %9s %9s %12s' % ('config', 'peak MiB', 'median', 'above resid.'))
     for name, r in mem.items():
-      print('%-44s %9.1f %9.1f %12.1f' % (name, r['peak'] / MIB, statistics.median(r['peaks']) / MIB,
+      print('%-44s %9.1f %9.1f %12.1f' % (name, r['peak'] / MIB,
+                                          statistics.median(r['peaks']) / MIB,
                                           (r['peak'] - r['base']) / MIB))
     print()
     tp_strict = mem.get(MemoryConfigs()[3].name)
@@ -544,7 +509,8 @@ def ParseArgs(argv=None):
   parser.add_argument('--tr_hidden', type=int, default=1024, help='transformer: feed-forward dim')
   parser.add_argument('--tr_seq', type=int, default=64, help='transformer: sequence length')
   parser.add_argument('--tr_batch', type=int, default=64,
-                      help='transformer: batch (sequences); M=8 gives micro-batches of 8 x 64 tokens')
+                      help='transformer: batch (sequences); M=8 gives micro-batches of 8 x 64 '
+                      'tokens')
   parser.add_argument('--suites', default='dense,transformer', help='comma list: dense,transformer')
   parser.add_argument('--devices', type=int, default=4,
                       help='logical CPU devices of every session (4 so that K=4 runs; fewer drops '
@@ -558,8 +524,8 @@ def ParseArgs(argv=None):
   parser.add_argument('--tr_steps_per_round', type=int, default=1,
                       help='timed steps per transformer configuration per round')
   parser.add_argument('--diagnose', action='store_true',
-                      help="also time TensorPipe K=1,M=8,'never' on both stacks (micro-batching alone, "
-                      'no pipelining or re-computation); not part of any target')
+                      help="also time TensorPipe K=1,M=8,'never' on both stacks (micro-batching "
+                      'alone, no pipelining or re-computation); not part of any target')
   parser.add_argument('--min_clean', type=int, default=8,
                       help='keep adding rounds (up to --max_timing_s) until every config has this '
                       'many quiet steps')
@@ -568,14 +534,15 @@ def ParseArgs(argv=None):
   parser.add_argument('--max_foreign_cpu', type=float, default=0.15,
                       help='a step is quiet if other processes used at most this many CPU-seconds '
                       'per second of the step')
-  parser.add_argument('--memory_steps', type=int, default=5, help='steps measured per memory config')
+  parser.add_argument('--memory_steps', type=int, default=5,
+                      help='steps measured per memory config')
   parser.add_argument('--learning_rate', type=float, default=1e-4)
   parser.add_argument('--skip_memory', action='store_true', help='skip the peak-memory processes')
   parser.add_argument('--trace', action='store_true',
                       help='after timing, trace one step per config and print device busy time')
   parser.add_argument('--quick', action='store_true',
-                      help='smoke run (1-3 minutes): 8 dense layers, 2 transformer blocks, 3 rounds '
-                      'of 1 step; its numbers are not the benchmark\'s')
+                      help='smoke run (1-3 minutes): 8 dense layers, 2 transformer blocks, 3 '
+                      'rounds of 1 step; its numbers are not the benchmark\'s')
   parser.add_argument('--memory_child', default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   args.suites = [s.strip() for s in args.suites.split(',') if s.strip()]

@@ -5,14 +5,14 @@ flag): TensorFlow's caches and thread pools would otherwise carry over from one 
 next and skew its times, and the child's peak RSS is then its own. Each row is printed as soon as
 its child is done.
 
-  stack   A stack of 16 stock Lingvo `layers_with_attention.TransformerLayer`s (model dim 64, 4 heads,
-          feed-forward 256; time-major [T=16, B=64, D=64] inputs with [T, B] paddings), cut into K =
-          4 equal partitions, built three ways side by side for M in {4, 16, 64}: the plain model
-          (`builder_layers.SequentialLayer`), `TensorPipeLayer` (`partitions=` the 4 partitions,
-          batch_dim=1) and Lingvo's GPipe (`gpipe.PipeliningLayer` of `FeatureExtractionLayer`
-          partitions, batch_dim=1). Each child builds, in a fresh tf.Graph inside
-          `cluster_factory.ForTestingWorker(cpus=4, split_size=4)` (global step created first:
-          Lingvo's GPipe reads it), the layer, its FProp and `tf.gradients(loss, trainable
+  stack   A stack of 16 stock Lingvo `layers_with_attention.TransformerLayer`s (model dim 64, 4
+          heads, feed-forward 256; time-major [T=16, B=64, D=64] inputs with [T, B] paddings), cut
+          into K = 4 equal partitions, built three ways side by side for M in {4, 16, 64}: the plain
+          model (`builder_layers.SequentialLayer`), `TensorPipeLayer` (`partitions=` the 4
+          partitions, batch_dim=1) and Lingvo's GPipe (`gpipe.PipeliningLayer` of
+          `FeatureExtractionLayer` partitions, batch_dim=1). Each child builds, in a fresh tf.Graph
+          inside `cluster_factory.ForTestingWorker(cpus=4, split_size=4)` (global step created
+          first: Lingvo's GPipe reads it), the layer, its FProp and `tf.gradients(loss, trainable
           variables, colocate_gradients_with_ops=True)`. Row: seconds to instantiate the layer,
           seconds for FProp + gradients ("build s", what the targets compare), graph ops, nodes
           inside the graph's function library (partition bodies: TensorPipe's and Lingvo's GPipe
@@ -36,7 +36,8 @@ Commands:
   .venv/bin/python -m tools.graph_size stack --quick         # smoke run: M in {2, 4}, 8 layers
   .venv/bin/python -m tools.graph_size stack --first_run_m 0 # sizes and build times only
   .venv/bin/python -m tools.graph_size models --match 'AmoebaNetD18x256K8M32$'   # about 75 s
-  .venv/bin/python -m tools.graph_size models --match 'AmoebaNetD18x256K8M32$|T64H16384A32$|TransformerL415Pipeline32$'
+  .venv/bin/python -m tools.graph_size models \
+      --match 'AmoebaNetD18x256K8M32$|T64H16384A32$|TransformerL415Pipeline32$'
   .venv/bin/python -m tools.graph_size models                # every registered model (hours)
 
 Each report ends with PASS/FAIL lines for its targets; every ratio in them comes from rows of the
@@ -61,7 +62,8 @@ import sys
 import time
 import traceback
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The working directory of sub-runs.
+# The working directory of sub-runs: the repository root.
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _RESULT = 'GRAPH_SIZE_RESULT '  # Prefix of the one line of JSON a child prints.
 GIB = 2.0**30
@@ -96,70 +98,29 @@ def _OneLine(error):
   return '%s: %s' % (type(error).__name__, message[0][:300] if message else '')
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The stack report's model.
 
 
-def _TransformerBlockClass():
-  """A stock Lingvo TransformerLayer as a (vecs, paddings) -> (vecs, paddings) layer.
-
-  TransformerLayer.FProp returns (output, attention probabilities); a SequentialLayer,
-  TensorPipeLayer or FeatureExtractionLayer feeds a layer's outputs to the next one, so the block
-  passes the paddings on instead. Defined in a function so that the parent process never imports
-  TensorFlow.
-  """
-  from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
-  from lingvo.core import base_layer  # pylint: disable=g-import-not-at-top
-  from lingvo.core import layers_with_attention  # pylint: disable=g-import-not-at-top
-  from lingvo.core import py_utils  # pylint: disable=g-import-not-at-top
-
-  class TransformerBlock(base_layer.BaseLayer):
-    """layers_with_attention.TransformerLayer on time-major [T, B, D] vecs and [T, B] paddings."""
-
-    @classmethod
-    def Params(cls):
-      p = super().Params()
-      p.Define('model_dim', 64, 'Model dimension.')
-      p.Define('num_heads', 4, 'Attention heads.')
-      p.Define('hidden_dim', 256, 'Feed-forward hidden dimension.')
-      return p
-
-    def __init__(self, params):
-      super().__init__(params)
-      p = self.params
-      tp = layers_with_attention.TransformerLayer.Params().Set(
-          name='transformer', source_dim=p.model_dim, output_dim=p.model_dim)
-      tp.tr_atten_tpl.num_attention_heads = p.num_heads
-      tp.tr_fflayer_tpl.hidden_dim = p.hidden_dim
-      self.CreateChild('transformer', tp)
-
-    def FProp(self, theta, vecs, paddings):
-      out, _ = self.transformer.FProp(theta.transformer, vecs, paddings)
-      return out, paddings
-
-    @classmethod
-    def FPropMeta(cls, p, vecs, paddings):
-      """Output shapes (Lingvo's GPipe infers partition outputs with it) and rough forward matmul flops:
-      QKV and output projections, attention, feed-forward."""
-      t, b, d = vecs[0], vecs[1], vecs[2]
-      flops = 2 * t * b * (4 * d * d + 2 * d * p.hidden_dim) + 4 * t * t * b * d
-      return py_utils.NestedMap(flops=flops, out_shapes=(vecs, paddings))
-
-  return TransformerBlock
-
-
 def _StackParams(kind, num_layers, m, model_dim, num_heads, hidden_dim):
-  """Params of the stack as `kind` ('plain', 'tensorpipe' or 'gpipe'), cut into NUM_PARTITIONS equal partitions."""
+  """Params of the stack as `kind` ('plain', 'tensorpipe' or 'gpipe') in NUM_PARTITIONS partitions.
+
+  The blocks are workloads.TransformerBlock: a stock Lingvo TransformerLayer on time-major vecs and
+  paddings. TensorFlow is imported here, not at the top, so that the parent process never imports
+  it.
+  """
   from lingvo.core import builder_layers  # pylint: disable=g-import-not-at-top
   from lingvo.core import gpipe  # pylint: disable=g-import-not-at-top
   from tensorpipe import layer as tensorpipe_layer  # pylint: disable=g-import-not-at-top
+  from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
 
   if num_layers % NUM_PARTITIONS:
-    raise ValueError('%d layers cannot be cut into %d equal partitions' % (num_layers, NUM_PARTITIONS))
-  block = _TransformerBlockClass()
+    raise ValueError('%d layers cannot be cut into %d equal partitions' %
+                     (num_layers, NUM_PARTITIONS))
   blocks = [
-      block.Params().Set(name='block%d' % i, model_dim=model_dim, num_heads=num_heads,
-                         hidden_dim=hidden_dim) for i in range(num_layers)
+      workloads.TransformerBlock.Params().Set(name='block%d' % i, model_dim=model_dim,
+                                              num_heads=num_heads, hidden_dim=hidden_dim)
+      for i in range(num_layers)
   ]
   size = num_layers // NUM_PARTITIONS
   partitions = [blocks[k * size:(k + 1) * size] for k in range(NUM_PARTITIONS)]
@@ -177,7 +138,7 @@ def _StackParams(kind, num_layers, m, model_dim, num_heads, hidden_dim):
   raise ValueError('unknown kind %r' % kind)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Children (each runs in its own process and prints one result line).
 
 
@@ -252,21 +213,22 @@ def ModelChild(args):
   from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
   from lingvo.core import cluster_factory  # pylint: disable=g-import-not-at-top
   from tensorpipe.trainer import param_count  # pylint: disable=g-import-not-at-top
-  from tensorpipe.trainer import train  # pylint: disable=g-import-not-at-top
+  from tensorpipe.trainer import preflight  # pylint: disable=g-import-not-at-top
+  from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
 
   row = {'model': args.model}
   graph = tf.Graph()
   phase = 'params'
   try:
-    cfg = train.RegisteredModels()[args.model]()
+    cfg = registry.RegisteredModels()[args.model]()
     model_params = cfg.Model()
     inputs = cfg.Train()
     if 'synthetic' in inputs:
       inputs.synthetic = True
     model_params.input = inputs
     row['k'] = param_count.MaxPartitions(model_params)
-    row['m'] = _MicroBatches(train.Pipelines(model_params))
-    # No train.CheckDataDirs here: the launcher's pre-check insists on input.data_dir even with
+    row['m'] = _MicroBatches(preflight.Pipelines(model_params))
+    # No preflight.CheckDataDirs here: the launcher's pre-check insists on input.data_dir even with
     # synthetic=True. Missing data shows up as the input generator's error when it is instantiated.
     with graph.as_default(), cluster_factory.ForTestingWorker(cpus=row['k'], split_size=row['k']):
       phase = 'instantiate'
@@ -293,7 +255,7 @@ def ModelChild(args):
   _Emit(row)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Parent.
 
 
@@ -333,13 +295,14 @@ def Stack(args):
   ms = [2, 4] if args.quick else [int(m) for m in args.ms.split(',')]
   layers = args.layers or (8 if args.quick else 16)
   if layers % NUM_PARTITIONS:
-    raise SystemExit('graph_size: --layers=%d cannot be cut into %d equal partitions' % (layers, NUM_PARTITIONS))
+    raise SystemExit('graph_size: --layers=%d cannot be cut into %d equal partitions' %
+                     (layers, NUM_PARTITIONS))
   first_run_m = max(ms) if args.first_run_m is None else args.first_run_m
-  print('Stack of %d stock Lingvo TransformerLayers (d %d, %d heads, ffn %d; [T=%d, B=%d, D] inputs, '
-        'batch_dim 1), K = %d equal partitions; FProp + tf.gradients in a fresh process per row%s' %
-        (layers, args.model_dim, args.num_heads, args.hidden_dim, args.seq_len, args.batch,
-         NUM_PARTITIONS, '; first session.run timed at M=%d' % first_run_m if first_run_m in ms else ''),
-        flush=True)
+  first_run = '; first session.run timed at M=%d' % first_run_m if first_run_m in ms else ''
+  print('Stack of %d stock Lingvo TransformerLayers (d %d, %d heads, ffn %d; [T=%d, B=%d, D] '
+        'inputs, batch_dim 1), K = %d equal partitions; FProp + tf.gradients in a fresh process '
+        'per row%s' % (layers, args.model_dim, args.num_heads, args.hidden_dim, args.seq_len,
+                       args.batch, NUM_PARTITIONS, first_run), flush=True)
   print('%-11s %3s %7s %8s %8s %9s %8s %9s %10s %9s %8s' % (
       'kind', 'M', 'inst s', 'build s', 'ops', 'fn nodes', 'total', 'vs plain', 'first run',
       'next run', 'RSS GiB'), flush=True)
@@ -388,16 +351,13 @@ def Stack(args):
 
 def Models(args):
   """The models report: one child per registered model, then the targets of those that ran."""
-  from tensorpipe.trainer import train  # pylint: disable=g-import-not-at-top
-  from tools import param_counts  # pylint: disable=g-import-not-at-top
-  models = train.RegisteredModels()
-  names = sorted(k for k, cls in models.items()
-                 if param_counts.IsOurs(cls) and re.search(args.match, k))
+  from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
+  names = sorted(k for k in registry.TensorPipeModels() if re.search(args.match, k))
   if not names:
     raise SystemExit('graph_size: no registered model matches %r' % args.match)
-  print("Training graphs as Lingvo's trainer builds them (ConstructFPropBPropGraph, synthetic inputs "
-        'where supported, variables not initialised), a fresh process per model, timeout %d s' %
-        args.timeout, flush=True)
+  print("Training graphs as Lingvo's trainer builds them (ConstructFPropBPropGraph, synthetic "
+        'inputs where supported, variables not initialised), a fresh process per model, timeout '
+        '%d s' % args.timeout, flush=True)
   print('%-40s %3s %4s %7s %9s %8s %8s %9s %8s  %s' % (
       'model', 'K', 'M', 'inst s', 'fp+bp s', 'total s', 'ops', 'fn nodes', 'RSS GiB', 'status'),
         flush=True)
@@ -439,8 +399,8 @@ def ParseArgs(argv=None):
                       help='stack: smoke run with M in {2, 4} and 8 layers (a minute or two).')
   parser.add_argument('--ms', default='4,16,64', help='stack: comma-separated list of M.')
   parser.add_argument('--layers', type=int, default=None,
-                      help='stack: number of TransformerLayers, a multiple of 4 (default 16; 8 with '
-                      '--quick).')
+                      help='stack: number of TransformerLayers, a multiple of 4 (default 16; 8 '
+                      'with --quick).')
   parser.add_argument('--model_dim', type=int, default=64, help='stack: model dimension D.')
   parser.add_argument('--num_heads', type=int, default=4, help='stack: attention heads.')
   parser.add_argument('--hidden_dim', type=int, default=256, help='stack: feed-forward dimension.')

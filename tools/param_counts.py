@@ -1,11 +1,11 @@
-"""Prints the parameter count of every registered TensorPipe model (built, variables never allocated).
+"""Prints the parameter count of every registered TensorPipe model (built, variables unallocated).
 
   python -m tools.param_counts                 # every model registered by params/
   python -m tools.param_counts --match '^mt\\.' # only those whose key matches a regular expression
 
-Each model's task is instantiated in a throwaway graph (tensorpipe.trainer.param_count), so counts come from
-the variables the model really declares. Building the deepest configurations takes minutes (Lingvo
-declares one variable at a time; Transformer-L 1663 has ~20k variables).
+Each model's task is instantiated in a throwaway graph (tensorpipe.trainer.param_count), so counts
+come from the variables the model really declares. Building the deepest configurations takes
+minutes (Lingvo declares one variable at a time; Transformer-L 1663 has ~20k variables).
 """
 
 import argparse
@@ -14,7 +14,7 @@ import sys
 import time
 
 from tensorpipe.trainer import param_count
-from tensorpipe.trainer import train
+from tensorpipe.trainer import registry
 
 
 def _Human(n):
@@ -24,18 +24,12 @@ def _Human(n):
   return str(n)
 
 
-def IsOurs(cls):
-  """Whether a registered class comes from TensorPipe's params package (the registry may wrap it)."""
-  src = cls.__bases__[0] if cls.__name__ == cls.__bases__[0].__name__ else cls
-  return src.__module__.startswith(train.PARAMS_PACKAGE + '.')
-
-
 def main(argv):
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--match', default='', help='Regular expression the model key must match.')
   args = parser.parse_args(argv)
-  models = train.RegisteredModels()
-  keys = sorted(k for k, cls in models.items() if IsOurs(cls) and re.search(args.match, k))
+  models = registry.TensorPipeModels()
+  keys = sorted(k for k in models if re.search(args.match, k))
   if not keys:
     raise SystemExit('param_counts: no registered model matches %r' % args.match)
   print('%-34s %16s %8s %8s' % ('model', 'parameters', 'approx', 'seconds'))

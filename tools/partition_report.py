@@ -19,20 +19,22 @@ import argparse  # pylint: disable=g-import-not-at-top
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 
-from tensorpipe import units  # pylint: disable=g-import-not-at-top
 from tensorpipe.partition import balancing
 from tensorpipe.partition import partition_report
 from tensorpipe.partition import partitioning
-from tensorpipe.trainer import train
+from tensorpipe.trainer import preflight
+from tensorpipe.trainer import registry
+from tensorpipe import units  # pylint: disable=g-import-not-at-top
+
 
 def Reports(model, dataset='Train', num_partitions=None, num_micro_batches=None, cost=None,
             algorithms=('optimal',), memory_budget=None):
   """Reports for every TensorPipeLayer of `model` (flags override the params' values)."""
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()  # Lingvo's registry reads its override flags; keep the defaults.
-  train.ImportModel(model)
-  cfg = train.ModelParams(model, dataset)
-  pipelines = train.Pipelines(cfg)
+  registry.ImportModel(model)
+  cfg = registry.ModelParams(model, dataset)
+  pipelines = preflight.Pipelines(cfg)
   if not pipelines:
     raise ValueError('model %s has no TensorPipeLayer' % model)
   reports = []
@@ -58,9 +60,11 @@ def Reports(model, dataset='Train', num_partitions=None, num_micro_batches=None,
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--model', required=True, help='Registered model, e.g. digits.TinyConvPipeline.')
+  parser.add_argument('--model', required=True,
+                      help='Registered model, e.g. digits.TinyConvPipeline.')
   parser.add_argument('--dataset', default='Train', help='Which dataset params to read.')
-  parser.add_argument('--num_partitions', type=int, default=None, help='Re-split into K partitions.')
+  parser.add_argument('--num_partitions', type=int, default=None,
+                      help='Re-split into K partitions.')
   parser.add_argument('--num_micro_batches', type=int, default=None, help='M for the prediction.')
   parser.add_argument('--cost', default=None, choices=partitioning.COST_SOURCES,
                       help='Cost source (default: the params\' partition_cost).')
@@ -73,7 +77,7 @@ def main(argv=None):
     budget = None if args.memory_budget is None else units.ParseBytes(args.memory_budget)
     reports = Reports(args.model, args.dataset, args.num_partitions, args.num_micro_batches,
                       args.cost, algorithms, budget)
-  except (ValueError, train.UsageError) as e:
+  except (ValueError, registry.UsageError) as e:
     print('partition_report: error: %s' % e, file=sys.stderr)
     return 2
   print('\n\n'.join(str(r) for r in reports))

@@ -36,11 +36,13 @@ Results and the exact command: docs/benchmarks.md.
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The working directory of sub-runs.
+# The working directory of sub-runs: the repository root.
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
 
 import argparse  # pylint: disable=g-import-not-at-top
 import collections
+import functools
 import json
 import subprocess
 import sys
@@ -50,15 +52,18 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf2
 from lingvo import compat as tf
 
-from tensorpipe.tasks.image import amoebanet
+from tensorpipe.measure import overhead
+from tensorpipe.measure import profiling
+from tensorpipe.measure import simulator
+from tensorpipe.measure import throughput_report
+from tensorpipe.measure import training_step
+from tensorpipe.measure import workloads
 from tensorpipe.partition import balancing
+from tensorpipe.partition import capacity
 from tensorpipe.partition import cost_model
 from tensorpipe.partition import partitioning
-from tensorpipe.measure import profiling
+from tensorpipe.tasks.image import amoebanet
 from tensorpipe.tasks.image import resnet
-from tensorpipe import schedule
-from tensorpipe.measure import simulator
-from tools import benchmark_partitioning as bp
 
 GIB = 2.0**30
 # The throughput sessions: ops run on at most this many threads at once, each op on one thread.
@@ -66,7 +71,7 @@ _INTER_OP_THREADS = 2
 _INTRA_OP_THREADS = 1
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Models at CPU size.
 
 
@@ -97,7 +102,7 @@ def CpuModels(quick):
                                     num_stem_cells=0, stem_filters=32, aux_head=False),
           _Images(batch, 32), 0, batch),
       'Transformer-8 (128, 512)': (
-          bp.TransformerStack(8, 128, 512, 4, 4000), _Ids(32, batch, 4000), 1, batch),
+          workloads.TransformerStack(8, 128, 512, 4, 4000), _Ids(32, batch, 4000), 1, batch),
       'ResNet-26 (width 16)': (
           resnet.ResNetLayers(blocks=[2, 2, 2, 2], num_classes=10, base_width=16, stem_kernel=3,
                               stem_stride=1, stem_max_pool=False),
@@ -106,11 +111,11 @@ def CpuModels(quick):
 
 
 def _CountSizes(layers, k):
-  """Partitions of equal layer count (what the measured runs use, so the simulator cuts the same)."""
+  """Partitions of equal layer count (as the measured runs use, so the simulator cuts the same)."""
   return balancing.OptimalSplit([1.0] * len(layers), k)
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Throughput (Table 2) with simulator validation.
 
 
@@ -120,17 +125,13 @@ def Cores():
 
 
 def _Step(name, layers, sizes, inputs_fn, m, batch_dim, k, warmup):
-  return bp.Step(name, layers, sizes, inputs_fn, m, batch_dim, devices=k, warmup=warmup,
-                 intra_op_threads=_INTRA_OP_THREADS, inter_op_threads=_INTER_OP_THREADS)
-
-
-def _Simulate(partitions, m, cores=None):
-  """simulator.Simulate of TensorPipeLayer's default schedule (fill-drain, forward_overlap on)."""
-  return simulator.Simulate(partitions, schedule.FillDrainSchedule(len(partitions), m, 2), cores=cores)
+  return training_step.TrainingStep(
+      name, layers, sizes, inputs_fn, m, batch_dim, devices=k, warmup=warmup,
+      intra_op_threads=_INTRA_OP_THREADS, inter_op_threads=_INTER_OP_THREADS)
 
 
 def TracedCosts(layers, inputs_fn, batch_dim, m, warmup=2, traces=2):
-  """(per layer simulator.PartitionCost for the whole mini-batch, the profiling.Trace) of a K=1 step.
+  """(per layer simulator.PartitionCost of the whole mini-batch, the profiling.Trace) of K=1.
 
   Of `traces` traced steps the fastest is used: the least disturbed (a process's first trace also
   starts the profiler).
@@ -174,120 +175,24 @@ def Throughput(args):
       for k in ks:
         sizes = _CountSizes(layers, k)
         partitions = simulator.SplitCosts(traced[m][0], sizes, m)
-        independent[(k, m)] = _Simulate(partitions, m).step_time
-        shared[(k, m)] = _Simulate(partitions, m, cores=cores).step_time
+        independent[(k, m)] = simulator.SimulateFillDrain(partitions, m).step_time
+        shared[(k, m)] = simulator.SimulateFillDrain(partitions, m, cores=cores).step_time
         groups = np.split(np.array([p.name for p in layers]), np.cumsum(sizes)[:-1])
-        shared_tasks[(k, m)] = _Simulate(
+        shared_tasks[(k, m)] = simulator.SimulateFillDrain(
             traced[m][1].GroupTimes([list(g) for g in groups]), m, cores=cores).step_time
     print('\n%s, batch %d' % (name, batch))
     tracing = {m: measured[(1, m)] / traced[m][1].step_time for m in ms if (1, m) in measured}
-    print(ThroughputTable(ks, ms, measured, independent, shared, cores, tracing, shared_tasks))
+    print(throughput_report.ThroughputTable(ks, ms, measured, independent, shared, cores, tracing,
+                                            shared_tasks))
     for m in ms:
-      print(TraceNote(m, traced[m][1], traced[m][0], measured.get((1, m))))
+      print(throughput_report.TraceNote(m, traced[m][1], traced[m][0], measured.get((1, m))))
     if name.startswith('Transformer'):
-      PredictDeep(costs_by_m={m: traced[m][0] if m in traced else
-                              LayerCosts(layers, inputs_fn, batch_dim, m) for m in (1, 4)},
-                  name=name)
+      costs_by_m = {m: traced[m][0] if m in traced else LayerCosts(layers, inputs_fn, batch_dim, m)
+                    for m in (1, 4)}
+      print('\n' + throughput_report.DeepPredictionTable(costs_by_m, name))
 
 
-def ThroughputTable(ks, ms, measured, independent, shared, cores, tracing=None, shared_tasks=None):
-  """Text: the K x M grid of measured and simulated throughput and step times, and the mean errors.
-
-  Args:
-    ks, ms: the grid's K and M values.
-    measured, independent, shared: {(K, M): step seconds} measured, simulated with independent
-      devices, and simulated with `cores` shared cores.
-    cores: C of the shared-core model.
-    tracing: optional {M: timed / traced step time of K=1}: adds the errors of the predictions
-      scaled by it (the tracing's own cost taken out), over K > 1 only, since K = 1 set the scale.
-    shared_tasks: optional {(K, M): step seconds} of the shared-core model fed with per-task costs
-      (profiling.Trace.GroupTimes) instead of summed per-layer ones: adds its errors.
-  """
-  base_k = 2 if 2 in ks else ks[0]
-  lines = ['throughput normalised to K=%d, M=1: measured / independent devices / shared cores '
-           '(C=%s); in brackets the step ms of each' % (base_k, cores)]
-  lines.append('%4s ' % 'M' + ''.join('%35s' % ('K=%d' % k) for k in ks))
-  for m in ms:
-    row = ''
-    for k in ks:
-      row += '  %5.2f / %4.2f / %4.2f (%3.0f/%3.0f/%3.0f)' % (
-          tuple(v[(base_k, 1)] / v[(k, m)] for v in (measured, independent, shared)) +
-          tuple(1e3 * v[(k, m)] for v in (measured, independent, shared)))
-    lines.append('%4d ' % m + row)
-
-  def Errors(model, keys):
-    errors = [abs(model[key] - measured[key]) / measured[key] for key in keys]
-    return 100 * float(np.mean(errors)), 100 * float(np.max(errors))
-
-  keys = sorted(measured)
-  lines.append('step time error over %d configurations: independent devices mean %.0f%% '
-               '(max %.0f%%), shared cores mean %.0f%% (max %.0f%%)' % (
-                   (len(keys),) + Errors(independent, keys) + Errors(shared, keys)))
-  few = [key for key in keys if key[0] <= cores]
-  if len(few) < len(keys):
-    lines.append('  with K <= %s only (%d configurations): independent devices mean %.0f%%, shared '
-                 'cores mean %.0f%%' % (cores, len(few), Errors(independent, few)[0],
-                                        Errors(shared, few)[0]))
-  if shared_tasks:
-    lines.append('  shared cores fed per-task spans and parallelism: mean %.0f%% (max %.0f%%)' %
-                 Errors(shared_tasks, keys))
-  if tracing:
-    scaled = [key for key in keys if key[0] > 1 and key[1] in tracing]
-
-    def Scaled(model):
-      return {key: model[key] * tracing[key[1]] for key in scaled}
-
-    lines.append('  scaled by timed/traced K=1 step (%s), K > 1 only (%d configurations): '
-                 'independent devices mean %.0f%%, shared cores mean %.0f%%%s' % (
-                     ', '.join('M=%d: %.2f' % (m, tracing[m]) for m in sorted(tracing)),
-                     len(scaled), Errors(Scaled(independent), scaled)[0],
-                     Errors(Scaled(shared), scaled)[0],
-                     ', per-task %.0f%%' % Errors(Scaled(shared_tasks), scaled)[0]
-                     if shared_tasks else ''))
-  return '\n'.join(lines)
-
-
-def TraceNote(m, trace, layer_costs, timed):
-  """One line on the traced K=1 step that fed the simulator: time, work and spans.
-
-  The traced step against the timed one shows the tracing's own cost; the layers' spans summed
-  against the tasks' (F, R, B per micro-batch, first op to last) show how much layers overlap each
-  other, which per-layer costs cannot carry; the other ops' work is outside the simulated tasks.
-  """
-  work = sum(sum(by_cat.values()) for by_cat in trace.WorkByCategory().values())
-  layer_work = sum(c.Work(kind) for c in layer_costs for kind in simulator.KINDS)
-  layer_span = sum(getattr(c, kind) for c in layer_costs for kind in simulator.KINDS)
-  task_span = sum(end - start for _, kind, _, start, end in trace.Tasks()
-                  if kind in simulator.KINDS)
-  return ('  traced K=1 M=%d step %.0f ms (timed %s): layers\' F, R, B ops %.0f core-ms, their '
-          'spans %.0f ms, the tasks\' %.0f ms; other ops %.0f core-ms' % (
-              m, 1e3 * trace.step_time, '%.0f ms' % (1e3 * timed) if timed else '-',
-              1e3 * layer_work, 1e3 * layer_span, 1e3 * task_span, 1e3 * (work - layer_work)))
-
-
-def PredictDeep(costs_by_m, name):
-  """Simulated throughput of a 128-block stack of the measured Transformer blocks, K up to 128."""
-  print('\nSimulated: %s blocks stacked 128 deep (+ embedding and softmax), normalised to K=2, '
-        'M=1' % name.split(' ')[0])
-  ks = (2, 4, 8, 16, 32, 64, 128)
-  print('%4s ' % 'M' + ''.join('%8s' % ('K=%d' % k) for k in ks))
-  base = None
-  for m, costs in sorted(costs_by_m.items()):
-    block = costs[1:-1]
-    mean_block = simulator.PartitionCost(*[float(np.median([getattr(c, f) for c in block]))
-                                      for f in ('forward', 'backward', 'recompute')])
-    deep = [costs[0]] + [mean_block] * 128 + [costs[-1]]
-    row = []
-    for k in ks:
-      sizes = balancing.OptimalSplit([c.forward + c.backward + c.recompute for c in deep], k)
-      step = _Simulate(simulator.SplitCosts(deep, sizes, m), m).step_time
-      if base is None:
-        base = step
-      row.append(base / step)
-    print('%4d ' % m + ''.join('%8.2f' % v for v in row))
-
-
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Overhead breakdown (Figure 4).
 
 
@@ -301,43 +206,16 @@ def Overhead(args):
     layers, inputs_fn, batch_dim, _ = models[name]
     for k in (2, 4):
       sizes = partitioning.MakePlan(layers, k, None, cost='count').sizes
-      step = bp.Step('K=%d' % k, layers, sizes, inputs_fn, m, batch_dim, devices=k,
-                     warmup=args.warmup)
+      step = training_step.TrainingStep('K=%d' % k, layers, sizes, inputs_fn, m, batch_dim,
+                                        devices=k, warmup=args.warmup)
       trace = step.Trace()
       step.Close()
-      shares = OverheadShares(trace, m)
+      shares = overhead.OverheadShares(trace, m)
       print('%-28s %2d %7.1f%% %7.1f%% %9.1f%% %9.1f%% %7.1f%% %7.1f%% %7.1f%%' % (
-          (name, k) + tuple(100 * shares[c] for c in ('setup', 'bubble', 'imbalance', 'recompute',
-                                                       'update', 'other', 'work'))))
+          (name, k) + tuple(100 * shares[c] for c in overhead.SHARES)))
 
 
-def OverheadShares(trace, num_micro_batches):
-  """Shares of (devices x step time): setup, bubble, imbalance, recompute, update, other, work.
-
-  Busy time by category comes from the trace. Idle time is split into bubble and imbalance with the
-  simulator: the idle share the same schedule has with every partition at the mean partition time is
-  bubble; the rest of the idle time is put down to imbalance (and to dependencies the schedule does
-  not model, such as transfers).
-  """
-  devices = trace.devices
-  total = len(devices) * trace.step_time
-  by_cat = trace.BusyByCategory()
-  busy = trace.Busy()
-  shares = {c: sum(by_cat[d].get(c, 0.0) for d in devices) / total
-            for c in ('setup', 'recompute', 'update', 'forward', 'backward', 'transfer', 'other')}
-  idle = 1.0 - sum(busy.values()) / total
-  partitions = trace.PartitionTimes()
-  mean = simulator.PartitionCost(*[float(np.mean([getattr(c, f) for c in partitions]))
-                              for f in ('forward', 'backward', 'recompute')])
-  bubble = _Simulate([mean] * len(partitions), num_micro_batches).idle_fraction
-  bubble = min(bubble, idle)
-  return {'setup': shares['setup'], 'bubble': bubble, 'imbalance': idle - bubble,
-          'recompute': shares['recompute'], 'update': shares['update'],
-          'other': shares['other'] + shares['transfer'],
-          'work': shares['forward'] + shares['backward']}
-
-
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Memory (Table 1).
 
 
@@ -345,43 +223,12 @@ _PROFILES = {}
 
 
 def AmoebaProfiles(num_cells, filters, shapes):
-  """cost_model.Profiles of AmoebaNet-D (num_cells, filters), cached (they do not depend on K, M)."""
+  """cost_model.Profiles of AmoebaNet-D (num_cells, filters), cached (they depend on no K, M)."""
   key = (num_cells, filters, str(shapes))
   if key not in _PROFILES:
     layers = amoebanet.AmoebaNetLayers('D', num_cells, filters, image_size=shapes[0][1])
     _PROFILES[key] = cost_model.Profiles(layers, shapes)
   return _PROFILES[key]
-
-
-def PeakOfBestSplit(profiles, k, m, recompute):
-  """(estimated bytes of the fullest device, sizes) for the split that minimises it."""
-  mem = cost_model.MemoryCost(profiles, m, recompute)
-  sizes = balancing.OptimalSplit(mem, k)
-  return max(mem.Partitions(sizes)), sizes
-
-
-def LargestFilters(num_cells, shapes, k, m, recompute, budget, lo=32, hi=1024, step=32):
-  """The largest filter count (multiple of `step`) that fits `budget`, by bisection; or None."""
-  def Fits(d):
-    return PeakOfBestSplit(AmoebaProfiles(num_cells, d, shapes), k, m, recompute)[0] <= budget
-  largest = _Largest(lambda i: Fits(i * step), lo // step, hi // step)
-  return None if largest is None else largest * step
-
-
-def _Largest(fits, lo, hi):
-  """The largest integer n in [lo, hi] with fits(n), by bisection (fits is true up to some n).
-
-  None if not fits(lo).
-  """
-  if not fits(lo):
-    return None
-  while lo < hi:
-    mid = (lo + hi + 1) // 2
-    if fits(mid):
-      lo = mid
-    else:
-      hi = mid - 1
-  return lo
 
 
 def Memory(args):
@@ -404,13 +251,14 @@ def Memory(args):
   for label, k, mm, recompute in configs:
     best = None
     for num_cells in cell_counts:
-      d = LargestFilters(num_cells, shapes, k, mm, recompute, budget)
+      d = capacity.LargestModel(functools.partial(AmoebaProfiles, num_cells, shapes=shapes), k, mm,
+                                recompute, budget, lo=32, hi=1024, step=32)
       if d is None:
         continue
       profiles = AmoebaProfiles(num_cells, d, shapes)
       params = sum(p.params for p in profiles)
       if best is None or params > best[2]:
-        best = (num_cells, d, params, PeakOfBestSplit(profiles, k, mm, recompute)[0])
+        best = (num_cells, d, params, capacity.PeakOfBestSplit(profiles, k, mm, recompute)[0])
     if best is None:
       print('%-12s %10s' % (label, 'none fits'))
       continue
@@ -430,23 +278,13 @@ _TRANSFORMER_L = {}
 
 
 def TransformerLProfiles(num_layers):
-  """cost_model.Profiles of Transformer-L with `num_layers` blocks (one block profiled, repeated)."""
+  """cost_model.Profiles of Transformer-L with `num_layers` blocks (one block profiled, copied)."""
   if 'one' not in _TRANSFORMER_L:
     # Model 2048, feed-forward 8192, 32 heads, 32k vocabulary; ids [sequence 1024, batch 32].
-    layers = bp.TransformerStack(1, 2048, 8192, 32, 32000)
+    layers = workloads.TransformerStack(1, 2048, 8192, 32, 32000)
     _TRANSFORMER_L['one'] = cost_model.Profiles(layers, [[1024, 32]])
   embedding, block, softmax = _TRANSFORMER_L['one']
   return [embedding] + [block] * num_layers + [softmax]
-
-
-def LargestL(k, m, recompute, budget, bytes_per_param, hi=8192):
-  """The largest Transformer-L whose fullest device's estimate fits `budget`, by bisection; or None."""
-  def Fits(num_layers):
-    if num_layers + 2 < k:
-      return True
-    mem = cost_model.MemoryCost(TransformerLProfiles(num_layers), m, recompute, bytes_per_param)
-    return max(mem.Partitions(balancing.OptimalSplit(mem, k))) <= budget
-  return _Largest(Fits, 1, hi)
 
 
 def TransformerLMemory(args):
@@ -467,7 +305,8 @@ def TransformerLMemory(args):
            'Pipeline-128': 1663}
   fits = {}
   for label, k, mm, recompute in configs:
-    num_layers = LargestL(k, mm, recompute, budget, bytes_per_param)
+    num_layers = capacity.LargestModel(TransformerLProfiles, k, mm, recompute, budget, lo=1,
+                                       hi=8192, bytes_per_param=bytes_per_param)
     shown = num_layers or 1
     profiles = TransformerLProfiles(shown)
     params = sum(p.params for p in profiles)
@@ -484,7 +323,7 @@ def TransformerLMemory(args):
 
 
 def _MemoryChild(spec):
-  """Runs in a child process: measured and estimated peaks of one training step of a small AmoebaNet.
+  """In a child process: measured and estimated peaks of one training step of a small AmoebaNet.
 
   Measured per device: the variables placed on it plus its peak of step allocations, replayed from
   the allocation records of a traced step (profiling.Trace.PeakMemory). Measured for the process:
@@ -495,8 +334,8 @@ def _MemoryChild(spec):
                                      stem_stride=1, num_stem_cells=0, stem_filters=16,
                                      aux_head=False)
   sizes = _CountSizes(layers, spec['k'])
-  step = bp.Step('mem', layers, sizes, _Images(spec['batch'], 32), spec['m'], 0, devices=spec['k'],
-                 recompute=spec['recompute'], warmup=1)
+  step = training_step.TrainingStep('mem', layers, sizes, _Images(spec['batch'], 32), spec['m'], 0,
+                                    devices=spec['k'], recompute=spec['recompute'], warmup=1)
   with step.graph.as_default():
     variables = tf.global_variables()
   resident = collections.Counter()
@@ -520,9 +359,10 @@ def _MemoryChild(spec):
 
 def CrossCheck(args):
   """Estimated vs measured per-device peaks for small AmoebaNets (one process per config)."""
-  print('\nCross-check on this machine: small AmoebaNet-D (6, F), 32x32, batch 64, one traced step. '
-        'Per device: variables + peak of step allocations from the trace, against the estimate. '
-        'Process: the shared allocator\'s peak against the trace\'s all-device peak + variables.')
+  print('\nCross-check on this machine: small AmoebaNet-D (6, F), 32x32, batch 64, one traced '
+        'step. Per device: variables + peak of step allocations from the trace, against the '
+        'estimate. Process: the shared allocator\'s peak against the trace\'s all-device peak + '
+        'variables.')
   print('%-28s %-24s %-24s %7s %10s %10s' % ('config', 'measured / device', 'estimated / device',
                                             'est/meas', 'process', 'trace'))
   specs = [dict(filters=32, batch=64, k=1, m=1, recompute='never'),
@@ -553,11 +393,13 @@ def main(argv=None):
   parser.add_argument('--steps_per_round', type=int, default=3, help='Timed steps per round.')
   parser.add_argument('--warmup', type=int, default=2, help='Untimed steps first.')
   parser.add_argument('--throughput_models', default='amoebanet,transformer',
-                      help='Comma-separated models of the throughput section: amoebanet, transformer.')
+                      help='Comma-separated models of the throughput section: amoebanet, '
+                      'transformer.')
   parser.add_argument('--memory_budget_gib', type=float, default=8.0,
                       help='Per-device budget of the memory table (8 GiB: a TPUv2 core).')
   parser.add_argument('--transformer_budget_gib', type=float, default=16.0,
-                      help='Per-device budget of the Transformer-L memory rows (16 GiB: a TPUv3 core).')
+                      help='Per-device budget of the Transformer-L memory rows (16 GiB: a TPUv3 '
+                      'core).')
   parser.add_argument('--memory_child', default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.memory_child:

@@ -5,7 +5,7 @@ ways, each through Lingvo's trainer:
 
   1 process     tensorpipe.trainer.train --run_locally=cpu --cpu_devices=4 (4 logical devices)
   2 processes   tensorpipe.trainer.launch --worker_tasks=2 --cpu_devices=2 (2 partitions per worker)
-  4 processes   tensorpipe.trainer.launch --worker_tasks=4 --cpu_devices=1 (one partition per worker)
+  4 processes   tensorpipe.trainer.launch --worker_tasks=4 --cpu_devices=1 (a partition per worker)
 
 and prints, per way: examples/sec (median over the second half of the steps, from Lingvo's step
 lines) and the ratio to one process, and from the trainer's last traced step (TensorPipe's profile,
@@ -33,18 +33,20 @@ import time
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = 'digits.TinyConvPipeline'
 _STEP = re.compile(r'\] step: *(\d+), steps/sec: [\d.]+, examples/sec: ([\d.]+)')
-_PROFILE_STEP = re.compile(r'TensorPipe profile of step (\d+).*\n\s*step ([\d.]+) ms\n(.*?)\npartition',
-                           re.S)
+_PROFILE_STEP = re.compile(
+    r'TensorPipe profile of step (\d+).*\n\s*step ([\d.]+) ms\n(.*?)\npartition', re.S)
 
 
 def _Command(way, logdir, steps, profile_every):
   override = '--model_params_override=train.max_steps: %d' % steps
   profile = '--tensorpipe_profile_every_n_steps=%d' % profile_every
   if way == 1:
-    return [sys.executable, '-m', 'tensorpipe.trainer.train', '--model=%s' % MODEL, '--cpu_devices=4',
-            '--mode=sync', '--run_locally=cpu', '--logdir=%s' % logdir, override, profile]
-  return [sys.executable, '-m', 'tensorpipe.trainer.launch', '--model=%s' % MODEL, '--logdir=%s' % logdir,
-          '--worker_tasks=%d' % way, '--cpu_devices=%d' % (4 // way), override, profile]
+    return [sys.executable, '-m', 'tensorpipe.trainer.train', '--model=%s' % MODEL,
+            '--cpu_devices=4', '--mode=sync', '--run_locally=cpu', '--logdir=%s' % logdir, override,
+            profile]
+  return [sys.executable, '-m', 'tensorpipe.trainer.launch', '--model=%s' % MODEL,
+          '--logdir=%s' % logdir, '--worker_tasks=%d' % way, '--cpu_devices=%d' % (4 // way),
+          override, profile]
 
 
 def _TrainerLog(way, logdir, output):

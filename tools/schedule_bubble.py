@@ -31,11 +31,11 @@ from lingvo.core import cluster_factory  # pylint: disable=g-import-not-at-top
 from lingvo.core import layers  # pylint: disable=g-import-not-at-top
 
 from tensorpipe import layer as layer_lib  # pylint: disable=g-import-not-at-top
-from tensorpipe import placement  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
-from tensorpipe import schedule  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import simulator  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import timeline  # pylint: disable=g-import-not-at-top
+from tensorpipe import placement  # pylint: disable=g-import-not-at-top
+from tensorpipe import schedule  # pylint: disable=g-import-not-at-top
 
 KS = (2, 4, 8)
 MS = (4, 8, 32)
@@ -98,10 +98,11 @@ def BubbleTable(cost):
           sims[(label, name)] = simulator.Simulate([c] * k, make(k, m))
       rows.append(dict(
           k=k, m=m, fill_drain=schedule.BubbleFraction(k, m),
-          zb_h1=(k - 1) / (3.0 * m + k - 1) if m >= k else None,
+          zb_h1=schedule.ZeroBubbleFraction(k, m) if m >= k else None,
           unit={n: sims[('unit', n)].idle_fraction for n in schedule.SCHEDULES},
           measured={n: sims[('measured', n)].idle_fraction for n in schedule.SCHEDULES},
-          zb_time=sims[('measured', 'zero_bubble')].step_time / sims[('measured', '1f1b')].step_time))
+          zb_time=(sims[('measured', 'zero_bubble')].step_time /
+                   sims[('measured', '1f1b')].step_time)))
   return rows
 
 

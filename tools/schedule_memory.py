@@ -28,7 +28,8 @@ import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The working directory of sub-runs.
+# The working directory of sub-runs: the repository root.
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _RESULT = 'SCHEDULE_MEMORY '
 KIB = 1024.0

@@ -21,24 +21,24 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 
-from tensorpipe import placement
 from tensorpipe.measure import profiling
-from tensorpipe import schedule
 from tensorpipe.measure import simulator
 from tensorpipe.measure import timeline
-from tensorpipe.trainer import train
+from tensorpipe import placement
+from tensorpipe.trainer import preflight
+from tensorpipe.trainer import registry
 
 
 def TraceModel(model, warmup=3, intra_op_threads=1, inter_op_threads=2):
-  """(Trace, [(pipeline name, M)]) of one training step of registered `model` after `warmup` steps."""
+  """(Trace, pipelines' Params) of a training step of registered `model` after `warmup` steps."""
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
-  train.ImportModel(model)
-  cfg = train.ModelParams(model, 'Train')
-  pipelines = train.Pipelines(cfg)
+  registry.ImportModel(model)
+  cfg = registry.ModelParams(model, 'Train')
+  pipelines = preflight.Pipelines(cfg)
   if not pipelines:
     raise ValueError('model %s has no TensorPipeLayer to draw' % model)
-  num_devices = max(k for _, _, k in train.PipelinePartitions(cfg))
+  num_devices = max(k for _, _, k in preflight.PipelinePartitions(cfg))
   graph = tf.Graph()
   with graph.as_default(), cluster_factory.ForTestingWorker(
       mode='sync', job='trainer_client', cpus=num_devices, split_size=num_devices):
@@ -61,14 +61,15 @@ def TraceModel(model, warmup=3, intra_op_threads=1, inter_op_threads=2):
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--model', required=True, help='Registered model, e.g. digits.TinyConvPipeline.')
+  parser.add_argument('--model', required=True,
+                      help='Registered model, e.g. digits.TinyConvPipeline.')
   parser.add_argument('--out', required=True, help='PNG path of the traced step.')
   parser.add_argument('--simulated_out', default=None, help='PNG path of the simulated step.')
   parser.add_argument('--warmup', type=int, default=3, help='Untraced steps first.')
   args = parser.parse_args(argv)
   try:
     trace, pipelines = TraceModel(args.model, args.warmup)
-  except (ValueError, train.UsageError) as e:
+  except (ValueError, registry.UsageError) as e:
     print('timeline: error: %s' % e, file=sys.stderr)
     return 2
   first = pipelines[0]
@@ -78,8 +79,8 @@ def main(argv=None):
   print(profiling.Summary(trace))
   print('wrote %s' % args.out)
   partitions = trace.PartitionTimes()
-  predicted = simulator.Simulate(partitions, schedule.FillDrainSchedule(
-      len(partitions), num_micro, 2 if first.forward_overlap else 1))
+  predicted = simulator.SimulateFillDrain(partitions, num_micro,
+                                          forward_overlap=first.forward_overlap)
   print('simulator, fed with the traced per-partition times: pipeline part %.1f ms, idle %.1f%% '
         '(traced step %.1f ms, including input, loss and update)' %
         (1e3 * predicted.step_time, 100 * predicted.idle_fraction, 1e3 * trace.step_time))

@@ -36,12 +36,12 @@ new buffer counts it until the update ends, when the old buffer is freed.
 import collections
 import dataclasses
 import re
-from typing import Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from lingvo import compat as tf
 
-from tensorpipe import units
 from tensorpipe.measure import simulator
+from tensorpipe import units
 
 CATEGORIES = ('forward', 'recompute', 'backward', 'weight', 'setup', 'transfer', 'update', 'other')
 # Ops that move or alias data rather than compute: left out of task spans, which would otherwise
@@ -74,7 +74,7 @@ class Op:
   is_call: bool = False  # A call op of a partition function: a container of other ops, not work.
 
 
-def ShortDevice(device):
+def ShortDevice(device: str) -> str:
   """'CPU:1' for '/job:localhost/replica:0/task:0/device:CPU:1' (and for '/device:CPU:1');
   'worker:2/CPU:0' for '/job:worker/replica:0/task:2/device:CPU:0' (another process's device)."""
   spec = tf.DeviceSpec.from_string(device)
@@ -86,7 +86,8 @@ def ShortDevice(device):
   return short
 
 
-def Classify(name, op_type, pipeline_scope=None):
+def Classify(name: str, op_type: str,
+             pipeline_scope: Optional[str] = None) -> Tuple[str, Optional[int], Optional[int]]:
   """(category, partition, micro_batch) of an op of the step's own graph, from its name.
 
   Ops inside the partitions' functions carry no partition in their names; `Trace` labels them by the
@@ -122,7 +123,7 @@ def _InnerLabel(name, call_category):
 class Trace:
   """The executed ops of one step, labelled (see the module docstring)."""
 
-  def __init__(self, run_metadata, pipeline_scope=None):
+  def __init__(self, run_metadata: tf.compat.v1.RunMetadata, pipeline_scope: Optional[str] = None):
     records = []
     self._allocations = []  # (device, micros, bytes); negative bytes free.
     for dev in run_metadata.step_stats.dev_stats:
@@ -180,22 +181,22 @@ class Trace:
     return max(preferred, key=lambda c: c.start)
 
   @property
-  def compute_ops(self):
+  def compute_ops(self) -> List[Op]:
     """The executed ops without the call ops that contain them."""
     return [op for op in self.ops if not op.is_call]
 
   @property
-  def devices(self):
+  def devices(self) -> List[str]:
     return sorted({op.device for op in self.ops}, key=lambda d: (d.split(':')[0], _Index(d)))
 
-  def Busy(self, ops=None):
+  def Busy(self, ops: Optional[Sequence[Op]] = None) -> Dict[str, float]:
     """{device: seconds with at least one op running} (over `ops`, default all)."""
     spans = collections.defaultdict(list)
     for op in self.compute_ops if ops is None else ops:
       spans[op.device].append((op.start, op.end))
     return {d: simulator.UnionLength(s) for d, s in spans.items()}
 
-  def BusyByCategory(self):
+  def BusyByCategory(self) -> Dict[str, Dict[str, float]]:
     """{device: {category: busy seconds}}, adding up to `Busy()` per device.
 
     Concurrent ops of one category count once; an instant when ops of n categories run on a device
@@ -217,14 +218,14 @@ class Trace:
       out[device] = dict(seconds)
     return out
 
-  def WorkByCategory(self):
+  def WorkByCategory(self) -> Dict[str, Dict[str, float]]:
     """{device: {category: summed op seconds}}; concurrent ops all count (core-seconds)."""
     out = collections.defaultdict(collections.Counter)
     for op in self.compute_ops:
       out[op.device][op.category] += op.end - op.start
     return {d: dict(c) for d, c in out.items()}
 
-  def PeakMemory(self, devices=None):
+  def PeakMemory(self, devices: Optional[Sequence[str]] = None) -> Union[Dict[str, int], int]:
     """Bytes: the peak of memory allocated during the step and not yet freed, on `devices`.
 
     Args:
@@ -243,11 +244,11 @@ class Trace:
       peak = max(peak, live)
     return peak
 
-  def HasMemory(self):
+  def HasMemory(self) -> bool:
     """Whether the trace recorded allocations (it does with FULL_TRACE on CPU and GPU)."""
     return bool(self._allocations)
 
-  def Tasks(self):
+  def Tasks(self) -> List[Tuple[int, str, int, float, float]]:
     """[(partition, category, micro_batch, start, end)] of every pipeline task (its ops' span)."""
     spans = {}
     for op in self.compute_ops:
@@ -258,15 +259,15 @@ class Trace:
       spans[key] = (min(start, op.start), max(end, op.end))
     return sorted((k[:3] + v for k, v in spans.items()), key=lambda r: r[3])
 
-  def PartitionTimes(self):
-    """Per partition, simulator.PartitionCost: mean span per task of F, B, R and W, and parallelism."""
+  def PartitionTimes(self) -> List[simulator.PartitionCost]:
+    """Per partition, simulator.PartitionCost: mean span per task of F, B, R, W, and parallelism."""
     partitions = [op.partition for op in self.ops if op.partition is not None]
     if not partitions:
       raise ValueError('no TensorPipe partition calls in the trace (names with partition<k>_mb<t>)')
     return self._TaskCosts(1 + max(partitions), lambda op: op.partition)
 
-  def GroupTimes(self, groups):
-    """Per group of layers, simulator.PartitionCost as if the group had been one partition, per micro-batch.
+  def GroupTimes(self, groups: Sequence[Sequence[str]]) -> List[simulator.PartitionCost]:
+    """Per group of layers: simulator.PartitionCost per micro-batch, as if it were a partition.
 
     For predicting another partition from this trace (e.g. K = 2 partitions from a K = 1 step with
     the same M): group g's task on micro-batch t spans the union of its layers' ops on t, so ops of
@@ -277,8 +278,8 @@ class Trace:
     """
     return self._GroupCosts(groups, per_micro_batch=True)
 
-  def LayerTimes(self, layer_names):
-    """Per layer, simulator.PartitionCost: span of its F, B, R ops summed over the step, and parallelism.
+  def LayerTimes(self, layer_names: Sequence[str]) -> List[simulator.PartitionCost]:
+    """Per layer, simulator.PartitionCost: its F, B, R ops' span summed over the step; parallelism.
 
     Summed over micro-batches, so a layer's costs are those of the whole mini-batch; concurrent
     ops of one layer count once in its span, and each in its work. Ops outside any layer's name
@@ -335,15 +336,24 @@ def _Index(device):
     return 0
 
 
-def TracedRun(sess, fetches, feed_dict=None):
-  """Runs `fetches` once with a full trace; returns (values, RunMetadata)."""
+def TracedRun(sess: tf.compat.v1.Session, fetches: Any, feed_dict: Optional[Dict[Any, Any]] = None,
+              **kwargs: Any) -> Tuple[Any, tf.compat.v1.RunMetadata]:
+  """Runs `fetches` once with a full trace; returns (values, RunMetadata).
+
+  The one way the project traces a step, so that every trace records the same things (op times and
+  allocations). `feed_dict` and other keyword arguments go to sess.run unchanged; `options` and
+  `run_metadata` are the trace's own.
+  """
+  for key in ('options', 'run_metadata'):
+    if key in kwargs:
+      raise ValueError('TracedRun sets %s itself; got %s=%r' % (key, key, kwargs[key]))
   opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
   meta = tf.compat.v1.RunMetadata()
-  values = sess.run(fetches, feed_dict=feed_dict, options=opts, run_metadata=meta)
+  values = sess.run(fetches, feed_dict=feed_dict, options=opts, run_metadata=meta, **kwargs)
   return values, meta
 
 
-def Summary(trace):
+def Summary(trace: Trace) -> str:
   """A text table: per device, busy seconds by category, idle share and peak step memory."""
   by_cat = trace.BusyByCategory()
   busy = trace.Busy()
@@ -361,8 +371,8 @@ def Summary(trace):
   return '\n'.join(lines)
 
 
-def PartitionSummary(partitions):
-  """A text table of `Trace.PartitionTimes()`: per partition, mean F, B, R and W milliseconds per task."""
+def PartitionSummary(partitions: Sequence[simulator.PartitionCost]) -> str:
+  """A text table of `Trace.PartitionTimes()`: per partition, mean F, B, R, W ms per task."""
   lines = ['%-5s %10s %10s %10s %10s' % ('partition', 'forward', 'backward', 'recompute', 'weight')]
   for k, c in enumerate(partitions):
     lines.append('%-5d %8.2fms %8.2fms %8.2fms %8.2fms' % (

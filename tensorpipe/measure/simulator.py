@@ -17,7 +17,7 @@ device's idle time and a timeline for any K and M, e.g. K = 128 devices that are
 
 import dataclasses
 import math
-from typing import List
+from typing import List, Optional, Sequence, Tuple
 
 from tensorpipe import schedule
 
@@ -45,11 +45,11 @@ class PartitionCost:
   weight: float = 0.0
   weight_parallelism: float = 1.0
 
-  def Work(self, kind):
+  def Work(self, kind: str) -> float:
     """Core-seconds of task `kind` (one of KINDS)."""
     return getattr(self, kind) * self.Parallelism(kind)
 
-  def Parallelism(self, kind):
+  def Parallelism(self, kind: str) -> float:
     """Ops of task `kind` running at once, on average."""
     return getattr(self, kind + '_parallelism')
 
@@ -72,11 +72,11 @@ class Result:
   timeline: List[Interval]
 
   @property
-  def idle(self):
+  def idle(self) -> List[float]:
     return [self.step_time - b for b in self.busy]
 
   @property
-  def idle_fraction(self):
+  def idle_fraction(self) -> float:
     """Mean idle share of the devices (bubble plus imbalance)."""
     return sum(self.idle) / (len(self.busy) * self.step_time) if self.step_time else 0.0
 
@@ -92,13 +92,12 @@ def _Check(costs, sched, transfer, cores):
     for kind in KINDS:
       value = getattr(c, kind)
       if not _IsNumber(value) or value < 0:
-        raise ValueError('simulator: partition %d has %s time %r; times must be non-negative seconds' %
-                         (k, kind, value))
+        raise ValueError('simulator: partition %d has %s time %r; times must be non-negative '
+                         'seconds' % (k, kind, value))
       value = c.Parallelism(kind)
       if not _IsNumber(value) or value < 1:
         raise ValueError('simulator: partition %d has %s_parallelism %r; it must be a number >= 1 '
-                         '(ops '
-                         'running at once)' % (k, kind, value))
+                         '(ops running at once)' % (k, kind, value))
   if not _IsNumber(transfer) or transfer < 0:
     raise ValueError('simulator: transfer time must be non-negative, got %r' % (transfer,))
   if cores is not None and (not _IsNumber(cores) or cores <= 0):
@@ -125,7 +124,8 @@ def _Phases(action, cost, splits_backward):
           if kind != RECOMPUTE or cost.recompute]
 
 
-def Simulate(costs, sched, transfer=0.0, cores=None):
+def Simulate(costs: Sequence[PartitionCost], sched: schedule.Schedule, transfer: float = 0.0,
+             cores: Optional[float] = None) -> Result:
   """Simulates one step of `sched` with the given per-partition costs.
 
   Args:
@@ -157,6 +157,13 @@ def Simulate(costs, sched, transfer=0.0, cores=None):
       busy[k] += seconds
     end[action] = free[k] = start
   return Result(max(i.end for i in timeline), busy, timeline)
+
+
+def SimulateFillDrain(costs: Sequence[PartitionCost], num_micro_batches: int,
+                      cores: Optional[float] = None, forward_overlap: bool = True) -> Result:
+  """Simulate of TensorPipeLayer's default schedule: fill-drain, with forward_overlap (lag 2)."""
+  sched = schedule.FillDrainSchedule(len(costs), num_micro_batches, 2 if forward_overlap else 1)
+  return Simulate(costs, sched, cores=cores)
 
 
 def _SimulateShared(costs, sched, transfer, cores):
@@ -240,7 +247,8 @@ def _SimulateShared(costs, sched, transfer, cores):
   return Result(max(end.values()), busy, timeline)
 
 
-def SplitCosts(layer_costs, sizes, num_micro_batches, overhead=0.0):
+def SplitCosts(layer_costs: Sequence[PartitionCost], sizes: Sequence[int], num_micro_batches: int,
+               overhead: float = 0.0) -> List[PartitionCost]:
   """Per-partition PartitionCosts for M micro-batches from per-layer costs of the whole mini-batch.
 
   Each layer's time and work are taken to scale with its share of the batch, plus a fixed `overhead`
@@ -274,14 +282,17 @@ def SplitCosts(layer_costs, sizes, num_micro_batches, overhead=0.0):
   return out
 
 
-def UnionLength(spans):
-  """Total length of the union of (start, end) spans (busy time of overlapping tasks or ops)."""
-  total, cur_start, cur_end = 0.0, None, None
-  for s, e in sorted(spans):
-    if cur_end is None or s > cur_end:
-      if cur_end is not None:
-        total += cur_end - cur_start
-      cur_start, cur_end = s, e
+def MergeSpans(spans: Sequence[Tuple[float, float]]) -> List[Tuple[float, float]]:
+  """The union of (start, end) spans as disjoint spans in time order (touching spans join)."""
+  merged = []
+  for start, end in sorted(spans):
+    if merged and start <= merged[-1][1]:
+      merged[-1][1] = max(merged[-1][1], end)
     else:
-      cur_end = max(cur_end, e)
-  return total + (cur_end - cur_start if cur_end is not None else 0.0)
+      merged.append([start, end])
+  return [(start, end) for start, end in merged]
+
+
+def UnionLength(spans: Sequence[Tuple[float, float]]) -> float:
+  """Total length of the union of (start, end) spans (busy time of overlapping tasks or ops)."""
+  return float(sum(end - start for start, end in MergeSpans(spans)))

@@ -7,11 +7,15 @@ compared.
 """
 
 import collections
+from typing import Mapping, Sequence, Tuple
 
 import matplotlib
 
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import simulator  # pylint: disable=g-import-not-at-top
 
 COLOURS = {
     'forward': '#4C72B0',
@@ -26,18 +30,10 @@ COLOURS = {
 _LETTER = {'forward': 'F', 'recompute': 'R', 'backward': 'B', 'weight': 'W'}
 
 
-def _Merge(spans):
-  merged = []
-  for start, end in sorted(spans):
-    if merged and start <= merged[-1][1]:
-      merged[-1][1] = max(merged[-1][1], end)
-    else:
-      merged.append([start, end])
-  return [(s, e - s) for s, e in merged]
-
-
-def Draw(rows, step_time, path, title, tasks=()):
-  """Writes a PNG.
+def Draw(rows: Mapping[str, Mapping[str, Sequence[Tuple[float, float]]]], step_time: float,
+         path: str, title: str,
+         tasks: Sequence[Tuple[str, str, int, float, float]] = ()) -> str:
+  """Writes a PNG; returns its path.
 
   Args:
     rows: ordered {row label: {category: [(start, end)]}} in seconds.
@@ -50,7 +46,8 @@ def Draw(rows, step_time, path, title, tasks=()):
   fig, ax = plt.subplots(figsize=(12, 0.7 * len(labels) + 1.6))
   for i, label in enumerate(labels):
     for category, spans in rows[label].items():
-      ax.broken_barh(_Merge(spans), (i - 0.38, 0.76), facecolors=COLOURS.get(category, '#C8C8C8'),
+      bars = [(start, end - start) for start, end in simulator.MergeSpans(spans)]
+      ax.broken_barh(bars, (i - 0.38, 0.76), facecolors=COLOURS.get(category, '#C8C8C8'),
                      linewidth=0)
   row_of = {label: i for i, label in enumerate(labels)}
   min_width = step_time / 60.0
@@ -73,7 +70,7 @@ def Draw(rows, step_time, path, title, tasks=()):
   return path
 
 
-def DrawTrace(trace, path, title):
+def DrawTrace(trace: profiling.Trace, path: str, title: str) -> str:
   """Draws a profiling.Trace: one row per device."""
   rows = collections.OrderedDict((d, collections.defaultdict(list)) for d in trace.devices)
   for op in trace.compute_ops:
@@ -82,11 +79,12 @@ def DrawTrace(trace, path, title):
   for op in trace.ops:
     if op.partition is not None:
       device_of_partition.setdefault(op.partition, op.device)
-  tasks = [(device_of_partition[k], kind, t, start, end) for k, kind, t, start, end in trace.Tasks()]
+  tasks = [(device_of_partition[k], kind, t, start, end)
+           for k, kind, t, start, end in trace.Tasks()]
   return Draw(rows, trace.step_time, path, title, tasks)
 
 
-def DrawSimulated(result, path, title):
+def DrawSimulated(result: simulator.Result, path: str, title: str) -> str:
   """Draws a simulator.Result: one row per partition's device."""
   num_partitions = len(result.busy)
   rows = collections.OrderedDict(('device %d' % k, collections.defaultdict(list))

@@ -14,8 +14,11 @@ bounds are adjacent floats, so the result is optimal, not approximate. Among the
 returns the one whose cuts lie closest to k/K of the total cost.
 """
 
+from typing import List, Optional, Sequence, Union
+
 import numpy as np
 
+from tensorpipe import schedule
 from tensorpipe import units
 
 ALGORITHMS = ('optimal', 'min_variance')
@@ -24,7 +27,8 @@ ALGORITHMS = ('optimal', 'min_variance')
 class PartitionCost:
   """The cost of a partition [i, j): sum(per_layer[i:j]) + at_start[i]."""
 
-  def __init__(self, per_layer, at_start=None, what='cost', where='balancing'):
+  def __init__(self, per_layer: Sequence[float], at_start: Optional[Sequence[float]] = None,
+               what: str = 'cost', where: str = 'balancing'):
     self.per_layer = _Values(per_layer, what, where)
     num_layers = len(self.per_layer)
     if at_start is None:
@@ -36,23 +40,27 @@ class PartitionCost:
                          (where, len(self.at_start), num_layers))
     self.prefix = np.concatenate([[0.0], np.cumsum(self.per_layer)])
 
-  def __len__(self):
+  def __len__(self) -> int:
     return len(self.per_layer)
 
-  def Of(self, i, j):
+  def Of(self, i: int, j: int) -> float:
     """The cost of the partition holding layers i .. j - 1."""
     return float(self.prefix[j] - self.prefix[i] + self.at_start[i])
 
-  def Partitions(self, sizes):
+  def Partitions(self, sizes: Sequence[int]) -> List[float]:
     """The cost of each partition for the given partition sizes."""
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     return [self.Of(bounds[k], bounds[k + 1]) for k in range(len(sizes))]
 
-  def Ends(self, bound):
+  def Ends(self, bound: float) -> np.ndarray:
     """For each start i, the largest end j with Of(i, j) <= bound (i when no layer fits)."""
     limit = self.prefix[:-1] - self.at_start + bound
     ends = np.searchsorted(self.prefix, limit, side='right') - 1
     return np.maximum(ends, np.arange(len(self)))
+
+
+# Per-layer costs: a list of non-negative numbers or a PartitionCost.
+Costs = Union[Sequence[float], PartitionCost]
 
 
 def _Values(values, what, where):
@@ -71,7 +79,7 @@ def _AsPartitionCost(costs, what, where):
   return costs if isinstance(costs, PartitionCost) else PartitionCost(costs, what=what, where=where)
 
 
-def CheckCounts(num_layers, num_partitions, where='balancing'):
+def CheckCounts(num_layers: int, num_partitions: int, where: str = 'balancing') -> None:
   """Raises a ValueError naming the values unless 1 <= K <= L."""
   if isinstance(num_partitions, bool) or not isinstance(num_partitions, (int, np.integer)) or (
       num_partitions < 1):
@@ -160,7 +168,8 @@ def _Pick(cost, ends, num_partitions):
   return [cuts[k + 1] - cuts[k] for k in range(num_partitions)]
 
 
-def OptimalSplit(costs, num_partitions, memory=None, memory_budget=None, where='balancing'):
+def OptimalSplit(costs: Costs, num_partitions: int, memory: Optional[Costs] = None,
+                 memory_budget: Optional[float] = None, where: str = 'balancing') -> List[int]:
   """K partition sizes minimising the largest partition cost, every partition's memory in budget.
 
   Args:
@@ -208,7 +217,7 @@ def OptimalSplit(costs, num_partitions, memory=None, memory_budget=None, where='
   return _Pick(cost, Ends(best), num_partitions)
 
 
-def MinVarianceSplit(costs, num_partitions, where='balancing'):
+def MinVarianceSplit(costs: Costs, num_partitions: int, where: str = 'balancing') -> List[int]:
   """K partition sizes minimising the variance of the partition costs (the GPipe paper's heuristic).
 
   With the total fixed, the variance is least when the sum of squared partition costs is; dynamic
@@ -240,8 +249,9 @@ def MinVarianceSplit(costs, num_partitions, where='balancing'):
   return [cuts[k + 1] - cuts[k] for k in range(num_partitions)]
 
 
-def Split(costs, num_partitions, algorithm='optimal', memory=None, memory_budget=None,
-          where='balancing'):
+def Split(costs: Costs, num_partitions: int, algorithm: str = 'optimal',
+          memory: Optional[Costs] = None, memory_budget: Optional[float] = None,
+          where: str = 'balancing') -> List[int]:
   """Partition sizes by `algorithm` ('optimal', or 'min_variance', which takes no memory budget)."""
   if algorithm == 'optimal':
     return OptimalSplit(costs, num_partitions, memory, memory_budget, where)
@@ -253,18 +263,18 @@ def Split(costs, num_partitions, algorithm='optimal', memory=None, memory_budget
   raise ValueError('%s: partition algorithm %r is not one of %s' % (where, algorithm, ALGORITHMS))
 
 
-def Imbalance(partition_costs):
+def Imbalance(partition_costs: Sequence[float]) -> float:
   """max / mean of the partition costs: 1.0 is perfect balance."""
   mean = sum(partition_costs) / len(partition_costs)
   return max(partition_costs) / mean if mean > 0 else 1.0
 
 
-def Efficiency(partition_costs, num_micro_batches):
+def Efficiency(partition_costs: Sequence[float], num_micro_batches: int) -> float:
   """Predicted fraction of the devices' time spent working, from bubble and imbalance.
 
   A fill-drain step takes (M + K - 1) slots of the slowest partition's per-micro-batch time, while
-  perfectly balanced, bubble-free work would take M slots of the mean partition's.
+  perfectly balanced, bubble-free work would take M slots of the mean partition's: the busy share
+  1 - schedule.BubbleFraction(K, M) divided by the imbalance.
   """
-  num_partitions = len(partition_costs)
-  bubble = num_micro_batches / (num_micro_batches + num_partitions - 1)
-  return bubble / Imbalance(partition_costs)
+  busy = 1.0 - schedule.BubbleFraction(len(partition_costs), num_micro_batches)
+  return busy / Imbalance(partition_costs)

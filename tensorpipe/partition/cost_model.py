@@ -16,6 +16,7 @@ Shapes are those of the whole mini-batch; memory estimates divide by M where mic
 import concurrent.futures
 import dataclasses
 import time
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from lingvo import compat as tf
@@ -57,11 +58,13 @@ def _Elements(shapes):
     try:
       total += int(shape.num_elements())
     except TypeError as e:  # A symbolic dimension.
-      raise ValueError('shape %s is not fully known; give concrete cost_input_shapes' % shape) from e
+      raise ValueError('shape %s is not fully known; give concrete cost_input_shapes' %
+                       shape) from e
   return total
 
 
-def ChainMeta(layer_params, input_shapes):
+def ChainMeta(layer_params: Sequence[Any], input_shapes: Sequence[Any]
+             ) -> Tuple[List[Tuple[float, Tuple[tshape.Shape, ...]]], Tuple[tshape.Shape, ...]]:
   """Runs FPropMeta through the layers in order.
 
   Args:
@@ -88,7 +91,7 @@ def ChainMeta(layer_params, input_shapes):
   return metas, shapes
 
 
-def Flops(layer_params, input_shapes):
+def Flops(layer_params: Sequence[Any], input_shapes: Sequence[Any]) -> List[float]:
   """Estimated flops of each layer for the given first-layer input shapes (see ChainMeta)."""
   return [flops for flops, _ in ChainMeta(layer_params, input_shapes)[0]]
 
@@ -172,7 +175,7 @@ def _CachedFacts(p, in_shapes=None):
   return _FACTS[key]
 
 
-def ParamCounts(layer_params):
+def ParamCounts(layer_params: Sequence[Any]) -> List[Tuple[int, int]]:
   """(trainable, other) variable elements of each layer, from graphs that are built but never run.
 
   Variables are created as graph ops only, so even billion-parameter layers cost no memory here.
@@ -182,12 +185,12 @@ def ParamCounts(layer_params):
   return [_CachedFacts(p)[:2] for p in layer_params]
 
 
-def ParamCount(layer_params):
+def ParamCount(layer_params: Sequence[Any]) -> int:
   """Total trainable parameters of a sequence of layer Params (see ParamCounts)."""
   return sum(trainable for trainable, _ in ParamCounts(layer_params))
 
 
-def Profiles(layer_params, input_shapes):
+def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any]) -> List[LayerProfile]:
   """A LayerProfile per layer: FPropMeta flops and shapes, variable counts, activation sizes.
 
   Activation sizes come from building each layer's forward and backward pass on inputs of its
@@ -205,9 +208,10 @@ def Profiles(layer_params, input_shapes):
   return profiles
 
 
-def MemoryCost(profiles, num_micro_batches, recompute='always', bytes_per_param=12,
-               bytes_per_activation=4):
-  """A partition's per-device bytes as a balancing.PartitionCost (an estimate, for budgets and balance).
+def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompute: str = 'always',
+               bytes_per_param: float = 12,
+               bytes_per_activation: float = 4) -> balancing.PartitionCost:
+  """A partition's per-device bytes as a balancing.PartitionCost (an estimate for budgets, balance).
 
   Per layer: parameters x bytes_per_param (weights and optimizer slots), other variables, and the
   activations its backward pass holds (the forward tensors it reads, see Profiles): with
@@ -236,7 +240,9 @@ def _LocalDevice(device):
   return '/device:%s:0' % (spec.device_type or 'CPU')
 
 
-def MeasureSeconds(layer_params, input_shapes, device=None, repeats=5, input_fn=None):
+def MeasureSeconds(layer_params: Sequence[Any], input_shapes: Optional[Sequence[Any]],
+                   device: Optional[str] = None, repeats: int = 5,
+                   input_fn: Optional[Callable[[], Any]] = None) -> List[float]:
   """Median seconds of each layer's forward + backward pass, each layer run alone.
 
   Each layer's inputs are what the layers before it produce from random inputs, stored in variables

@@ -1,15 +1,17 @@
 """Partition report: per partition, its layers, cost, share, parameters and estimated memory.
 
 Shows a user why a partitioning is what it is, and what it predicts: the imbalance (max/mean
-partition cost) and the fraction of device time spent working once the fill-drain bubble (K - 1)/(M
-+ K - 1) and the imbalance are paid.
+partition cost) and the fraction of device time spent working once the fill-drain bubble
+(`schedule.BubbleFraction`) and the imbalance are paid.
 """
 
 import dataclasses
 from typing import List, Optional
 
-from tensorpipe import units
 from tensorpipe.partition import balancing
+from tensorpipe.partition import partitioning
+from tensorpipe import schedule
+from tensorpipe import units
 
 
 @dataclasses.dataclass
@@ -38,7 +40,7 @@ class Report:
   bubble: float
   efficiency: float
 
-  def __str__(self):
+  def __str__(self) -> str:
     return Format(self)
 
 
@@ -46,7 +48,7 @@ def _Sum(values):
   return float(sum(values))
 
 
-def Build(plan, title='pipeline'):
+def Build(plan: partitioning.Plan, title: str = 'pipeline') -> Report:
   """A Report of `plan` (a partitioning.Plan)."""
   costs = plan.PartitionCosts()
   total = sum(costs) or 1.0
@@ -65,9 +67,8 @@ def Build(plan, title='pipeline'):
                         params, param_bytes, act_bytes))
     start += size
   num_micro = plan.num_micro_batches
-  num_partitions = len(plan.sizes)
   return Report(title, plan.cost_source, plan.algorithm, num_micro, rows,
-                balancing.Imbalance(costs), (num_partitions - 1) / (num_micro + num_partitions - 1),
+                balancing.Imbalance(costs), schedule.BubbleFraction(len(plan.sizes), num_micro),
                 balancing.Efficiency(costs, num_micro))
 
 
@@ -84,7 +85,7 @@ def _Bytes(value):
   return '-' if value is None else units.FormatBytes(value)
 
 
-def Format(report):
+def Format(report: Report) -> str:
   """The report as a fixed-width table with a summary line."""
   lines = [
       '%s: %d partitions, cost %r, algorithm %r, M = %d' %

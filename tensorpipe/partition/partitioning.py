@@ -8,7 +8,7 @@ min-variance heuristic). The resulting `Plan` remembers costs and profiles so th
 """
 
 import dataclasses
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 from tensorpipe.partition import balancing
 from tensorpipe.partition import cost_model
@@ -16,7 +16,7 @@ from tensorpipe.partition import cost_model
 COST_SOURCES = ('auto',) + cost_model.COST_SOURCES
 
 
-def CheckPartitions(partitions, where='TensorPipeLayer'):
+def CheckPartitions(partitions: Sequence[Sequence[Any]], where: str = 'TensorPipeLayer') -> None:
   """Checks an explicit list of K lists of layer Params; names the offending partition."""
   if not isinstance(partitions, (list, tuple)) or not partitions:
     raise ValueError('%s: partitions must be a non-empty list of lists of layer Params, got %r' %
@@ -46,10 +46,10 @@ class Plan:
   _profiles: Optional[List[cost_model.LayerProfile]] = None
 
   @property
-  def num_partitions(self):
+  def num_partitions(self) -> int:
     return len(self.sizes)
 
-  def Partitions(self):
+  def Partitions(self) -> List[List[Any]]:
     """The layer Params of each partition."""
     partitions, start = [], 0
     for size in self.sizes:
@@ -57,24 +57,24 @@ class Plan:
       start += size
     return partitions
 
-  def PartitionCosts(self):
+  def PartitionCosts(self) -> List[float]:
     return self.cost.Partitions(self.sizes)
 
-  def Imbalance(self):
+  def Imbalance(self) -> float:
     """max / mean of the partition costs."""
     return balancing.Imbalance(self.PartitionCosts())
 
-  def Efficiency(self, num_micro_batches=None):
-    """Predicted busy fraction of the devices from bubble and imbalance (see balancing.Efficiency)."""
+  def Efficiency(self, num_micro_batches: Optional[int] = None) -> float:
+    """Predicted busy fraction of the devices from bubble and imbalance (balancing.Efficiency)."""
     return balancing.Efficiency(self.PartitionCosts(), num_micro_batches or self.num_micro_batches)
 
-  def Profiles(self):
+  def Profiles(self) -> Optional[List[cost_model.LayerProfile]]:
     """LayerProfiles (flops, parameters, activation sizes); None without input shapes."""
     if self._profiles is None and self.input_shapes is not None:
       self._profiles = cost_model.Profiles(self.layer_params, self.input_shapes)
     return self._profiles
 
-  def Memory(self):
+  def Memory(self) -> Optional[balancing.PartitionCost]:
     """Estimated per-partition memory as a balancing.PartitionCost (see cost_model.MemoryCost)."""
     profiles = self.Profiles()
     if profiles is None:
@@ -83,10 +83,13 @@ class Plan:
                                  self.bytes_per_param)
 
 
-def MakePlan(layer_params, num_partitions, input_shapes=None, cost='auto', algorithm='optimal',
-             memory_budget=None, num_micro_batches=1, recompute='always', bytes_per_param=12,
-             device=None, sizes=None, input_fn=None, where='TensorPipeLayer'):
-  """Splits `layer_params` into `num_partitions` partitions (or describes the given partition `sizes`).
+def MakePlan(layer_params: Sequence[Any], num_partitions: int,
+             input_shapes: Optional[Sequence[Any]] = None, cost: str = 'auto',
+             algorithm: str = 'optimal', memory_budget: Optional[float] = None,
+             num_micro_batches: int = 1, recompute: str = 'always', bytes_per_param: int = 12,
+             device: Optional[str] = None, sizes: Optional[Sequence[int]] = None,
+             input_fn: Optional[Callable[[], Any]] = None, where: str = 'TensorPipeLayer') -> Plan:
+  """Splits `layer_params` into `num_partitions` partitions (or describes the given `sizes`).
 
   Args:
     layer_params: the L layer Params, in order.
@@ -142,6 +145,8 @@ def MakePlan(layer_params, num_partitions, input_shapes=None, cost='auto', algor
   return plan
 
 
-def SplitLayers(layer_params, num_partitions, input_shapes=None, where='TensorPipeLayer'):
-  """`layer_params` in `num_partitions` partitions, balanced by flops (or by count without shapes)."""
+def SplitLayers(layer_params: Sequence[Any], num_partitions: int,
+                input_shapes: Optional[Sequence[Any]] = None,
+                where: str = 'TensorPipeLayer') -> List[List[Any]]:
+  """`layer_params` in `num_partitions` partitions, balanced by flops (by count without shapes)."""
   return MakePlan(layer_params, num_partitions, input_shapes, where=where).Partitions()

@@ -182,10 +182,11 @@ def main(argv=None):
   tasks = Tasks(args, extra)
   os.makedirs(os.path.dirname(tasks[0].log), exist_ok=True)
   replicas = args.worker_tasks // args.tasks_per_replica
-  print('tensorpipe.trainer.launch: %s, %d worker tasks x %d CPU devices, %d replica%s of %d devices; '
-        'logdir %s' % (args.model, args.worker_tasks, args.cpu_devices, replicas,
-                       '' if replicas == 1 else 's', args.tasks_per_replica * args.cpu_devices,
-                       args.logdir), flush=True)
+  print('tensorpipe.trainer.launch: %s, %d worker tasks x %d CPU devices, %d replica%s of %d '
+        'devices; logdir %s' % (args.model, args.worker_tasks, args.cpu_devices, replicas,
+                                '' if replicas == 1 else 's',
+                                args.tasks_per_replica * args.cpu_devices, args.logdir),
+        flush=True)
   status, message = EXIT_FAILED, 'interrupted'
   try:
     env = dict(os.environ, PYTHONUNBUFFERED='1')

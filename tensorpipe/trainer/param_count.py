@@ -1,21 +1,21 @@
-"""Parameter counts of registered models, from the built model (variables declared, never allocated).
+"""Parameter counts of registered models from the built model (variables declared, never allocated).
 
-`CountParameters(task_params)` instantiates the task in a throwaway graph under a cluster with as many
-devices as its largest TensorPipeLayer needs and sums the sizes of the trainable variables it creates.
-In graph mode creating a variable only adds ops to the graph; nothing is initialised, so even the 6B
-and 84B models are counted on a laptop.
+`CountParameters(task_params)` instantiates the task in a throwaway graph under a cluster with as
+many devices as its largest TensorPipeLayer needs and sums the sizes of the trainable variables it
+creates. In graph mode creating a variable only adds ops to the graph; nothing is initialised, so
+even the 6B and 84B models are counted on a laptop.
 """
 
 import numpy as np
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 
-from tensorpipe.trainer import train
+from tensorpipe.trainer import preflight
 
 
 def MaxPartitions(params):
   """The largest num_partitions (or len(partitions)) of any TensorPipeLayer inside `params`."""
-  return max([1] + [k for _, _, k in train.PipelinePartitions(params)])
+  return max([1] + [k for _, _, k in preflight.PipelinePartitions(params)])
 
 
 def BuildTask(task_params):

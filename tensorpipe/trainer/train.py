@@ -36,24 +36,18 @@ one line `tensorpipe.trainer.train: error: ...` and exits with status 2.
 """
 
 import glob
-import importlib
 import os
-import pkgutil
 import re
-import socket
 import sys
-import time
 
 from absl import flags
-from lingvo import model_imports
-from lingvo import model_registry
 from lingvo import trainer
 import lingvo.compat as tf
-from lingvo.core import base_model_params
-from lingvo.core import hyperparams
 from lingvo.core import py_utils
 
-from tensorpipe import layer as layer_lib
+from tensorpipe.trainer import cpu_devices
+from tensorpipe.trainer import preflight
+from tensorpipe.trainer import registry
 from tensorpipe.trainer import trainer_profiling
 
 flags.DEFINE_integer(
@@ -65,9 +59,10 @@ flags.DEFINE_bool('list_models', False, 'Print the registered models and exit.')
 flags.DEFINE_integer(
     'worker_tasks_per_replica', None,
     'With --cluster_spec: one worker replica (a model split of --worker_split_size devices) spans '
-    'this many worker tasks, each with --cpu_devices devices, so the partitions of a TensorPipeLayer run '
-    'in separate processes; the worker tasks of --cluster_spec then hold (number of tasks) / N '
-    'data-parallel replicas. Unset: Lingvo\'s default, one replica per worker task.', lower_bound=1)
+    'this many worker tasks, each with --cpu_devices devices, so the partitions of a '
+    'TensorPipeLayer run in separate processes; the worker tasks of --cluster_spec then hold '
+    '(number of tasks) / N data-parallel replicas. Unset: Lingvo\'s default, one replica per '
+    'worker task.', lower_bound=1)
 flags.DEFINE_integer(
     'startup_timeout_s', 120,
     'With --cluster_spec: seconds the controller and trainer client wait for every worker task to '
@@ -76,192 +71,20 @@ flags.DEFINE_integer(
 
 FLAGS = flags.FLAGS
 
-PARAMS_PACKAGE = 'params'
 ERROR_EXIT_CODE = 2
 
-# Job spec names of a Lingvo cluster (cluster.Params()).
-_ALL_JOB_SPECS = ('controller', 'train_summaries', 'worker', 'ps', 'input', 'evaler', 'decoder')
-# Jobs that build the model on one split of their own devices.
-_SINGLE_SPLIT_JOB_SPECS = ('controller', 'train_summaries', 'evaler', 'decoder')
 _TRAIN_JOBS = ('controller', 'trainer', 'trainer_client', 'train_summaries', 'executor_tpu',
                'host_driven_executor_tpu')
-
-
-class UsageError(Exception):
-  """A problem with the command line or the model's configuration, reported in one line."""
 
 
 def _Log(msg, *args):
   tf.logging.info('TensorPipe: ' + msg, *args)
 
 
-# --------------------------------------------------------------------------------------------------
-# Model registry: TensorPipe's `params` package first.
-# --------------------------------------------------------------------------------------------------
-
-
-def _ImportIfPresent(module_name):
-  """Imports `module_name`; False if it (or a parent package) does not exist. Other errors propagate."""
-  try:
-    importlib.import_module(module_name)
-    return True
-  except ModuleNotFoundError as e:
-    if e.name and module_name.startswith(e.name):
-      return False
-    raise
-
-
-def ImportAllParams():
-  """Imports every module of the `params` package (registering its models)."""
-  try:
-    package = importlib.import_module(PARAMS_PACKAGE)
-  except ModuleNotFoundError:
-    return
-  for info in pkgutil.walk_packages(package.__path__, PARAMS_PACKAGE + '.'):
-    importlib.import_module(info.name)
-
-
-def RegisteredModels():
-  """{key: params class} of every registered model, after importing the `params` package."""
-  ImportAllParams()
-  return dict(model_registry._ModelRegistryHelper.GetAllRegisteredClasses())  # pylint: disable=protected-access
-
-
-def ImportModel(model_name):
-  """Imports the module that registers `model_name` (`params.<module>` first, then Lingvo's paths).
-
-  Raises:
-    UsageError: if no registered model has that name.
-  """
-  if not model_name or '.' not in model_name:
-    raise UsageError('--model=%r is not a registered model name such as digits.TinyConvPipeline '
-                     '(see --list_models)' % (model_name or ''))
-  known = model_registry._ModelRegistryHelper._MODEL_PARAMS  # pylint: disable=protected-access
-  if model_name not in known:
-    module = model_name.rpartition('.')[0]
-    _ImportIfPresent('%s.%s' % (PARAMS_PACKAGE, module))
-  if model_name not in known:
-    try:
-      model_imports.ImportParams(model_name, require_success=False)
-    except ModuleNotFoundError:
-      pass
-  if model_name not in known:
-    names = sorted(RegisteredModels())
-    raise UsageError('unknown --model=%s; registered models: %s' %
-                     (model_name, ', '.join(names) if names else '(none)'))
-
-
-class ModelRegistry:
-  """Stands in for the `lingvo.model_registry` module in RunnerManager (see ImportModel)."""
-
-  @staticmethod
-  def GetAllRegisteredClasses():
-    return RegisteredModels()
-
-  @staticmethod
-  def GetClass(class_key):
-    ImportModel(class_key)
-    return model_registry._ModelRegistryHelper.GetClass(class_key)  # pylint: disable=protected-access
-
-  @staticmethod
-  def GetParams(class_key, dataset_name):
-    ImportModel(class_key)
-    return model_registry._ModelRegistryHelper.GetParams(class_key, dataset_name)  # pylint: disable=protected-access
-
-  @staticmethod
-  def GetProgramSchedule(class_key):
-    ImportModel(class_key)
-    return model_registry._ModelRegistryHelper.GetProgramSchedule(class_key)  # pylint: disable=protected-access
-
-
-# --------------------------------------------------------------------------------------------------
-# K logical CPU devices.
-# --------------------------------------------------------------------------------------------------
-
-
-def WithCpuDevices(config, num_cpus):
-  """A copy of ConfigProto `config` (or a new one) with device_count {'CPU': num_cpus}."""
-  out = tf.compat.v1.ConfigProto()
-  if config is not None:
-    out.CopyFrom(config)
-  out.device_count['CPU'] = num_cpus
-  return out
-
-
-_PATCHED = {}
-
-
-def InstallCpuDevices(num_cpus):
-  """Makes every TF server and Lingvo session of this process have `num_cpus` CPU devices.
-
-  Wraps tf.distribute.Server.__init__ (used by Lingvo's --run_locally and --cluster_spec paths;
-  a server ignores tf.config's logical device settings) and py_utils.SessionConfig (in-process
-  sessions created with an empty master). Idempotent; the last `num_cpus` wins.
-  """
-  _PATCHED['num_cpus'] = num_cpus
-  server_cls = tf.distribute.Server
-  if 'server_init' not in _PATCHED:
-    original_init = server_cls.__init__
-
-    def ServerInit(self, server_or_cluster_def, job_name=None, task_index=None, protocol=None,
-                   config=None, start=True):
-      config = WithCpuDevices(config, _PATCHED['num_cpus'])
-      original_init(self, server_or_cluster_def, job_name=job_name, task_index=task_index,
-                    protocol=protocol, config=config, start=start)
-
-    _PATCHED['server_init'] = original_init
-    server_cls.__init__ = ServerInit
-  if 'session_config' not in _PATCHED:
-    original_config = py_utils.SessionConfig
-
-    def SessionConfig(*args, **kwargs):
-      return WithCpuDevices(original_config(*args, **kwargs), _PATCHED['num_cpus'])
-
-    _PATCHED['session_config'] = original_config
-    py_utils.SessionConfig = SessionConfig
-
-
-def UninstallCpuDevices():
-  """Undoes InstallCpuDevices (for tests)."""
-  if 'server_init' in _PATCHED:
-    tf.distribute.Server.__init__ = _PATCHED.pop('server_init')
-  if 'session_config' in _PATCHED:
-    py_utils.SessionConfig = _PATCHED.pop('session_config')
-  _PATCHED.pop('num_cpus', None)
-
-
-def ConfigureCpuCluster(cluster_params, num_cpus, split_size):
-  """Sets cpus_per_replica = num_cpus on every job spec and the split size of single-split jobs."""
-  for name in _ALL_JOB_SPECS:
-    if name in cluster_params:
-      cluster_params.Get(name).cpus_per_replica = num_cpus
-  cluster_params.worker.devices_per_split = split_size
-  for name in _SINGLE_SPLIT_JOB_SPECS:
-    if name in cluster_params:
-      cluster_params.Get(name).devices_per_split = split_size
-
-
-def SpreadReplicas(cluster_params, num_worker_tasks, tasks_per_replica, devices_per_task):
-  """Makes each worker replica span `tasks_per_replica` worker tasks of `devices_per_task` devices.
-
-  Lingvo lists a replica's devices in (task, device) order, so device k of replica r (partition k of
-  its pipelines) is device k % devices_per_task of task r * tasks_per_replica + k //
-  devices_per_task.
-  """
-  worker = cluster_params.worker
-  worker.replicas = num_worker_tasks // tasks_per_replica
-  worker.cpus_per_replica = tasks_per_replica * devices_per_task
-  # The controller (and other jobs that only build the model) have their own process's devices;
-  # their partitions share them (see placement).
-  for name in _SINGLE_SPLIT_JOB_SPECS:
-    if name in cluster_params:
-      cluster_params.Get(name).devices_per_split = devices_per_task
-
-
 class RunnerManager(trainer.RunnerManager):
   """Lingvo's RunnerManager with TensorPipe's model lookup and the --cpu_devices cluster layout."""
 
-  model_registry = ModelRegistry
+  model_registry = registry.ModelRegistry
 
   @property
   def Trainer(self):
@@ -270,10 +93,11 @@ class RunnerManager(trainer.RunnerManager):
   def UpdateClusterParamsFromFlags(self, cluster, job_name):
     super().UpdateClusterParamsFromFlags(cluster, job_name)
     if FLAGS.cpu_devices:
-      ConfigureCpuCluster(cluster, FLAGS.cpu_devices, FLAGS.worker_split_size)
+      cpu_devices.ConfigureCpuCluster(cluster, FLAGS.cpu_devices, FLAGS.worker_split_size)
     if FLAGS.worker_tasks_per_replica and FLAGS.cluster_spec:
-      SpreadReplicas(cluster, len(ClusterSpecDict()['worker']), FLAGS.worker_tasks_per_replica,
-                     FLAGS.cpu_devices or 1)
+      workers = preflight.ParseClusterSpec(FLAGS.cluster_spec)['worker']
+      cpu_devices.SpreadReplicas(cluster, len(workers), FLAGS.worker_tasks_per_replica,
+                                 FLAGS.cpu_devices or 1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -306,99 +130,20 @@ def _IsEvalOnlyJob(job):
   return job.startswith('evaler_') or job.startswith('decoder_')
 
 
-def _Walk(params, path=''):
-  """Yields (path, Params) for `params` and every Params nested in it (also inside lists/dicts)."""
-  yield path, params
-  for name, value in params.IterParams():
-    for sub_path, sub in _WalkValue(value, path + '.' + name if path else name):
-      yield sub_path, sub
-
-
-def _WalkValue(value, path):
-  if isinstance(value, hyperparams.Params):
-    yield from _Walk(value, path)
-  elif isinstance(value, (list, tuple)):
-    for i, v in enumerate(value):
-      yield from _WalkValue(v, '%s[%d]' % (path, i))
-  elif isinstance(value, dict):
-    for k, v in value.items():
-      yield from _WalkValue(v, '%s[%r]' % (path, k))
-
-
-def Pipelines(cfg):
-  """[(path, Params)] of every TensorPipeLayer in model params `cfg`."""
-  out = []
-  for path, p in _Walk(cfg):
-    cls = p.Get('cls') if 'cls' in p else None
-    if isinstance(cls, type) and issubclass(cls, layer_lib.TensorPipeLayer):
-      out.append((path, p))
-  return out
-
-
-def PipelinePartitions(cfg):
-  """[(path, name, K)] for every TensorPipeLayer in model params `cfg` (K = number of partitions)."""
-  out = []
-  for path, p in Pipelines(cfg):
-    if p.partitions is not None:
-      k = len(p.partitions)
-    elif p.num_partitions is not None:
-      k = p.num_partitions
-    else:
-      continue  # Misconfigured; the layer itself raises a clear error.
-    out.append((path, p.name, int(k)))
-  return out
-
-
-def CheckDataDirs(cfg, dataset):
-  """Raises UsageError for a data directory of the input params of `cfg` that does not exist."""
-  if cfg.Get('input') is None:
-    return
-  for path, p in _Walk(cfg.input, 'input'):
-    if 'synthetic' in p and p.synthetic:
-      continue  # Generates its data: a data directory it names is never read.
-    if 'data_dir' in p:
-      data_dir = p.data_dir
-      if isinstance(data_dir, str) and data_dir and not os.path.isdir(data_dir):
-        raise UsageError('data directory %r of dataset %s (%s.data_dir) does not exist' %
-                         (data_dir, dataset, path))
-    cls = p.Get('cls') if 'cls' in p else None
-    check = getattr(cls, 'CheckDataSource', None)
-    if check is not None:
-      try:
-        check(p)
-      except (ValueError, OSError) as e:
-        raise UsageError('dataset %s: %s' % (dataset, e)) from e
-
-
-def ModelParams(model_name, dataset):
-  """The registered model's params for `dataset`; UsageError with a one-line message if it fails."""
-  try:
-    return ModelRegistry.GetParams(model_name, dataset)
-  except base_model_params.DatasetError:
-    try:
-      return ModelRegistry.GetParams(model_name, dataset.title())
-    except base_model_params.DatasetError as e:
-      raise UsageError('model %s has no dataset %r: %s' % (model_name, dataset, e)) from e
-  except (AttributeError, ValueError, TypeError) as e:
-    # E.g. a --model_params_override naming a param that does not exist.
-    raise UsageError('cannot configure model %s for dataset %s: %s' %
-                     (model_name, dataset, str(e).strip().splitlines()[0] if str(e) else
-                      type(e).__name__)) from e
-
-
 def Validate():
-  """Checks the command line before any job starts; raises UsageError with a one-line message."""
+  """Checks the command line before any job starts; raises registry.UsageError (one line)."""
   if FLAGS.mode not in ('sync', 'async'):
     return  # inspect_* / shell / write_inference_graph modes: Lingvo handles them.
   if not FLAGS.model:
-    raise UsageError('--model is required (see --list_models)')
-  ImportModel(FLAGS.model)
+    raise registry.UsageError('--model is required (see --list_models)')
+  registry.ImportModel(FLAGS.model)
   if not FLAGS.logdir:
-    raise UsageError('--logdir is required')
+    raise registry.UsageError('--logdir is required')
   if not (FLAGS.run_locally or FLAGS.cluster_spec or FLAGS.tpu or FLAGS.use_eager or
           FLAGS.tf_master.startswith('localhost')):
-    raise UsageError('say where the jobs run: --run_locally=cpu (all jobs in this process) or '
-                     '--cluster_spec=JOB=HOST:PORT,...@...')
+    raise registry.UsageError(
+        'say where the jobs run: --run_locally=cpu (all jobs in this process) or '
+        '--cluster_spec=JOB=HOST:PORT,...@...')
   num_cpus = FLAGS.cpu_devices
   split = FLAGS.worker_split_size or 1
   tasks_per_replica = FLAGS.worker_tasks_per_replica or 1
@@ -406,15 +151,14 @@ def Validate():
     _CheckSpreadReplicas()
   if num_cpus:
     if FLAGS.worker_gpus or FLAGS.run_locally in ('gpu', 'tpu') or FLAGS.worker_tpus:
-      raise UsageError('--cpu_devices is for CPU runs; with GPUs use the stock flags '
-                       '(--worker_gpus=K --worker_split_size=K) without --cpu_devices')
+      raise registry.UsageError('--cpu_devices is for CPU runs; with GPUs use the stock flags '
+                                '(--worker_gpus=K --worker_split_size=K) without --cpu_devices')
     replica_devices = num_cpus * tasks_per_replica
     if split > replica_devices or replica_devices % split:
-      raise UsageError('--worker_split_size=%d must divide the %d devices of a replica '
-                       '(--cpu_devices=%d%s)' % (
-                           split, replica_devices, num_cpus,
-                           ' x --worker_tasks_per_replica=%d' % tasks_per_replica
-                           if FLAGS.worker_tasks_per_replica else ''))
+      spread = (' x --worker_tasks_per_replica=%d' % tasks_per_replica
+                if FLAGS.worker_tasks_per_replica else '')
+      raise registry.UsageError('--worker_split_size=%d must divide the %d devices of a replica '
+                                '(--cpu_devices=%d%s)' % (split, replica_devices, num_cpus, spread))
     num_cpus = replica_devices
   jobs = _Jobs()
   datasets = []
@@ -423,25 +167,27 @@ def Validate():
     if dataset and dataset not in datasets:
       datasets.append(dataset)
   for dataset in datasets:
-    cfg = ModelParams(FLAGS.model, dataset)
-    CheckDataDirs(cfg, dataset)
-    for path, name, k in PipelinePartitions(cfg):
+    cfg = registry.ModelParams(FLAGS.model, dataset)
+    preflight.CheckDataDirs(cfg, dataset)
+    for path, name, k in preflight.PipelinePartitions(cfg):
       if k > split:
         if num_cpus:
-          raise UsageError(
-              'model %s needs %d devices per model split (TensorPipeLayer %r at %s has %d partitions) '
-              'but --cpu_devices=%d with --worker_split_size=%d gives %d; run with '
-              '--cpu_devices=%d' % (FLAGS.model, k, name, path, k, FLAGS.cpu_devices, split, split,
-                                    k))
-        raise UsageError(
-            'model %s needs %d devices per model split (TensorPipeLayer %r at %s has %d partitions) but '
-            '--worker_split_size=%d; use --cpu_devices=%d on CPU, or --worker_gpus=%d '
-            '--worker_split_size=%d on GPUs' % (FLAGS.model, k, name, path, k, split, k, k, k))
+          raise registry.UsageError(
+              'model %s needs %d devices per model split (TensorPipeLayer %r at %s has %d '
+              'partitions) but --cpu_devices=%d with --worker_split_size=%d gives %d; run with '
+              '--cpu_devices=%d' %
+              (FLAGS.model, k, name, path, k, FLAGS.cpu_devices, split, split, k))
+        raise registry.UsageError(
+            'model %s needs %d devices per model split (TensorPipeLayer %r at %s has %d '
+            'partitions) but --worker_split_size=%d; use --cpu_devices=%d on CPU, or '
+            '--worker_gpus=%d --worker_split_size=%d on GPUs' %
+            (FLAGS.model, k, name, path, k, split, k, k, k))
   if jobs and all(_IsEvalOnlyJob(j) for j in jobs):
     train_dir = os.path.join(FLAGS.logdir, 'train')
     latest = tf.train.latest_checkpoint(train_dir)
     if not latest:
-      raise UsageError('no checkpoint in %s to evaluate; train first (same --logdir)' % train_dir)
+      raise registry.UsageError('no checkpoint in %s to evaluate; train first (same --logdir)' %
+                                train_dir)
     step = int(tf.train.load_checkpoint(latest).get_tensor('global_step'))
     max_steps = cfg.train.max_steps
     if step < max_steps and any(not j.startswith('evaler_once_') for j in jobs):
@@ -453,57 +199,20 @@ def Validate():
     for job in jobs:
       m = re.match(r'evaler_once_[^@]+@(\d+)$', job)
       if m and not glob.glob(os.path.join(train_dir, 'ckpt-%08d.index' % int(m.group(1)))):
-        raise UsageError('no checkpoint ckpt-%08d in %s for --job=%s' %
-                         (int(m.group(1)), train_dir, job))
-
-
-def ClusterSpecDict():
-  """--cluster_spec as {job: [address, ...]} (Lingvo's syntax: job=host:port,...@job=...)."""
-  spec = {}
-  for part in FLAGS.cluster_spec.split('@'):
-    job, _, addresses = part.partition('=')
-    if not job or not addresses:
-      raise UsageError('--cluster_spec part %r is not JOB=HOST:PORT[,HOST:PORT...]' % part)
-    spec[job] = addresses.split(',')
-  return spec
+        raise registry.UsageError('no checkpoint ckpt-%08d in %s for --job=%s' %
+                                  (int(m.group(1)), train_dir, job))
 
 
 def _CheckSpreadReplicas():
   if not FLAGS.cluster_spec:
-    raise UsageError('--worker_tasks_per_replica needs --cluster_spec (worker tasks to spread over)')
-  workers = ClusterSpecDict().get('worker')
+    raise registry.UsageError(
+        '--worker_tasks_per_replica needs --cluster_spec (worker tasks to spread over)')
+  workers = preflight.ParseClusterSpec(FLAGS.cluster_spec).get('worker')
   if not workers:
-    raise UsageError('--worker_tasks_per_replica needs worker tasks in --cluster_spec')
+    raise registry.UsageError('--worker_tasks_per_replica needs worker tasks in --cluster_spec')
   if len(workers) % FLAGS.worker_tasks_per_replica:
-    raise UsageError('--worker_tasks_per_replica=%d must divide the %d worker tasks of '
-                     '--cluster_spec' % (FLAGS.worker_tasks_per_replica, len(workers)))
-
-
-def WaitForWorkers(spec, timeout_s, poll_s=0.5):
-  """Waits until every worker task of `spec` ({job: [address]}) accepts TCP connections.
-
-  The controller and the trainer client run their training steps on the worker tasks' servers (the
-  two start their own servers only once they run).
-
-  Raises:
-    UsageError: naming the first worker task still unreachable after `timeout_s` seconds.
-  """
-  deadline = time.time() + timeout_s
-  for job, addresses in sorted(spec.items()):
-    if job != 'worker':
-      continue
-    for task, address in enumerate(addresses):
-      host, _, port = address.rpartition(':')
-      while True:
-        try:
-          with socket.create_connection((host, int(port)), timeout=poll_s):
-            break
-        except (OSError, ValueError) as e:
-          if time.time() > deadline:
-            raise UsageError('task %s:%d at %s is not reachable after %d s (%s); start it, or fix '
-                             'its address in --cluster_spec' % (job, task, address, timeout_s,
-                                                               e)) from e
-          time.sleep(poll_s)
+    raise registry.UsageError('--worker_tasks_per_replica=%d must divide the %d worker tasks of '
+                              '--cluster_spec' % (FLAGS.worker_tasks_per_replica, len(workers)))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -516,11 +225,12 @@ def _LogPlan(jobs):
   _Log('model %s, jobs %s, mode %s, logdir %s', FLAGS.model, ','.join(jobs) or '(none)', FLAGS.mode,
        logdir)
   if FLAGS.worker_tasks_per_replica and FLAGS.cluster_spec:
-    tasks = len(ClusterSpecDict()['worker'])
+    tasks = len(preflight.ParseClusterSpec(FLAGS.cluster_spec)['worker'])
     per = FLAGS.worker_tasks_per_replica
-    _Log('%d worker tasks of %d CPU devices, %d per replica (%d data-parallel replica%s): partition k '
-         'of replica r runs on worker task r*%d + k//%d', tasks, FLAGS.cpu_devices or 1, per,
-         tasks // per, '' if tasks // per == 1 else 's', per, FLAGS.cpu_devices or 1)
+    _Log(
+        '%d worker tasks of %d CPU devices, %d per replica (%d data-parallel replica%s): '
+        'partition k of replica r runs on worker task r*%d + k//%d', tasks, FLAGS.cpu_devices or 1,
+        per, tasks // per, '' if tasks // per == 1 else 's', per, FLAGS.cpu_devices or 1)
   elif FLAGS.cpu_devices:
     splits = FLAGS.cpu_devices // FLAGS.worker_split_size
     _Log('%d logical CPU devices in this process; %d model split%s of %d devices (partition k of a '
@@ -593,16 +303,17 @@ def main(unused_argv):
     if FLAGS.cpu_devices and not FLAGS['worker_split_size'].present:
       FLAGS.worker_split_size = FLAGS.cpu_devices
     Validate()
-  except UsageError as e:
+  except registry.UsageError as e:
     return _Fail(e)
   if FLAGS.cpu_devices:
-    InstallCpuDevices(FLAGS.cpu_devices)
+    cpu_devices.InstallCpuDevices(FLAGS.cpu_devices)
   jobs = _Jobs()
   _LogPlan(jobs)
   if FLAGS.cluster_spec and any(j in ('controller', 'trainer_client') for j in jobs):
     try:
-      WaitForWorkers(ClusterSpecDict(), FLAGS.startup_timeout_s)
-    except UsageError as e:
+      preflight.WaitForWorkers(preflight.ParseClusterSpec(FLAGS.cluster_spec),
+                               FLAGS.startup_timeout_s)
+    except registry.UsageError as e:
       return _Fail(e)
   from lingvo.core import tpu_embedding_layers_v2  # pylint: disable=g-import-not-at-top
   from lingvo.core import tpu_embedding_manager  # pylint: disable=g-import-not-at-top
@@ -620,9 +331,8 @@ def Run(argv=None):
   except flags.Error as e:
     return _Fail(str(e).strip().splitlines()[0])
   if FLAGS.list_models:
-    for name, cls in sorted(RegisteredModels().items()):
-      src = cls.__bases__[0] if cls.__name__ == cls.__bases__[0].__name__ else cls
-      doc = (src.__doc__ or '').strip().splitlines()
+    for name, cls in sorted(registry.RegisteredModels().items()):
+      doc = (registry.ParamsClass(cls).__doc__ or '').strip().splitlines()
       print('%s%s' % (name, '  -- ' + doc[0] if doc else ''))
     return 0
   if FLAGS.disable_tf2:
@@ -633,8 +343,9 @@ def Run(argv=None):
     tf.data.experimental.enable_debug_mode()
   try:
     if FLAGS.model:
-      ImportModel(FLAGS.model)  # Model modules may define flags; import before the full parse.
-  except UsageError as e:
+      # Model modules may define flags; import before the full parse.
+      registry.ImportModel(FLAGS.model)
+  except registry.UsageError as e:
     return _Fail(e)
   FLAGS.unparse_flags()
   tf.app.run(main, argv=argv)

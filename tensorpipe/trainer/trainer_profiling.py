@@ -23,8 +23,8 @@ from tensorpipe.measure import profiling
 
 flags.DEFINE_integer(
     'tensorpipe_profile_every_n_steps', 100,
-    'Trace training step 2 and then every N-th step and log/summarise per-partition times and per-device '
-    'peak memory (0: never). Only traced steps are slower.', lower_bound=0)
+    'Trace training step 2 and then every N-th step and log/summarise per-partition times and '
+    'per-device peak memory (0: never). Only traced steps are slower.', lower_bound=0)
 
 FLAGS = flags.FLAGS
 FIRST_TRACED_STEP = 2
@@ -78,9 +78,7 @@ class _TracingSession:
     self._train_runs += 1
     if not self._trainer.ShouldTrace(self._train_runs):
       return self._sess.run(fetches, *args, **kwargs)
-    meta = tf.compat.v1.RunMetadata()
-    out = self._sess.run(fetches, *args, options=tf.compat.v1.RunOptions(
-        trace_level=tf.compat.v1.RunOptions.FULL_TRACE), run_metadata=meta, **kwargs)
+    out, meta = profiling.TracedRun(self._sess, fetches, *args, **kwargs)
     self._trainer.Report(self._sess, meta)
     return out
 

@@ -156,8 +156,9 @@ class TraceTest(test_utils.TestCase):
     self.assertEqual(profiling.Classify('pipe_1/split', 'Split', 'pipe'), ('setup', None, None))
     self.assertEqual(profiling.Classify('pipe/layer0/w/AssignSub', 'AssignSubVariableOp'),
                      ('update', None, None))
-    self.assertEqual(profiling.Classify('GroupCrossDeviceControlEdges_0/pipe_1/partition1_mb0/forward',
-                                        'NoOp'), ('transfer', None, None))
+    self.assertEqual(profiling.Classify(
+        'GroupCrossDeviceControlEdges_0/pipe_1/partition1_mb0/forward', 'NoOp'),
+                     ('transfer', None, None))
     # A tensor from another process (step stats name the receive RecvTensor).
     self.assertEqual(profiling.Classify('RecvTensor', '[0.1MB] [396Mb/s] edge_91_pipe_1/y'),
                      ('transfer', None, None))
@@ -268,6 +269,23 @@ class TraceTest(test_utils.TestCase):
   def testUntracedMetadataIsRejected(self):
     with self.assertRaisesRegex(ValueError, 'FULL_TRACE'):
       profiling.Trace(tf.compat.v1.RunMetadata())
+
+
+class TracedRunTest(test_utils.TestCase):
+
+  def testFeedsAndTracesOneRun(self):
+    with tf.Graph().as_default() as graph:
+      x = tf.compat.v1.placeholder(tf.float32, [2])
+      y = tf.reduce_sum(tf.square(x), name='total')
+      with tf.compat.v1.Session(graph=graph) as sess:
+        value, meta = profiling.TracedRun(sess, y, feed_dict={x: [1.0, 2.0]})
+        self.assertEqual(value, 5.0)
+        self.assertIn('total', {n.node_name for d in meta.step_stats.dev_stats
+                                for n in d.node_stats})
+        self.assertTrue(profiling.Trace(meta).HasMemory())
+        with self.assertRaisesRegex(ValueError, 'TracedRun sets run_metadata itself; got '
+                                    'run_metadata=None'):
+          profiling.TracedRun(sess, y, feed_dict={x: [1.0, 2.0]}, run_metadata=None)
 
 
 if __name__ == '__main__':

@@ -4,8 +4,8 @@ import random
 import re
 import unittest
 
-from tensorpipe import schedule
 from tensorpipe.measure import simulator
+from tensorpipe import schedule
 
 
 def _Equal(num_partitions, forward=1.0, backward=2.0, recompute=0.0):
@@ -45,7 +45,8 @@ class SimulateTest(unittest.TestCase):
         zero_bubble = simulator.Simulate(costs, schedule.ZeroBubbleSchedule(k, m))
         self.assertAlmostEqual(one_f_one_b.idle_fraction, schedule.BubbleFraction(k, m))
         self.assertAlmostEqual(one_f_one_b.step_time, 3.0 * (m + k - 1))  # B holds the weights'.
-        if m >= k:  # ZB-H1's (K-1)(F + B - W) idle time per device, against 1F1B's (K-1)(F + B + W).
+        # ZB-H1's (K-1)(F + B - W) idle time per device, against 1F1B's (K-1)(F + B + W).
+        if m >= k:
           self.assertAlmostEqual(zero_bubble.step_time, 3.0 * m + (k - 1), msg=(k, m))
         self.assertLess(zero_bubble.step_time, one_f_one_b.step_time)
 
@@ -111,6 +112,27 @@ class SimulateTest(unittest.TestCase):
     with self.assertRaisesRegex(ValueError, 'expected a schedule.Schedule, got 4'):
       simulator.Simulate(_Equal(2), 4)
 
+  def testFillDrainIsTheLayersDefaultSchedule(self):
+    costs = [simulator.PartitionCost(1.0, 2.0, 1.0), simulator.PartitionCost(2.0, 1.0, 0.5)]
+    for cores in (None, 1):
+      for overlap, lag in ((True, 2), (False, 1)):
+        self.assertEqual(simulator.SimulateFillDrain(costs, 4, cores, forward_overlap=overlap),
+                         _Sim(costs, 4, cores=cores, lag=lag))
+
+
+class SpansTest(unittest.TestCase):
+
+  def testMergeSpansJoinsOverlappingAndTouchingSpans(self):
+    self.assertEqual(simulator.MergeSpans([(5.0, 6.0), (0.0, 2.0), (1.0, 3.0), (3.0, 4.0),
+                                           (7.0, 7.5)]),
+                     [(0.0, 4.0), (5.0, 6.0), (7.0, 7.5)])
+    self.assertEqual(simulator.MergeSpans([]), [])
+    self.assertEqual(simulator.MergeSpans([(0.0, 10.0), (2.0, 3.0)]), [(0.0, 10.0)])
+
+  def testUnionLengthCountsOverlapsOnce(self):
+    self.assertAlmostEqual(simulator.UnionLength([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]), 4.0)
+    self.assertEqual(simulator.UnionLength([]), 0.0)
+
 
 def _Random(rng, num_partitions, recompute=True, parallel=False):
   """Unequal partitions; with `parallel`, tasks that can keep 1 to 3 cores busy."""
@@ -152,7 +174,8 @@ class SharedCoresTest(unittest.TestCase):
       result = _Sim(costs, 2, cores=cores)
       spans = {(i.kind, i.micro_batch): (i.start, i.end) for i in result.timeline}
       for t in range(2):
-        self.assertAlmostEqual(spans[(simulator.RECOMPUTE, t)][1], spans[(simulator.BACKWARD, t)][0])
+        self.assertAlmostEqual(spans[(simulator.RECOMPUTE, t)][1],
+                               spans[(simulator.BACKWARD, t)][0])
       self.assertLessEqual(spans[(simulator.BACKWARD, 1)][1], spans[(simulator.RECOMPUTE, 0)][0])
     # On one core the backward phase's work (2 s x 2) takes 4 s.
     self.assertAlmostEqual(_Sim(costs, 2, cores=1).step_time, 2 * (1.0 + 1.0 + 4.0))
@@ -171,7 +194,8 @@ class SharedCoresTest(unittest.TestCase):
                                   spans[(simulator.FORWARD, k, t)][1] - 1e-12)
       if lag == 2:
         self.assertTrue(any(spans[(simulator.FORWARD, k, t + 1)][0] <
-                            spans[(simulator.FORWARD, k, t)][1] for k in range(3) for t in range(4)))
+                            spans[(simulator.FORWARD, k, t)][1]
+                            for k in range(3) for t in range(4)))
 
   def testEveryEdgeOfTheScheduleHolds(self):
     rng = random.Random(4)
@@ -229,9 +253,10 @@ class SharedCoresTest(unittest.TestCase):
                                   re.escape(repr(cores))):
         _Sim(_Equal(2), 2, cores=cores)
     for value in (0.5, -1.0, None, float('inf')):
-      with self.assertRaisesRegex(ValueError, 'partition 1 has recompute_parallelism %s; it must be a '
-                                  'number >= 1' % re.escape(repr(value))):
-        _Sim([simulator.PartitionCost(1, 1), simulator.PartitionCost(1, 1, 1, 1, 1, value)], 2, cores=2)
+      with self.assertRaisesRegex(ValueError, 'partition 1 has recompute_parallelism %s; it must '
+                                  'be a number >= 1' % re.escape(repr(value))):
+        _Sim([simulator.PartitionCost(1, 1), simulator.PartitionCost(1, 1, 1, 1, 1, value)], 2,
+             cores=2)
 
 
 if __name__ == '__main__':

@@ -1,56 +1,45 @@
-"""Timeline: the one-command PNG of a real traced step of a registered model, and of a simulated one."""
+"""Timeline: PNGs of a traced and of a simulated step, with every task kind drawn in its colour."""
 
-import contextlib
-import io
 import os
 import tempfile
 
+from lingvo import compat as tf
 from lingvo.core import test_utils
 from PIL import Image
 
-from tensorpipe import schedule
 from tensorpipe.measure import simulator
 from tensorpipe.measure import timeline
-from tools import timeline as tool
+from tensorpipe.measure import training_step
+from tensorpipe import schedule
+from tests import helpers
 
 
 class TimelineTest(test_utils.TestCase):
 
-  def testDrawsATracedStepOfARegisteredModel(self):
-    out_dir = tempfile.mkdtemp()
-    traced, simulated = os.path.join(out_dir, 'traced.png'), os.path.join(out_dir, 'sim.png')
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-      code = tool.main(['--model=digits.TinyConvPipeline', '--out=' + traced,
-                        '--simulated_out=' + simulated, '--warmup=1'])
-    self.assertEqual(code, 0)
-    text = out.getvalue()
-    for device in ('CPU:0', 'CPU:1', 'CPU:2', 'CPU:3'):  # K = 4 partitions, one row each.
-      self.assertIn(device, text)
-    self.assertIn('simulator, fed with the traced per-partition times', text)
-    for path in (traced, simulated):
-      with Image.open(path) as image:
-        self.assertEqual(image.format, 'PNG')
-        colours = set(image.convert('RGB').getdata())
-      # Forward, re-computation and backward bars are all drawn.
-      for hex_colour in (timeline.COLOURS[c] for c in ('forward', 'recompute', 'backward')):
-        rgb = tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
-        self.assertIn(rgb, colours, path)
-
-  def testUnknownModelIsOneLine(self):
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-      code = tool.main(['--model=digits.NoSuchModel', '--out=/tmp/x.png'])
-    self.assertEqual(code, 2)
-    self.assertIn('timeline: error: unknown --model=digits.NoSuchModel', err.getvalue())
+  def _AssertDrawsTasks(self, path, min_width=500):
+    with Image.open(path) as image:
+      self.assertEqual(image.format, 'PNG')
+      self.assertGreater(image.size[0], min_width)
+      colours = set(image.convert('RGB').getdata())
+    for category in ('forward', 'recompute', 'backward'):
+      hex_colour = timeline.COLOURS[category]
+      self.assertIn(tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)), colours, category)
 
   def testDrawSimulated(self):
     result = simulator.Simulate([simulator.PartitionCost(1.0, 2.0, 1.0)] * 3,
                                 schedule.FillDrainSchedule(3, 4))
     path = os.path.join(tempfile.mkdtemp(), 's.png')
-    timeline.DrawSimulated(result, path, 'K=3, M=4')
-    with Image.open(path) as image:
-      self.assertGreater(image.size[0], 500)
+    self.assertEqual(timeline.DrawSimulated(result, path, 'K=3, M=4'), path)
+    self._AssertDrawsTasks(path)
+
+  def testDrawTrace(self):
+    step = training_step.TrainingStep('K=2', helpers.DenseLayers(4, dim=64), [2, 2],
+                                      lambda: (tf.ones([32, 64]),), 4, devices=2, warmup=1)
+    trace = step.Trace()
+    step.Close()
+    path = os.path.join(tempfile.mkdtemp(), 't.png')
+    self.assertEqual(timeline.DrawTrace(trace, path, 'K=2, M=4'), path)
+    self._AssertDrawsTasks(path)
 
 
 if __name__ == '__main__':

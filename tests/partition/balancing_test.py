@@ -1,4 +1,4 @@
-"""Balancing: the optimal split equals brute force, beats the paper's heuristic, respects budgets."""
+"""Balancing: the optimal split equals brute force, beats the paper's heuristic, keeps budgets."""
 
 import itertools
 import random
@@ -53,7 +53,8 @@ class OptimalSplitTest(unittest.TestCase):
       cost = balancing.PartitionCost([rng.uniform(0, 10) for _ in range(num_layers)],
                                 [rng.uniform(0, 5) for _ in range(num_layers)])
       sizes = balancing.OptimalSplit(cost, num_partitions)
-      self.assertAlmostEqual(max(cost.Partitions(sizes)), _BruteForce(cost, num_partitions), places=9)
+      self.assertAlmostEqual(max(cost.Partitions(sizes)), _BruteForce(cost, num_partitions),
+                             places=9)
 
   def testNeverWorseThanMinVariance(self):
     rng = random.Random(2)
@@ -104,8 +105,8 @@ class OptimalSplitTest(unittest.TestCase):
       budget = rng.randint(5, 30)
       best = _BruteForce(cost, num_partitions, mem, budget)
       if best is None:
-        with self.assertRaisesRegex(ValueError, 'no split of %d layers into %d partitions fits a memory '
-                                    'budget of %d B' % (num_layers, num_partitions, budget)):
+        with self.assertRaisesRegex(ValueError, 'no split of %d layers into %d partitions fits a '
+                                    'memory budget of %d B' % (num_layers, num_partitions, budget)):
           balancing.OptimalSplit(cost, num_partitions, mem, budget)
         continue
       sizes = balancing.OptimalSplit(cost, num_partitions, mem, budget)

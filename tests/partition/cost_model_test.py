@@ -6,8 +6,8 @@ from lingvo.core import layers as lingvo_layers
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
-from tensorpipe.tasks.image import classifier
 from tensorpipe.partition import cost_model
+from tensorpipe.tasks.image import classifier
 from tests import helpers
 
 
@@ -35,7 +35,8 @@ class CostModelTest(test_utils.TestCase):
     self.assertEqual((profiles[1].params, profiles[1].state), (16, 3))
     self.assertEqual(profiles[0].flops, 2 * 2 * 8 * 8 * 9 * 4 + 2 * 2 * 8 * 8 * 4)
     # What the backward ops read: the relu output at 8 x 8 (for the relu and max-pool gradients) and
-    # the pooled output; Dense: its tanh output. Not the conv or matmul outputs, which no gradient reads.
+    # the pooled output; Dense: its tanh output. Not the conv or matmul outputs, which no gradient
+    # reads.
     self.assertEqual(profiles[0].activation_elements, 512 + 128)
     self.assertEqual(profiles[1].activation_elements, 128)
 

@@ -1,7 +1,4 @@
-"""Partition report: per-partition rows, predictions, and the command-line tool."""
-
-import contextlib
-import io
+"""Partition report: per-partition rows and predictions (the tool: tests/tools/)."""
 
 from lingvo import compat as tf
 from lingvo.core import test_utils
@@ -9,7 +6,6 @@ from lingvo.core import test_utils
 from tensorpipe.partition import partition_report
 from tensorpipe.partition import partitioning
 from tests import helpers
-from tools import partition_report as tool
 
 
 class ReportTest(test_utils.TestCase):
@@ -35,44 +31,18 @@ class ReportTest(test_utils.TestCase):
     self.assertIn('d0 .. d1', text)
     self.assertIn('imbalance (max/mean cost) 1.000; bubble 20.0%; predicted efficiency 80.0%', text)
 
-
   def testTensorPipeLayerLogsItsReport(self):
     layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
     with tf.Graph().as_default(), helpers.Cluster(2):
       with self.assertLogs(level='INFO') as logs:
         net = helpers.Pipeline(layers, 2, 4, cost_input_shapes=[[4, 8]],
                                log_partition_report=True).Instantiate()
-      self.assertTrue(any('predicted efficiency 80.0%' in line for line in logs.output), logs.output)
+      self.assertTrue(any('predicted efficiency 80.0%' in line for line in logs.output),
+                      logs.output)
       self.assertEqual(str(net.PartitionReport()), str(partition_report.Build(
           net.partition_plan, "TensorPipeLayer 'pipe'")))
       with self.assertRaisesRegex(ValueError, 'log_partition_report needs cost_input_shapes'):
         helpers.Pipeline(layers, 2, 4, log_partition_report=True, name='q').Instantiate()
-
-
-class ToolTest(test_utils.TestCase):
-
-  def _Run(self, *argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-      code = tool.main(list(argv))
-    return code, out.getvalue(), err.getvalue()
-
-  def testReportsARegisteredModel(self):
-    code, out, _ = self._Run('--model=digits.TinyConvPipeline', '--num_partitions=2',
-                             '--algorithm=both')
-    self.assertEqual(code, 0)
-    self.assertIn("digits.TinyConvPipeline task.pipeline: 2 partitions, cost 'flops', algorithm "
-                  "'optimal', M = 8", out)
-    self.assertIn("algorithm 'min_variance'", out)
-    self.assertEqual(out.count('predicted efficiency'), 2)
-
-  def testErrorsAreOneLine(self):
-    code, _, err = self._Run('--model=digits.TinyConvPipeline', '--memory_budget=1KiB')
-    self.assertEqual(code, 2)
-    self.assertRegex(err, r'^partition_report: error: .*fits a memory budget of 1.00 KiB per '
-                     r'device; the best split needs .*\n$')
-    code, _, err = self._Run('--model=digits.TinyConvPipeline', '--memory_budget=lots')
-    self.assertIn("memory budget 'lots' is not a size such as 8GiB", err)
 
 
 if __name__ == '__main__':

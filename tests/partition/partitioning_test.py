@@ -5,9 +5,9 @@ from lingvo.core import layers as lingvo_layers
 from lingvo.core import test_utils
 
 from tensorpipe import layer as layer_lib
+from tensorpipe.measure import workloads
 from tensorpipe.partition import partitioning
 from tests import helpers
-from tools import benchmark_partitioning as bp
 
 
 def _Widths(widths):
@@ -65,12 +65,12 @@ class MakePlanTest(test_utils.TestCase):
     budget = best
     flops = partitioning.MakePlan(layers, 2, [[16, 8]], memory_budget=budget, num_micro_batches=4)
     self.assertLessEqual(max(flops.Memory().Partitions(flops.sizes)), budget)
-    with self.assertRaisesRegex(ValueError, 'no split of 4 layers into 2 partitions fits a memory budget '
-                                'of 1.00 KiB per device; the best split needs'):
+    with self.assertRaisesRegex(ValueError, 'no split of 4 layers into 2 partitions fits a memory '
+                                'budget of 1.00 KiB per device; the best split needs'):
       partitioning.MakePlan(layers, 2, [[16, 8]], memory_budget=1024)
 
   def testMeasuredCostsFollowTheWork(self):
-    layers = [bp.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
+    layers = [workloads.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
               for i, n in enumerate([1, 1, 40, 1])]
     plan = partitioning.MakePlan(layers, 2, [[256, 64]], cost='measured')
     costs = plan.cost.per_layer
@@ -110,7 +110,7 @@ class LayerParamsTest(test_utils.TestCase):
         self.assertEqual(net.partition_plan.algorithm, algorithm)
 
   def testMeasuredAndMemoryCostsInsideTheLayer(self):
-    layers = [bp.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
+    layers = [workloads.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
               for i, n in enumerate([1, 1, 40, 1])]
     with tf.Graph().as_default(), helpers.Cluster(2):
       net = helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]],

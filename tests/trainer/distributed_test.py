@@ -22,11 +22,11 @@ from lingvo import compat as tf
 from lingvo.core import cluster_factory
 from lingvo.core import test_utils
 
-from tensorpipe import placement
 from tensorpipe.measure import profiling
+from tensorpipe import placement
 from tests import helpers
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = helpers.REPO
 BATCH = 16
 DIM = 8
 NUM_PARTITIONS = 2
@@ -159,9 +159,9 @@ class MultiProcessTest(test_utils.TestCase):
 
 
 class LauncherTest(test_utils.TestCase):
-  """tensorpipe.trainer.launch with K = 4 partitions in 2 worker processes: a killed worker stops the
-  job with a
-  message naming it, every process is stopped, and the same command resumes from the checkpoint."""
+  """tensorpipe.trainer.launch with K = 4 partitions in 2 worker processes: a killed worker stops
+  the job with a message naming it, every process is stopped, and the same command resumes from the
+  checkpoint."""
 
   def _Launch(self, logdir, max_steps, stall_timeout_s):
     args = [sys.executable, '-m', 'tensorpipe.trainer.launch', '--model=digits.TinyConvPipeline',
@@ -225,9 +225,9 @@ class LauncherTest(test_utils.TestCase):
     out = self._Read(path)
     self.assertEqual(proc.returncode, 1, out[-3000:])
     self.assertRegex(out.strip().splitlines()[-1],
-                     r'^tensorpipe\.launch: error: worker task 1 \(pid %d\) exited with status -9; '
-                     r'its log: .*worker\.1\.log\. Run the same command again to resume' %
-                     pids['worker task 1'])
+                     r'^tensorpipe\.trainer\.launch: error: worker task 1 \(pid %d\) exited '
+                     r'with status -9; its log: .*worker\.1\.log\. '
+                     r'Run the same command again to resume' % pids['worker task 1'])
     for name, pid in pids.items():
       self.assertFalse(self._Alive(pid), '%s (pid %d) still runs' % (name, pid))
     saved = max(int(re.search(r'ckpt-(\d+)', f).group(1))
@@ -240,7 +240,8 @@ class LauncherTest(test_utils.TestCase):
     self.assertEqual(proc.returncode, 0, out[-3000:])
     self.assertIn('training done (last step %d)' % (saved + 5), out)
     with open(trainer_log) as f:
-      resumed = [int(s) for s in re.findall(r'step: *(\d+),', f.read().split('TensorPipe: model')[-1])]
+      resumed = [int(s) for s in re.findall(r'step: *(\d+),',
+                                            f.read().split('TensorPipe: model')[-1])]
     self.assertGreater(min(resumed), saved)  # No step before the checkpoint was run again.
 
 
@@ -258,7 +259,8 @@ class DataParallelTest(test_utils.TestCase):
     for dev in meta.step_stats.dev_stats:
       for node in dev.node_stats:
         tower = re.search(r'tower_(\d+)/', node.node_name)
-        partition = re.search(r'partition(\d+)_mb\d+/(forward|backward)$', node.node_name)  # Call ops.
+        # Call ops.
+        partition = re.search(r'partition(\d+)_mb\d+/(forward|backward)$', node.node_name)
         if tower and partition:
           calls.setdefault((int(tower.group(1)), int(partition.group(1))), set()).add(
               dev.device.split('/')[-1].upper())

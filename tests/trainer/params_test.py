@@ -12,28 +12,20 @@ from lingvo import model_registry
 from lingvo.core import cluster_factory
 from lingvo.core import test_utils
 
-from tensorpipe.tasks.image import digits_input
 from tensorpipe import placement
-from tensorpipe.trainer import train
+from tensorpipe.tasks.image import digits_input
+from tensorpipe.trainer import preflight
+from tensorpipe.trainer import registry
 
 SMALL_BATCH_PER_MICRO_BATCH = 2
 
 
-def _OurModels():
-  """{key: params class} of the models registered by TensorPipe's `params` package."""
-  models = train.RegisteredModels()
-  out = {}
-  for key, cls in models.items():
-    src = cls.__bases__[0] if cls.__name__ == cls.__bases__[0].__name__ else cls
-    if src.__module__.startswith(train.PARAMS_PACKAGE + '.'):
-      out[key] = cls
-  return out
 
 
 def _Shrink(cfg):
   """Small batches: SMALL_BATCH_PER_MICRO_BATCH examples per micro-batch of every pipeline."""
   micro = 1
-  for _, p in train._Walk(cfg):  # pylint: disable=protected-access
+  for _, p in preflight._Walk(cfg):  # pylint: disable=protected-access
     if 'num_micro_batches' in p and p.Get('micro_batch_size') is None:
       micro = max(micro, p.num_micro_batches)
   if cfg.input is not None and 'batch_size' in cfg.input:
@@ -44,10 +36,10 @@ def _Shrink(cfg):
 class RegisteredParamsTest(test_utils.TestCase):
 
   def testTheDigitsModelIsRegistered(self):
-    self.assertIn('digits.TinyConvPipeline', _OurModels())
+    self.assertIn('digits.TinyConvPipeline', registry.TensorPipeModels())
 
   def testEveryModelBuildsAndRunsAStepOnEveryDataset(self):
-    models = _OurModels()
+    models = registry.TensorPipeModels()
     self.assertNotEmpty(models)
     for key, cls in sorted(models.items()):
       if not getattr(cls, 'SMOKE_TEST', True):
@@ -57,9 +49,11 @@ class RegisteredParamsTest(test_utils.TestCase):
           self._BuildAndRun(cls, dataset)
 
   def _BuildAndRun(self, cls, dataset):
-    cfg = _Shrink(model_registry._ModelRegistryHelper.GetParamsFromModelParamsObject(  # pylint: disable=protected-access
+    # pylint: disable=protected-access
+    cfg = _Shrink(model_registry._ModelRegistryHelper.GetParamsFromModelParamsObject(
         cls(), dataset))
-    num_devices = max([1] + [k for _, _, k in train.PipelinePartitions(cfg)])
+    # pylint: enable=protected-access
+    num_devices = max([1] + [k for _, _, k in preflight.PipelinePartitions(cfg)])
     is_train = dataset == 'Train'
     graph = tf.Graph()
     with graph.as_default(), cluster_factory.ForTestingWorker(
@@ -90,7 +84,7 @@ class DigitsScheduleTest(test_utils.TestCase):
   pipeline's last partition) takes the same training step as with 'gpipe'."""
 
   def _Step(self, schedule):
-    cfg = train.ModelParams('digits.TinyConvPipeline', 'Train')
+    cfg = registry.ModelParams('digits.TinyConvPipeline', 'Train')
     cfg.task.pipeline.schedule = schedule
     graph = tf.Graph()
     with graph.as_default(), cluster_factory.ForTestingWorker(

@@ -1,4 +1,4 @@
-"""The launcher (tensorpipe.trainer.train): K CPU devices, cluster layout, checks, and the real trainer path.
+"""The launcher (tensorpipe.trainer.train): flag checks, one-line errors, and the real trainer path.
 
 TrainerSmokeTest runs `python -m tensorpipe.trainer.train` (Lingvo's trainer, sync mode: controller
 + trainer_client) on digits.TinyConvPipeline cut into K = 2 partitions on --cpu_devices=2: it kills
@@ -21,13 +21,13 @@ import time
 from absl.testing import flagsaver
 import numpy as np
 from lingvo import compat as tf
-from lingvo.core import cluster_factory
-from lingvo.core import py_utils
 from lingvo.core import test_utils
 
+from tensorpipe.trainer import registry
 from tensorpipe.trainer import train
+from tests import helpers
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = helpers.REPO
 MODEL = 'digits.TinyConvPipeline'
 
 
@@ -66,61 +66,7 @@ def _Checkpoints(train_dir):
   return sorted(steps)
 
 
-class CpuDevicesTest(test_utils.TestCase):
-
-  def tearDown(self):
-    train.UninstallCpuDevices()
-    super().tearDown()
-
-  def testConfigureCpuClusterSetsEveryJobSpec(self):
-    p = cluster_factory.Current().params.Copy()
-    train.ConfigureCpuCluster(p, 4, 4)
-    for name in ('controller', 'train_summaries', 'worker', 'ps', 'input', 'evaler', 'decoder'):
-      self.assertEqual(p.Get(name).cpus_per_replica, 4, name)
-    for name in ('controller', 'worker', 'evaler', 'decoder'):
-      self.assertEqual(p.Get(name).devices_per_split, 4, name)
-    for job in ('controller', 'trainer_client', 'evaler', 'decoder'):
-      q = p.Copy().Set(job=job, mode='sync')
-      q.evaler.replicas = q.decoder.replicas = 1
-      cluster = q.Instantiate()
-      self.assertEqual(cluster.num_devices_per_split, 4, job)
-      self.assertEqual([cluster.WorkerDeviceInModelSplit(k) for k in range(4)],
-                       ['/job:localhost/replica:0/task:0/device:CPU:%d' % k for k in range(4)], job)
-
-  def testInstallCpuDevicesGivesServersAndSessionsKDevices(self):
-    self.assertNotIn('CPU', py_utils.SessionConfig().device_count)
-    train.InstallCpuDevices(3)
-    self.assertEqual(py_utils.SessionConfig().device_count['CPU'], 3)
-    self.assertTrue(py_utils.SessionConfig(soft_placement=False).device_count['CPU'] == 3)
-    server = tf.distribute.Server.create_local_server()
-    with tf.Session(server.target, graph=tf.Graph()) as sess:
-      cpus = [d.name for d in sess.list_devices() if d.device_type == 'CPU']
-    self.assertLen(cpus, 3)
-    train.UninstallCpuDevices()
-    self.assertNotIn('CPU', py_utils.SessionConfig().device_count)
-
-  def testWithCpuDevicesKeepsTheRestOfTheConfig(self):
-    config = tf.compat.v1.ConfigProto(allow_soft_placement=True, inter_op_parallelism_threads=2)
-    out = train.WithCpuDevices(config, 4)
-    self.assertEqual(out.device_count['CPU'], 4)
-    self.assertTrue(out.allow_soft_placement)
-    self.assertEqual(out.inter_op_parallelism_threads, 2)
-    self.assertNotIn('CPU', config.device_count)  # A copy.
-
-
-class RegistryAndChecksTest(test_utils.TestCase):
-
-  def testRegisteredModelsIncludeTheDigitsModel(self):
-    self.assertIn(MODEL, train.RegisteredModels())
-
-  def testPipelinePartitions(self):
-    cfg = train.ModelRegistry.GetParams(MODEL, 'Train')
-    self.assertEqual(train.PipelinePartitions(cfg), [('task.pipeline', 'pipeline', 4)])
-
-  def testUnknownModel(self):
-    with self.assertRaisesRegex(train.UsageError, r'unknown --model=digits\.Nope; registered models:'
-                                r'.*digits\.TinyConvPipeline'):
-      train.ImportModel('digits.Nope')
+class ValidateTest(test_utils.TestCase):
 
   def _Validate(self, **flags):
     defaults = dict(model=MODEL, mode='sync', run_locally='cpu', logdir=self.get_temp_dir(),
@@ -133,25 +79,26 @@ class RegistryAndChecksTest(test_utils.TestCase):
     self._Validate()
 
   def testTooFewCpuDevices(self):
-    with self.assertRaisesRegex(train.UsageError, r'needs 4 devices per model split.*'
+    with self.assertRaisesRegex(registry.UsageError, r'needs 4 devices per model split.*'
                                 r'--cpu_devices=2'):
       self._Validate(cpu_devices=2, worker_split_size=2)
 
   def testMissingDataDir(self):
     missing = os.path.join(self.get_temp_dir(), 'no-such-dir')
-    with self.assertRaisesRegex(train.UsageError, r"data directory '.*no-such-dir' of dataset Train"):
+    with self.assertRaisesRegex(registry.UsageError,
+                                r"data directory '.*no-such-dir' of dataset Train"):
       self._Validate(model_params_override='input.data_dir: %s' % missing)
 
   def testSyntheticInputNeedsNoDataDir(self):
     missing = os.path.join(self.get_temp_dir(), 'no-such-dir')
     self._Validate(model='resnet.ImageNetResNet101',
                    model_params_override='input.synthetic: True; input.data_dir: %s' % missing)
-    with self.assertRaisesRegex(train.UsageError, r"data directory '.*no-such-dir'"):
+    with self.assertRaisesRegex(registry.UsageError, r"data directory '.*no-such-dir'"):
       self._Validate(model='resnet.ImageNetResNet101',
                      model_params_override='input.data_dir: %s' % missing)
 
   def testEvalWithoutCheckpoint(self):
-    with self.assertRaisesRegex(train.UsageError, 'no checkpoint in .*train to evaluate'):
+    with self.assertRaisesRegex(registry.UsageError, 'no checkpoint in .*train to evaluate'):
       self._Validate(job='evaler_test', logdir=tempfile.mkdtemp(dir=self.get_temp_dir()))
 
 
@@ -163,7 +110,7 @@ class LauncherErrorsTest(test_utils.TestCase):
     self.assertEqual(status, train.ERROR_EXIT_CODE, stderr[-2000:])
     self.assertNotIn('Traceback', stderr)
     last = stderr.strip().splitlines()[-1]
-    self.assertRegex(last, r'^tensorpipe\.train: error: ' + pattern)
+    self.assertRegex(last, r'^tensorpipe\.trainer\.train: error: ' + pattern)
 
   def testUnknownModel(self):
     self._CheckError(['--model=digits.NoSuchModel', '--cpu_devices=4', '--mode=sync',
@@ -182,9 +129,9 @@ class LauncherErrorsTest(test_utils.TestCase):
       port = s.getsockname()[1]
     spec = ('controller=127.0.0.1:%d@trainer_client=127.0.0.1:%d@worker=127.0.0.1:%d' %
             (port, port, port))
-    self._CheckError(['--model=%s' % MODEL, '--cpu_devices=4', '--mode=sync', '--job=trainer_client',
-                      '--task=0', '--cluster_spec=%s' % spec, '--startup_timeout_s=2',
-                      '--logdir=%s' % self.get_temp_dir()],
+    self._CheckError(['--model=%s' % MODEL, '--cpu_devices=4', '--mode=sync',
+                      '--job=trainer_client', '--task=0', '--cluster_spec=%s' % spec,
+                      '--startup_timeout_s=2', '--logdir=%s' % self.get_temp_dir()],
                      r'task worker:0 at 127\.0\.0\.1:%d is not reachable after 2 s .*start it, or '
                      r'fix its address in --cluster_spec$' % port)
 
@@ -249,8 +196,8 @@ class TrainerSmokeTest(test_utils.TestCase):
     # 2. The same command again (a few more steps): resumes from the last checkpoint.
     final = resume_from + self.EXTRA_STEPS
     log2 = os.path.join(logdir, 'run2.log')
-    status, stdout, stderr = _Run(self._Args(logdir, final, '--tensorpipe_profile_every_n_steps=15'),
-                                  timeout=300)
+    status, stdout, stderr = _Run(
+        self._Args(logdir, final, '--tensorpipe_profile_every_n_steps=15'), timeout=300)
     run2 = stdout + stderr
     with open(log2, 'w') as f:
       f.write(run2)
@@ -288,7 +235,8 @@ class TrainerSmokeTest(test_utils.TestCase):
                 'tensorpipe/CPU_1/peak_step_memory_mib', 'tensorpipe/CPU_0/busy_fraction'):
       self.assertNotEmpty(tags[tag], sorted(tags))
       self.assertTrue(all(v > 0 for _, v in tags[tag]), (tag, tags[tag]))
-    self.assertGreaterEqual(len(tags['tensorpipe/partition0/forward_ms']), 3)  # Steps 2, 15, 30 of run 2.
+    # Steps 2, 15, 30 of run 2.
+    self.assertGreaterEqual(len(tags['tensorpipe/partition0/forward_ms']), 3)
 
     # 3. The loss went down: first steps of run 1 vs the last steps of run 2.
     first = np.mean([losses1[s] for s in sorted(losses1)[:10]])

@@ -1,22 +1,23 @@
-"""AmoebaNet-B and AmoebaNet-D as a flat sequence of Lingvo layers that a TensorPipeLayer partitions.
+"""AmoebaNet-B and -D as a flat sequence of Lingvo layers that a TensorPipeLayer partitions.
 
 The network (Real et al., as trained in the GPipe paper): a stem (3x3 stride-2 convolution, then two
-reduction cells at 1/4 and 1/2 of the filters), three stacks of L/3 normal cells with a reduction cell
-(filters doubled) before stacks 2 and 3, an auxiliary head after the last cell of stack 2, and the
-classifier (relu, global average pool, dropout, fully connected). (L, F) = (`num_cells`, `filters`) as in
-Table 1 of the paper.
+reduction cells at 1/4 and 1/2 of the filters), three stacks of L/3 normal cells with a reduction
+cell (filters doubled) before stacks 2 and 3, an auxiliary head after the last cell of stack 2, and
+the classifier (relu, global average pool, dropout, fully connected). (L, F) = (`num_cells`,
+`filters`) as in Table 1 of the paper.
 
-A cell reads the previous two cell outputs (h0 = x, h1 = prev), so every layer of the sequence maps the
-tuple (x, prev, aux_logits) to the next such tuple; the classifier maps it to (logits, aux_logits).
-aux_logits is None until the auxiliary head and in evaluation. Each cell runs 5 steps: two operations on
-two hidden states (chosen by index), added, appended as a new state; the output concatenates the states
-no step consumed (reshaped to a common size by a factorized reduction where they differ). Operations
-other than 'none' get NASNet's scheduled drop-path, with per-example masks that neither re-computation
-nor K or M change (see `randomness`). Every layer has FPropMeta from its Params alone, so a
-TensorPipeLayer can balance its partitions by flops.
+A cell reads the previous two cell outputs (h0 = x, h1 = prev), so every layer of the sequence maps
+the tuple (x, prev, aux_logits) to the next such tuple; the classifier maps it to (logits,
+aux_logits). aux_logits is None until the auxiliary head and in evaluation. Each cell runs 5 steps:
+two operations on two hidden states (chosen by index), added, appended as a new state; the output
+concatenates the states no step consumed (reshaped to a common size by a factorized reduction where
+they differ). Operations other than 'none' get NASNet's scheduled drop-path, with per-example masks
+that neither re-computation nor K or M change (see `randomness`). Every layer has FPropMeta from its
+Params alone, so a TensorPipeLayer can balance its partitions by flops.
 
 Layer shapes and channel counts are computed statically by `AmoebaNetLayers`, so building the layers
-(without running FProp) creates all variables; parameter counts come from them without a forward pass.
+(without running FProp) creates all variables; parameter counts come from them without a forward
+pass.
 """
 
 import numpy as np
@@ -26,16 +27,17 @@ from lingvo.core import py_utils
 from lingvo.core import tshape
 
 from tensorpipe import batch_norm
-from tensorpipe.tasks.image import conv_layers
 from tensorpipe import randomness
+from tensorpipe.tasks.image import conv_layers
 
 # (operations, hidden-state indices, used hidden states) of each cell, from the public AmoebaNet
-# reference (tensorflow/tpu models/official/amoeba_net): step i applies operations[2i], operations[2i+1]
-# to states indices[2i], indices[2i+1]; the output concatenates the states whose `used` flag is 0.
+# reference (tensorflow/tpu models/official/amoeba_net): step i applies operations[2i],
+# operations[2i+1] to states indices[2i], indices[2i+1]; the output concatenates the states whose
+# `used` flag is 0.
 GENOTYPES = {
     'B': {
-        'normal': (['1x1', 'max_pool_3x3', 'none', 'separable_3x3_2', '1x1', 'separable_3x3_2', '1x1',
-                    'none', 'avg_pool_3x3', '1x1'],
+        'normal': (['1x1', 'max_pool_3x3', 'none', 'separable_3x3_2', '1x1', 'separable_3x3_2',
+                    '1x1', 'none', 'avg_pool_3x3', '1x1'],
                    [1, 1, 1, 0, 1, 0, 2, 2, 1, 5],
                    [0, 1, 1, 0, 0, 1, 0]),
         'reduction': (['max_pool_2x2', 'max_pool_3x3', 'none', '3x3', 'dil_2_separable_5x5_2',
@@ -174,7 +176,7 @@ class CellOp(base_layer.BaseLayer):
 
 
 class FactorizedReduction(base_layer.BaseLayer):
-  """Reshapes a state to `output_dim` channels and, with stride 2, half the size without losing pixels.
+  """Reshapes a state to `output_dim` channels and, with stride 2, half the size losing no pixels.
 
   Stride 2: two 1x1 convolutions on the even and the odd pixel grids, concatenated, batch-normed.
   Stride 1: a 1x1 convolution and batch norm.
@@ -234,7 +236,8 @@ class Cell(base_layer.BaseLayer):
   def Params(cls):
     p = super().Params()
     p.Define('genotype', 'D', "'B' or 'D'.")
-    p.Define('reduction', False, 'A reduction cell (stride 2 on its inputs) instead of a normal one.')
+    p.Define('reduction', False,
+             'A reduction cell (stride 2 on its inputs) instead of a normal one.')
     p.Define('filters', 0, 'Channels of every hidden state of the cell.')
     p.Define('input_dim', 0, 'Channels of x, the previous cell output.')
     p.Define('input_size', (0, 0), '(height, width) of x.')
@@ -439,42 +442,20 @@ class AuxHead(base_layer.BaseLayer):
     return py_utils.NestedMap(flops=flops, out_shapes=(x, prev, tshape.Shape([b, p.num_classes])))
 
 
-class Classifier(base_layer.BaseLayer):
+class Classifier(conv_layers.PooledClassifier):
   """(x, prev, aux) -> (logits, aux): relu, global average pool, dropout, fully connected."""
-
-  SHAPE_NEUTRAL_PARAMS = ('dropout_keep_prob',)
 
   @classmethod
   def Params(cls):
-    p = super().Params()
-    p.Define('input_dim', 0, 'Channels of x.')
-    p.Define('num_classes', 1000, 'Number of classes.')
-    p.Define('dropout_keep_prob', 1.0, 'Keep probability of dropout before the last layer.')
-    return p
-
-  def _CreateLayerVariables(self):
-    super()._CreateLayerVariables()
-    p = self.params
-    self.CreateVariable('w', py_utils.WeightParams(
-        [p.input_dim, p.num_classes],
-        py_utils.WeightInit.Gaussian(float(np.sqrt(1.0 / p.input_dim)))))
-    self.CreateVariable('b', py_utils.WeightParams([p.num_classes],
-                                                   py_utils.WeightInit.Constant(0.0)))
+    return super().Params().Set(relu_first=True)
 
   def FProp(self, theta, x, prev=None, aux=None):
-    p = self.params
-    with tf.name_scope(p.name):
-      h = tf.reduce_mean(tf.nn.relu(x), axis=[1, 2])
-      if not self.do_eval and p.dropout_keep_prob < 1.0:
-        h = randomness.Dropout(h, p.dropout_keep_prob, randomness.Site(self),
-                               where='Classifier %r' % p.name)
-      return tf.matmul(h, tf.cast(theta.w, h.dtype)) + tf.cast(theta.b, h.dtype), aux
+    return self.Logits(theta, x), aux
 
   @classmethod
   def FPropMeta(cls, p, x, prev=None, aux=None):
-    b = x[0]
-    flops = 2 * b * p.input_dim * p.num_classes + x.num_elements()
-    return py_utils.NestedMap(flops=flops, out_shapes=(tshape.Shape([b, p.num_classes]), aux))
+    meta = super().FPropMeta(p, x)
+    return py_utils.NestedMap(flops=meta.flops, out_shapes=(meta.out_shapes[0], aux))
 
 
 def ReductionIndices(num_cells, num_reductions=2):
@@ -490,7 +471,8 @@ def AmoebaNetLayers(genotype='D', num_cells=18, filters=256, num_classes=1000, i
 
   Returns a list of layer Params: 'stem', 'stem_cell_<i>', 'cell_<i>' / 'reduction_cell_<i>',
   'aux_head' (if aux_head), 'classifier'. Small images: stem_stride=1 and num_stem_cells=0.
-  bn_decay: batch-norm moving-average decay per mini-batch (0.9997 for ImageNet; lower for short runs).
+  bn_decay: batch-norm moving-average decay per mini-batch (0.9997 for ImageNet; lower for short
+    runs).
   """
   if genotype not in GENOTYPES:
     raise ValueError('AmoebaNet genotype must be one of %s, got %r' % (sorted(GENOTYPES), genotype))

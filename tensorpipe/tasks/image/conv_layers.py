@@ -1,9 +1,10 @@
-"""Convolution + GPipe batch norm, the building block of the AmoebaNet and ResNet layers.
+"""Image layers AmoebaNet and ResNet share: convolution + GPipe batch norm, and the classifier head.
 
 `ConvBn` is [relu ->] conv (regular or depthwise-separable, no bias) [-> BatchNorm] [-> relu], NHWC.
-It computes in the input's dtype (float32 weights are cast, so bfloat16 activations work).
-Its FPropMeta gives the flops and output shape from the Params alone, so the layers built from it can
-estimate their cost for the pipeline's partitioner without building a graph.
+`PooledClassifier` is [relu ->] global average pooling [-> dropout] -> fully connected logits.
+Both compute in the input's dtype (float32 weights are cast, so bfloat16 activations work), and
+their FPropMeta gives the flops and output shape from the Params alone, so the layers built from
+them can estimate their cost for the pipeline's partitioner without building a graph.
 """
 
 import numpy as np
@@ -13,6 +14,7 @@ from lingvo.core import py_utils
 from lingvo.core import tshape
 
 from tensorpipe import batch_norm
+from tensorpipe import randomness
 
 
 def OutSize(size, kernel, stride, padding, dilation=1):
@@ -43,7 +45,8 @@ class ConvBn(base_layer.BaseLayer):
     p.Define('relu_first', False, 'Apply relu to the input before the convolution.')
     p.Define('batch_norm', True, 'Follow the convolution with GPipe batch norm.')
     p.Define('relu_last', False, 'Apply relu to the output.')
-    p.Define('bn_gamma_init', 1.0, 'Initial batch-norm scale (0 zero-initialises a residual branch).')
+    p.Define('bn_gamma_init', 1.0,
+             'Initial batch-norm scale (0 zero-initialises a residual branch).')
     p.Define('bn_decay', 0.9997, 'Batch-norm moving-average decay per mini-batch.')
     p.Define('bn_epsilon', 1e-3, 'Batch-norm epsilon.')
     return p
@@ -107,3 +110,45 @@ class ConvBn(base_layer.BaseLayer):
       flops = 2 * b * oh * ow * kh * kw * cin * cout
     flops += 10 * b * oh * ow * cout
     return py_utils.NestedMap(flops=flops, out_shapes=(tshape.Shape([b, oh, ow, cout]),))
+
+
+class PooledClassifier(base_layer.BaseLayer):
+  """[B, H, W, C] -> [B, num_classes] logits: [relu ->] global mean pool [-> dropout] -> dense."""
+
+  SHAPE_NEUTRAL_PARAMS = ('dropout_keep_prob',)
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('input_dim', 0, 'Channels of the input.')
+    p.Define('num_classes', 1000, 'Number of classes.')
+    p.Define('relu_first', False, 'Apply relu to the input before pooling (AmoebaNet does).')
+    p.Define('dropout_keep_prob', 1.0, 'Keep probability of dropout before the dense layer.')
+    return p
+
+  def _CreateLayerVariables(self):
+    super()._CreateLayerVariables()
+    p = self.params
+    self.CreateVariable('w', py_utils.WeightParams(
+        [p.input_dim, p.num_classes],
+        py_utils.WeightInit.Gaussian(float(np.sqrt(1.0 / p.input_dim)))))
+    self.CreateVariable('b', py_utils.WeightParams([p.num_classes],
+                                                   py_utils.WeightInit.Constant(0.0)))
+
+  def Logits(self, theta, x):
+    p = self.params
+    with tf.name_scope(p.name):
+      h = tf.reduce_mean(tf.nn.relu(x) if p.relu_first else x, axis=[1, 2])
+      if not self.do_eval and p.dropout_keep_prob < 1.0:
+        h = randomness.Dropout(h, p.dropout_keep_prob, randomness.Site(self),
+                               where='%s %r' % (type(self).__name__, p.name))
+      return tf.matmul(h, tf.cast(theta.w, h.dtype)) + tf.cast(theta.b, h.dtype)
+
+  def FProp(self, theta, x):
+    return self.Logits(theta, x)
+
+  @classmethod
+  def FPropMeta(cls, p, x):
+    b = x[0]
+    flops = 2 * b * p.input_dim * p.num_classes + x.num_elements()
+    return py_utils.NestedMap(flops=flops, out_shapes=(tshape.Shape([b, p.num_classes]),))

@@ -1,8 +1,9 @@
 """Input generator for the handwritten-digits data set shipped with scikit-learn (1797 8x8 images).
 
 The data is real (UCI optical recognition of handwritten digits, as bundled in
-`sklearn/datasets/data/digits.csv.gz`), so no download is needed. The split is deterministic: the last
-`holdout_fraction` of the rows (in file order) is the held-out 'test' split, the rest is 'train'.
+`sklearn/datasets/data/digits.csv.gz`), so no download is needed. The split is deterministic: the
+last `holdout_fraction` of the rows (in file order) is the held-out 'test' split, the rest is
+'train'.
 
 Batches (b = InfeedBatchSize()):
   image:  [b, H, W, C] float32, pixels scaled to [0, 1].
@@ -16,8 +17,9 @@ Sources, chosen by params:
   - `tfds_name=NAME`: a tensorflow-datasets data set already prepared under `data_dir`
     (e.g. 'mnist' with image_shape=(28, 28, 1) and max_pixel=255); nothing is downloaded.
 
-The arrays are kept in host memory and fed to an initializable tf.data iterator, so the graph holds no
-copy of the data set; `Initialize(sess)` / `Reset(sess)` (called by Lingvo's runners) (re)start it.
+The arrays are kept in host memory and fed to an initializable tf.data iterator, so the graph holds
+no copy of the data set; `Initialize(sess)` / `Reset(sess)` (called by Lingvo's runners) (re)start
+it.
 """
 
 import os
@@ -48,8 +50,8 @@ def CheckDataDir(p, where='DigitsInput'):
   if not p.tfds_name:
     path = os.path.join(p.data_dir, p.file_name)
     if not os.path.isfile(path):
-      raise ValueError('%s: data_dir %r has no %s (expected CSV rows of %d pixels and a label, as in '
-                       'scikit-learn\'s digits.csv.gz)' %
+      raise ValueError('%s: data_dir %r has no %s (expected CSV rows of %d pixels and a label, '
+                       'as in scikit-learn\'s digits.csv.gz)' %
                        (where, p.data_dir, p.file_name, int(np.prod(p.image_shape))))
 
 
@@ -98,12 +100,12 @@ class DigitsInput(base_input_generator.BaseInputGenerator):
     p.name = 'digits_input'
     p.batch_size = 64
     p.Define('data_dir', '',
-             'Empty: scikit-learn\'s bundled copy. Otherwise a directory holding `file_name` (same CSV '
-             'format), or the tensorflow-datasets data_dir when `tfds_name` is set.')
+             'Empty: scikit-learn\'s bundled copy. Otherwise a directory holding `file_name` '
+             '(same CSV format), or the tensorflow-datasets data_dir when `tfds_name` is set.')
     p.Define('file_name', 'digits.csv.gz', 'CSV file (pixels then label per row) inside data_dir.')
     p.Define('tfds_name', '',
-             'If set, read this already-prepared tensorflow-datasets data set from data_dir instead '
-             '(no download).')
+             'If set, read this already-prepared tensorflow-datasets data set from data_dir '
+             'instead (no download).')
     p.Define('tfds_split', '', 'TFDS split name; empty uses `split`.')
     p.Define('split', 'train', "'train', 'test' (the held-out last rows) or 'all'.")
     p.Define('holdout_fraction', 0.2,

@@ -1,13 +1,16 @@
-"""Image classification input from tensorflow-datasets (ImageNet, CIFAR, Cars, Pets, Food, ...), or synthetic.
+"""Image classification input from tensorflow-datasets (ImageNet, CIFAR, Cars, ...), or synthetic.
 
-Batches (b = InfeedBatchSize()): image [b, S, S, C] float32 (pixels scaled to [0, 1]; S = image_size),
-label [b] int32, weight [b] float32 (0 for the padding of a non-repeating eval split's last batch).
+Batches (b = InfeedBatchSize()): image [b, S, S, C] float32 (pixels scaled to [0, 1];
+S = image_size), label [b] int32, weight [b] float32 (0 for the padding of a non-repeating eval
+split's last batch).
 
-- Real data: `tfds_name` read from `data_dir`, which must already hold the prepared data set (nothing is
-  downloaded while training). `tfds_name='image_folder:NAME'` reads data_dir/NAME/<split>/<class>/*
-  image files instead (data sets tensorflow-datasets lacks, e.g. FGVC Aircraft, Birdsnap). ImageNet ('imagenet2012') cannot be downloaded by tensorflow-datasets: put
-  the manual download (ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar) in `manual_dir` and prepare it
-  once with `PrepareDataset(p)`. A missing directory or unprepared data set raises a ValueError naming it.
+- Real data: `tfds_name` read from `data_dir`, which must already hold the prepared data set
+  (nothing is downloaded while training). `tfds_name='image_folder:NAME'` reads
+  data_dir/NAME/<split>/<class>/* image files instead (data sets tensorflow-datasets lacks, e.g.
+  FGVC Aircraft, Birdsnap). ImageNet ('imagenet2012') cannot be downloaded by tensorflow-datasets:
+  put the manual download (ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar) in `manual_dir` and
+  prepare it once with `PrepareDataset(p)`. A missing directory or unprepared data set raises a
+  ValueError naming it.
 - Training augmentation: resize to image_size, random left-right flips, cutout (a random
   cutout_size x cutout_size square set to 0), as in the paper's transfer-learning runs.
 - `synthetic=True`: random images and labels generated on the device, for speed runs without data.
@@ -24,7 +27,7 @@ IMAGE_FOLDER = 'image_folder:'
 
 
 def _FolderDir(p):
-  """For tfds_name 'image_folder:NAME', the directory data_dir/NAME holding split/class/image files."""
+  """For tfds_name 'image_folder:NAME', the directory data_dir/NAME of split/class/image files."""
   return os.path.join(p.data_dir, p.tfds_name[len(IMAGE_FOLDER):])
 
 
@@ -36,18 +39,18 @@ def _Builder(p):
 
 
 def CheckDataSource(p, where=None):
-  """Raises ValueError (naming the directory) unless `p` is synthetic or its data set is prepared."""
+  """Raises ValueError (naming the directory) unless `p` is synthetic or its data is prepared."""
   where = where or 'ImageInput %r' % p.name
   if p.synthetic:
     return
   if not p.tfds_name:
     raise ValueError('%s: set tfds_name (a tensorflow-datasets name) or synthetic=True' % where)
   if not p.data_dir:
-    raise ValueError('%s: data_dir is empty; set it to the tensorflow-datasets directory holding %r '
-                     '(or synthetic=True)' % (where, p.tfds_name))
+    raise ValueError('%s: data_dir is empty; set it to the tensorflow-datasets directory '
+                     'holding %r (or synthetic=True)' % (where, p.tfds_name))
   if not os.path.isdir(p.data_dir):
-    raise ValueError('%s: data_dir %r does not exist or is not a directory (it must hold the prepared '
-                     'tensorflow-datasets %r)' % (where, p.data_dir, p.tfds_name))
+    raise ValueError('%s: data_dir %r does not exist or is not a directory (it must hold the '
+                     'prepared tensorflow-datasets %r)' % (where, p.data_dir, p.tfds_name))
   if p.tfds_name.startswith(IMAGE_FOLDER):
     split_dir = os.path.join(_FolderDir(p), p.split)
     if not os.path.isdir(split_dir):
@@ -74,20 +77,23 @@ def PrepareDataset(p):
 
 
 class ImageInput(base_input_generator.BaseInputGenerator):
-  """Batches of (image, label, weight) from tensorflow-datasets, augmented for training, or synthetic."""
+  """Batches of (image, label, weight) from TFDS, augmented for training, or synthetic."""
 
   @classmethod
   def Params(cls):
     p = super().Params()
     p.name = 'image_input'
     p.batch_size = 64
-    p.Define('tfds_name', '', "tensorflow-datasets name, e.g. 'imagenet2012', 'cifar10', 'cars196'.")
+    p.Define('tfds_name', '',
+             "tensorflow-datasets name, e.g. 'imagenet2012', 'cifar10', 'cars196'.")
     p.Define('data_dir', '', 'tensorflow-datasets data directory holding the prepared data set.')
-    p.Define('manual_dir', '', 'For ImageNet: the directory of the manual download (see module doc).')
+    p.Define('manual_dir', '',
+             'For ImageNet: the directory of the manual download (see module doc).')
     p.Define('split', 'train', "tensorflow-datasets split, e.g. 'train', 'validation', 'test'.")
     p.Define('image_size', 224, 'Images are resized to image_size x image_size.')
     p.Define('num_channels', 3, 'Channels of the images.')
-    p.Define('num_classes', 1000, 'Number of classes (labels of synthetic data are drawn below it).')
+    p.Define('num_classes', 1000,
+             'Number of classes (labels of synthetic data are drawn below it).')
     p.Define('random_flip', None, 'Random left-right flips; None: in training only.')
     p.Define('cutout_size', 0, 'Side of the cutout square in training (0: no cutout).')
     p.Define('shuffle_buffer', 10000, 'Shuffle buffer (training).')
@@ -165,7 +171,7 @@ class ImageInput(base_input_generator.BaseInputGenerator):
 
 
 def Cutout(image, size, seed=None):
-  """Sets a random size x size square of `image` ([H, W, C]) to 0 (the square may cross the border)."""
+  """Sets a random size x size square of `image` ([H, W, C]) to 0 (it may cross the border)."""
   h, w = tf.shape(image)[0], tf.shape(image)[1]
   cy = tf.random.uniform([], 0, h, dtype=tf.int32, seed=seed)
   cx = tf.random.uniform([], 0, w, dtype=tf.int32, seed=seed)

@@ -1,4 +1,4 @@
-"""ResNet (bottleneck blocks, as ResNet-101) as a flat sequence of Lingvo layers for a TensorPipeLayer.
+"""ResNet (bottleneck blocks, as ResNet-101) as a flat list of Lingvo layers for a TensorPipeLayer.
 
 The GPipe paper analyses its overheads on ResNet-101. The sequence is: 'stem' (7x7/2 convolution,
 batch norm, relu, 3x3/2 max pooling), one layer per bottleneck block ('block<stage>_<i>': 1x1, 3x3
@@ -8,7 +8,6 @@ H, W, C] tensor to the next and has FPropMeta from its Params, so the pipeline b
 by flops.
 """
 
-import numpy as np
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import py_utils
@@ -86,7 +85,8 @@ class Bottleneck(base_layer.BaseLayer):
   @classmethod
   def Plan(cls, p):
     out = 4 * p.width
-    branch = [_Conv('conv1', 1, p.input_dim, p.width), _Conv('conv2', 3, p.width, p.width, p.stride),
+    branch = [_Conv('conv1', 1, p.input_dim, p.width),
+              _Conv('conv2', 3, p.width, p.width, p.stride),
               _Conv('conv3', 1, p.width, out, relu_last=False)]
     shortcut = None
     if p.stride != 1 or p.input_dim != out:
@@ -118,37 +118,6 @@ class Bottleneck(base_layer.BaseLayer):
     return py_utils.NestedMap(flops=flops + 2 * y.num_elements(), out_shapes=(y,))
 
 
-class Classifier(base_layer.BaseLayer):
-  """Global average pooling and a fully connected layer: [B, H, W, C] -> [B, num_classes] logits."""
-
-  @classmethod
-  def Params(cls):
-    p = super().Params()
-    p.Define('input_dim', 2048, 'Input channels.')
-    p.Define('num_classes', 1000, 'Number of classes.')
-    return p
-
-  def _CreateLayerVariables(self):
-    super()._CreateLayerVariables()
-    p = self.params
-    self.CreateVariable('w', py_utils.WeightParams(
-        [p.input_dim, p.num_classes],
-        py_utils.WeightInit.Gaussian(float(np.sqrt(1.0 / p.input_dim)))))
-    self.CreateVariable('b', py_utils.WeightParams([p.num_classes],
-                                                   py_utils.WeightInit.Constant(0.0)))
-
-  def FProp(self, theta, x):
-    with tf.name_scope(self.params.name):
-      h = tf.reduce_mean(x, axis=[1, 2])
-      return tf.matmul(h, tf.cast(theta.w, h.dtype)) + tf.cast(theta.b, h.dtype)
-
-  @classmethod
-  def FPropMeta(cls, p, x):
-    b = x[0]
-    flops = x.num_elements() + 2 * b * p.input_dim * p.num_classes
-    return py_utils.NestedMap(flops=flops, out_shapes=(tshape.Shape([b, p.num_classes]),))
-
-
 def ResNetLayers(depth=101, num_classes=1000, image_channels=3, base_width=64, stem_kernel=7,
                  stem_stride=2, stem_max_pool=True, blocks=None):
   """The flat layer sequence of a bottleneck ResNet: 'stem', 'block<s>_<i>'..., 'classifier'.
@@ -175,5 +144,6 @@ def ResNetLayers(depth=101, num_classes=1000, image_channels=3, base_width=64, s
       layers.append(Bottleneck.Params().Set(name='block%d_%d' % (stage + 1, i), input_dim=dim,
                                             width=width, stride=stride))
       dim = 4 * width
-  layers.append(Classifier.Params().Set(name='classifier', input_dim=dim, num_classes=num_classes))
+  layers.append(conv_layers.PooledClassifier.Params().Set(name='classifier', input_dim=dim,
+                                                          num_classes=num_classes))
   return layers

@@ -78,7 +78,7 @@ class PipelinedTransformerLm(base_model.BaseTask):
 
 
 class SyntheticLmInput(base_input_generator.BaseInputGenerator):
-  """Batches of uniformly random token ids (labels = ids shifted by one), for memory/speed configs."""
+  """Batches of uniformly random token ids (labels = ids shifted by one), for memory/speed runs."""
 
   @classmethod
   def Params(cls):
@@ -102,7 +102,7 @@ class SyntheticLmInput(base_input_generator.BaseInputGenerator):
 def TransformerLmParams(num_layers, model_dim=2048, ffn_dim=8192, num_heads=32, vocab_size=32000,
                         num_partitions=1, num_micro_batches=1, head_dim=64, recompute='always',
                         dropout_keep_prob=1.0, name='lm'):
-  """PipelinedTransformerLm Params for Transformer-L: L causal layers cut into num_partitions partitions."""
+  """PipelinedTransformerLm Params for Transformer-L: L causal layers, num_partitions partitions."""
   p = PipelinedTransformerLm.Params().Set(name=name, vocab_size=vocab_size, model_dim=model_dim)
   p.stack = layer_lib.TensorPipeLayer.Params().Set(
       name='stack', num_partitions=num_partitions, num_micro_batches=num_micro_batches,

@@ -1,12 +1,13 @@
-"""Multilingual translation input: per-language parallel files, temperature-sampled training batches.
+"""Multilingual translation input: per-language parallel files, temperature-sampled train batches.
 
 `MultilingualInput` reads `<data_dir>/<lang>.<split>.tsv` ('source<TAB>target' lines) for every
-language of `languages`, tokenises both sides with one shared SentencePiece model, and keeps the ids in
-host memory (fed to an initializable tf.data iterator, so the graph holds no copy of the data).
+language of `languages`, tokenises both sides with one shared SentencePiece model, and keeps the ids
+in host memory (fed to an initializable tf.data iterator, so the graph holds no copy of the data).
 
   train split: an endless stream; each example's language l is drawn with probability
                temperature_sampling.LanguageProbabilities(D, temperature)[l] (D_l = examples of l),
-               then an example of l uniformly; stateless random ops seeded by `seed`, so runs repeat.
+               then an example of l uniformly; stateless random ops seeded by `seed`, so runs
+               repeat.
   other splits: every example of every language once, in file order, the last batch padded with
                weight 0 (set resettable=True for the evaler / decoder).
 
@@ -39,16 +40,16 @@ class MultilingualInput(base_input_generator.BaseInputGenerator):
     p.name = 'multilingual_input'
     p.batch_size = 64
     p.Define('data_dir', '',
-             'Directory of <lang>.<split>.tsv files; empty: the built-in num2words corpus, generated '
-             'on first use under num2words_corpus.DefaultDir().')
+             'Directory of <lang>.<split>.tsv files; empty: the built-in num2words corpus, '
+             'generated on first use under num2words_corpus.DefaultDir().')
     p.Define('vocab_file', '', 'SentencePiece model; empty: <data_dir>/spm.model.')
     p.Define('languages', None, 'Language codes to read (list); None: every <lang>.<split>.tsv.')
     p.Define('split', 'train', "'train' (temperature-sampled, endless) or another file split "
              "(e.g. 'test', read once in order).")
     p.Define('temperature', 5.0, 'T of the language sampling p_l^(1/T) (1: proportional, large: '
              'uniform); the paper uses 5.')
-    p.Define('source_max_length', 32, 'S: source pieces + eos per example; longer train examples are '
-             'dropped, longer eval examples truncated.')
+    p.Define('source_max_length', 32, 'S: source pieces + eos per example; longer train examples '
+             'are dropped, longer eval examples truncated.')
     p.Define('target_max_length', 16, 'T: target pieces + bos/eos per example (same rule).')
     p.Define('seed', 1234, 'Seed of the language and example sampling.')
     return p

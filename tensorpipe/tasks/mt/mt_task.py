@@ -1,4 +1,4 @@
-"""A translation task whose Transformer encoder and decoder stacks each run inside a TensorPipeLayer.
+"""A translation task whose Transformer encoder and decoder stacks each run in a TensorPipeLayer.
 
 `PipelinedTransformer` is a Lingvo BaseTask:
   - a shared source/target embedding (x sqrt(D), plus sinusoidal positions) on the encoder's first
@@ -34,9 +34,9 @@ from lingvo.core import layers
 from lingvo.core import metrics
 from lingvo.core import py_utils
 
-from tensorpipe.tasks.mt import beam_search
 from tensorpipe import layer as layer_lib
 from tensorpipe import randomness
+from tensorpipe.tasks.mt import beam_search
 from tensorpipe.tasks.mt import transformer
 
 
@@ -135,8 +135,8 @@ class PipelinedTransformer(base_model.BaseTask):
       raise ValueError('PipelinedTransformer %r: length_normalization must be >= 0, got %r'
                        % (p.name, p.length_normalization))
     if p.vocab_size <= 0 or p.model_dim <= 0:
-      raise ValueError('PipelinedTransformer %r: vocab_size and model_dim must be positive, got %r, %r'
-                       % (p.name, p.vocab_size, p.model_dim))
+      raise ValueError('PipelinedTransformer %r: vocab_size and model_dim must be positive, '
+                       'got %r, %r' % (p.name, p.vocab_size, p.model_dim))
     encoder = p.encoder.Copy().Set(name=p.encoder.name or 'encoder')
     decoder = p.decoder.Copy().Set(name=p.decoder.name or 'decoder')
     if getattr(encoder, 'schedule', 'gpipe') != 'gpipe':
@@ -328,7 +328,7 @@ class PipelinedTransformer(base_model.BaseTask):
 def TransformerParams(num_layers, ffn_dim, num_heads, model_dim=1024, vocab_size=64000,
                       num_partitions=1, num_micro_batches=1, head_dim=64, dropout_keep_prob=1.0,
                       recompute='always', name='mt'):
-  """PipelinedTransformer Params for T(L, H, A): L encoder and L decoder layers, feed-forward H, A heads.
+  """PipelinedTransformer Params for T(L, H, A): L encoder/decoder layers, feed-forward H, A heads.
 
   The encoder and the decoder stack are each a TensorPipeLayer of `num_partitions` partitions on the
   same K devices (partition k of both on device k), both with `num_micro_batches` micro-batches. The

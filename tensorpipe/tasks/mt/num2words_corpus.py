@@ -1,11 +1,11 @@
-"""The built-in multilingual corpus: numbers written in ~45 languages (by `num2words`) -> English words.
+"""The built-in multilingual corpus: numbers in ~45 languages (by `num2words`) -> English words.
 
 A deterministic stand-in for the paper's 102-languages-to-English setup that trains on a CPU in
 minutes. Every language gets a disjoint train/test split of the integers 0..max_number; train sizes
 are deliberately imbalanced (geometric, from `max_train` examples for the highest-resource language
 down to `min_train` for the lowest), so temperature sampling and per-language BLEU behave as in the
-paper. The language ranking is a fixed permutation (seeded), so the corpus is byte-identical on every
-machine with the pinned num2words.
+paper. The language ranking is a fixed permutation (seeded), so the corpus is byte-identical on
+every machine with the pinned num2words.
 
 Files written to a directory:
   <lang>.train.tsv, <lang>.test.tsv   'source<TAB>english' lines;
@@ -14,7 +14,8 @@ Files written to a directory:
   manifest.json                       languages, sizes and the generation settings.
 
 `EnsureCorpus(dir)` generates it there unless a complete copy with the same settings exists; writing
-goes to a temporary sibling directory renamed into place, so concurrent jobs do not see half a corpus.
+goes to a temporary sibling directory renamed into place, so concurrent jobs do not see half a
+corpus.
 """
 
 import json
@@ -30,7 +31,8 @@ VERSION = 1
 # num2words converters whose output is not a foreign language (en*), duplicates a base language
 # (regional variants), or fails on small integers ('am' in 0.5.14).
 _EXCLUDED = ('en', 'am')
-DEFAULTS = dict(max_number=999, num_test=40, max_train=900, min_train=20, vocab_size=2000, seed=1234)
+DEFAULTS = dict(max_number=999, num_test=40, max_train=900, min_train=20, vocab_size=2000,
+                seed=1234)
 
 
 def DefaultDir():
@@ -65,7 +67,7 @@ def _Clean(text):
 
 def Generate(out_dir, max_number=999, num_test=40, max_train=900, min_train=20, vocab_size=2000,
              seed=1234):
-  """Writes the corpus and its SentencePiece vocabulary to `out_dir` (created); returns the manifest."""
+  """Writes the corpus and its SentencePiece vocab to `out_dir` (created); returns the manifest."""
   from num2words import num2words  # pylint: disable=g-import-not-at-top
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   if max_train + num_test > max_number + 1:
@@ -133,7 +135,7 @@ def ReadManifest(data_dir):
 
 
 def EnsureCorpus(data_dir=None, **settings):
-  """Returns (data_dir, manifest), generating the corpus into data_dir (default DefaultDir()) if needed."""
+  """Returns (data_dir, manifest), generating the corpus in data_dir (or DefaultDir()) if needed."""
   data_dir = data_dir or DefaultDir()
   wanted = dict(DEFAULTS, **settings)
   manifest = ReadManifest(data_dir)

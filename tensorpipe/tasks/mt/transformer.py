@@ -30,7 +30,7 @@ def _Gaussian(fan_in, scale=1.0):
 
 
 class MultiHeadAttention(base_layer.BaseLayer):
-  """Scaled dot-product attention with `num_heads` heads of `head_dim` channels each, batch-major."""
+  """Scaled dot-product attention with `num_heads` heads of `head_dim` channels, batch-major."""
 
   @classmethod
   def Params(cls):
@@ -76,7 +76,7 @@ class MultiHeadAttention(base_layer.BaseLayer):
 
 
 class TransformerLayer(base_layer.BaseLayer):
-  """One encoder layer (self-attention, feed-forward) or decoder layer (+ causal mask, cross-attention).
+  """Encoder layer (self-attention, feed-forward) or decoder layer (+ causal mask, cross-attention).
 
   FProp(theta, NestedMap) -> NestedMap with `vec` replaced; the other fields pass through, so the
   decoder's aux_vec / aux_paddings reach every decoder layer through the pipeline.
@@ -96,14 +96,16 @@ class TransformerLayer(base_layer.BaseLayer):
              'None: same as is_decoder.')
     p.Define('dropout_keep_prob', 1.0, 'Keep probability of the residual-branch dropouts.')
     p.Define('ffn_init_scale', 1.0,
-             'Multiplies the feed-forward weights\' init std; set 1/sqrt(num_layers) for deep models.')
+             'Multiplies the feed-forward weights\' init std; '
+             'set 1/sqrt(num_layers) for deep models.')
     return p
 
   def __init__(self, params):
     super().__init__(params)
     p = self.params
     if p.ffn_dim <= 0:
-      raise ValueError('TransformerLayer %r: ffn_dim must be positive, got %r' % (p.name, p.ffn_dim))
+      raise ValueError('TransformerLayer %r: ffn_dim must be positive, got %r' %
+                       (p.name, p.ffn_dim))
     if not 0.0 < p.dropout_keep_prob <= 1.0:
       raise ValueError('TransformerLayer %r: dropout_keep_prob must be in (0, 1], got %r' %
                        (p.name, p.dropout_keep_prob))
@@ -118,7 +120,8 @@ class TransformerLayer(base_layer.BaseLayer):
     self.CreateChild('ffn_norm', norm.Copy())
     self.CreateVariable('ffn_w1', py_utils.WeightParams(
         [p.model_dim, p.ffn_dim], _Gaussian(p.model_dim, p.ffn_init_scale)))
-    self.CreateVariable('ffn_b1', py_utils.WeightParams([p.ffn_dim], py_utils.WeightInit.Constant(0.)))
+    self.CreateVariable('ffn_b1', py_utils.WeightParams([p.ffn_dim],
+                                                        py_utils.WeightInit.Constant(0.)))
     self.CreateVariable('ffn_w2', py_utils.WeightParams(
         [p.ffn_dim, p.model_dim], _Gaussian(p.ffn_dim, p.ffn_init_scale)))
     self.CreateVariable('ffn_b2', py_utils.WeightParams([p.model_dim],
@@ -187,8 +190,8 @@ def StackLayers(num_layers, model_dim, ffn_dim, num_heads, is_decoder, head_dim=
   out = []
   for i in range(num_layers):
     out.append(TransformerLayer.Params().Set(
-        name='%s_layer%03d' % (prefix, i), model_dim=model_dim, ffn_dim=ffn_dim, num_heads=num_heads,
-        head_dim=head_dim, is_decoder=is_decoder, dropout_keep_prob=dropout_keep_prob,
-        ffn_init_scale=scale, causal=causal))
+        name='%s_layer%03d' % (prefix, i), model_dim=model_dim, ffn_dim=ffn_dim,
+        num_heads=num_heads, head_dim=head_dim, is_decoder=is_decoder,
+        dropout_keep_prob=dropout_keep_prob, ffn_init_scale=scale, causal=causal))
   out.append(FinalNorm.Params().Set(name='%s_final_norm' % prefix, model_dim=model_dim))
   return out

@@ -1,6 +1,6 @@
-"""Registered image models: parameter counts of the paper's tables, hyper-parameters, transfer-learning
-configs, the image input (missing data named, synthetic data, flips and cutout), a tiny AmoebaNet-B
-training on the digits."""
+"""Registered image models: parameter counts of the paper's tables, hyper-parameters,
+transfer-learning configs, the image input (missing data named, synthetic data, flips and cutout), a
+tiny AmoebaNet-B training on the digits."""
 
 import os
 import re
@@ -15,10 +15,11 @@ from lingvo.core import schedule
 from lingvo.core import test_utils
 
 from params import amoebanet as amoebanet_params
-from tensorpipe.tasks.image import image_input
 from tensorpipe.partition import cost_model
 from tensorpipe import placement
-from tensorpipe.trainer import train
+from tensorpipe.tasks.image import image_input
+from tensorpipe.trainer import preflight
+from tensorpipe.trainer import registry
 
 # (model, (L, F), K, paper's parameter count, tolerance).
 TABLE1 = [
@@ -41,8 +42,8 @@ TRANSFER = {
 def _Params(name, dataset='Train'):
   if not flags.FLAGS.is_parsed():
     flags.FLAGS(['test'])
-  train.ImportModel(name)
-  return train.ModelParams(name, dataset)
+  registry.ImportModel(name)
+  return registry.ModelParams(name, dataset)
 
 
 def _Layers(cfg):
@@ -214,8 +215,8 @@ class ImageInputTest(test_utils.TestCase):
       p.Instantiate()
     cfg = _Params('amoebanet.ImageNetAmoebaNetB18x512')
     cfg.input.data_dir = missing
-    with self.assertRaisesRegex(train.UsageError, 'no-such-imagenet-dir'):
-      train.CheckDataDirs(cfg, 'Train')
+    with self.assertRaisesRegex(registry.UsageError, 'no-such-imagenet-dir'):
+      preflight.CheckDataDirs(cfg, 'Train')
 
   def testUnpreparedDatasetAndImageFolderAreNamed(self):
     with tempfile.TemporaryDirectory() as tmp:
@@ -287,7 +288,7 @@ class ImageInputTest(test_utils.TestCase):
 
 
 class TinyTrainingTest(test_utils.TestCase):
-  """The tiny variants train on the digits through Lingvo's task (BN updates, aux loss, optimizer)."""
+  """Tiny variants train on the digits through Lingvo's task (BN updates, aux loss, optimizer)."""
 
   def _Train(self, name, steps=50):
     cfg = _Params(name)

@@ -1,5 +1,6 @@
-"""AmoebaNet layers: FPropMeta shapes match FProp, a tiny AmoebaNet-D pipelines exactly with drop-path and
-dropout on, their masks do not depend on re-computation, K or M, bad genotypes and sizes are reported."""
+"""AmoebaNet layers: FPropMeta shapes match FProp, a tiny AmoebaNet-D pipelines exactly with
+drop-path and dropout on, their masks do not depend on re-computation, K or M, bad genotypes and
+sizes are reported."""
 
 import numpy as np
 from lingvo import compat as tf
@@ -16,7 +17,7 @@ NUM_CLASSES = 5
 
 
 def TinyLayers(genotype='D', keep_prob=1.0, dropout=1.0):
-  """8 layers on 8x8x1 images: stem, cell, reduction, cell, aux head, reduction, cell, classifier."""
+  """8 layers on 8x8x1 input: stem, cell, reduction, cell, aux head, reduction, cell, classifier."""
   return amoebanet.AmoebaNetLayers(genotype, num_cells=3, filters=8, num_classes=NUM_CLASSES,
                                    image_size=8, image_channels=1, stem_filters=8, stem_stride=1,
                                    num_stem_cells=0, drop_path_keep_prob=keep_prob,
@@ -100,7 +101,7 @@ class TinyAmoebaNetPipelineTest(test_utils.TestCase):
                             msg='K=%d %s' % (k, name))
 
   def testDropPathAndDropoutMasksSurviveRecomputation(self):
-    """stem, cell_0 (drop-path) and the classifier (dropout): 'always' re-computes the same masks."""
+    """stem, cell_0 (drop-path) and classifier (dropout): 'always' re-computes the same masks."""
 
     def Layers():
       stem, cell, _, _, _, _, _, classifier = TinyLayers(keep_prob=0.6, dropout=0.5)
@@ -117,7 +118,8 @@ class TinyAmoebaNetPipelineTest(test_utils.TestCase):
   def testDropPathAndDropoutMasksDoNotDependOnKOrM(self):
     """Batch-norm-free drop-path cells and the classifier: pipelined gradients equal the plain ones.
 
-    (Batch norm normalises each micro-batch on its own, so with it only M = 1 matches the plain model.)
+    (Batch norm normalises each micro-batch on its own, so with it only M = 1 matches the plain
+    model.)
     """
 
     def Layers(keep):

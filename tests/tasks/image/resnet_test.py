@@ -1,5 +1,5 @@
-"""ResNet layers: ResNet-101 has the standard 44.5M parameters; FPropMeta matches FProp; a tiny ResNet
-pipelines with the gradients of the plain model."""
+"""ResNet layers: ResNet-101 has the standard 44.5M parameters; FPropMeta matches FProp; a tiny
+ResNet pipelines with the gradients of the plain model."""
 
 import numpy as np
 from lingvo import compat as tf
@@ -25,8 +25,8 @@ class ResNetTest(test_utils.TestCase):
   def testResNet101HasTheStandardParameterCount(self):
     layers = resnet.ResNetLayers(101)
     self.assertLen(layers, 1 + 33 + 1)
-    # 44,549,160: torchvision's / the paper's ResNet-101 (convolutions without bias, batch-norm scale and
-    # offset, a 2048 x 1000 classifier with bias).
+    # 44,549,160: torchvision's / the paper's ResNet-101 (convolutions without bias, batch-norm
+    # scale and offset, a 2048 x 1000 classifier with bias).
     self.assertEqual(cost_model.ParamCount(layers), 44549160)
 
   def testFPropMetaShapesMatchFProp(self):
@@ -54,7 +54,8 @@ class ResNetTest(test_utils.TestCase):
       self.assertAllClose(moving[name], ref_moving[name], rtol=1e-5, atol=1e-6, msg=name)
 
   def testBadDepth(self):
-    with self.assertRaisesRegex(ValueError, 'ResNet depth must be one of \\[50, 101, 152\\], got 34'):
+    with self.assertRaisesRegex(ValueError,
+                                'ResNet depth must be one of \\[50, 101, 152\\], got 34'):
       resnet.ResNetLayers(34)
 
 

@@ -1,4 +1,4 @@
-"""PipelinedTransformerLm (Transformer-L): pipelined gradients equal the plain stack's; synthetic input."""
+"""PipelinedTransformerLm (Transformer-L): pipelined gradients equal plain ones; synthetic input."""
 
 import zlib
 
@@ -8,8 +8,8 @@ from lingvo.core import builder_layers
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
-from tensorpipe.tasks.lm import lm_task
 from tensorpipe import placement
+from tensorpipe.tasks.lm import lm_task
 from tests import helpers
 
 
@@ -27,7 +27,8 @@ def _Gradients(params, num_devices):
   with graph.as_default(), helpers.Cluster(num_devices):
     py_utils.GetOrCreateGlobalStepVar()
     task = params.Instantiate()
-    gen = lm_task.SyntheticLmInput.Params().Set(vocab_size=30, seq_len=6, batch_size=4).Instantiate()
+    gen = lm_task.SyntheticLmInput.Params().Set(
+        vocab_size=30, seq_len=6, batch_size=4).Instantiate()
     loss = task.FPropDefaultTheta(gen.GetPreprocessedInputBatch())[0]['loss'][0]
     variables = tf.trainable_variables()
     grads = [tf.convert_to_tensor(g) for g in
@@ -55,7 +56,8 @@ class PipelinedTransformerLmTest(test_utils.TestCase):
   def testSyntheticInputShiftsLabels(self):
     with self.session(graph=tf.Graph()) as sess:
       py_utils.GetOrCreateGlobalStepVar()
-      gen = lm_task.SyntheticLmInput.Params().Set(vocab_size=7, seq_len=5, batch_size=3).Instantiate()
+      gen = lm_task.SyntheticLmInput.Params().Set(
+          vocab_size=7, seq_len=5, batch_size=3).Instantiate()
       batch = gen.GetPreprocessedInputBatch()
       sess.run(tf.global_variables_initializer())
       b = sess.run(batch)

@@ -43,7 +43,7 @@ def _Probs(**probs):
 
 
 class ToyModel:
-  """Next-token log-probs of each example given each prefix (tokens after sos), from a full table."""
+  """Next-token log-probs per example given each prefix (tokens after sos), from a full table."""
 
   def __init__(self, log_probs_fn, batch_size, max_length):
     self.batch_size, self.max_length = batch_size, max_length
@@ -65,7 +65,7 @@ class ToyModel:
     return self._log_probs_fn(example, tuple(prefix))
 
   def Callback(self, beam_size):
-    """The (ids, step) -> [B * K, V] log-probs callback that BeamSearch takes, over the same table."""
+    """The (ids, step) -> [B * K, V] log-probs callback BeamSearch takes, over the same table."""
     table = tf.constant(self._table)
     offsets = tf.constant(self._offsets, tf.int32)
 
@@ -113,7 +113,7 @@ def _RandomModel(batch_size, max_length, seed, scale=2.0):
 
 
 def _HandModel(probs, max_length, default=None):
-  """One example; probs maps a prefix tuple to its _Probs; other prefixes get `default` (uniform)."""
+  """One example; probs maps a prefix tuple to its _Probs; others get `default` (uniform)."""
   default = _Probs() if default is None else default
   return ToyModel(lambda e, prefix: probs.get(prefix, default), 1, max_length)
 
@@ -240,7 +240,7 @@ class BeamSearchTest(test_utils.TestCase):
 
 
 class PipelinedTransformerBeamSearchTest(test_utils.TestCase):
-  """An untrained tiny pipelined T(1, 32, 2) (K = 2 partitions, M = 2) decodes a num2words test split."""
+  """An untrained tiny pipelined T(1, 32, 2) (K = 2, M = 2) decodes a num2words test split."""
 
   LANGS = ['de', 'fr']
   MAX_LENGTH = 6

@@ -96,7 +96,8 @@ class CorpusTest(test_utils.TestCase):
     other = os.path.join(tempfile.mkdtemp(), 'again')
     num2words_corpus.EnsureCorpus(other, **manifest['settings'])
     for name in ('de.train.tsv', 'ja.test.tsv', 'spm.vocab'):
-      with open(os.path.join(_Corpus(), name), 'rb') as a, open(os.path.join(other, name), 'rb') as b:
+      with (open(os.path.join(_Corpus(), name), 'rb') as a,
+            open(os.path.join(other, name), 'rb') as b):
         self.assertEqual(a.read(), b.read(), name)
     with open(os.path.join(_Corpus(), 'de.test.tsv'), encoding='utf-8') as f:
       test_numbers = {line.split('\t')[1] for line in f}

@@ -91,16 +91,17 @@ class MtParamsTest(test_utils.TestCase):
     built = {
         mt.T6H8192A16: helpers.TransformerParameterCount(6, 1024, 8192, 16, 64000),
         mt.TransformerBase: helpers.TransformerParameterCount(6, 512, 2048, 8, 32000),
-        mt.TransformerL3Naive1: helpers.TransformerParameterCount(3, 2048, 8192, 32, 32000, lm=True),
+        mt.TransformerL3Naive1: helpers.TransformerParameterCount(3, 2048, 8192, 32, 32000,
+                                                                  lm=True),
     }
     for cls, expected in built.items():
       self.assertEqual(param_count.CountParameters(cls().Task()), expected, cls.__name__)
     for cls, (layers, ffn, heads, _, label) in T_ROWS.items():
-      self.assertAllClose(helpers.TransformerParameterCount(layers, 1024, ffn, heads, 64000), label, rtol=0.1,
-                          msg=cls.__name__)
+      self.assertAllClose(helpers.TransformerParameterCount(layers, 1024, ffn, heads, 64000), label,
+                          rtol=0.1, msg=cls.__name__)
     for cls, (layers, _, label) in TRANSFORMER_L.items():
-      self.assertAllClose(helpers.TransformerParameterCount(layers, 2048, 8192, 32, 32000, lm=True), label,
-                          rtol=0.01, msg=cls.__name__)
+      self.assertAllClose(helpers.TransformerParameterCount(layers, 2048, 8192, 32, 32000, lm=True),
+                          label, rtol=0.01, msg=cls.__name__)
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""PipelinedTransformer: the pipelined encoder-decoder gives the plain model's gradients (with dropout on).
+"""PipelinedTransformer: pipelined encoder-decoder gives the plain model's gradients (dropout on).
 
 The encoder and decoder stacks run as TensorPipeLayers with K in {1, 2, 4} partitions and M in {1,
 2, 4} micro-batches (re-computation on); the reference runs the same layers in SequentialLayers.
@@ -20,10 +20,10 @@ from lingvo.core import metrics
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
+from tensorpipe import placement
 from tensorpipe.tasks.mt import mt_input
 from tensorpipe.tasks.mt import mt_task
 from tensorpipe.tasks.mt import num2words_corpus
-from tensorpipe import placement
 from tests import helpers
 
 VOCAB, BATCH, SRC_LEN, TGT_LEN = 40, 4, 7, 6
@@ -46,9 +46,11 @@ def _Batch():
   src_pad = (np.arange(SRC_LEN)[None, :] >= src_len[:, None]).astype(np.float32)
   tgt_pad = (np.arange(TGT_LEN)[None, :] >= tgt_len[:, None]).astype(np.float32)
   return py_utils.NestedMap(
-      src=py_utils.NestedMap(ids=tf.constant(rng.randint(4, VOCAB, size=[BATCH, SRC_LEN]), tf.int32),
+      src=py_utils.NestedMap(ids=tf.constant(rng.randint(4, VOCAB, size=[BATCH, SRC_LEN]),
+                                             tf.int32),
                              paddings=tf.constant(src_pad)),
-      tgt=py_utils.NestedMap(ids=tf.constant(rng.randint(4, VOCAB, size=[BATCH, TGT_LEN]), tf.int32),
+      tgt=py_utils.NestedMap(ids=tf.constant(rng.randint(4, VOCAB, size=[BATCH, TGT_LEN]),
+                                             tf.int32),
                              labels=tf.constant(rng.randint(4, VOCAB, size=[BATCH, TGT_LEN]),
                                                 tf.int32),
                              paddings=tf.constant(tgt_pad), weights=tf.constant(1.0 - tgt_pad)))
@@ -140,8 +142,8 @@ class PipelinedTransformerTest(test_utils.TestCase):
 
 
 class GreedyDecodeBleuTest(test_utils.TestCase):
-  """Trains a tiny pipelined T(1, 128, 4) (K = 2, M = 2) on a small num2words corpus, then decodes the
-  test split greedily in eval mode and scores it with PostProcessDecodeOut (overall + per
+  """Trains a tiny pipelined T(1, 128, 4) (K = 2, M = 2) on a small num2words corpus, then decodes
+  the test split greedily in eval mode and scores it with PostProcessDecodeOut (overall + per
   language)."""
 
   LANGS = ['de', 'es', 'it']

@@ -1,4 +1,4 @@
-"""temperature_sampling: q_l = p_l^(1/T) / sum_k p_k^(1/T), p_l = D_l / sum(D), against the formula."""
+"""temperature_sampling: q_l = p_l^(1/T) / sum_k p_k^(1/T), p_l = D_l / sum(D), vs the formula."""
 
 import numpy as np
 from lingvo import compat as tf
@@ -14,7 +14,8 @@ class LanguageProbabilitiesTest(test_utils.TestCase):
     for t in (1.0, 2.0, 5.0, 100.0):
       p = np.array(sizes, np.float64) / sum(sizes)
       expected = p**(1.0 / t) / np.sum(p**(1.0 / t))
-      self.assertAllClose(temperature_sampling.LanguageProbabilities(sizes, t), expected, rtol=1e-12)
+      self.assertAllClose(temperature_sampling.LanguageProbabilities(sizes, t), expected,
+                          rtol=1e-12)
 
   def testLimits(self):
     sizes = [900, 90, 9]

@@ -1,5 +1,5 @@
-"""transformer: causal decoder layers ignore the future, encoder layers do not; dropout masks are per
-example and per use; bad params raise."""
+"""transformer: causal decoder layers ignore the future, encoder layers do not; dropout masks are
+per example and per use; bad params raise."""
 
 import re
 
@@ -47,7 +47,8 @@ class TransformerLayerTest(test_utils.TestCase):
     a, b = _Run(self._Params(), vec), _Run(self._Params(), changed)
     self.assertGreater(np.abs(a[:, :3] - b[:, :3]).max(), 1e-3)  # The encoder sees everything.
     other_aux = _Run(self._Params(is_decoder=True), vec, aux + 1.0)
-    self.assertGreater(np.abs(other_aux - _Run(self._Params(is_decoder=True), vec, aux)).max(), 1e-3)
+    self.assertGreater(
+        np.abs(other_aux - _Run(self._Params(is_decoder=True), vec, aux)).max(), 1e-3)
 
   def testDropoutMasksArePerExampleAndPerUse(self):
     vec = np.random.RandomState(0).normal(size=[4, 5, 8]).astype(np.float32)

@@ -1,16 +1,13 @@
-"""Smoke test of tools/graph_size.py, run as a command (as a user would): its quick stack report and a
+"""Smoke test of `python -m tools.graph_size`, run as a user runs it: its quick stack report and a
 models report of one tiny registered model. Checks the rows' shape: TensorPipe's function bodies do
 not grow with M, its outer graph grows by a few ops per added task, and a registered model
 builds."""
 
-import os
 import re
-import subprocess
-import sys
 import unittest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOL = os.path.join(ROOT, 'tools', 'graph_size.py')
+from tests import helpers
+
 KINDS = ('plain', 'tensorpipe', 'gpipe')
 NUM_PARTITIONS = 4  # K of the stack report.
 # Ops TensorPipe's outer graph may add per added task (a forward or backward call of one partition
@@ -25,12 +22,11 @@ _STACK_ROW = re.compile(r'^(plain|tensorpipe|gpipe)\s+(\d+)' + r'\s+' + r'\s+'.j
 
 def _Run(*flags, timeout=300):
   """The tool's stdout; fails the test if it exits with an error or takes longer than `timeout`."""
-  proc = subprocess.run([sys.executable, TOOL] + list(flags), capture_output=True, text=True,
-                        timeout=timeout, check=False, cwd=ROOT)
-  if proc.returncode:
+  code, out, err = helpers.RunTool('graph_size', *flags, timeout=timeout)
+  if code:
     raise AssertionError('graph_size %s failed (exit %d):\n%s\n%s' % (
-        ' '.join(flags), proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:]))
-  return proc.stdout
+        ' '.join(flags), code, out[-2000:], err[-3000:]))
+  return out
 
 
 def _Value(text):

@@ -1,0 +1,42 @@
+"""TrainingStep: a TensorPipeLayer's SGD step in its own session, timed and traced."""
+
+from lingvo import compat as tf
+from lingvo.core import test_utils
+
+from tensorpipe.measure import training_step
+from tests import helpers
+
+
+class TrainingStepTest(test_utils.TestCase):
+
+  def testTimesTracesAndTrains(self):
+    layers = helpers.DenseLayers(4, dim=64)
+    step = training_step.TrainingStep('K=2', layers, [3, 1], lambda: (tf.ones([32, 64]),), 4,
+                                      devices=2, warmup=1, learning_rate=0.1)
+    try:
+      first = step.Run()
+      step.Time(3)
+      self.assertLen(step.times, 3)
+      self.assertGreater(step.Median(), 0.0)
+      self.assertLess(step.Run(), first)  # The SGD updates lower the loss.
+      trace = step.Trace()
+    finally:
+      step.Close()
+    self.assertEqual(trace.devices, ['CPU:0', 'CPU:1'])
+    self.assertLen(trace.PartitionTimes(), 2)
+    self.assertEqual({op.micro_batch for op in trace.ops if op.partition == 1}, {0, 1, 2, 3})
+    # The pipeline's own ops (splitting into micro-batches) are recognised by its scope.
+    self.assertGreater(sum(by_cat.get('setup', 0.0) for by_cat in trace.BusyByCategory().values()),
+                       0.0)
+    # Partition 0 holds three of the four equal layers: it is the busier device.
+    busy = trace.Busy()
+    self.assertGreater(busy['CPU:0'], busy['CPU:1'])
+
+  def testErrorsNameTheValues(self):
+    with self.assertRaisesRegex(ValueError, r'TrainingStep s: partition sizes \[2, 1\] do not add '
+                                'up to 4 layers'):
+      training_step.TrainingStep('s', helpers.DenseLayers(4), [2, 1], lambda: (tf.ones([2, 8]),), 1)
+
+
+if __name__ == '__main__':
+  test_utils.main()
