@@ -43,7 +43,7 @@ def _ToTuple(x):
 class TensorPipeLayer(base_layer.BaseLayer):
   """Pipelines a sequence of layers over K devices with M micro-batches (GPipe).
 
-  Its Params are its API (see the README's table); docs/design.md explains how a step is built.
+  Its Params are its API (the README's table); docs/design.md explains how a step is built.
   """
 
   @classmethod
@@ -69,8 +69,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
              "heuristic).")
     p.Define('memory_budget', None,
              'Bytes each device may hold (parameters with optimizer slots and activations, as '
-             'cost_model estimates them); the split keeps every partition within it or raises. '
-             'None: no limit.')
+             'cost_model estimates them); the split of `layers` keeps every partition within it, '
+             'explicit `partitions` are checked against it, or it raises. None: no limit.')
     p.Define('log_partition_report', False,
              'Log the partition report (per partition: layers, cost, parameters, estimated memory; '
              'imbalance, bubble) when the layer is built; needs cost_input_shapes, and takes a '
@@ -345,8 +345,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
     batch = tf.shape(first)[p.batch_dim]
     check = tf.debugging.assert_equal(
         batch % num_micro, 0,
-        message='TensorPipeLayer %r: batch is not divisible by %d micro-batches' %
-        (p.name, num_micro))
+        message='TensorPipeLayer %r: batch is not divisible by %d micro-batches; batch:' %
+        (p.name, num_micro), data=[batch], summarize=1)
     with tf.control_dependencies([check]):
       return tf.nest.map_structure(lambda x: None if x is None else tf.identity(x), args)
 

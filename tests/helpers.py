@@ -4,8 +4,10 @@ import collections
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
+from absl import flags
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import builder_layers
@@ -15,10 +17,13 @@ from lingvo.core import py_utils
 from tensorpipe import layer as layer_lib
 from tensorpipe.measure import profiling
 from tensorpipe import placement
+from tensorpipe.tasks.mt import num2words_corpus
+from tensorpipe.trainer import registry
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # The repository root.
 MATMUL_TYPES = ('MatMul', '_MklMatMul', '_FusedMatMul', '_MklFusedMatMul', '_MklNativeFusedMatMul',
                 '_MklNativeMatMul')
+_NUM2WORDS_DIR = None  # Num2WordsCorpus's directory, once generated.
 
 
 class Dense(base_layer.BaseLayer):
@@ -190,6 +195,25 @@ def TransformerParameterCount(num_layers,
   if lm:
     return num_layers * enc_layer + 2 * d + emb_softmax
   return num_layers * (enc_layer + dec_layer) + 2 * 2 * d + emb_softmax
+
+
+def ModelParams(name, dataset='Train'):
+  """registry.ModelParams of a registered model (`name` as in --model), flags parsed if need be."""
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS(['test'])
+  registry.ImportModel(name)
+  return registry.ModelParams(name, dataset)
+
+
+def Num2WordsCorpus():
+  """A small num2words corpus (imbalanced 200 .. 10 train examples per language, 10 test ones),
+  generated once per process into a temporary directory; returns the directory."""
+  global _NUM2WORDS_DIR
+  if _NUM2WORDS_DIR is None:
+    _NUM2WORDS_DIR = os.path.join(tempfile.mkdtemp(), 'corpus')
+    num2words_corpus.EnsureCorpus(_NUM2WORDS_DIR, max_number=299, num_test=10, max_train=200,
+                                  min_train=10, vocab_size=400)
+  return _NUM2WORDS_DIR
 
 
 def RunTool(name, *flags, timeout=300):

@@ -189,7 +189,7 @@ class BehaviourTest(test_utils.TestCase):
         sess.run(tf.global_variables_initializer())
         self.assertEqual(sess.run(out, {x: np.ones([8, DIM])}).shape, (8, DIM))
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
-                                    'batch is not divisible by 4 micro-batches'):
+                                    'batch is not divisible by 4 micro-batches; batch:.*6'):
           sess.run(out, {x: np.ones([6, DIM])})
 
   def testFPropMetaSumsLayers(self):

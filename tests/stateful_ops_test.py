@@ -1,4 +1,4 @@
-"""Stock Lingvo layers in a TensorPipeLayer (the README's table): exact, or refused with one line.
+"""Stock Lingvo layers in a TensorPipeLayer (the guide's table): exact, or refused with one line.
 
 Each row is built unpipelined (SequentialLayer) and as a pipeline for K in {1, 2, 3} and M in {1,
 4}:
@@ -138,7 +138,7 @@ class _NnDropout(base_layer.BaseLayer):
 
 
 class RowsTest(test_utils.TestCase):
-  """Every row of the README's table of stock Lingvo layers."""
+  """Every row of the guide's table of stock Lingvo layers."""
 
   def _AssertEqualsPlain(self, layer_params, inputs_fn, loss_fn=_Loss, batch_dim=0, tol=1e-5):
     plain, _, _, _ = _Step(helpers.Plain(layer_params), inputs_fn, loss_fn)

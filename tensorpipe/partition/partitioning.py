@@ -12,6 +12,7 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from tensorpipe.partition import balancing
 from tensorpipe.partition import cost_model
+from tensorpipe import units
 
 COST_SOURCES = ('auto',) + cost_model.COST_SOURCES
 
@@ -104,7 +105,7 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
     recompute: the TensorPipeLayer's recompute mode (for memory estimates).
     bytes_per_param: bytes per trainable parameter including optimizer slots.
     device: a device of the type 'measured' times layers on.
-    sizes: explicit partition sizes: only describe them.
+    sizes: explicit partition sizes: only describe them (and check them against `memory_budget`).
     input_fn: for 'measured': a callable returning the first layer's FProp args (e.g. integer ids)
       instead of uniform random floats of `input_shapes`.
     where: prefix of error messages.
@@ -142,7 +143,18 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
   if not sizes:
     memory = plan.Memory() if memory_budget is not None else None
     plan.sizes = balancing.Split(plan.cost, num_partitions, algorithm, memory, memory_budget, where)
+  elif memory_budget is not None:
+    _CheckBudget(plan, where)
   return plan
+
+
+def _CheckBudget(plan, where):
+  """Raises ValueError naming the first of the given partitions whose memory exceeds the budget."""
+  for k, need in enumerate(plan.Memory().Partitions(plan.sizes)):
+    if need > plan.memory_budget:
+      raise ValueError('%s: partition %d needs an estimated %s, more than memory_budget=%s; move '
+                       'layers out of it, or cut `layers` automatically within the budget' %
+                       (where, k, units.FormatBytes(need), units.FormatBytes(plan.memory_budget)))
 
 
 def SplitLayers(layer_params: Sequence[Any], num_partitions: int,

@@ -16,7 +16,7 @@ It prints each process's pid and log file, and stops every process it started, b
 ends, when any process fails, or when no training step has been logged for --stall_timeout_s
 seconds; the message names the task. Running the same command again resumes from the last checkpoint
 in --logdir. On several hosts run `python -m tensorpipe.trainer.train` with the same --cluster_spec
-(real addresses) and --job/--task on each host (see the README).
+(real addresses) and --job/--task on each host (see docs/guide.md, "Scale-out").
 """
 
 import argparse
@@ -148,7 +148,8 @@ def Supervise(tasks, stall_timeout_s, poll_s=1.0, out=sys.stdout):
 
 
 def ParseArgs(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+  parser = argparse.ArgumentParser(prog='tensorpipe.trainer.launch',
+                                   description=__doc__.split('\n\n')[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--model', required=True, help='Registered model (see --list_models of '
                       'tensorpipe.trainer.train).')
@@ -162,7 +163,8 @@ def ParseArgs(argv):
   parser.add_argument('--stall_timeout_s', type=int, default=300,
                       help='Stop the job when the trainer client logs no new step for this long.')
   parser.add_argument('--startup_timeout_s', type=int, default=120,
-                      help='Seconds every task waits for the others to accept connections.')
+                      help='Seconds the controller and trainer client wait for every worker '
+                      'task to accept connections.')
   args, extra = parser.parse_known_args(argv)
   if args.tasks_per_replica is None:
     args.tasks_per_replica = args.worker_tasks

@@ -18,7 +18,8 @@ Extra flags:
   --worker_tasks_per_replica=T (with --cluster_spec)
                    one worker replica spans T worker tasks of --cpu_devices devices each, so the
                    partitions of a TensorPipeLayer run in separate processes (see
-                   tensorpipe.trainer.launch, which starts such a job on one machine).
+                   tensorpipe.trainer.launch, which starts such a job on one machine); then
+                   --worker_split_size defaults to T x K, one model split per replica.
   --startup_timeout_s=S (with --cluster_spec, default 120)
                    the controller and trainer client wait S seconds for every worker task to accept
                    connections, then stop with an error naming the unreachable task.
@@ -53,16 +54,16 @@ from tensorpipe.trainer import trainer_profiling
 flags.DEFINE_integer(
     'cpu_devices', None,
     'Give this process K logical CPU devices and configure every job of the cluster to use them '
-    '(cpus_per_replica = K; devices_per_split = --worker_split_size, default K). Unset: the stock '
-    'Lingvo behaviour.', lower_bound=1)
+    '(cpus_per_replica = K; devices_per_split = --worker_split_size, default K, or K x '
+    '--worker_tasks_per_replica). Unset: the stock Lingvo behaviour.', lower_bound=1)
 flags.DEFINE_bool('list_models', False, 'Print the registered models and exit.')
 flags.DEFINE_integer(
     'worker_tasks_per_replica', None,
-    'With --cluster_spec: one worker replica (a model split of --worker_split_size devices) spans '
-    'this many worker tasks, each with --cpu_devices devices, so the partitions of a '
-    'TensorPipeLayer run in separate processes; the worker tasks of --cluster_spec then hold '
-    '(number of tasks) / N data-parallel replicas. Unset: Lingvo\'s default, one replica per '
-    'worker task.', lower_bound=1)
+    'With --cluster_spec: one worker replica (a model split of --worker_split_size devices, '
+    'default N x --cpu_devices) spans this many worker tasks, each with --cpu_devices devices, so '
+    'the partitions of a TensorPipeLayer run in separate processes; the worker tasks of '
+    '--cluster_spec then hold (number of tasks) / N data-parallel replicas. Unset: Lingvo\'s '
+    'default, one replica per worker task.', lower_bound=1)
 flags.DEFINE_integer(
     'startup_timeout_s', 120,
     'With --cluster_spec: seconds the controller and trainer client wait for every worker task to '
@@ -172,11 +173,16 @@ def Validate():
     for path, name, k in preflight.PipelinePartitions(cfg):
       if k > split:
         if num_cpus:
+          if tasks_per_replica > 1:
+            fix = ('--cpu_devices=%d --worker_split_size=%d (with --worker_tasks_per_replica=%d)' %
+                   (-(-k // tasks_per_replica), -(-k // tasks_per_replica) * tasks_per_replica,
+                    tasks_per_replica))
+          else:
+            fix = '--cpu_devices=%d' % k
           raise registry.UsageError(
               'model %s needs %d devices per model split (TensorPipeLayer %r at %s has %d '
               'partitions) but --cpu_devices=%d with --worker_split_size=%d gives %d; run with '
-              '--cpu_devices=%d' %
-              (FLAGS.model, k, name, path, k, FLAGS.cpu_devices, split, split, k))
+              '%s' % (FLAGS.model, k, name, path, k, FLAGS.cpu_devices, split, split, fix))
         raise registry.UsageError(
             'model %s needs %d devices per model split (TensorPipeLayer %r at %s has %d '
             'partitions) but --worker_split_size=%d; use --cpu_devices=%d on CPU, or '
@@ -301,7 +307,8 @@ def _Fail(message):
 def main(unused_argv):
   try:
     if FLAGS.cpu_devices and not FLAGS['worker_split_size'].present:
-      FLAGS.worker_split_size = FLAGS.cpu_devices
+      # One model split per replica: its devices may span several worker tasks.
+      FLAGS.worker_split_size = FLAGS.cpu_devices * (FLAGS.worker_tasks_per_replica or 1)
     Validate()
   except registry.UsageError as e:
     return _Fail(e)

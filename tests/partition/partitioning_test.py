@@ -68,6 +68,15 @@ class MakePlanTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, 'no split of 4 layers into 2 partitions fits a memory '
                                 'budget of 1.00 KiB per device; the best split needs'):
       partitioning.MakePlan(layers, 2, [[16, 8]], memory_budget=1024)
+    # Explicit partitions are checked against the budget, not cut.
+    over = max(mem.Partitions([1, 3]))
+    explicit = partitioning.MakePlan(layers, 2, [[16, 8]], memory_budget=over, num_micro_batches=4,
+                                     sizes=[1, 3])
+    self.assertEqual(explicit.sizes, [1, 3])
+    with self.assertRaisesRegex(ValueError, r'partition \d needs an estimated .*, more than '
+                                r'memory_budget=.*; move layers out of it'):
+      partitioning.MakePlan(layers, 2, [[16, 8]], memory_budget=over - 1, num_micro_batches=4,
+                            sizes=[1, 3])
 
   def testMeasuredCostsFollowTheWork(self):
     layers = [workloads.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)

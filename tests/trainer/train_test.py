@@ -1,4 +1,4 @@
-"""The launcher (tensorpipe.trainer.train): flag checks, one-line errors, and the real trainer path.
+"""The trainer (tensorpipe.trainer.train): flag checks, one-line errors, and the real trainer path.
 
 TrainerSmokeTest runs `python -m tensorpipe.trainer.train` (Lingvo's trainer, sync mode: controller
 + trainer_client) on digits.TinyConvPipeline cut into K = 2 partitions on --cpu_devices=2: it kills
@@ -102,7 +102,7 @@ class ValidateTest(test_utils.TestCase):
       self._Validate(job='evaler_test', logdir=tempfile.mkdtemp(dir=self.get_temp_dir()))
 
 
-class LauncherErrorsTest(test_utils.TestCase):
+class CommandLineErrorsTest(test_utils.TestCase):
   """The command line: one-line messages and exit status 2, no traceback."""
 
   def _CheckError(self, args, pattern):
@@ -142,6 +142,20 @@ class LauncherErrorsTest(test_utils.TestCase):
                       '--logdir=%s' % self.get_temp_dir()],
                      r'--worker_tasks_per_replica=2 must divide the 3 worker tasks of '
                      r'--cluster_spec$')
+
+  def testSplitSpansTheWorkerTasksOfAReplica(self):
+    # --worker_split_size defaults to --cpu_devices x --worker_tasks_per_replica: 1 x 2 < K = 4.
+    with socket.socket() as s:  # A free port nobody listens on: the check fails before any start.
+      s.bind(('127.0.0.1', 0))
+      port = s.getsockname()[1]
+    spec = 'controller=127.0.0.1:{0}@worker=127.0.0.1:{0},127.0.0.1:{0}'.format(port)
+    self._CheckError(['--model=%s' % MODEL, '--cpu_devices=1', '--mode=sync', '--job=controller',
+                      '--task=0', '--worker_tasks_per_replica=2', '--cluster_spec=%s' % spec,
+                      '--startup_timeout_s=2', '--logdir=%s' % self.get_temp_dir()],
+                     r'model digits\.TinyConvPipeline needs 4 devices per model split .* but '
+                     r'--cpu_devices=1 with --worker_split_size=2 gives 2; run with '
+                     r'--cpu_devices=2 --worker_split_size=4 '
+                     r'\(with --worker_tasks_per_replica=2\)$')
 
   def testListModels(self):
     status, stdout, stderr = _Run(_Launcher('--list_models'), timeout=120)

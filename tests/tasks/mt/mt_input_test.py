@@ -5,32 +5,21 @@ by num2words_corpus (in a subprocess, as the input generator would).
 """
 
 import os
-import tempfile
 
 import numpy as np
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
 from tensorpipe.tasks.mt import mt_input
-from tensorpipe.tasks.mt import num2words_corpus
 from tensorpipe.tasks.mt import temperature_sampling
+from tests import helpers
 
 LANGS = ['de', 'fr', 'ja', 'ru', 'tr', 'vi']
-_DIR = None
-
-
-def _Corpus():
-  global _DIR
-  if _DIR is None:
-    _DIR = os.path.join(tempfile.mkdtemp(), 'corpus')
-    num2words_corpus.EnsureCorpus(_DIR, max_number=299, num_test=10, max_train=200, min_train=10,
-                                  vocab_size=400)
-  return _DIR
 
 
 def _Params(split, temperature=5.0, batch=256):
-  p = mt_input.MultilingualInput.Params().Set(data_dir=_Corpus(), split=split, languages=LANGS,
-                                              temperature=temperature)
+  p = mt_input.MultilingualInput.Params().Set(data_dir=helpers.Num2WordsCorpus(), split=split,
+                                              languages=LANGS, temperature=temperature)
   p.batch_size = batch
   return p
 
@@ -75,7 +64,7 @@ class MultilingualInputTest(test_utils.TestCase):
       except tf.errors.OutOfRangeError:
         pass
     self.assertEqual(langs, [i for i in range(len(LANGS)) for _ in range(10)])
-    with open(os.path.join(_Corpus(), 'de.test.tsv'), encoding='utf-8') as f:
+    with open(os.path.join(helpers.Num2WordsCorpus(), 'de.test.tsv'), encoding='utf-8') as f:
       expected = [line.rstrip('\n').split('\t')[1] for line in f]
     self.assertEqual(refs[:10], expected)
 
@@ -84,26 +73,6 @@ class MultilingualInputTest(test_utils.TestCase):
       _Params('train').Set(languages=['de', 'xx']).Instantiate()
     with self.assertRaisesRegex(ValueError, 'temperature must be > 0, got -1'):
       _Params('train', temperature=-1).Instantiate()
-
-
-class CorpusTest(test_utils.TestCase):
-
-  def testDeterministicAndImbalanced(self):
-    manifest = num2words_corpus.ReadManifest(_Corpus())
-    self.assertGreaterEqual(len(manifest['languages']), 40)
-    self.assertEqual(max(manifest['train_sizes']), 200)
-    self.assertEqual(min(manifest['train_sizes']), 10)
-    other = os.path.join(tempfile.mkdtemp(), 'again')
-    num2words_corpus.EnsureCorpus(other, **manifest['settings'])
-    for name in ('de.train.tsv', 'ja.test.tsv', 'spm.vocab'):
-      with (open(os.path.join(_Corpus(), name), 'rb') as a,
-            open(os.path.join(other, name), 'rb') as b):
-        self.assertEqual(a.read(), b.read(), name)
-    with open(os.path.join(_Corpus(), 'de.test.tsv'), encoding='utf-8') as f:
-      test_numbers = {line.split('\t')[1] for line in f}
-    with open(os.path.join(_Corpus(), 'de.train.tsv'), encoding='utf-8') as f:
-      train_numbers = {line.rstrip('\n').split('\t')[1] for line in f}
-    self.assertFalse({t.rstrip('\n') for t in test_numbers} & train_numbers)
 
 
 if __name__ == '__main__':
