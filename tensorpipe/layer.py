@@ -343,7 +343,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     p = self.params
     first = [x for x in tf.nest.flatten(args) if micro_batching.IsBatched(x, p.batch_dim)][0]
     batch = tf.shape(first)[p.batch_dim]
-    check = tf.debugging.assert_equal(
+    check = tf.compat.v1.debugging.assert_equal(
         batch % num_micro, 0,
         message='TensorPipeLayer %r: batch is not divisible by %d micro-batches; batch:' %
         (p.name, num_micro), data=[batch], summarize=1)
