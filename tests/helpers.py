@@ -206,8 +206,10 @@ def ModelParams(name, dataset='Train'):
 
 
 def Num2WordsCorpus():
-  """A small num2words corpus (imbalanced 200 .. 10 train examples per language, 10 test ones),
-  generated once per process into a temporary directory; returns the directory."""
+  """The directory of a small num2words corpus, generated once per process.
+
+  Imbalanced: 200 .. 10 train examples per language, and 10 test examples each.
+  """
   global _NUM2WORDS_DIR
   if _NUM2WORDS_DIR is None:
     _NUM2WORDS_DIR = os.path.join(tempfile.mkdtemp(), 'corpus')
@@ -216,11 +218,11 @@ def Num2WordsCorpus():
   return _NUM2WORDS_DIR
 
 
-def RunTool(name, *flags, timeout=300):
-  """Runs `python -m tools.<name> <flags>` from the repository root, as a user would.
+def RunTool(name, *args, timeout=300):
+  """Runs `python -m tools.<name> <args>` from the repository root, as a user would.
 
   Returns (exit code, stdout, stderr); a run longer than `timeout` seconds fails the test.
   """
-  proc = subprocess.run([sys.executable, '-m', 'tools.' + name] + list(flags), capture_output=True,
+  proc = subprocess.run([sys.executable, '-m', 'tools.' + name] + list(args), capture_output=True,
                         text=True, timeout=timeout, check=False, cwd=REPO)
   return proc.returncode, proc.stdout, proc.stderr
