@@ -75,7 +75,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
              'Log the partition report (per partition: layers, cost, parameters, estimated memory; '
              'imbalance, bubble) when the layer is built; needs cost_input_shapes, and takes a '
              'while for big models (it builds each distinct layer in a throwaway graph).')
-    p.Define('bytes_per_param', 12,
+    p.Define('bytes_per_param', cost_model.DEFAULT_BYTES_PER_PARAM,
              'Memory per trainable parameter including optimizer slots (12 = float32 weight + two '
              'slots, e.g. RMSProp or Adam); used by memory costs and budgets.')
     p.Define('num_micro_batches', 1,

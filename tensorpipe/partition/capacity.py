@@ -13,12 +13,11 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from tensorpipe.partition import balancing
 from tensorpipe.partition import cost_model
 
-DEFAULT_BYTES_PER_PARAM = 12  # cost_model.MemoryCost's: a weight and two optimizer slots.
-
 
 def PeakOfBestSplit(profiles: Sequence[cost_model.LayerProfile], num_partitions: int,
                     num_micro_batches: int, recompute: str,
-                    bytes_per_param: float = DEFAULT_BYTES_PER_PARAM) -> Tuple[float, List[int]]:
+                    bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM
+                    ) -> Tuple[float, List[int]]:
   """(estimated bytes of the fullest device, partition sizes) for the split that minimises it."""
   mem = cost_model.MemoryCost(profiles, num_micro_batches, recompute, bytes_per_param)
   sizes = balancing.OptimalSplit(mem, num_partitions)
@@ -26,7 +25,8 @@ def PeakOfBestSplit(profiles: Sequence[cost_model.LayerProfile], num_partitions:
 
 
 def Fits(profiles: Sequence[cost_model.LayerProfile], num_partitions: int, num_micro_batches: int,
-         recompute: str, budget: float, bytes_per_param: float = DEFAULT_BYTES_PER_PARAM) -> bool:
+         recompute: str, budget: float,
+         bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM) -> bool:
   """Whether the best split's fullest device is within `budget` bytes.
 
   A model with fewer layers than partitions counts as fitting: it cannot fill the devices, and the
@@ -60,7 +60,7 @@ def LargestFitting(fits: Callable[[int], bool], lo: int, hi: int) -> Optional[in
 def LargestModel(profiles_fn: Callable[[int], Sequence[cost_model.LayerProfile]],
                  num_partitions: int, num_micro_batches: int, recompute: str, budget: float,
                  lo: int, hi: int, step: int = 1,
-                 bytes_per_param: float = DEFAULT_BYTES_PER_PARAM) -> Optional[int]:
+                 bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM) -> Optional[int]:
   """The largest size, a multiple of `step` in [lo, hi], whose model fits `budget`; or None.
 
   Args:

@@ -25,6 +25,8 @@ from lingvo.core import tshape
 from tensorpipe.partition import balancing
 
 COST_SOURCES = ('count', 'flops', 'measured', 'memory')
+# Bytes per trainable parameter: a float32 weight and two optimizer slots (e.g. Adam, RMSProp).
+DEFAULT_BYTES_PER_PARAM = 12
 
 
 @dataclasses.dataclass
@@ -209,7 +211,7 @@ def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any]) -> List[L
 
 
 def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompute: str = 'always',
-               bytes_per_param: float = 12,
+               bytes_per_param: float = DEFAULT_BYTES_PER_PARAM,
                bytes_per_activation: float = 4) -> balancing.PartitionCost:
   """A partition's per-device bytes as a balancing.PartitionCost (an estimate for budgets, balance).
 

@@ -42,7 +42,7 @@ class Plan:
   input_shapes: Optional[List[Any]] = None
   num_micro_batches: int = 1
   recompute: str = 'always'
-  bytes_per_param: int = 12
+  bytes_per_param: int = cost_model.DEFAULT_BYTES_PER_PARAM
   memory_budget: Optional[float] = None
   _profiles: Optional[List[cost_model.LayerProfile]] = None
 
@@ -87,7 +87,8 @@ class Plan:
 def MakePlan(layer_params: Sequence[Any], num_partitions: int,
              input_shapes: Optional[Sequence[Any]] = None, cost: str = 'auto',
              algorithm: str = 'optimal', memory_budget: Optional[float] = None,
-             num_micro_batches: int = 1, recompute: str = 'always', bytes_per_param: int = 12,
+             num_micro_batches: int = 1, recompute: str = 'always',
+             bytes_per_param: int = cost_model.DEFAULT_BYTES_PER_PARAM,
              device: Optional[str] = None, sizes: Optional[Sequence[int]] = None,
              input_fn: Optional[Callable[[], Any]] = None, where: str = 'TensorPipeLayer') -> Plan:
   """Splits `layer_params` into `num_partitions` partitions (or describes the given `sizes`).
