@@ -2,6 +2,7 @@
 
 import collections
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -143,6 +144,14 @@ def TracedSgdSteps(params, batch, num_devices, steps=3):
   return stats
 
 
+def MatMulsRun(sess, step, repeats=1):
+  """A deterministic stand-in for cost_model.StepSeconds: the MatMul ops one traced run of `step`
+  executes (`repeats` is accepted and ignored). Costs from it follow the work, never the load."""
+  del repeats
+  _, nodes = TracedStep(sess, step)
+  return CountByType(nodes, MATMUL_TYPES)
+
+
 def CountByType(nodes, types, predicate=lambda name: True):
   counts = collections.Counter()
   for _, name, op_type, _, _ in nodes:
@@ -216,6 +225,18 @@ def Num2WordsCorpus():
     num2words_corpus.EnsureCorpus(_NUM2WORDS_DIR, max_number=299, num_test=10, max_train=200,
                                   min_train=10, vocab_size=400)
   return _NUM2WORDS_DIR
+
+
+def InPrivateNetwork(argv):
+  """`argv` run in a network namespace of its own with only loopback up, or None where this user
+  may not create one (not root, or no `unshare`/`ip`).
+
+  Ports a job picks there cannot be taken by any process outside it, so multi-process tests that
+  start servers on picked ports do not race with the rest of the machine.
+  """
+  if os.geteuid() != 0 or not (shutil.which('unshare') and shutil.which('ip')):
+    return None
+  return ['unshare', '--net', '--', 'sh', '-c', 'ip link set lo up && exec "$@"', 'sh'] + list(argv)
 
 
 def RunTool(name, *args, timeout=300):

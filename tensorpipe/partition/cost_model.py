@@ -242,9 +242,21 @@ def _LocalDevice(device):
   return '/device:%s:0' % (spec.device_type or 'CPU')
 
 
+def StepSeconds(sess: Any, step: Any, repeats: int = 5) -> float:
+  """Median wall-clock seconds of `repeats` runs of `step` in `sess`, after one warm-up run."""
+  sess.run(step)
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    sess.run(step)
+    times.append(time.perf_counter() - start)
+  return float(np.median(times))
+
+
 def MeasureSeconds(layer_params: Sequence[Any], input_shapes: Optional[Sequence[Any]],
                    device: Optional[str] = None, repeats: int = 5,
-                   input_fn: Optional[Callable[[], Any]] = None) -> List[float]:
+                   input_fn: Optional[Callable[[], Any]] = None,
+                   timer: Optional[Callable[[Any, Any, int], float]] = None) -> List[float]:
   """Median seconds of each layer's forward + backward pass, each layer run alone.
 
   Each layer's inputs are what the layers before it produce from random inputs, stored in variables
@@ -257,14 +269,17 @@ def MeasureSeconds(layer_params: Sequence[Any], input_shapes: Optional[Sequence[
       used.
     repeats: timed runs per layer (after one warm-up run).
     input_fn: optional callable returning the first layer's FProp args (e.g. integer ids).
+    timer: `timer(session, step, repeats)` -> the cost of one layer's step; default StepSeconds
+      (wall clock). Tests inject a deterministic cost here.
 
   Returns:
-    L floats (seconds).
+    L floats (seconds, or the timer's unit).
   """
-  return _OutsideLayerStack(_MeasureSeconds, layer_params, input_shapes, device, repeats, input_fn)
+  return _OutsideLayerStack(_MeasureSeconds, layer_params, input_shapes, device, repeats, input_fn,
+                            timer or StepSeconds)
 
 
-def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn):
+def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer):
   graph = tf.Graph()
   with graph.as_default(), tf.device(_LocalDevice(device)):
     if input_fn is not None:
@@ -299,11 +314,5 @@ def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn):
     for store in stores:  # In layer order: each layer's inputs come from the stored ones before it.
       sess.run(store)
     for step in steps:
-      sess.run(step)
-      times = []
-      for _ in range(repeats):
-        start = time.perf_counter()
-        sess.run(step)
-        times.append(time.perf_counter() - start)
-      seconds.append(float(np.median(times)))
+      seconds.append(float(timer(sess, step, repeats)))
   return seconds

@@ -22,6 +22,7 @@ in --logdir. On several hosts run `python -m tensorpipe.trainer.train` with the 
 import argparse
 import dataclasses
 import os
+import random
 import re
 import shlex
 import signal
@@ -50,15 +51,40 @@ class Task:
     return '%s task %d' % (self.job, self.index)
 
 
-def FreePorts(count, host='127.0.0.1'):
-  """`count` distinct free TCP ports on `host` (held open together while they are picked)."""
+_EPHEMERAL_RANGE = '/proc/sys/net/ipv4/ip_local_port_range'
+_LOWEST_PORT = 10000  # Below this, ports are commonly assigned to services.
+
+
+def FreePorts(count, host='127.0.0.1', rng=None):
+  """`count` distinct free TCP ports on `host`, below the kernel's ephemeral port range.
+
+  The tasks bind their ports only once they have started, so the ports are free when picked and
+  bound later by other processes. Ports below the ephemeral range are never handed out for outgoing
+  connections or port-0 binds, so the job's own connections (and most other processes') cannot take
+  one meanwhile; in a network namespace of its own the job is the only one that binds them. The
+  search starts at a random port (`rng`: a random.Random), so two launchers rarely probe the same.
+  """
+  try:
+    with open(_EPHEMERAL_RANGE) as f:
+      ephemeral_low = int(f.read().split()[0])
+  except (OSError, ValueError, IndexError):
+    ephemeral_low = 32768
+  candidates = list(range(_LOWEST_PORT, ephemeral_low))
+  start = (rng or random.Random()).randrange(len(candidates))
   socks = []
   try:
-    for _ in range(count):
+    for port in candidates[start:] + candidates[:start]:
       s = socket.socket()
-      s.bind((host, 0))
+      try:
+        s.bind((host, port))
+      except OSError:
+        s.close()
+        continue
       socks.append(s)
-    return [s.getsockname()[1] for s in socks]
+      if len(socks) == count:
+        return [s.getsockname()[1] for s in socks]
+    raise RuntimeError('fewer than %d free ports between %d and %d on %s' %
+                       (count, _LOWEST_PORT, ephemeral_low, host))
   finally:
     for s in socks:
       s.close()
@@ -105,23 +131,25 @@ def Stop(tasks, grace_s=10.0):
   alive = [t for t in tasks if t.proc is not None and t.proc.poll() is None]
   for t in alive:
     t.proc.send_signal(signal.SIGTERM)
-  deadline = time.time() + grace_s
+  deadline = time.monotonic() + grace_s
   for t in alive:
     try:
-      t.proc.wait(timeout=max(0.1, deadline - time.time()))
+      t.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
       t.proc.kill()
       t.proc.wait()
 
 
-def Supervise(tasks, stall_timeout_s, poll_s=1.0, out=sys.stdout):
+def Supervise(tasks, stall_timeout_s, poll_s=1.0, out=sys.stdout, clock=time.monotonic,
+              sleep=time.sleep):
   """Waits until the trainer client and the controller end; returns (exit status, message).
 
   Fails as soon as any process exits with an error or a worker exits at all (workers serve until
   they are stopped), or when the trainer client has logged no new step for `stall_timeout_s`.
+  `clock` and `sleep` measure and spend the time (a fake clock in tests).
   """
   trainer = [t for t in tasks if t.job == 'trainer_client'][0]
-  last_step, last_change, last_report = None, time.time(), time.time()
+  last_step, last_change, last_report = None, clock(), clock()
   while True:
     for t in tasks:
       status = t.proc.poll()
@@ -136,15 +164,15 @@ def Supervise(tasks, stall_timeout_s, poll_s=1.0, out=sys.stdout):
           _LastStep(trainer.log), os.path.dirname(trainer.log))
     step = _LastStep(trainer.log)
     if step != last_step:
-      last_step, last_change = step, time.time()
-      if time.time() - last_report >= _REPORT_EVERY_S:
+      last_step, last_change = step, clock()
+      if clock() - last_report >= _REPORT_EVERY_S:
         out.write('  step %d\n' % step)
         out.flush()
-        last_report = time.time()
-    elif time.time() - last_change > stall_timeout_s:
+        last_report = clock()
+    elif clock() - last_change > stall_timeout_s:
       return EXIT_FAILED, ('no training step for %d s (last: %s); stopping every task. Logs: %s' %
                            (stall_timeout_s, last_step, os.path.dirname(trainer.log)))
-    time.sleep(poll_s)
+    sleep(poll_s)
 
 
 def ParseArgs(argv):

@@ -91,16 +91,17 @@ def ParseClusterSpec(text):
   return spec
 
 
-def WaitForWorkers(spec, timeout_s, poll_s=0.5):
+def WaitForWorkers(spec, timeout_s, poll_s=0.5, clock=time.monotonic, sleep=time.sleep):
   """Waits until every worker task of `spec` ({job: [address]}) accepts TCP connections.
 
   The controller and the trainer client run their training steps on the worker tasks' servers (the
-  two start their own servers only once they run).
+  two start their own servers only once they run). `clock` and `sleep` measure and spend the wait
+  (a fake clock in tests).
 
   Raises:
     registry.UsageError: naming the first worker task still unreachable after `timeout_s` seconds.
   """
-  deadline = time.time() + timeout_s
+  deadline = clock() + timeout_s
   for job, addresses in sorted(spec.items()):
     if job != 'worker':
       continue
@@ -111,8 +112,8 @@ def WaitForWorkers(spec, timeout_s, poll_s=0.5):
           with socket.create_connection((host, int(port)), timeout=poll_s):
             break
         except (OSError, ValueError) as e:
-          if time.time() > deadline:
+          if clock() > deadline:
             raise registry.UsageError(
                 'task %s:%d at %s is not reachable after %d s (%s); start it, or fix its address '
                 'in --cluster_spec' % (job, task, address, timeout_s, e)) from e
-          time.sleep(poll_s)
+          sleep(poll_s)

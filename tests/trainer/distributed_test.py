@@ -1,6 +1,6 @@
 """Scale-out: partitions in separate TensorFlow processes, and pipeline x data parallelism.
 
-- K = 2 partitions on 2 worker processes (TensorFlow gRPC servers on 127.0.0.1, free ports), placed
+- K = 2 partitions on 2 worker processes (TensorFlow gRPC servers on 127.0.0.1, each on a port it picks itself), placed
   through a Lingvo cluster whose one replica spans both tasks: the same gradients as one process.
 - Lingvo builds one tower per model split (base_model's _FPropSplitInputBatch: each under
   cluster_factory.SetModelSplit(s)); TensorPipeLayer's FProp places its partitions on the current
@@ -8,9 +8,9 @@
   process.
 """
 
+import concurrent.futures
 import os
 import re
-import socket
 import subprocess
 import sys
 
@@ -66,40 +66,45 @@ def _Run(num_splits, traced=False):
   return {v.op.name: g for v, g in zip(variables, values)}, meta, self_devices
 
 
-# A TensorFlow gRPC server for one task of job 'worker' (argv: comma-separated addresses, task).
+# A TensorFlow gRPC server that picks its own free port and prints it. It boots as job 'boot', so
+# that a session can name it task k of job 'worker' through the cluster it carries (TensorFlow's
+# cluster-spec propagation): no port is chosen, released and bound again by another process.
 _SERVER = """
-import sys
 import tensorflow as tf
 import lingvo.core.ops  # Lingvo's custom ops, which graphs built with Lingvo may use.
-addresses, task = sys.argv[1].split(','), int(sys.argv[2])
-server = tf.distribute.Server(tf.train.ClusterSpec({'worker': addresses}), job_name='worker',
-                              task_index=task,
+server = tf.distribute.Server(tf.train.ClusterSpec({'boot': ['127.0.0.1:0']}), job_name='boot',
+                              task_index=0,
                               config=tf.compat.v1.ConfigProto(device_count={'CPU': 1}))
-print('ready', flush=True)
+print('ready', server.target.rsplit(':', 1)[1], flush=True)
 server.join()
 """
 _START_TIMEOUT_S = 60
-
-
-def _FreePort():
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    return s.getsockname()[1]
 
 
 class MultiProcessTest(test_utils.TestCase):
   """K = 2 partitions in 2 worker processes."""
 
   def _StartWorkers(self, num_tasks):
-    """Starts the servers (stopped by pid when the test ends); returns their addresses (the first
-    session waits for them, up to _START_TIMEOUT_S)."""
-    addresses = ['127.0.0.1:%d' % _FreePort() for _ in range(num_tasks)]
+    """Starts the servers (stopped by pid when the test ends); returns their addresses once every
+    server has reported the port it listens on (at most _START_TIMEOUT_S)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-    for task in range(num_tasks):
-      proc = subprocess.Popen([sys.executable, '-c', _SERVER, ','.join(addresses), str(task)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    procs = []
+    for _ in range(num_tasks):
+      proc = subprocess.Popen([sys.executable, '-c', _SERVER], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True, env=env)
       self.addCleanup(self._Stop, proc)
-    return addresses
+      procs.append(proc)
+    with concurrent.futures.ThreadPoolExecutor(num_tasks) as pool:
+      lines = [pool.submit(p.stdout.readline) for p in procs]
+      try:
+        ready = [line.result(timeout=_START_TIMEOUT_S).split() for line in lines]
+      except concurrent.futures.TimeoutError:
+        for p in procs:  # Unblocks the readers, so that the pool can end.
+          p.kill()
+        self.fail('a worker server did not start within %d s' % _START_TIMEOUT_S)
+    for words, proc in zip(ready, procs):
+      self.assertEqual(words[:1], ['ready'], 'server pid %d: %r' % (proc.pid, words))
+    return ['127.0.0.1:%s' % words[1] for words in ready]
 
   @staticmethod
   def _Stop(proc):
@@ -107,6 +112,13 @@ class MultiProcessTest(test_utils.TestCase):
       proc.kill()
     proc.wait(timeout=30)
     proc.stdout.close()
+
+  @staticmethod
+  def _Config(addresses, **kwargs):
+    """A session config naming the servers tasks 0.. of job 'worker'."""
+    cluster = tf.train.ClusterSpec({'worker': addresses})
+    return tf.compat.v1.ConfigProto(cluster_def=cluster.as_cluster_def(),
+                                    operation_timeout_in_ms=_START_TIMEOUT_S * 1000, **kwargs)
 
   def _Cluster(self, addresses):
     """A Lingvo cluster whose one worker replica spans the tasks (a device each), as the trainer
@@ -118,8 +130,7 @@ class MultiProcessTest(test_utils.TestCase):
     p.worker.cpus_per_replica = len(addresses)
     p.worker.devices_per_split = len(addresses)
     cluster = p.Instantiate()
-    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=_START_TIMEOUT_S * 1000)
-    with tf.Session('grpc://' + addresses[0], config=config) as sess:
+    with tf.Session('grpc://' + addresses[0], config=self._Config(addresses)) as sess:
       cluster.InitDevices(sess)
     return cluster
 
@@ -135,8 +146,7 @@ class MultiProcessTest(test_utils.TestCase):
       loss = tf.reduce_mean(tf.square(net.FPropDefaultTheta(tf.constant(_Input()))))
       variables = tf.trainable_variables()
       grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
-      config = tf.compat.v1.ConfigProto(allow_soft_placement=False,
-                                        operation_timeout_in_ms=_START_TIMEOUT_S * 1000)
+      config = self._Config(addresses, allow_soft_placement=False)
       with tf.Session('grpc://' + addresses[0], graph=graph, config=config) as sess:
         sess.run(tf.global_variables_initializer())
         values, meta = profiling.TracedRun(sess, grads)

@@ -1,7 +1,9 @@
 """tensorpipe.trainer.launch: a killed worker stops the whole job; the same command resumes."""
 
 import glob
+import io
 import os
+import random
 import re
 import signal
 import subprocess
@@ -11,6 +13,7 @@ import time
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
+from tensorpipe.trainer import launch
 from tests import helpers
 
 _REPO = helpers.REPO
@@ -27,6 +30,11 @@ class LauncherTest(test_utils.TestCase):
             '--stall_timeout_s=%d' % stall_timeout_s, '--startup_timeout_s=60',
             '--model_params_override=train.max_steps: %d; train.save_interval_seconds: 2' %
             max_steps]
+    # In a network namespace of its own: the ports the launcher picks cannot be taken by anyone
+    # else before its tasks bind them.
+    args = helpers.InPrivateNetwork(args)
+    if args is None:
+      self.skipTest('needs root with unshare and ip, to run the job in its own network namespace')
     out = open(os.path.join(logdir, 'launcher.%d.out' % max_steps), 'w')
     proc = subprocess.Popen(args, cwd=_REPO, stdout=out, stderr=subprocess.STDOUT,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
@@ -104,6 +112,99 @@ class LauncherTest(test_utils.TestCase):
     # checkpoint's own number was seen once, on a loaded 2-core machine: Lingvo's trainer client
     # reads the step it logs separately from the step it runs, so only earlier numbers are errors.)
     self.assertGreaterEqual(min(resumed), saved, re.findall(r'.*step: *\d+.*', log)[:5])
+
+
+class _FakeClock:
+  """Time that passes only when the code under test sleeps; each sleep may also run `on_sleep`."""
+
+  def __init__(self, on_sleep=None):
+    self.now = 0.0
+    self.on_sleep = on_sleep
+
+  def Now(self):
+    return self.now
+
+  def Sleep(self, seconds):
+    self.now += seconds
+    if self.on_sleep:
+      self.on_sleep(self.now)
+
+
+class _FakeProc:
+  """A started process as Supervise sees it: a pid and an exit status (None while it runs)."""
+
+  def __init__(self, pid):
+    self.pid = pid
+    self.status = None
+
+  def poll(self):
+    return self.status
+
+
+class SuperviseTest(test_utils.TestCase):
+  """The launcher's supervision on fake processes and a fake clock: stalls, progress, failures."""
+
+  def _Tasks(self):
+    logdir = self.create_tempdir().full_path
+    tasks = []
+    for i, job in enumerate(('worker', 'worker', 'controller', 'trainer_client')):
+      task = launch.Task(job, i % 2 if job == 'worker' else 0, [],
+                         os.path.join(logdir, '%s.%d.log' % (job, i)))
+      task.proc = _FakeProc(100 + i)
+      tasks.append(task)
+    return tasks
+
+  @staticmethod
+  def _LogStep(task, step):
+    with open(task.log, 'a') as f:
+      f.write('I1125 runners.py] step: %6d, steps/sec: 1.0, loss:0.5\n' % step)
+
+  def testNoNewStepForTheStallTimeoutStopsTheJob(self):
+    tasks = self._Tasks()
+    self._LogStep(tasks[3], 7)
+    clock = _FakeClock()
+    status, message = launch.Supervise(tasks, stall_timeout_s=30, poll_s=1.0, out=io.StringIO(),
+                                       clock=clock.Now, sleep=clock.Sleep)
+    self.assertEqual(status, launch.EXIT_FAILED)
+    self.assertRegex(message, r'^no training step for 30 s \(last: 7\); stopping every task')
+    self.assertBetween(clock.now, 30, 32)
+
+  def testStepsKeepTheJobAliveUntilItEnds(self):
+    tasks = self._Tasks()
+
+    def Progress(now):  # A new step every 20 s (under the 30 s stall timeout) up to step 10.
+      if now % 20 == 0:
+        self._LogStep(tasks[3], int(now // 20))
+      if now >= 200:
+        for t in tasks[2:]:
+          t.proc.status = 0
+    clock = _FakeClock(Progress)
+    status, message = launch.Supervise(tasks, stall_timeout_s=30, poll_s=1.0, out=io.StringIO(),
+                                       clock=clock.Now, sleep=clock.Sleep)
+    self.assertEqual((status, clock.now), (0, 200))
+    self.assertRegex(message, r'^training done \(last step 10\)')
+
+  def testAWorkerThatExitsStopsTheJob(self):
+    tasks = self._Tasks()
+
+    def Crash(now):
+      if now == 5:
+        tasks[1].proc.status = -9
+    clock = _FakeClock(Crash)
+    status, message = launch.Supervise(tasks, stall_timeout_s=30, out=io.StringIO(),
+                                       clock=clock.Now, sleep=clock.Sleep)
+    self.assertEqual((status, clock.now), (launch.EXIT_FAILED, 5))
+    self.assertRegex(message, r'^worker task 1 \(pid 101\) exited with status -9; its log: ')
+
+
+class FreePortsTest(test_utils.TestCase):
+
+  def testDistinctPortsBelowTheEphemeralRange(self):
+    with open('/proc/sys/net/ipv4/ip_local_port_range') as f:
+      ephemeral_low = int(f.read().split()[0])
+    ports = launch.FreePorts(5, rng=random.Random(3))
+    self.assertLen(set(ports), 5)
+    self.assertTrue(all(10000 <= p < ephemeral_low for p in ports), ports)
 
 
 if __name__ == '__main__':

@@ -31,12 +31,40 @@ class PreflightTest(test_utils.TestCase):
       preflight.ParseClusterSpec('worker')
 
   def testUnreachableWorkerIsNamed(self):
-    with socket.socket() as s:  # A free port that nothing listens on once the socket closes.
-      s.bind(('127.0.0.1', 0))
-      port = s.getsockname()[1]
-    with self.assertRaisesRegex(registry.UsageError,
-                                r'task worker:0 at 127.0.0.1:%d is not reachable after 1 s' % port):
-      preflight.WaitForWorkers({'worker': ['127.0.0.1:%d' % port]}, timeout_s=1, poll_s=0.2)
+    # Held bound, never listening: connections are refused and no other process can take the port.
+    with socket.socket() as held:
+      held.bind(('127.0.0.1', 0))
+      port = held.getsockname()[1]
+      clock = _FakeClock()
+      with self.assertRaisesRegex(registry.UsageError,
+                                  r'task worker:0 at 127.0.0.1:%d is not reachable after 5 s' % port):
+        preflight.WaitForWorkers({'worker': ['127.0.0.1:%d' % port]}, timeout_s=5, poll_s=0.5,
+                                 clock=clock.Now, sleep=clock.Sleep)
+      self.assertGreater(clock.now, 5)  # It tried until the deadline, not once.
+      self.assertLessEqual(clock.now, 5.5)
+
+  def testReachableWorkerIsFoundWithoutWaiting(self):
+    with socket.socket() as listening:
+      listening.bind(('127.0.0.1', 0))
+      listening.listen()
+      clock = _FakeClock()
+      preflight.WaitForWorkers({'worker': ['127.0.0.1:%d' % listening.getsockname()[1]],
+                                'controller': ['127.0.0.1:1']}, timeout_s=5, clock=clock.Now,
+                               sleep=clock.Sleep)
+      self.assertEqual(clock.now, 0)  # Only worker tasks are waited for.
+
+
+class _FakeClock:
+  """Time that passes only when the code under test sleeps."""
+
+  def __init__(self):
+    self.now = 0.0
+
+  def Now(self):
+    return self.now
+
+  def Sleep(self, seconds):
+    self.now += seconds
 
 
 if __name__ == '__main__':

@@ -124,16 +124,18 @@ class CommandLineErrorsTest(test_utils.TestCase):
                      r'--cpu_devices=4$')
 
   def testUnreachableWorker(self):
-    with socket.socket() as s:  # A free port nobody listens on.
-      s.bind(('127.0.0.1', 0))
-      port = s.getsockname()[1]
-    spec = ('controller=127.0.0.1:%d@trainer_client=127.0.0.1:%d@worker=127.0.0.1:%d' %
-            (port, port, port))
-    self._CheckError(['--model=%s' % MODEL, '--cpu_devices=4', '--mode=sync',
-                      '--job=trainer_client', '--task=0', '--cluster_spec=%s' % spec,
-                      '--startup_timeout_s=2', '--logdir=%s' % self.get_temp_dir()],
-                     r'task worker:0 at 127\.0\.0\.1:%d is not reachable after 2 s .*start it, or '
-                     r'fix its address in --cluster_spec$' % port)
+    # A port held bound but not listening for the whole test: connections to it are refused, and
+    # no other process can take it meanwhile.
+    with socket.socket() as held:
+      held.bind(('127.0.0.1', 0))
+      port = held.getsockname()[1]
+      spec = ('controller=127.0.0.1:%d@trainer_client=127.0.0.1:%d@worker=127.0.0.1:%d' %
+              (port, port, port))
+      self._CheckError(['--model=%s' % MODEL, '--cpu_devices=4', '--mode=sync',
+                        '--job=trainer_client', '--task=0', '--cluster_spec=%s' % spec,
+                        '--startup_timeout_s=2', '--logdir=%s' % self.get_temp_dir()],
+                       r'task worker:0 at 127\.0\.0\.1:%d is not reachable after 2 s .*start it, '
+                       r'or fix its address in --cluster_spec$' % port)
 
   def testWorkerTasksPerReplicaMustDivideTheTasks(self):
     self._CheckError(['--model=%s' % MODEL, '--cpu_devices=2', '--mode=sync', '--job=worker',
@@ -145,10 +147,14 @@ class CommandLineErrorsTest(test_utils.TestCase):
 
   def testSplitSpansTheWorkerTasksOfAReplica(self):
     # --worker_split_size defaults to --cpu_devices x --worker_tasks_per_replica: 1 x 2 < K = 4.
-    with socket.socket() as s:  # A free port nobody listens on: the check fails before any start.
-      s.bind(('127.0.0.1', 0))
-      port = s.getsockname()[1]
-    spec = 'controller=127.0.0.1:{0}@worker=127.0.0.1:{0},127.0.0.1:{0}'.format(port)
+    # The check fails before any connection: a port nobody listens on (held for the test).
+    with socket.socket() as held:
+      held.bind(('127.0.0.1', 0))
+      spec = 'controller=127.0.0.1:{0}@worker=127.0.0.1:{0},127.0.0.1:{0}'.format(
+          held.getsockname()[1])
+      self._CheckSplitError(spec)
+
+  def _CheckSplitError(self, spec):
     self._CheckError(['--model=%s' % MODEL, '--cpu_devices=1', '--mode=sync', '--job=controller',
                       '--task=0', '--worker_tasks_per_replica=2', '--cluster_spec=%s' % spec,
                       '--startup_timeout_s=2', '--logdir=%s' % self.get_temp_dir()],

@@ -1,0 +1,75 @@
+"""The trainer's start-up wait: it polls the global step (fake reads, a fake clock) and never sleeps
+a fixed time; the runners the launcher uses have it."""
+
+from lingvo import compat as tf
+from lingvo import runners
+from lingvo.core import test_utils
+
+from tensorpipe.trainer import startup
+from tensorpipe.trainer import train
+
+
+class _FakeStep:
+  """A global step that is uninitialised for `uninitialised` reads, then reads `values` in turn."""
+
+  def __init__(self, uninitialised, values):
+    self.uninitialised = uninitialised
+    self.values = list(values)
+    self.reads = 0
+
+  def __call__(self):
+    self.reads += 1
+    if self.reads <= self.uninitialised:
+      raise tf.errors.FailedPreconditionError(None, None, 'global_step is not initialised')
+    return self.values.pop(0) if len(self.values) > 1 else self.values[0]
+
+
+class WaitForGlobalStepTest(test_utils.TestCase):
+
+  def _Wait(self, fake, min_step=None):
+    slept = []
+    step = startup.WaitForGlobalStep(fake, min_step, sleep=slept.append, log=lambda *a: None)
+    return step, slept
+
+  def testReadyModelStartsWithoutSleeping(self):
+    step, slept = self._Wait(_FakeStep(0, [7]))
+    self.assertEqual(step, 7)
+    self.assertEqual(slept, [])
+
+  def testWaitsWhileUninitialisedWithGrowingBoundedDelays(self):
+    fake = _FakeStep(12, [0])
+    step, slept = self._Wait(fake)
+    self.assertEqual(step, 0)
+    self.assertEqual(fake.reads, 13)
+    self.assertLen(slept, 12)
+    self.assertEqual(slept[0], startup.FIRST_DELAY_S)
+    self.assertTrue(all(b >= a for a, b in zip(slept, slept[1:])), slept)
+    self.assertEqual(max(slept), startup.MAX_DELAY_S)
+    # The whole wait is the sum of the delays: far below Lingvo's fixed 30 s for 12 reads.
+    self.assertLess(sum(slept), 30.0)
+
+  def testStartUpDelayStepsAreHonoured(self):
+    step, slept = self._Wait(_FakeStep(1, [3, 4, 5, 6]), min_step=5)
+    self.assertEqual(step, 5)
+    self.assertLen(slept, 3)  # Uninitialised, then steps 3 and 4 are below 5.
+
+  def testOtherErrorsAreNotSwallowed(self):
+    def Broken():
+      raise tf.errors.InvalidArgumentError(None, None, 'bad graph')
+    with self.assertRaisesRegex(tf.errors.InvalidArgumentError, 'bad graph'):
+      self._Wait(Broken)
+
+
+class RunnersTest(test_utils.TestCase):
+
+  def testLauncherRunnersStartPromptly(self):
+    manager = train.RunnerManager('digits.TinyConvPipeline')
+    for runner in (manager.Controller, manager.Trainer):
+      self.assertTrue(issubclass(runner, startup.PromptStart), runner)
+      self.assertIs(runner._WaitUntilInit, startup.PromptStart._WaitUntilInit)  # pylint: disable=protected-access
+    self.assertTrue(issubclass(manager.Controller, runners.Controller))
+    self.assertTrue(issubclass(manager.Trainer, runners.Trainer))
+
+
+if __name__ == '__main__':
+  test_utils.main()
