@@ -1,6 +1,7 @@
 """GPipe batch norm: moving averages identical whatever K and M; no updates from re-computation."""
 
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import cluster_factory
@@ -8,6 +9,7 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import batch_norm
+from tensorpipe import placement
 from tests import helpers
 
 BATCH = 16
@@ -53,31 +55,35 @@ def _Step(params):
   return helpers.StepWithBatchNormUpdates(params, _Inputs)
 
 
-def _UnpipelinedMovingAverages(num_micro_batches, decay=0.9):
+def _UnpipelinedStats(name, num_micro_batches):
+  """Builds the plain model `name` on each of the M slices of the batch in turn.
+
+  Returns {moving variable name below name/: [the statistic of each slice's update]} (ordinary
+  per-slice updates, which are registered, not run).
+  """
+  net = helpers.Plain(_Layers(), name=name).Instantiate()
+  (x,) = _Inputs()
+  for piece in tf.split(x, num_micro_batches):
+    net.FPropDefaultTheta(piece)
+  stats = {}
+  # pylint: disable=protected-access
+  for var, stat in py_utils._get_batch_norm_updates_dict().values():
+    if var.op.name.startswith(name + '/'):
+      stats.setdefault(var.op.name[len(name) + 1:], []).append(stat)
+  # pylint: enable=protected-access
+  return stats
+
+
+def _ExpectedMovingAverages(values, decay=0.9):
   """Moving averages after one step of the plain model, each layer normalised per micro-batch.
 
-  The plain model runs on each of the M slices of the batch in turn (registering ordinary per-slice
-  updates, which are not run); the expected moving averages are computed here in numpy from those
-  per-slice statistics: the whole mini-batch's mean and variance, one decay step from (0, 1).
+  Computed in numpy from the per-slice statistics `values` (see _UnpipelinedStats): the whole
+  mini-batch's mean and variance, one decay step from (0, 1).
   """
-  graph = tf.Graph()
-  with graph.as_default(), helpers.Cluster(1):
-    tf.random.set_seed(1234)  # As helpers.StepWithBatchNormUpdates, so the weights are the same.
-    net = helpers.Plain(_Layers()).Instantiate()
-    (x,) = _Inputs()
-    for piece in tf.split(x, num_micro_batches):
-      net.FPropDefaultTheta(piece)
-    stats = {}
-    # pylint: disable=protected-access
-    for var, stat in py_utils._get_batch_norm_updates_dict().values():
-      stats.setdefault(var.op.name, []).append(stat)
-    # pylint: enable=protected-access
-    means = {n: s for n, s in stats.items() if 'moving_mean' in n}
-    with helpers.Session(graph, 1) as sess:
-      sess.run(tf.global_variables_initializer())
-      values = sess.run(stats)
   expected = {}
-  for name in means:
+  for name in values:
+    if 'moving_mean' not in name:
+      continue
     var_name = name.replace('moving_mean', 'moving_variance')
     mean_t, var_t = np.array(values[name]), np.array(values[var_name])
     mean = mean_t.mean(0)
@@ -85,6 +91,48 @@ def _UnpipelinedMovingAverages(num_micro_batches, decay=0.9):
     expected[name] = 0.0 - (0.0 - mean) * (1 - decay)
     expected[var_name] = 1.0 - (1.0 - variance) * (1 - decay)
   return expected
+
+
+def _StepVariants(variants, references):
+  """As helpers.StepWithBatchNormUpdates for each (name, params) of `variants`, in one graph.
+
+  Also builds _UnpipelinedStats(name, M) for each (name, M) of `references` there. Building all
+  in one graph saves a session per variant. Each params is named `name`, so the variables are
+  distinct; all are seeded as in helpers.StepWithBatchNormUpdates, so they start out identical.
+  One session.run (grappler off: values only) runs every variant's gradients and batch-norm
+  updates; a second reads the moving averages.
+
+  Returns:
+    ({name: (moving-average values as in helpers.StepWithBatchNormUpdates, the number of updates the
+    variant registered, the number of those relevant to its loss)},
+    {name: _UnpipelinedStats values}).
+  """
+  graph = tf.Graph()
+  with graph.as_default(), helpers.Cluster(4):
+    tf.random.set_seed(1234)  # Lingvo then seeds unseeded variables from their names.
+    stats = {name: _UnpipelinedStats(name, m) for name, m in references}
+    grads, updates, counts, moving = [], [], {}, {}
+    for name, params in variants:
+      assert params.name == name, (params.name, name)
+      before = len(tf.get_collection(py_utils.BATCH_NORM_UPDATES))
+      out = params.Instantiate().FPropDefaultTheta(*_Inputs())
+      loss = tf.reduce_mean(tf.square(out - 0.5))
+      variables = [v for v in tf.trainable_variables() if v.op.name.startswith(name + '/')]
+      grads.append(tf.gradients(loss, variables, colocate_gradients_with_ops=True))
+      # Registered while building the forward and backward passes (where re-computation happens).
+      own = tf.get_collection(py_utils.BATCH_NORM_UPDATES)[before:]
+      relevant, _ = py_utils.FindRelevantBatchNormUpdates(loss, own)
+      updates += own
+      counts[name] = (len(own), len(relevant))
+      moving[name] = {v.op.name[len(name) + 1:]: v for v in tf.global_variables()
+                      if v.op.name.startswith(name + '/') and 'moving_' in v.op.name}
+    config = placement.SessionConfig(4)
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    with tf.Session(graph=graph, config=config) as sess:
+      sess.run(tf.global_variables_initializer())
+      _, stat_values, _ = sess.run([grads, stats, updates])
+      moving_values = sess.run(moving)
+  return ({name: (moving_values[name],) + counts[name] for name, _ in variants}, stat_values)
 
 
 class CombineMomentsTest(test_utils.TestCase):
@@ -101,21 +149,25 @@ class CombineMomentsTest(test_utils.TestCase):
 
 class PipelinedBatchNormTest(test_utils.TestCase):
 
+  @pytest.mark.slow
   def testMovingAveragesIdenticalWhateverKAndM(self):
-    for m in (1, 4):
-      reference = _UnpipelinedMovingAverages(m)
+    cases = [(k, m, mode) for m in (1, 4) for k, mode in (
+        (1, 'always'), (2, 'never'), (2, 'always'), (4, 'except_last'), (4, 'always'))]
+    steps, stats = _StepVariants(
+        [('K%d_M%d_%s' % c, helpers.Pipeline(_Layers(), c[0], c[1], c[2], name='K%d_M%d_%s' % c))
+         for c in cases], [('ref_M1', 1), ('ref_M4', 4)])
+    for k, m, mode in cases:
+      reference = _ExpectedMovingAverages(stats['ref_M%d' % m])
       self.assertEqual(len(reference), 8)
-      self.assertGreater(np.abs(reference['pipe/layer0/bn/moving_mean/var']).max(), 0.1)
-      for k, mode in ((1, 'always'), (2, 'never'), (2, 'always'), (4, 'except_last'),
-                      (4, 'always')):
-        _, moving, num_updates, num_relevant = _Step(helpers.Pipeline(_Layers(), k, m, mode))
-        # One update per moving variable: none per micro-batch, none from the re-computation.
-        self.assertEqual(num_updates, 8, 'K=%d M=%d' % (k, m))
-        self.assertEqual(num_relevant, 8, 'K=%d M=%d' % (k, m))
-        self.assertEqual(sorted(moving), sorted(reference))
-        for name in reference:
-          self.assertAllClose(moving[name], reference[name], rtol=1e-5, atol=1e-6,
-                              msg='K=%d M=%d %s' % (k, m, name))
+      self.assertGreater(np.abs(reference['layer0/bn/moving_mean/var']).max(), 0.1)
+      moving, num_updates, num_relevant = steps['K%d_M%d_%s' % (k, m, mode)]
+      # One update per moving variable: none per micro-batch, none from the re-computation.
+      self.assertEqual(num_updates, 8, 'K=%d M=%d' % (k, m))
+      self.assertEqual(num_relevant, 8, 'K=%d M=%d' % (k, m))
+      self.assertEqual(sorted(moving), sorted(reference))
+      for name in reference:
+        self.assertAllClose(moving[name], reference[name], rtol=1e-5, atol=1e-6,
+                            msg='K=%d M=%d %s %s' % (k, m, mode, name))
 
   def testFirstLayerMovingAveragesIdenticalWhateverM(self):
     """The first layer's input does not depend on M, so neither do its moving averages."""

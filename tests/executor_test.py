@@ -3,12 +3,14 @@
 import re
 
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import cluster_factory
 from lingvo.core import test_utils
 
 from tensorpipe.measure import profiling
+from tensorpipe import placement
 from tensorpipe import schedule
 from tests import helpers
 
@@ -92,30 +94,51 @@ class ExecutedOrderTest(test_utils.TestCase):
 class SchedulesTest(test_utils.TestCase):
   """Every schedule gives the plain model's gradients; each refuses what it cannot run."""
 
-  def _Grads(self, params):
+  def _Grads(self, variants):
+    """{name: {variable name below name/: gradient}} for each (name, params) of `variants`.
+
+    All variants are built into one graph and run in one session.run (grappler off: values only),
+    which saves a session and its graph optimisation per variant. Each params is named `name`, so
+    the variables are distinct; the layers seed their initialisers, so they start out identical.
+    """
     x = np.random.RandomState(2).normal(size=[32, DIM]).astype(np.float32)
     graph = tf.Graph()
+    fetches = {}
     with graph.as_default(), helpers.Cluster(4):
       tf.random.set_seed(1234)
-      net = params.Instantiate()
-      loss = tf.reduce_mean(net.FPropDefaultTheta(tf.constant(x)))
-      variables = tf.trainable_variables()
-      grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
-      with helpers.Session(graph, 4) as sess:
+      for name, params in variants:
+        assert params.name == name, (params.name, name)
+        net = params.Instantiate()
+        loss = tf.reduce_mean(net.FPropDefaultTheta(tf.constant(x)))
+        variables = [v for v in tf.trainable_variables() if v.op.name.startswith(name + '/')]
+        grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+        fetches[name] = {v.op.name[len(name) + 1:]: g for v, g in zip(variables, grads)}
+      config = placement.SessionConfig(4)
+      config.graph_options.rewrite_options.disable_meta_optimizer = True
+      with tf.Session(graph=graph, config=config) as sess:
         sess.run(tf.global_variables_initializer())
-        return {v.op.name: g for v, g in zip(variables, sess.run(grads))}
+        return sess.run(fetches)
 
+  @pytest.mark.slow
   def testGradientsIdenticalAcrossSchedules(self):
     layers = _WithLoss(helpers.DenseLayers(4, dim=DIM))
-    plain = self._Grads(helpers.Plain(layers))
+    variants = [('plain', helpers.Plain(layers, name='plain'))]
+    cases = []
     for k in (1, 2, 4):
       for m in (1, 4, 8, 16):
         for name in schedule.SCHEDULES:
           modes = (('always', 'except_last', 'never') if (k, m) == (2, 4) and name != 'zero_bubble'
                    else ('always',))
           for mode in modes:
-            grads = self._Grads(helpers.Pipeline(layers, k, m, mode, schedule=name))
-            self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, (k, m, name, mode))
+            cases.append((k, m, name, mode))
+            variants.append(('K%d_M%d_%s_%s' % cases[-1], helpers.Pipeline(
+                layers, k, m, mode, schedule=name, name='K%d_M%d_%s_%s' % cases[-1])))
+    self.assertLen(cases, 3 * 4 * 3 + 2 * 2)
+    results = self._Grads(variants)
+    plain = results['plain']
+    for case in cases:
+      grads = results['K%d_M%d_%s_%s' % case]
+      self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, case)
 
   def testRefusesALossOfTheJoinedOutputs(self):
     for name, shown in (('1f1b', '1F1B'), ('zero_bubble', 'zero-bubble')):
@@ -158,27 +181,45 @@ class SchedulesTest(test_utils.TestCase):
 class GradientFlowTest(test_utils.TestCase):
   """Gradients reach the pipeline's inputs and any subset of its weights, as in the plain model."""
 
-  def _Grads(self, params, wrt_inputs, wrt_vars):
+  _TARGETS = ((True, []), (False, [0, 4]), (True, [2]))  # (wrt inputs, indices of weights)
+
+  def _Grads(self, variants):
+    """{name: [gradients for each of _TARGETS]} for each (name, params) of `variants`.
+
+    One graph and one session.run for all (grappler off: values only); each params is named `name`
+    and has its own inputs, and each target set gets its own tf.gradients call.
+    """
     with tf.Graph().as_default() as g, helpers.Cluster(3):
-      net = params.Instantiate()
-      rng = np.random.RandomState(7)
-      x = tf.constant(rng.uniform(-1, 1, size=[12, DIM]).astype(np.float32))
-      scale = tf.constant(1.5)
-      out = net.FPropDefaultTheta(x * scale)
-      loss = tf.reduce_sum(tf.square(out))
-      variables = tf.trainable_variables()
-      targets = ([x, scale] if wrt_inputs else []) + [variables[i] for i in wrt_vars]
-      grads = tf.gradients(loss, targets, colocate_gradients_with_ops=True)
-      with helpers.Session(g, 3) as sess:
+      fetches = {}
+      for name, params in variants:
+        assert params.name == name, (params.name, name)
+        net = params.Instantiate()
+        rng = np.random.RandomState(7)
+        x = tf.constant(rng.uniform(-1, 1, size=[12, DIM]).astype(np.float32))
+        scale = tf.constant(1.5)
+        out = net.FPropDefaultTheta(x * scale)
+        loss = tf.reduce_sum(tf.square(out))
+        variables = [v for v in tf.trainable_variables() if v.op.name.startswith(name + '/')]
+        fetches[name] = []
+        for wrt_inputs, wrt_vars in self._TARGETS:
+          targets = ([x, scale] if wrt_inputs else []) + [variables[i] for i in wrt_vars]
+          fetches[name].append(tf.gradients(loss, targets, colocate_gradients_with_ops=True))
+      config = placement.SessionConfig(3)
+      config.graph_options.rewrite_options.disable_meta_optimizer = True
+      with tf.Session(graph=g, config=config) as sess:
         sess.run(tf.global_variables_initializer())
-        return sess.run(grads)
+        return sess.run(fetches)
 
   def testInputAndPartialWeightGradientsEqualPlain(self):
-    for mode in ('always', 'except_last', 'never'):
-      for wrt_inputs, wrt_vars in ((True, []), (False, [0, 4]), (True, [2])):
-        plain = self._Grads(helpers.Plain(helpers.DenseLayers(5)), wrt_inputs, wrt_vars)
-        piped = self._Grads(helpers.Pipeline(helpers.DenseLayers(5), 3, 4, mode), wrt_inputs,
-                            wrt_vars)
+    modes = ('always', 'except_last', 'never')
+    results = self._Grads([('plain', helpers.Plain(helpers.DenseLayers(5), name='plain'))] +
+                          [(mode, helpers.Pipeline(helpers.DenseLayers(5), 3, 4, mode, name=mode))
+                           for mode in modes])
+    for mode in modes:
+      for (wrt_inputs, wrt_vars), piped, plain in zip(self._TARGETS, results[mode],
+                                                      results['plain']):
+        self.assertLen(piped, (2 if wrt_inputs else 0) + len(wrt_vars))
+        self.assertLen(plain, len(piped))
         for a, b in zip(piped, plain):
           self.assertAllClose(a, b, rtol=1e-5, atol=1e-6, msg=(mode, wrt_inputs, wrt_vars))
 

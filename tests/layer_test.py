@@ -4,6 +4,7 @@ import itertools
 import re
 
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 from lingvo.core import layers as lingvo_layers
@@ -11,12 +12,13 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import layer as layer_lib
+from tensorpipe import placement
 from tensorpipe import randomness
 from tests import helpers
 
 BATCH = 16
 DIM = 8
-NUM_LAYERS = 7  # Every K in 2..4 gives uneven partitions (4/3, 3/2/2, 2/2/2/1).
+NUM_LAYERS = 5  # Every K in 2..4 gives uneven partitions (2/3, 1/2/2, 1/1/1/2).
 
 
 def _Inputs():
@@ -38,6 +40,37 @@ def _NestedLoss(out):
   return tf.reduce_mean(out.vec) + 0.0 * tf.cast(tf.reduce_sum(out.ids), tf.float32)
 
 
+def _GradientsOfVariants(variants, inputs_fn, loss_fn=None, num_devices=4, grappler=False):
+  """As helpers.Gradients for each (name, params) of `variants`, all in one graph and one run.
+
+  Building and running the variants together saves a session (and its graph optimisation) per
+  variant, which is most of the time of a small model's check. Each params must be named `name`, so
+  its variables are distinct from the others'; they are still initialised identically, since every
+  layer here seeds its initialiser explicitly. Each variant gets its own inputs (so gradient
+  construction never walks another variant's ops). `grappler`: run with TensorFlow's graph
+  optimiser, as training does (slower to start; the paper's test keeps it on).
+
+  Returns:
+    {name: ({variable name below name/: gradient}, loss)}.
+  """
+  graph = tf.Graph()
+  fetches = {}
+  with graph.as_default(), helpers.Cluster(num_devices):
+    for name, params in variants:
+      assert params.name == name, (params.name, name)
+      out = params.Instantiate().FPropDefaultTheta(*inputs_fn())
+      loss = loss_fn(out) if loss_fn else tf.reduce_mean(out)
+      variables = [v for v in tf.trainable_variables() if v.op.name.startswith(name + '/')]
+      grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+      fetches[name] = ({v.op.name[len(name) + 1:]: g for v, g in zip(variables, grads)}, loss)
+    config = placement.SessionConfig(num_devices)
+    # Values only: grappler's rewrites of this many-variant graph would take most of the time.
+    config.graph_options.rewrite_options.disable_meta_optimizer = not grappler
+    with tf.Session(graph=graph, config=config) as sess:
+      sess.run(tf.global_variables_initializer())
+      return sess.run(fetches)
+
+
 class PaperConsistencyTest(test_utils.TestCase):
   """The supplementary's Figure 1 test: 16 (3, 3, 1, 1) convolutions, 8 micro-batches."""
 
@@ -50,12 +83,18 @@ class PaperConsistencyTest(test_utils.TestCase):
     x = np.random.RandomState(12345).uniform(size=[16, 8, 8, 1]).astype(np.float32)
     return (tf.constant(x),)
 
+  @pytest.mark.slow
   def testGradientNormIdenticalFor1To4PartitionsAndPlain(self):
-    reference, _ = helpers.Gradients(helpers.Plain(self._ConvLayers()), self._Inputs)
+    ks = (1, 2, 4)
+    results = _GradientsOfVariants(
+        [('plain', helpers.Plain(self._ConvLayers(), name='plain'))] +
+        [('pipe%d' % k, helpers.Pipeline(self._ConvLayers(), k, 8, name='pipe%d' % k))
+         for k in ks], self._Inputs, grappler=True)
+    reference, _ = results['plain']
     ref_norm = np.sqrt(sum(np.sum(g**2) for g in reference.values()))
     self.assertGreater(ref_norm, 0.0)
-    for k in (1, 2, 4):
-      grads, _ = helpers.Gradients(helpers.Pipeline(self._ConvLayers(), k, 8), self._Inputs)
+    for k in ks:
+      grads, _ = results['pipe%d' % k]
       norm = np.sqrt(sum(np.sum(g**2) for g in grads.values()))
       self.assertAllClose(norm, ref_norm, rtol=1e-6, atol=0, msg='K=%d' % k)
       self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, 'K=%d' % k)
@@ -65,27 +104,37 @@ class GradientConsistencyTest(test_utils.TestCase):
   """Every variable's gradient equals the plain model's for K x M x recompute x input kind."""
 
   def _Check(self, inputs_fn, layer_cls, loss_fn):
-    reference, ref_loss = helpers.Gradients(
-        helpers.Plain(helpers.DenseLayers(NUM_LAYERS, DIM, layer_cls)), inputs_fn, loss_fn=loss_fn)
+    variants = [('plain', helpers.Plain(helpers.DenseLayers(NUM_LAYERS, DIM, layer_cls), 'plain'))]
     for k, m, mode in itertools.product((1, 2, 3, 4), (1, 2, 4, 8, 16), layer_lib.RECOMPUTE_MODES):
-      params = helpers.Pipeline(helpers.DenseLayers(NUM_LAYERS, DIM, layer_cls), k, m, mode)
-      grads, loss = helpers.Gradients(params, inputs_fn, loss_fn=loss_fn)
-      where = 'K=%d M=%d recompute=%s' % (k, m, mode)
-      self.assertAllClose(loss, ref_loss, rtol=1e-6, atol=0, msg=where)
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, where)
+      variants.append(('K%d_M%d_%s' % (k, m, mode), helpers.Pipeline(
+          helpers.DenseLayers(NUM_LAYERS, DIM, layer_cls), k, m, mode,
+          name='K%d_M%d_%s' % (k, m, mode))))
+    results = _GradientsOfVariants(variants, inputs_fn, loss_fn)
+    reference, ref_loss = results.pop('plain')
+    self.assertLen(results, 4 * 5 * 3)
+    for name, (grads, loss) in sorted(results.items()):
+      self.assertAllClose(loss, ref_loss, rtol=1e-6, atol=0, msg=name)
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, name)
 
+  @pytest.mark.slow
   def testTensorInputs(self):
     self._Check(_Inputs, helpers.Dense, None)
 
+  @pytest.mark.slow  # About 20 s on 2 cores: 60 pipelines with NestedMap inputs to build.
   def testNestedMapInputs(self):
     self._Check(_NestedInputs, helpers.MaskedDense, _NestedLoss)
 
   def testWithoutForwardOverlap(self):
-    reference, _ = helpers.Gradients(helpers.Plain(helpers.DenseLayers(NUM_LAYERS, DIM)), _Inputs)
+    variants = [('plain', helpers.Plain(helpers.DenseLayers(NUM_LAYERS, DIM), 'plain'))]
     for k, m in ((2, 4), (3, 8), (4, 16)):
-      params = helpers.Pipeline(helpers.DenseLayers(NUM_LAYERS, DIM), k, m, forward_overlap=False)
-      grads, _ = helpers.Gradients(params, _Inputs)
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, 'K=%d M=%d' % (k, m))
+      variants.append(('K%d_M%d' % (k, m), helpers.Pipeline(
+          helpers.DenseLayers(NUM_LAYERS, DIM), k, m, forward_overlap=False,
+          name='K%d_M%d' % (k, m))))
+    results = _GradientsOfVariants(variants, _Inputs)
+    reference, _ = results.pop('plain')
+    self.assertLen(results, 3)
+    for name, (grads, _) in sorted(results.items()):
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, name)
 
 
 class BehaviourTest(test_utils.TestCase):

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import unittest
 
+import pytest
+
 from tests import helpers
 
 
@@ -22,6 +24,7 @@ def _Example():
 
 class ReadmeExampleTest(unittest.TestCase):
 
+  @pytest.mark.slow
   def testMinimalExampleRuns(self):
     result = subprocess.run([sys.executable, '-c', _Example()], cwd=helpers.REPO,
                             capture_output=True, text=True, timeout=300,

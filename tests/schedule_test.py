@@ -71,7 +71,7 @@ class FillDrainScheduleTest(unittest.TestCase):
   def testImportsWithoutTensorFlow(self):
     code = ('import sys, tensorpipe.schedule; '
             'assert "tensorflow" not in sys.modules and "lingvo" not in sys.modules')
-    subprocess.run([sys.executable, '-c', code], check=True)
+    subprocess.run([sys.executable, '-c', code], check=True, timeout=120)
 
   def testBadSizes(self):
     with self.assertRaisesRegex(ValueError, 'num_partitions must be a positive integer, got 0'):

@@ -13,6 +13,7 @@ Each row is built unpipelined (SequentialLayer) and as a pipeline for K in {1, 2
 """
 
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import bn_layers
@@ -22,6 +23,7 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import batch_norm
+from tensorpipe import placement
 from tests import helpers
 
 BATCH = 12
@@ -45,15 +47,61 @@ def _Loss(out):
   return tf.reduce_mean(tf.square(out - target))
 
 
-def _Step(params, inputs_fn, loss_fn=_Loss):
-  """({var: gradient}, {moving var: value after the step}, #updates, #relevant updates), in a graph
-  with a global step (as the trainer's: dropout masks and Lingvo's step seeds read it)."""
+def _Steps(models, inputs_fn, loss_fn=_Loss, num_devices=4):
+  """One training step of each of `models` (layer Params) on the same variables, in one graph.
 
-  def Inputs():
+  Returns per model what helpers.StepWithBatchNormUpdates does: ({trainable var name: gradient},
+  {moving-average var name: value after the step}, #registered batch-norm updates, #those relevant
+  to the loss), the graph having a global step (as the trainer's: dropout masks and Lingvo's step
+  seeds read it).
+
+  One graph and session for all the variants of a test instead of one each: building and first
+  running a graph is most of a step's time. The models share their variables (Lingvo's variable
+  store, reuse), so every model must carry the first one's name (it is also the prefix of the
+  dropout sites); a model may create no variable of its own (a variable it names differently from
+  the first model fails here, as it would fail the name check of _MaxError). Each model's step
+  starts from the initial moving averages and applies only that model's batch-norm updates.
+  """
+  graph = tf.Graph()
+  steps = []
+  with graph.as_default(), helpers.Cluster(num_devices):
+    tf.random.set_seed(1234)  # Lingvo then seeds unseeded variables from their names.
     py_utils.GetOrCreateGlobalStepVar()
-    return inputs_fn()
-
-  return helpers.StepWithBatchNormUpdates(params, Inputs, loss_fn=loss_fn)
+    num_variables = None
+    with py_utils.VariableStore(), tf.variable_scope('', reuse=tf.AUTO_REUSE):
+      for params in models:
+        assert params.name == models[0].name, (params.name, models[0].name)
+        num_updates = len(tf.get_collection(py_utils.BATCH_NORM_UPDATES))
+        out = params.Instantiate().FPropDefaultTheta(*inputs_fn())
+        loss = loss_fn(out)
+        num_variables = num_variables or len(tf.global_variables())
+        assert len(tf.global_variables()) == num_variables, 'new variables in %s' % params.name
+        variables = tf.trainable_variables()
+        grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+        updates = tf.get_collection(py_utils.BATCH_NORM_UPDATES)[num_updates:]
+        relevant, _ = py_utils.FindRelevantBatchNormUpdates(loss, updates)
+        steps.append((grads, updates, len(relevant)))
+    moving = [v for v in tf.global_variables() if 'moving_' in v.op.name]
+    init = tf.global_variables_initializer()
+    reset_moving = tf.variables_initializer(moving)
+  config = placement.SessionConfig(num_devices)
+  # Values only: grappler's rewrites of the outer graph would take time too.
+  config.graph_options.rewrite_options.disable_meta_optimizer = True
+  results = []
+  with tf.Session(graph=graph, config=config) as sess:
+    sess.run(init)
+    if moving:  # One model's updates at a time.
+      grad_values = []
+      for grads, updates, _ in steps:
+        sess.run(reset_moving)
+        grad_values.append(sess.run([grads, updates])[0])
+        results.append(dict(zip([v.op.name for v in moving], sess.run(moving))))
+    else:
+      grad_values = sess.run([grads for grads, _, _ in steps])
+      results = [{} for _ in steps]
+  names = [v.op.name for v in variables]
+  return [(dict(zip(names, values)), moving_values, len(updates), relevant)
+          for values, moving_values, (_, updates, relevant) in zip(grad_values, results, steps)]
 
 
 def _MaxError(grads, reference):
@@ -141,12 +189,13 @@ class RowsTest(test_utils.TestCase):
   """Every row of the guide's table of stock Lingvo layers."""
 
   def _AssertEqualsPlain(self, layer_params, inputs_fn, loss_fn=_Loss, batch_dim=0, tol=1e-5):
-    plain, _, _, _ = _Step(helpers.Plain(layer_params), inputs_fn, loss_fn)
-    for k in KS:
-      for m in MS:
-        grads, _, _, _ = _Step(helpers.Pipeline(layer_params, k, m, batch_dim=batch_dim),
-                               inputs_fn, loss_fn)
-        self.assertLess(_MaxError(grads, plain), tol, 'K=%d M=%d' % (k, m))
+    variants = [(k, m) for k in KS for m in MS]
+    (plain, _, _, _), *steps = _Steps(
+        [helpers.Plain(layer_params)] +
+        [helpers.Pipeline(layer_params, k, m, batch_dim=batch_dim) for k, m in variants],
+        inputs_fn, loss_fn)
+    for (k, m), (grads, _, _, _) in zip(variants, steps):
+      self.assertLess(_MaxError(grads, plain), tol, 'K=%d M=%d' % (k, m))
 
   def testFcLayer(self):
     self._AssertEqualsPlain([_Fc('fc%d' % i) for i in range(3)], _Inputs)
@@ -181,6 +230,7 @@ class RowsTest(test_utils.TestCase):
     ]
     self._AssertEqualsPlain(stack, lambda: (tf.constant(ids), tf.constant(labels)))
 
+  @pytest.mark.slow
   def testMultiHeadedAttention(self):
     self._AssertEqualsPlain([
         AttentionBlock.Params().Set(name='att%d' % i, source_dim=DIM, num_attention_heads=2)
@@ -201,13 +251,16 @@ class RowsTest(test_utils.TestCase):
     """The batch-norm row checks of the module docstring; `first_moving`: the first layer's moving
     variable names."""
     num_moving = None
-    plain_grads, plain_moving, _, _ = _Step(helpers.Plain(layer_params), inputs_fn, loss_fn)
+    variants = [(m, k, mode) for m in MS for k in KS for mode in ('always', 'never')]
+    (plain_grads, plain_moving, _, _), *steps = _Steps(
+        [helpers.Plain(layer_params)] +
+        [helpers.Pipeline(layer_params, k, m, mode) for m, k, mode in variants], inputs_fn, loss_fn)
+    steps = dict(zip(variants, steps))
     for m in MS:
       reference = None
       for k in KS:
         for mode in ('always', 'never'):
-          grads, moving, updates, relevant = _Step(
-              helpers.Pipeline(layer_params, k, m, mode), inputs_fn, loss_fn)
+          grads, moving, updates, relevant = steps[m, k, mode]
           what = 'K=%d M=%d %s' % (k, m, mode)
           num_moving = num_moving or len(moving)
           # One per moving average, none per micro-batch.
@@ -228,6 +281,7 @@ class RowsTest(test_utils.TestCase):
     self.assertGreater(max(np.abs(v - np.round(v)).max() for v in plain_moving.values()), 1e-3)
     self.assertGreater(_MaxError(reference[0], plain_grads), 1e-3)
 
+  @pytest.mark.slow
   def testBatchNormLayer(self):
     stack = []
     for i in range(3):
@@ -237,6 +291,7 @@ class RowsTest(test_utils.TestCase):
     self._AssertBatchNormRow(stack, _Inputs, ['pipe/bn0/moving_mean/var',
                                               'pipe/bn0/moving_variance/var'])
 
+  @pytest.mark.slow
   def testConvLayerWithBatchNorm(self):
     stack = [
         layers.ConvLayer.Params().Set(name='conv%d' % i, filter_shape=[3, 3, 2 if i == 0 else 4, 4],
@@ -256,9 +311,10 @@ class RowsTest(test_utils.TestCase):
                 rng.randint(1, 7, size=[BATCH])[:, None]).astype(np.float32)
     inputs_fn = lambda: (tf.constant(x), tf.constant(paddings))
     bn = [bn_layers.BatchNormLayer.Params().Set(name='bn', dim=DIM, decay=0.9)]
-    _, plain, _, _ = _Step(helpers.Plain(bn), inputs_fn)
-    for m in (2, 4, 12):
-      _, moving, _, _ = _Step(helpers.Pipeline(bn, 1, m), inputs_fn)
+    ms = (2, 4, 12)
+    (_, plain, _, _), *steps = _Steps(
+        [helpers.Plain(bn)] + [helpers.Pipeline(bn, 1, m) for m in ms], inputs_fn)
+    for m, (_, moving, _, _) in zip(ms, steps):
       for name in plain:
         self.assertAllClose(moving[name], plain[name], rtol=1e-5, atol=1e-6, msg='M=%d' % m)
 
@@ -269,42 +325,47 @@ class RowsTest(test_utils.TestCase):
     """The dropout row checks of the module docstring; `no_dropout`: the same stack, keep 1;
     `per_example`: every dropped tensor has an axis of the micro-batch's size (masks then do not
     depend on M either)."""
+    variants = [(m, k, mode) for m in MS for k in KS for mode in ('always', 'never')]
+    *steps, (kept, _, _, _) = _Steps(
+        [helpers.Pipeline(layer_params, k, m, mode, batch_dim=batch_dim)
+         for m, k, mode in variants] +
+        [helpers.Pipeline(no_dropout, 2, 4, batch_dim=batch_dim)], inputs_fn, loss_fn)
+    grads = {variant: step[0] for variant, step in zip(variants, steps)}
     reference = None
     for m in MS:
       if not per_example:
         reference = None
       for k in KS:
-        always, _, _, _ = _Step(helpers.Pipeline(layer_params, k, m, 'always', batch_dim=batch_dim),
-                                inputs_fn, loss_fn)
-        never, _, _, _ = _Step(helpers.Pipeline(layer_params, k, m, 'never', batch_dim=batch_dim),
-                               inputs_fn, loss_fn)
+        always, never = grads[m, k, 'always'], grads[m, k, 'never']
         what = 'K=%d M=%d' % (k, m)
         self.assertLess(_MaxError(always, never), 1e-4, what)
         if reference is None:
           reference = always
         self.assertLess(_MaxError(always, reference), 1e-4, what)  # Nor on K (and M).
-    kept, _, _, _ = _Step(helpers.Pipeline(no_dropout, 2, 4, batch_dim=batch_dim), inputs_fn,
-                          loss_fn)
     self.assertGreater(_MaxError(reference, kept), 1e-2)  # Dropout drops.
 
   def _DropoutStack(self, cls, keep_prob):
     return [_Fc('fc0'), cls.Params().Set(name='drop1', keep_prob=keep_prob), _Fc('fc2'),
             cls.Params().Set(name='drop3', keep_prob=keep_prob), _Fc('fc4')]
 
+  @pytest.mark.slow
   def testDropoutLayer(self):
     self._AssertDropoutRow(self._DropoutStack(layers.DropoutLayer, 0.5),
                            self._DropoutStack(layers.DropoutLayer, 1.0), _Inputs)
 
+  @pytest.mark.slow
   def testDeterministicDropoutLayer(self):
     self._AssertDropoutRow(self._DropoutStack(layers.DeterministicDropoutLayer, 0.5),
                            self._DropoutStack(layers.DeterministicDropoutLayer, 1.0), _Inputs)
 
+  @pytest.mark.slow
   def testTfNnDropoutInsideALayer(self):
     self._AssertDropoutRow(
         [_Fc('fc0'), _NnDropout.Params().Set(name='drop1', keep_prob=0.6), _Fc('fc2'),
          _NnDropout.Params().Set(name='drop3', keep_prob=0.6, v1=True), _Fc('fc4')],
         [_Fc('fc0'), _Fc('fc2'), _Fc('fc4')], _Inputs)
 
+  @pytest.mark.slow
   def testTransformerLayerDropouts(self):
 
     def Stack(prob):
@@ -377,27 +438,32 @@ class ZeroBubbleTest(test_utils.TestCase):
       return inputs, (target,)
 
     loss = _SquaredDistance.Params().Set(name='loss', batch_dim=batch_dim)
+    variants = [(k, m, name) for k in ks for m in ms for name in ('gpipe', 'zero_bubble')]
+    steps = dict(zip(variants, _Steps(
+        [helpers.Pipeline(layer_params, k, m, batch_dim=batch_dim, schedule=name, loss_layer=loss)
+         for k, m, name in variants], Inputs, tf.reduce_mean)))
     for k in ks:
       for m in ms:
-        (gpipe, gpipe_moving, _, _), (zb, zb_moving, _, _) = [
-            _Step(helpers.Pipeline(layer_params, k, m, batch_dim=batch_dim, schedule=name,
-                                   loss_layer=loss), Inputs, tf.reduce_mean)
-            for name in ('gpipe', 'zero_bubble')]
+        gpipe, gpipe_moving, _, _ = steps[k, m, 'gpipe']
+        zb, zb_moving, _, _ = steps[k, m, 'zero_bubble']
         self.assertLess(_MaxError(zb, gpipe), 1e-5, 'K=%d M=%d' % (k, m))
         for name in gpipe_moving:
           self.assertAllClose(zb_moving[name], gpipe_moving[name], rtol=1e-5, atol=1e-6)
 
+  @pytest.mark.slow
   def testDropoutAndLayerNorm(self):
     self._AssertSchedulesAgree([
         _Fc('fc0'), layers.DropoutLayer.Params().Set(name='drop1', keep_prob=0.5),
         layers.LayerNorm.Params().Set(name='ln2', input_dim=DIM), _Fc('fc3'),
         _NnDropout.Params().Set(name='drop4', keep_prob=0.6)], _Inputs)
 
+  @pytest.mark.slow
   def testBatchNormLayer(self):
     self._AssertSchedulesAgree([
         _Fc('fc0', activation='NONE'),
         bn_layers.BatchNormLayer.Params().Set(name='bn1', dim=DIM, decay=0.9), _Fc('fc2')], _Inputs)
 
+  @pytest.mark.slow
   def testTransformerLayerWithDropouts(self):
     stack = []
     for i in range(3):

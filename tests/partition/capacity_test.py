@@ -2,6 +2,7 @@
 
 import functools
 
+import pytest
 from lingvo.core import test_utils
 
 from tensorpipe.measure import workloads
@@ -30,17 +31,26 @@ def _TransformerL(num_layers):
 
 class CapacityTest(test_utils.TestCase):
 
+  @pytest.mark.slow
   def testLargestFittingAmoebaNetGrowsWithPipelining(self):
-    budget = 64 * 2**20
-    naive = capacity.LargestModel(_AmoebaProfiles, 1, 1, 'never', budget, lo=8, hi=256, step=8)
-    piped = capacity.LargestModel(_AmoebaProfiles, 2, 4, 'always', budget, lo=8, hi=256, step=8)
+    """Filters F in steps of 64: each size tried profiles a new AmoebaNet (a graph built per layer,
+    about a second each), so the coarse grid keeps both bisections and the checks below to three
+    sizes (64, 128, 192), where naive (F = 64) and pipelined (F = 128) already differ."""
+    budget, step = 64 * 2**20, 64
+    naive = capacity.LargestModel(_AmoebaProfiles, 1, 1, 'never', budget, lo=64, hi=256, step=step)
+    piped = capacity.LargestModel(_AmoebaProfiles, 2, 4, 'always', budget, lo=64, hi=256,
+                                  step=step)
     self.assertIsNotNone(naive)
-    self.assertEqual(naive % 8, 0)
-    self.assertGreaterEqual(piped, naive)
+    self.assertEqual(naive % step, 0)
+    self.assertGreater(piped, naive)
+    self.assertLess(piped, 256)  # The search range does not cap the answer.
     peak, sizes = capacity.PeakOfBestSplit(_AmoebaProfiles(piped), 2, 4, 'always')
     self.assertLessEqual(peak, budget)
     self.assertEqual(len(sizes), 2)
-    self.assertGreater(capacity.PeakOfBestSplit(_AmoebaProfiles(piped + 8), 2, 4, 'always')[0],
+    self.assertGreater(capacity.PeakOfBestSplit(_AmoebaProfiles(piped + step), 2, 4, 'always')[0],
+                       budget)
+    # The naive model one step larger does not fit either: the bisection found the largest.
+    self.assertGreater(capacity.PeakOfBestSplit(_AmoebaProfiles(naive + step), 1, 1, 'never')[0],
                        budget)
 
   def testLargestTransformerLGrowsWithTheNumberOfDevices(self):

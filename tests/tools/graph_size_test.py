@@ -6,6 +6,8 @@ builds."""
 import re
 import unittest
 
+import pytest
+
 from tests import helpers
 
 KINDS = ('plain', 'tensorpipe', 'gpipe')
@@ -14,6 +16,9 @@ NUM_PARTITIONS = 4  # K of the stack report.
 # on one micro-batch): the call op and a little bookkeeping (slices, stash, gradient sums), not the
 # layers.
 MAX_OPS_PER_TASK = 8
+# Flags of the stack report's smallest configuration (--layers must be a multiple of K).
+_TINY_STACK = ('--layers', str(NUM_PARTITIONS), '--model_dim', '8', '--num_heads', '2',
+               '--hidden_dim', '16', '--seq_len', '4', '--batch', '4')
 
 _NUMBER = r'(-|[\d.]+x?)'
 _STACK_ROW = re.compile(r'^(plain|tensorpipe|gpipe)\s+(\d+)' + r'\s+' + r'\s+'.join([_NUMBER] * 9) +
@@ -35,8 +40,12 @@ def _Value(text):
 
 class GraphSizeToolTest(unittest.TestCase):
 
+  @pytest.mark.slow
   def testQuickStackReport(self):
-    out = _Run('stack', '--quick', '--first_run_m', '2', timeout=240)
+    # The smallest stack the tool takes (4 layers: one per partition, tiny shapes): what is checked
+    # is how the graph grows with M and that rows are well-formed, not the size of the layers. Each
+    # row is still a fresh child process that imports TensorFlow.
+    out = _Run('stack', '--quick', '--first_run_m', '2', *_TINY_STACK, timeout=240)
     rows = {}
     for line in out.splitlines():
       match = _STACK_ROW.match(line)
@@ -48,13 +57,16 @@ class GraphSizeToolTest(unittest.TestCase):
             first=first, next=nxt, rss=rss)
     self.assertEqual(sorted(rows), sorted((k, m) for k in KINDS for m in (2, 4)), out)
     for key, row in rows.items():
-      for name in ('inst', 'build', 'ops', 'total', 'ratio', 'rss'):
+      for name in ('ops', 'total', 'ratio', 'rss'):
         self.assertGreater(row[name], 0, (key, name, out))
+      # Times are checked for shape only: printed rounded, a tiny stack's may read 0.0.
+      for name in ('inst', 'build'):
+        self.assertGreaterEqual(row[name], 0, (key, name, out))
       self.assertEqual(row['total'], row['ops'] + row['fn_nodes'], key)
       # The first session.run is timed only at --first_run_m.
       if key[1] == 2:
-        self.assertGreater(row['first'], 0, key)
-        self.assertGreater(row['next'], 0, key)
+        self.assertGreaterEqual(row['first'], 0, key)
+        self.assertGreaterEqual(row['next'], 0, key)
       else:
         self.assertIsNone(row['first'], key)
     for m in (2, 4):
@@ -76,6 +88,7 @@ class GraphSizeToolTest(unittest.TestCase):
       self.assertRegex(out, r"TensorPipe build s <= 1.5x Lingvo's GPipe's, M=%d +[\d.]+x  "
                        r'(PASS|FAIL)' % m)
 
+  @pytest.mark.slow
   def testModelsReportOfATinyModel(self):
     out = _Run('models', '--match', r'^digits\.TinyConvPipeline$', '--timeout', '240', timeout=300)
     rows = [line.split() for line in out.splitlines() if line.startswith('digits.')]

@@ -3,6 +3,8 @@ one-line errors with exit code 2."""
 
 import unittest
 
+import pytest
+
 from tests import helpers
 
 
@@ -17,6 +19,7 @@ class PartitionReportToolTest(unittest.TestCase):
     self.assertIn("algorithm 'min_variance'", out)
     self.assertEqual(out.count('predicted efficiency'), 2)
 
+  @pytest.mark.slow
   def testErrorsAreOneLine(self):
     code, _, err = helpers.RunTool('partition_report', '--model=digits.TinyConvPipeline',
                                    '--memory_budget=1KiB')

@@ -5,6 +5,7 @@ import os
 import tempfile
 import unittest
 
+import pytest
 from PIL import Image
 
 from tensorpipe.measure import timeline
@@ -13,6 +14,7 @@ from tests import helpers
 
 class TimelineToolTest(unittest.TestCase):
 
+  @pytest.mark.slow
   def testDrawsATracedStepOfARegisteredModel(self):
     out_dir = tempfile.mkdtemp()
     traced, simulated = os.path.join(out_dir, 'traced.png'), os.path.join(out_dir, 'sim.png')

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
@@ -41,12 +42,24 @@ class LauncherTest(test_utils.TestCase):
     self.addCleanup(self._Stop, proc, out)
     return proc, out.name
 
-  @staticmethod
-  def _Stop(proc, out):
+  def _Stop(self, proc, out):
+    """Stops the launcher (SIGINT: it then stops its tasks), and then by pid every task it
+    reported that still runs."""
     if proc.poll() is None:
-      proc.kill()
-    proc.wait(timeout=60)
+      proc.send_signal(signal.SIGINT)
+      try:
+        proc.wait(timeout=30)
+      except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
     out.close()
+    for pid in self._task_pids:
+      if self._Alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+  def setUp(self):
+    super().setUp()
+    self._task_pids = []
 
   @staticmethod
   def _Read(path):
@@ -60,6 +73,7 @@ class LauncherTest(test_utils.TestCase):
       pids = {m.group(1): int(m.group(2)) for m in re.finditer(
           r'^\s+(\w+ task \d+)\s+pid (\d+)', self._Read(path), re.M)}
       if len(pids) == num_tasks or time.time() > deadline:
+        self._task_pids.extend(pids.values())
         return pids
       time.sleep(0.5)
 
@@ -72,6 +86,7 @@ class LauncherTest(test_utils.TestCase):
     with open('/proc/%d/stat' % pid) as f:  # A zombie has exited (it waits for its parent).
       return f.read().split(')')[-1].split()[0] != 'Z'
 
+  @pytest.mark.slow
   def testKilledWorkerStopsTheJobAndTheSameCommandResumes(self):
     logdir = self.create_tempdir().full_path
     trainer_log = os.path.join(logdir, 'launch', 'trainer_client.log')
@@ -85,9 +100,9 @@ class LauncherTest(test_utils.TestCase):
       self.assertLess(time.time(), deadline, 'no checkpoint after a training step within 240 s')
       time.sleep(1)
     os.kill(pids['worker task 1'], signal.SIGKILL)
-    killed_at = time.time()
+    # A bound on the test's run time, not a timing property: that the launcher notices an exited
+    # task at its next poll is SuperviseTest's, on a fake clock.
     proc.wait(timeout=120)
-    self.assertLess(time.time() - killed_at, 60)
     out = self._Read(path)
     self.assertEqual(proc.returncode, 1, out[-3000:])
     self.assertRegex(out.strip().splitlines()[-1],

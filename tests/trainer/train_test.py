@@ -20,6 +20,7 @@ import time
 
 from absl.testing import flagsaver
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
@@ -123,6 +124,7 @@ class CommandLineErrorsTest(test_utils.TestCase):
                      r'model digits\.TinyConvPipeline needs 4 devices per model split .* run with '
                      r'--cpu_devices=4$')
 
+  @pytest.mark.slow
   def testUnreachableWorker(self):
     # A port held bound but not listening for the whole test: connections to it are refused, and
     # no other process can take it meanwhile.
@@ -188,6 +190,7 @@ class TrainerSmokeTest(test_utils.TestCase):
     with open(path) as f:
       return f.read()
 
+  @pytest.mark.slow
   def testTrainKillResumeAndEval(self):
     logdir = tempfile.mkdtemp(dir=self.get_temp_dir())
     train_dir = os.path.join(logdir, 'train')

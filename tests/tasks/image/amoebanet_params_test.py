@@ -4,6 +4,7 @@ transfer-learning configs, a tiny AmoebaNet-B training on the digits."""
 import re
 
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 from lingvo.core import optimizer
@@ -44,6 +45,7 @@ def _CellFilters(layers):
 
 class ParameterCountTest(test_utils.TestCase):
 
+  @pytest.mark.slow  # Builds ~75 distinct full-width Lingvo layers to count their variables.
   def testTable1RowsAndImageNetModelMatchThePaper(self):
     for name, (num_cells, filters), k, paper, tolerance in TABLE1:
       cfg = helpers.ModelParams(name)
@@ -177,9 +179,11 @@ class TinyTrainingTest(test_utils.TestCase):
     self.assertLess(np.mean(losses[-5:]), 0.8 * np.mean(losses[:5]), '%s: %s' % (name, losses))
     self.assertGreater(max(np.abs(m).max() for m in moved), 0.0)  # BN updates were applied.
 
+  @pytest.mark.slow
   def testTinyAmoebaNetDLearnsTheDigitsWithFourPartitions(self):
     self._Train('amoebanet.TinyAmoebaNetD')
 
+  @pytest.mark.slow
   def testTinyAmoebaNetBLearnsTheDigits(self):
     self._Train('amoebanet.TinyAmoebaNetB')
 

@@ -3,6 +3,7 @@ drop-path and dropout on, their masks do not depend on re-computation, K or M, b
 sizes are reported."""
 
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 from lingvo.core import test_utils
@@ -49,6 +50,7 @@ class AmoebaNetStructureTest(test_utils.TestCase):
     self.assertEqual(full.index('aux_head'), full.index('cell_11') + 1)
     self.assertEqual(len(full), 1 + 2 + 18 + 2 + 1 + 1)
 
+  @pytest.mark.slow
   def testFPropMetaShapesMatchFProp(self):
     for genotype in ('B', 'D'):
       layers = amoebanet.AmoebaNetLayers(genotype, 3, 8, NUM_CLASSES, image_size=33,
@@ -79,6 +81,7 @@ class AmoebaNetStructureTest(test_utils.TestCase):
 
 class TinyAmoebaNetPipelineTest(test_utils.TestCase):
 
+  @pytest.mark.slow
   def testSameGradientsAndMovingAveragesAsUnpipelinedForK124WithDropPath(self):
     reference, ref_moving, num_updates, _ = helpers.StepWithBatchNormUpdates(
         helpers.Plain(TinyLayers(keep_prob=0.6, dropout=0.5)), _Inputs, loss_fn=_Loss)
@@ -100,6 +103,7 @@ class TinyAmoebaNetPipelineTest(test_utils.TestCase):
         self.assertAllClose(moving[name], ref_moving[name], rtol=1e-5, atol=1e-6,
                             msg='K=%d %s' % (k, name))
 
+  @pytest.mark.slow
   def testDropPathAndDropoutMasksSurviveRecomputation(self):
     """stem, cell_0 (drop-path) and classifier (dropout): 'always' re-computes the same masks."""
 

@@ -3,6 +3,7 @@
 import contextlib
 
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 from lingvo.core import py_utils
@@ -43,6 +44,14 @@ def _TinyTask(num_micro_batches, schedule='gpipe', weights=None, **task_params):
     yield graph, task, predictions, metrics
 
 
+def _ValuesOnlyConfig():
+  """The 2-device session config without grappler's rewrites: these tests compare values only, so
+  optimising each graph once before its single run would be wasted time."""
+  config = placement.SessionConfig(2)
+  config.graph_options.rewrite_options.disable_meta_optimizer = True
+  return config
+
+
 class ImageClassifierTest(test_utils.TestCase):
 
   def _Step(self, schedule):
@@ -51,11 +60,12 @@ class ImageClassifierTest(test_utils.TestCase):
                    aux_loss_weight=0.4) as (graph, task, _, metrics):
       grads = [g for g in tf.gradients(metrics['loss'][0], tf.trainable_variables())
                if g is not None]
-      with tf.Session(graph=graph, config=placement.SessionConfig(2)) as sess:
+      with tf.Session(graph=graph, config=_ValuesOnlyConfig()) as sess:
         sess.run(tf.global_variables_initializer())
         values, grad_values = sess.run([{k: v[0] for k, v in metrics.items()}, grads])
     return task, values, grad_values
 
+  @pytest.mark.slow
   def testSchedulesGiveTheSameStep(self):
     task, gpipe, gpipe_grads = self._Step('gpipe')
     self.assertIsNone(task.pipeline.params.loss_layer)
@@ -78,11 +88,12 @@ class Bfloat16Test(test_utils.TestCase):
 
   def _Loss(self, mode):
     with _TinyTask(1, bfloat16_activations=mode) as (graph, _, predictions, metrics):
-      with tf.Session(graph=graph, config=placement.SessionConfig(2)) as sess:
+      with tf.Session(graph=graph, config=_ValuesOnlyConfig()) as sess:
         sess.run(tf.global_variables_initializer())
         loss = sess.run(metrics['loss'][0])
     return predictions.logits.dtype, predictions.aux_logits.dtype, loss
 
+  @pytest.mark.slow
   def testBfloat16ActivationsMatchFloat32(self):
     logits32, _, loss32 = self._Loss('never')
     logits16, aux16, loss16 = self._Loss('always')

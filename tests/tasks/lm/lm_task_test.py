@@ -3,6 +3,7 @@
 import zlib
 
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import builder_layers
 from lingvo.core import py_utils
@@ -46,6 +47,7 @@ def _Gradients(params, num_devices):
 
 class PipelinedTransformerLmTest(test_utils.TestCase):
 
+  @pytest.mark.slow
   def testPipelinedGradientsMatchPlainWithDropout(self):
     reference, ref_loss = _Gradients(_Params(1, pipelined=False), 4)
     for k, m in ((2, 2), (4, 4)):

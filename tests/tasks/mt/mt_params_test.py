@@ -6,6 +6,7 @@ the closed-form count of the architecture, which then gives the counts of the la
 printed, from built models, by tools/param_counts.py). Counts are compared with the paper's labels.
 """
 
+import pytest
 from lingvo import compat as tf
 from lingvo import model_registry
 from lingvo.core import optimizer
@@ -74,6 +75,7 @@ class MtParamsTest(test_utils.TestCase):
       self.assertAllClose(train.batch_size * train.source_max_length, tokens, rtol=0.06)
       self.assertEqual(train.languages, ['de'])
 
+  @pytest.mark.slow
   def testTransformerLConfigs(self):
     for cls, (layers, k, _) in TRANSFORMER_L.items():
       p = cls().Task()

@@ -7,12 +7,14 @@ that every dropout mask is the same in the forward pass and in its re-computatio
 are.
 """
 
+import functools
 import os
 import re
 import tempfile
 import zlib
 
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import builder_layers
 from lingvo.core import cluster_factory
@@ -92,27 +94,38 @@ def Gradients(params, num_devices=4):
           loss_value, hashes)
 
 
+@functools.lru_cache(maxsize=None)
+def PipelinedGradients(num_partitions, num_micro_batches, decoder_schedule='gpipe'):
+  """Gradients(_Params(K, M)) with the given decoder schedule, built once per process: the
+  K = 2, M = 2 'gpipe' model is both a pipelined variant checked against the unpipelined model and
+  the reference of the other decoder schedules (each build takes seconds)."""
+  p = _Params(num_partitions, num_micro_batches)
+  p.decoder.schedule = decoder_schedule
+  return Gradients(p)
+
+
 class PipelinedTransformerTest(test_utils.TestCase):
 
+  @pytest.mark.slow
   def testGradientsMatchUnpipelinedForSeveralKAndMWithDropout(self):
     reference, ref_loss, ref_hashes = Gradients(_Params(1, pipelined=False))
     self.assertGreater(len(reference), 30)
     # Dropout is really on: 3 masks per encoder layer, 4 per decoder layer, 2 on the embeddings.
     self.assertEqual(ref_hashes, 3 * 3 + 3 * 4 + 2)
     for k, m in ((1, 4), (2, 2), (4, 1)):
-      grads, loss, _ = Gradients(_Params(k, m))
+      grads, loss, _ = PipelinedGradients(k, m)
       self.assertAllClose(loss, ref_loss, rtol=1e-6, msg='K=%d M=%d' % (k, m))
       self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
 
+  @pytest.mark.slow
   def testDecoderSchedulesWithTheSoftmaxInTheLastPartition(self):
-    reference, ref_loss, _ = Gradients(_Params(2, 2))
+    reference, ref_loss, _ = PipelinedGradients(2, 2)
     for name in ('1f1b', 'zero_bubble'):
-      p = _Params(2, 2)
-      p.decoder.schedule = name
-      grads, loss, _ = Gradients(p)
+      grads, loss, _ = PipelinedGradients(2, 2, name)
       self.assertAllClose(loss, ref_loss, rtol=1e-6, msg=name)
       self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, name)
 
+  @pytest.mark.slow
   def testDecodingWithTheSoftmaxInTheLastPartition(self):
 
     def GreedyIds(params):
@@ -160,6 +173,7 @@ class GreedyDecodeBleuTest(test_utils.TestCase):
     p.input.batch_size = 16
     return p
 
+  @pytest.mark.slow
   def testDecodeAndBleuEndToEnd(self):
     data_dir = os.path.join(tempfile.mkdtemp(), 'corpus')
     num2words_corpus.EnsureCorpus(data_dir, max_number=99, num_test=10, max_train=80, min_train=40,
