@@ -9,7 +9,6 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import batch_norm
-from tensorpipe import placement
 from tests import helpers
 
 BATCH = 16
@@ -126,8 +125,7 @@ def _StepVariants(variants, references):
       counts[name] = (len(own), len(relevant))
       moving[name] = {v.op.name[len(name) + 1:]: v for v in tf.global_variables()
                       if v.op.name.startswith(name + '/') and 'moving_' in v.op.name}
-    config = placement.SessionConfig(4)
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config = helpers.ValuesOnlyConfig(4)
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(tf.global_variables_initializer())
       _, stat_values, _ = sess.run([grads, stats, updates])

@@ -10,7 +10,6 @@ from lingvo.core import cluster_factory
 from lingvo.core import test_utils
 
 from tensorpipe.measure import profiling
-from tensorpipe import placement
 from tensorpipe import schedule
 from tests import helpers
 
@@ -94,31 +93,6 @@ class ExecutedOrderTest(test_utils.TestCase):
 class SchedulesTest(test_utils.TestCase):
   """Every schedule gives the plain model's gradients; each refuses what it cannot run."""
 
-  def _Grads(self, variants):
-    """{name: {variable name below name/: gradient}} for each (name, params) of `variants`.
-
-    All variants are built into one graph and run in one session.run (grappler off: values only),
-    which saves a session and its graph optimisation per variant. Each params is named `name`, so
-    the variables are distinct; the layers seed their initialisers, so they start out identical.
-    """
-    x = np.random.RandomState(2).normal(size=[32, DIM]).astype(np.float32)
-    graph = tf.Graph()
-    fetches = {}
-    with graph.as_default(), helpers.Cluster(4):
-      tf.random.set_seed(1234)
-      for name, params in variants:
-        assert params.name == name, (params.name, name)
-        net = params.Instantiate()
-        loss = tf.reduce_mean(net.FPropDefaultTheta(tf.constant(x)))
-        variables = [v for v in tf.trainable_variables() if v.op.name.startswith(name + '/')]
-        grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
-        fetches[name] = {v.op.name[len(name) + 1:]: g for v, g in zip(variables, grads)}
-      config = placement.SessionConfig(4)
-      config.graph_options.rewrite_options.disable_meta_optimizer = True
-      with tf.Session(graph=graph, config=config) as sess:
-        sess.run(tf.global_variables_initializer())
-        return sess.run(fetches)
-
   @pytest.mark.slow
   def testGradientsIdenticalAcrossSchedules(self):
     layers = _WithLoss(helpers.DenseLayers(4, dim=DIM))
@@ -134,10 +108,11 @@ class SchedulesTest(test_utils.TestCase):
             variants.append(('K%d_M%d_%s_%s' % cases[-1], helpers.Pipeline(
                 layers, k, m, mode, schedule=name, name='K%d_M%d_%s_%s' % cases[-1])))
     self.assertLen(cases, 3 * 4 * 3 + 2 * 2)
-    results = self._Grads(variants)
-    plain = results['plain']
+    x = np.random.RandomState(2).normal(size=[32, DIM]).astype(np.float32)
+    results = helpers.GradientsOfVariants(variants, lambda: (tf.constant(x),))
+    plain, _ = results['plain']
     for case in cases:
-      grads = results['K%d_M%d_%s_%s' % case]
+      grads, _ = results['K%d_M%d_%s_%s' % case]
       self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, case)
 
   def testRefusesALossOfTheJoinedOutputs(self):
@@ -204,9 +179,7 @@ class GradientFlowTest(test_utils.TestCase):
         for wrt_inputs, wrt_vars in self._TARGETS:
           targets = ([x, scale] if wrt_inputs else []) + [variables[i] for i in wrt_vars]
           fetches[name].append(tf.gradients(loss, targets, colocate_gradients_with_ops=True))
-      config = placement.SessionConfig(3)
-      config.graph_options.rewrite_options.disable_meta_optimizer = True
-      with tf.Session(graph=g, config=config) as sess:
+      with tf.Session(graph=g, config=helpers.ValuesOnlyConfig(3)) as sess:
         sess.run(tf.global_variables_initializer())
         return sess.run(fetches)
 

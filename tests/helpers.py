@@ -101,6 +101,48 @@ def Gradients(params, inputs_fn, num_devices=4, loss_fn=None):
   return {v.op.name: g for v, g in zip(variables, values)}, loss_value
 
 
+def ValuesOnlyConfig(num_devices):
+  """A session config for `num_devices` devices without grappler's rewrites.
+
+  For tests that compare values only: optimising a many-variant graph before its single run would
+  take most of the test's time. Tests of what training runs (placement, memory, schedules) keep the
+  default config.
+  """
+  config = placement.SessionConfig(num_devices)
+  config.graph_options.rewrite_options.disable_meta_optimizer = True
+  return config
+
+
+def GradientsOfVariants(variants, inputs_fn, loss_fn=None, num_devices=4, grappler=False):
+  """As Gradients for each (name, params) of `variants`, all in one graph and one run.
+
+  Building and running the variants together saves a session (and its graph optimisation) per
+  variant, which is most of the time of a small model's check. Each params must be named `name`, so
+  its variables are distinct from the others'; they are still initialised identically, since every
+  layer here seeds its initialiser explicitly. Each variant gets its own inputs (so gradient
+  construction never walks another variant's ops). `grappler`: run with TensorFlow's graph
+  optimiser, as training does (slower to start; the paper's test keeps it on).
+
+  Returns:
+    {name: ({variable name below name/: gradient}, loss)}.
+  """
+  graph = tf.Graph()
+  fetches = {}
+  with graph.as_default(), Cluster(num_devices):
+    for name, params in variants:
+      assert params.name == name, (params.name, name)
+      out = params.Instantiate().FPropDefaultTheta(*inputs_fn())
+      loss = loss_fn(out) if loss_fn else tf.reduce_mean(out)
+      variables = [v for v in tf.trainable_variables() if v.op.name.startswith(name + '/')]
+      grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+      fetches[name] = ({v.op.name[len(name) + 1:]: g for v, g in zip(variables, grads)}, loss)
+    config = (placement.SessionConfig(num_devices) if grappler else
+              ValuesOnlyConfig(num_devices))
+    with tf.Session(graph=graph, config=config) as sess:
+      sess.run(tf.global_variables_initializer())
+      return sess.run(fetches)
+
+
 def MaxRelativeError(grads, reference):
   """max over variables of |g - g_ref| / |g_ref| (Frobenius norms)."""
   assert sorted(grads) == sorted(reference), (sorted(grads), sorted(reference))
@@ -177,10 +219,8 @@ def StepWithBatchNormUpdates(params, inputs_fn, num_devices=4, loss_fn=None):
     updates = tf.get_collection(py_utils.BATCH_NORM_UPDATES)
     relevant, _ = py_utils.FindRelevantBatchNormUpdates(loss, updates)
     moving = [v for v in tf.global_variables() if 'moving_' in v.op.name]
-    config = placement.SessionConfig(num_devices)
     # Values only: grappler's rewrites would take most of the time on these 10k-op graphs.
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    with tf.Session(graph=graph, config=config) as sess:
+    with tf.Session(graph=graph, config=ValuesOnlyConfig(num_devices)) as sess:
       sess.run(tf.global_variables_initializer())
       grad_values, _ = sess.run([grads, updates])
       moving_values = sess.run(moving)

@@ -12,7 +12,6 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import layer as layer_lib
-from tensorpipe import placement
 from tensorpipe import randomness
 from tests import helpers
 
@@ -40,37 +39,6 @@ def _NestedLoss(out):
   return tf.reduce_mean(out.vec) + 0.0 * tf.cast(tf.reduce_sum(out.ids), tf.float32)
 
 
-def _GradientsOfVariants(variants, inputs_fn, loss_fn=None, num_devices=4, grappler=False):
-  """As helpers.Gradients for each (name, params) of `variants`, all in one graph and one run.
-
-  Building and running the variants together saves a session (and its graph optimisation) per
-  variant, which is most of the time of a small model's check. Each params must be named `name`, so
-  its variables are distinct from the others'; they are still initialised identically, since every
-  layer here seeds its initialiser explicitly. Each variant gets its own inputs (so gradient
-  construction never walks another variant's ops). `grappler`: run with TensorFlow's graph
-  optimiser, as training does (slower to start; the paper's test keeps it on).
-
-  Returns:
-    {name: ({variable name below name/: gradient}, loss)}.
-  """
-  graph = tf.Graph()
-  fetches = {}
-  with graph.as_default(), helpers.Cluster(num_devices):
-    for name, params in variants:
-      assert params.name == name, (params.name, name)
-      out = params.Instantiate().FPropDefaultTheta(*inputs_fn())
-      loss = loss_fn(out) if loss_fn else tf.reduce_mean(out)
-      variables = [v for v in tf.trainable_variables() if v.op.name.startswith(name + '/')]
-      grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
-      fetches[name] = ({v.op.name[len(name) + 1:]: g for v, g in zip(variables, grads)}, loss)
-    config = placement.SessionConfig(num_devices)
-    # Values only: grappler's rewrites of this many-variant graph would take most of the time.
-    config.graph_options.rewrite_options.disable_meta_optimizer = not grappler
-    with tf.Session(graph=graph, config=config) as sess:
-      sess.run(tf.global_variables_initializer())
-      return sess.run(fetches)
-
-
 class PaperConsistencyTest(test_utils.TestCase):
   """The supplementary's Figure 1 test: 16 (3, 3, 1, 1) convolutions, 8 micro-batches."""
 
@@ -86,7 +54,7 @@ class PaperConsistencyTest(test_utils.TestCase):
   @pytest.mark.slow
   def testGradientNormIdenticalFor1To4PartitionsAndPlain(self):
     ks = (1, 2, 4)
-    results = _GradientsOfVariants(
+    results = helpers.GradientsOfVariants(
         [('plain', helpers.Plain(self._ConvLayers(), name='plain'))] +
         [('pipe%d' % k, helpers.Pipeline(self._ConvLayers(), k, 8, name='pipe%d' % k))
          for k in ks], self._Inputs, grappler=True)
@@ -109,7 +77,7 @@ class GradientConsistencyTest(test_utils.TestCase):
       variants.append(('K%d_M%d_%s' % (k, m, mode), helpers.Pipeline(
           helpers.DenseLayers(NUM_LAYERS, DIM, layer_cls), k, m, mode,
           name='K%d_M%d_%s' % (k, m, mode))))
-    results = _GradientsOfVariants(variants, inputs_fn, loss_fn)
+    results = helpers.GradientsOfVariants(variants, inputs_fn, loss_fn)
     reference, ref_loss = results.pop('plain')
     self.assertLen(results, 4 * 5 * 3)
     for name, (grads, loss) in sorted(results.items()):
@@ -130,7 +98,7 @@ class GradientConsistencyTest(test_utils.TestCase):
       variants.append(('K%d_M%d' % (k, m), helpers.Pipeline(
           helpers.DenseLayers(NUM_LAYERS, DIM), k, m, forward_overlap=False,
           name='K%d_M%d' % (k, m))))
-    results = _GradientsOfVariants(variants, _Inputs)
+    results = helpers.GradientsOfVariants(variants, _Inputs)
     reference, _ = results.pop('plain')
     self.assertLen(results, 3)
     for name, (grads, _) in sorted(results.items()):

@@ -23,7 +23,6 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import batch_norm
-from tensorpipe import placement
 from tests import helpers
 
 BATCH = 12
@@ -84,9 +83,8 @@ def _Steps(models, inputs_fn, loss_fn=_Loss, num_devices=4):
     moving = [v for v in tf.global_variables() if 'moving_' in v.op.name]
     init = tf.global_variables_initializer()
     reset_moving = tf.variables_initializer(moving)
-  config = placement.SessionConfig(num_devices)
   # Values only: grappler's rewrites of the outer graph would take time too.
-  config.graph_options.rewrite_options.disable_meta_optimizer = True
+  config = helpers.ValuesOnlyConfig(num_devices)
   results = []
   with tf.Session(graph=graph, config=config) as sess:
     sess.run(init)

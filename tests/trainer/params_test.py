@@ -11,6 +11,7 @@ from lingvo.core import test_utils
 from tensorpipe import placement
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
+from tests import helpers
 
 SMALL_BATCH_PER_MICRO_BATCH = 2
 
@@ -72,10 +73,9 @@ class RegisteredParamsTest(test_utils.TestCase):
         model.ConstructFPropGraph()
       task = model.GetTask()
       init = tf.global_variables_initializer()
-    config = placement.SessionConfig(num_devices)
     # Values only: grappler's rewrites would take most of the step's time on these graphs (up to
     # 14k ops); it is the graph Lingvo builds and its values that the test checks.
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    config = helpers.ValuesOnlyConfig(num_devices)
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(init)
       task.input.Initialize(sess)

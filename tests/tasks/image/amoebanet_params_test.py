@@ -13,7 +13,6 @@ from lingvo.core import test_utils
 
 from params import amoebanet as amoebanet_params
 from tensorpipe.partition import cost_model
-from tensorpipe import placement
 from tests import helpers
 
 # (model, (L, F), K, paper's parameter count, tolerance).
@@ -165,8 +164,7 @@ class TinyTrainingTest(test_utils.TestCase):
       task = model.GetTask()
       moving = [v for v in tf.global_variables() if 'moving_mean' in v.op.name]
       init = tf.global_variables_initializer()
-    config = placement.SessionConfig(k)
-    config.graph_options.rewrite_options.disable_meta_optimizer = True  # Faster to start.
+    config = helpers.ValuesOnlyConfig(k)  # Faster to start.
     losses = []
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(init)

@@ -10,10 +10,10 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import layer as layer_lib
-from tensorpipe import placement
 from tensorpipe.tasks.image import amoebanet
 from tensorpipe.tasks.image import image_classifier
 from tensorpipe.tasks.image import image_input
+from tests import helpers
 
 
 @contextlib.contextmanager
@@ -44,14 +44,6 @@ def _TinyTask(num_micro_batches, schedule='gpipe', weights=None, **task_params):
     yield graph, task, predictions, metrics
 
 
-def _ValuesOnlyConfig():
-  """The 2-device session config without grappler's rewrites: these tests compare values only, so
-  optimising each graph once before its single run would be wasted time."""
-  config = placement.SessionConfig(2)
-  config.graph_options.rewrite_options.disable_meta_optimizer = True
-  return config
-
-
 class ImageClassifierTest(test_utils.TestCase):
 
   def _Step(self, schedule):
@@ -60,7 +52,7 @@ class ImageClassifierTest(test_utils.TestCase):
                    aux_loss_weight=0.4) as (graph, task, _, metrics):
       grads = [g for g in tf.gradients(metrics['loss'][0], tf.trainable_variables())
                if g is not None]
-      with tf.Session(graph=graph, config=_ValuesOnlyConfig()) as sess:
+      with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(2)) as sess:
         sess.run(tf.global_variables_initializer())
         values, grad_values = sess.run([{k: v[0] for k, v in metrics.items()}, grads])
     return task, values, grad_values
@@ -88,7 +80,7 @@ class Bfloat16Test(test_utils.TestCase):
 
   def _Loss(self, mode):
     with _TinyTask(1, bfloat16_activations=mode) as (graph, _, predictions, metrics):
-      with tf.Session(graph=graph, config=_ValuesOnlyConfig()) as sess:
+      with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(2)) as sess:
         sess.run(tf.global_variables_initializer())
         loss = sess.run(metrics['loss'][0])
     return predictions.logits.dtype, predictions.aux_logits.dtype, loss

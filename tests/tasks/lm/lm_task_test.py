@@ -9,7 +9,6 @@ from lingvo.core import builder_layers
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
-from tensorpipe import placement
 from tensorpipe.tasks.lm import lm_task
 from tests import helpers
 
@@ -34,8 +33,7 @@ def _Gradients(params, num_devices):
     variables = tf.trainable_variables()
     grads = [tf.convert_to_tensor(g) for g in
              tf.gradients(loss, variables, colocate_gradients_with_ops=True)]
-    config = placement.SessionConfig(num_devices)
-    config.graph_options.rewrite_options.disable_meta_optimizer = True  # Build speed only.
+    config = helpers.ValuesOnlyConfig(num_devices)  # Build speed only.
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(tf.global_variables_initializer())
       for v in variables:

@@ -22,7 +22,6 @@ from lingvo.core import metrics
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
-from tensorpipe import placement
 from tensorpipe.tasks.mt import mt_input
 from tensorpipe.tasks.mt import mt_task
 from tensorpipe.tasks.mt import num2words_corpus
@@ -80,8 +79,7 @@ def Gradients(params, num_devices=4):
     variables = tf.trainable_variables()
     grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
     grads = [tf.convert_to_tensor(g) for g in grads]
-    config = placement.SessionConfig(num_devices)
-    config.graph_options.rewrite_options.disable_meta_optimizer = True  # Build speed only.
+    config = helpers.ValuesOnlyConfig(num_devices)  # Build speed only.
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(tf.global_variables_initializer())
       for v in variables:
