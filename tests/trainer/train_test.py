@@ -3,8 +3,8 @@
 TrainerSmokeTest runs `python -m tensorpipe.trainer.train` (Lingvo's trainer, sync mode: controller
 + trainer_client) on digits.TinyConvPipeline cut into K = 2 partitions on --cpu_devices=2: it kills
 the trainer once a checkpoint is written, starts it again (training resumes from that checkpoint),
-then evaluates the final checkpoint with --job=evaler_once_test@STEP. About 2 minutes on 2 cores
-(two 30 s start-up sleeps of Lingvo's sync-mode trainer).
+then evaluates the final checkpoint with --job=evaler_once_test@STEP. About half a minute on 2
+cores: the runners start as soon as the model is ready (tensorpipe.trainer.startup).
 """
 
 import collections
