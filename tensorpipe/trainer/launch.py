@@ -5,7 +5,8 @@ r"""Starts a whole distributed training job on this machine: one process per tas
   python -m tensorpipe.trainer.launch --model=digits.TinyConvPipeline --logdir=/tmp/digits22 \
       --worker_tasks=4 --tasks_per_replica=2 --cpu_devices=2   # S = 2 replicas x K = 4 partitions
 
-It picks free ports, writes Lingvo's --cluster_spec (controller, trainer_client, W worker tasks) and
+It picks free ports below the kernel's ephemeral range (so no outgoing connection takes one before
+its task binds it), writes Lingvo's --cluster_spec (controller, trainer_client, W worker tasks) and
 runs `python -m tensorpipe.trainer.train` once per task with --mode=sync --job=JOB --task=I, so
 every process is TensorFlow's own distributed runtime driven by Lingvo's trainer. A replica (one
 model split of --tasks_per_replica x --cpu_devices devices) spans --tasks_per_replica worker tasks:
