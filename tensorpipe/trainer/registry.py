@@ -1,35 +1,88 @@
 """Registered models: TensorPipe's top-level `params` package first, then wherever Lingvo looks.
 
---model=digits.X imports params.digits. `ModelRegistry` stands in for Lingvo's model_registry module
-in the trainer, and every lookup failure is a `UsageError` with a one-line message that names the
-model and lists the registered ones.
+--model=digits.X imports params.digits; --model=my_lm.X imports a user's my_lm on PYTHONPATH, as
+Lingvo's trainer would. `ModelRegistry` stands in for Lingvo's model_registry module in the trainer,
+and every lookup failure is a `UsageError` with a one-line message: for an unknown model it lists
+the registered ones, and a model module that exists but fails to import is named with its error
+(where Lingvo would call the model unknown or print a traceback).
 """
 
 import importlib
+import importlib.util
 import pkgutil
+import sys
 
-from lingvo import model_imports
 from lingvo import model_registry
 from lingvo.core import base_model_params
 
 PARAMS_PACKAGE = 'params'
 # Lingvo's registry proper; its module-level functions lack the lookups ModelRegistry adds.
 _HELPER = model_registry._ModelRegistryHelper  # pylint: disable=protected-access
+# Where Lingvo's model_imports.ImportParams looks for its built-in tasks' params.
+_LINGVO_TASKS = 'lingvo.tasks'
 
 
 class UsageError(Exception):
   """A problem with the command line or the model's configuration, reported in one line."""
 
 
-def _ImportIfPresent(module_name):
-  """Imports `module_name`; False if it (or a parent package) does not exist, else True."""
-  try:
-    importlib.import_module(module_name)
-    return True
-  except ModuleNotFoundError as e:
-    if e.name and module_name.startswith(e.name):
+def _WithParams(module):
+  """`module` with a `params` component inserted after each of its components in turn."""
+  parts = module.split('.')
+  return ['.'.join(parts[:i] + ['params'] + parts[i:]) for i in range(1, len(parts) + 1)]
+
+
+def CandidateModules(model_name):
+  """The modules that may register `model_name`, in the order ImportModel tries them.
+
+  TensorPipe's `params.<module>` first, then the paths of Lingvo's model_imports.ImportParams: the
+  module itself (e.g. a user's module on PYTHONPATH), then with `params` inserted after each of its
+  components, then both again under lingvo.tasks. Like Lingvo, nothing beyond TensorPipe's own
+  module for `test.` models.
+  """
+  module = model_name.rpartition('.')[0]
+  candidates = ['%s.%s' % (PARAMS_PACKAGE, module)]
+  if not model_name.startswith('test.'):
+    for path in (module, '%s.%s' % (_LINGVO_TASKS, module)):
+      candidates += [path] + _WithParams(path)
+  return list(dict.fromkeys(candidates))
+
+
+def _ErrorLine(e):
+  """`Type: first line of the message` of exception `e`, for a one-line report."""
+  lines = str(e).strip().splitlines()
+  return '%s: %s' % (type(e).__name__, lines[0]) if lines else type(e).__name__
+
+
+def _ImportIfExists(module_name, model_name):
+  """Imports `module_name`; False if it (or a parent package) does not exist, else True.
+
+  Each package on the way is looked up (importlib.util.find_spec) before it runs, so a module that
+  exists but raises while importing, even a ModuleNotFoundError for a package it needs, is told
+  apart from one that is not there. Lingvo's model_imports only tells them apart by the name in a
+  ModuleNotFoundError's message and lets every other error through as a traceback.
+
+  Raises:
+    UsageError: naming `model_name`, the module that failed and its error, chained to the error.
+  """
+  parts = module_name.split('.')
+  for i in range(1, len(parts) + 1):
+    name = '.'.join(parts[:i])
+    if sys.modules.get(name) is not None:
+      continue
+    try:
+      # The parents are imported by now, so this only looks: it runs no module code.
+      spec = importlib.util.find_spec(name)
+    except ModuleNotFoundError:  # The parent is a module, not a package.
       return False
-    raise
+    if spec is None:
+      return False
+    try:
+      importlib.import_module(name)
+    except Exception as e:  # pylint: disable=broad-except
+      raise UsageError('--model=%s: module %s failed to import: %s' %
+                       (model_name, name, _ErrorLine(e))) from e
+  return True
 
 
 def ImportAllParams():
@@ -60,27 +113,31 @@ def TensorPipeModels():
 
 
 def ImportModel(model_name):
-  """Imports the module that registers `model_name` (`params.<module>` first, then Lingvo's paths).
+  """Imports the modules that may register `model_name` (see CandidateModules) until one does.
 
   Raises:
-    UsageError: if no registered model has that name.
+    UsageError: if a candidate module exists but fails to import, or no registered model has that
+      name; the latter lists the registered models and the candidates that imported without it.
   """
   if not model_name or '.' not in model_name:
     raise UsageError('--model=%r is not a registered model name such as digits.TinyConvPipeline '
                      '(see --list_models)' % (model_name or ''))
   known = _HELPER._MODEL_PARAMS  # pylint: disable=protected-access
-  if model_name not in known:
-    module = model_name.rpartition('.')[0]
-    _ImportIfPresent('%s.%s' % (PARAMS_PACKAGE, module))
-  if model_name not in known:
-    try:
-      model_imports.ImportParams(model_name, require_success=False)
-    except ModuleNotFoundError:
-      pass
+  imported = []
+  for module in CandidateModules(model_name):
+    if model_name in known:
+      return
+    if _ImportIfExists(module, model_name):
+      imported.append(module)
   if model_name not in known:
     names = sorted(RegisteredModels())
-    raise UsageError('unknown --model=%s; registered models: %s' %
-                     (model_name, ', '.join(names) if names else '(none)'))
+    message = 'unknown --model=%s; registered models: %s' % (
+        model_name, ', '.join(names) if names else '(none)')
+    if len(imported) == 1:
+      message += '; module %s imports fine but does not register it' % imported[0]
+    elif imported:
+      message += '; modules %s import fine but do not register it' % ', '.join(imported)
+    raise UsageError(message)
 
 
 class ModelRegistry:
