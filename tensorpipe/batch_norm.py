@@ -12,8 +12,8 @@ this module's `BatchNorm` alike, asks for its update through `py_utils.UpdateBat
   the pipeline adds each call's records to its own collector. After the last micro-batch the
   pipeline calls `StatsCollector.Finish` (step (7) of docs/design.md, "One training step"), which
   combines the M micro-batches' statistics exactly (weighted by their non-padded positions where
-  the layer's moments say so, else equally: mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) -
-  mean^2) and registers one Lingvo batch-norm update per variable, which Lingvo's training step
+  the layer's moments say so, else by their examples, equally when micro-batches are equal:
+  mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) - mean^2) and registers one Lingvo batch-norm update per variable, which Lingvo's training step
   applies like any other. A re-computation runs under a `Discarding` collector, so it records
   nothing.
 - Outside a TensorPipeLayer the call updates the moving averages from the layer's own batch
@@ -80,9 +80,12 @@ def _VariableName(variable):
 class StatsCollector:
   """Gathers the micro-batch statistics of every batch-norm update in one pipelined forward pass."""
 
-  def __init__(self, num_micro_batches: int, where: str = 'TensorPipeLayer'):
+  def __init__(self, num_micro_batches: int, where: str = 'TensorPipeLayer',
+               sizes: Optional[Sequence[Any]] = None):
+    """`sizes`: the examples of each micro-batch (ints or tensors) when they may differ, else None."""
     self._num_micro_batches = num_micro_batches
     self._where = where
+    self._sizes = None if sizes is None else list(sizes)
     self._updates = collections.OrderedDict()  # id(variable) -> [Update]
     self._closed = False
 
@@ -109,7 +112,8 @@ class StatsCollector:
     """The mini-batch statistic of one variable from its M micro-batch `updates`."""
     name = _VariableName(updates[0].variable)
     counts = [u.count for u in updates]
-    counts = None if any(c is None for c in counts) else counts
+    if any(c is None for c in counts):
+      counts = self._sizes  # Micro-batches of different sizes weigh by their examples.
     values = [u.value for u in updates]
     if not name.endswith('variance'):
       return CombineMoments(values, [tf.zeros_like(v) for v in values], counts)[0]

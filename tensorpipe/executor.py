@@ -30,11 +30,14 @@ the backward action, which needs a loss gradient that does not wait for the forw
 in (5)).
 """
 
-from typing import Any, Callable, Sequence, Union
+import dataclasses
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from lingvo import compat as tf
 from lingvo.core import py_utils
 
+from tensorpipe import batch_dim_check
+from tensorpipe import early_shapes
 from tensorpipe import leaves
 from tensorpipe import micro_batching
 from tensorpipe import schedule as schedule_lib
@@ -44,37 +47,73 @@ def _Token():
   return tf.zeros([], tf.float32, name='token')
 
 
+@dataclasses.dataclass(frozen=True)
+class _Call:
+  """One forward action's call: what its backward actions re-run and differentiate.
+
+  origins: per input leaf, (the partition whose output it is, or -1 for the mini-batch's piece, and
+    the index of the leaf among that output's leaves), so input gradients go back to their source.
+  """
+  partition: Any  # partition_function.PartitionFunctions
+  theta: List[tf.Tensor]
+  x_leaves: List[tf.Tensor]
+  ys: List[tf.Tensor]
+  step: Optional[tf.Tensor]
+  offset: tf.Tensor
+  origins: List[Tuple[int, int]]
+
+
+def _Add(a, b):
+  return b if a is None else a if b is None else a + b
+
+
 class PipelineStep:
   """Builds the ops of one call of a TensorPipeLayer's FProp (see the module docstring).
 
   Args:
     sched: the schedule.Schedule to follow.
-    make_partition: (k, theta NestedMap, inputs of micro-batch 0) ->
-      partition_function.PartitionFunctions.
+    make_partition: (k, t, theta NestedMap, inputs of micro-batch t) ->
+      partition_function.PartitionFunctions (the same object for micro-batches of one shape).
     devices: the K device strings.
-    batch_dim: the batch dimension of the inputs and outputs.
+    batch_dim: the batch dimension of the inputs.
     recompute: (t) -> True if micro-batch t's backward passes re-compute their partitions.
     where: names the pipeline in error messages.
+    route: (k, micro-batch t's piece of the inputs, the outputs of partitions 0 .. k-1 for t) ->
+      partition k's inputs for t, made of those tensors. Default: the piece for partition 0, else
+      partition k - 1's outputs. Gradients flow back along the same tensors.
+    output_batch_dim: the batch dimension of the outputs (default batch_dim; see
+      micro_batching.OutputAxis).
+    check_batch_dim: in training, check on the first step that each partition keeps examples
+      apart along batch_dim (see `batch_dim_check`).
   """
 
   def __init__(self, sched: schedule_lib.Schedule,
-               make_partition: Callable[[int, py_utils.NestedMap, Any], Any],
+               make_partition: Callable[[int, int, py_utils.NestedMap, Any], Any],
                devices: Sequence[str], batch_dim: int, recompute: Callable[[int], bool],
-               where: str):
+               where: str, route: Optional[Callable[[int, Any, List[Any]], Any]] = None,
+               output_batch_dim: Optional[int] = None, check_batch_dim: bool = False):
     self._sched = sched
     self._make_partition = make_partition
     self._devices = devices
     self._batch_dim = batch_dim
+    self._output_batch_dim = batch_dim if output_batch_dim is None else output_batch_dim
     self._recompute = recompute
+    self._check_batch_dim = check_batch_dim
     self._where = where
+    self._route = route or (lambda k, piece, earlier: earlier[-1] if k else piece)
     self._num_partitions = sched.num_partitions
     self._num_micro = sched.num_micro_batches
+    self._sizes = None
+    self._num_inputs = None
     self._ops = {}  # action -> the ops it is done after
     self._late = {}  # action not built yet -> the already built actions that must wait for it
-    self._partitions = [None] * self._num_partitions
-    self._calls = {}  # F(k, t) -> (theta leaves, input leaves, output leaves, step, offset)
+    # F(k, t) -> _Call: its partition functions and what it got and gave.
+    self._calls = {}
     self._weight_grads = None
     self._input_grads = None
+    self._exit_outputs = None  # The joined outputs, as FProp returns them.
+    self._output_names = None
+    self._checks = []  # Ops every step's weight gradients wait for.
 
   def _After(self, action):
     """Ops built in this context run after what `action` waits for: its edges in the schedule.
@@ -95,18 +134,22 @@ class PipelineStep:
         op._add_control_inputs(ops)  # pylint: disable=protected-access
 
   def Run(self, partition_theta: Sequence[py_utils.NestedMap], args: Any,
-          offsets: Sequence[Union[int, tf.Tensor]], collector: Any, training: bool) -> Any:
+          sizes: Sequence[Union[int, tf.Tensor]], offsets: Sequence[Union[int, tf.Tensor]],
+          collector: Any, training: bool) -> Any:
     """Builds the step; returns the pipeline's outputs (structured like the last partition's).
 
     Args:
       partition_theta: K NestedMaps, partition k's weights.
       args: the FProp inputs (tensors, tuples, NestedMaps; None allowed).
+      sizes: per micro-batch, its number of examples (int or tensor; see micro_batching.Sizes).
       offsets: per micro-batch, the index of its first example in the mini-batch (int or tensor).
       collector: batch_norm.StatsCollector that gets every forward call's statistics.
       training: build the gradient machinery, steps (1)-(6); else only the forward calls (3)
         between a plain split and a plain join.
     """
     num_micro, num_partitions = self._num_micro, self._num_partitions
+    self._sizes = list(sizes)
+    self._num_inputs = len(leaves.Present(args))
     step = py_utils.GetGlobalStep()
     with tf.device(self._devices[0]):
       if step is not None:
@@ -116,7 +159,7 @@ class PipelineStep:
       if training:
         pieces, entry_token = self._Entry(args)  # Step (1).
       else:
-        pieces = micro_batching.Split(args, num_micro, self._batch_dim)
+        pieces = micro_batching.Split(args, num_micro, self._batch_dim, self._sizes)
     thetas, tokens = [], [entry_token] if training else []
     for k in range(num_partitions):
       theta_leaves = partition_theta[k].Flatten()
@@ -128,26 +171,60 @@ class PipelineStep:
     outputs = [[None] * num_micro for _ in range(num_partitions)]
     for action in self._sched.BuildOrder((schedule_lib.FORWARD,)):  # Step (3).
       k, t = action.partition, action.micro_batch
-      inputs = pieces[t] if k == 0 else outputs[k - 1][t]
-      if self._partitions[k] is None:
-        self._partitions[k] = self._make_partition(k, partition_theta[k], inputs)
+      inputs = self._route(k, pieces[t], [outputs[j][t] for j in range(k)])
+      partition = self._make_partition(k, t, partition_theta[k], inputs)
       x_leaves = leaves.Present(inputs)
       # Schedule rules 1 and 2: after F(k-1, t) and the device's forward pass before it. Rule 8's
       # edge from B(k, t - (K - k)) is added by `_Built` once that action is built in step (5).
       with tf.name_scope('partition%d_mb%d' % (k, t)), self._After(action):
-        out, records, ys = self._partitions[k].Forward(
+        out, records, ys = partition.Forward(
             step, offsets[t], thetas[k], x_leaves,
             differentiable=training and not self._recompute(t))
       self._Built(action, [ys[0].op])
-      self._calls[action] = (thetas[k], x_leaves, ys, step, offsets[t])
+      self._calls[action] = _Call(partition, thetas[k], x_leaves, ys, step, offsets[t],
+                                  self._Origins(k, t, x_leaves, pieces[t]))
       for update in records:
         collector.Add(update)
       outputs[k][t] = out
     last = outputs[-1]
     with tf.device(self._devices[-1]):
-      if training:
-        return self._Exit(last, tokens)  # Step (4).
-      return micro_batching.Concat(last, self._batch_dim, self._where)
+      if not training:
+        return micro_batching.Concat(last, self._output_batch_dim, self._where)
+      out = self._Exit(last, tokens)  # Step (4).
+    if self._check_batch_dim:
+      self._checks.extend(self._BatchDimChecks(args))
+    return out
+
+  def _BatchDimChecks(self, args):
+    """On the first step, each partition's check that it keeps examples apart (batch_dim_check)."""
+    checks = []
+    inputs = batch_dim_check.DescribeInputs(args)
+    for k in range(self._num_partitions):
+      call = self._calls[self._Forward(k, 0)]
+      with tf.device(self._devices[k]), tf.name_scope('partition%d_batch_dim_check' % k):
+        check = batch_dim_check.Check(
+            call.partition, k, call.step, call.offset, call.theta, call.x_leaves, call.ys,
+            self._batch_dim, self._sizes[0] if isinstance(self._sizes[0], int) else None,
+            inputs, self._where)
+      if check is not None:
+        checks.append(check)
+    return checks
+
+  def _Origins(self, k, t, x_leaves, piece):
+    """Where each input leaf of F(k, t) comes from (see `_Call`)."""
+    sources = {}
+    for i, x in enumerate(leaves.Present(piece)):
+      sources.setdefault(x.ref(), (-1, i))
+    for j in range(k):
+      for i, y in enumerate(self._calls[schedule_lib.Action(schedule_lib.FORWARD, j, t)].ys):
+        sources.setdefault(y.ref(), (j, i))
+    origins = []
+    for x in x_leaves:
+      if x.ref() not in sources:
+        raise AssertionError('%s: an input of partition %d is neither an input of the pipeline nor '
+                             'an output of an earlier partition' % (self._where, k))
+      origins.append(sources[x.ref()])
+    return origins
 
   def _Entry(self, args):
     """Step (1): the micro-batches of `args` and a token; the gradient is step (6)'s join."""
@@ -155,7 +232,7 @@ class PipelineStep:
 
     @tf.custom_gradient
     def Entry(*xs):
-      parts = micro_batching.Split(leaves.Fill(args, xs), num_micro, self._batch_dim)
+      parts = micro_batching.Split(leaves.Fill(args, xs), num_micro, self._batch_dim, self._sizes)
       flat = [x for part in parts for x in leaves.Present(part)]
 
       def Grad(*unused_grads):
@@ -179,7 +256,8 @@ class PipelineStep:
       return None
     if micro_batching.IsBatched(x, self._batch_dim) and self._num_micro > 1:
       if any(g is None for g in grads):
-        pieces = tf.split(tf.zeros_like(x), self._num_micro, axis=self._batch_dim)
+        pieces = micro_batching.Split(tf.zeros_like(x), self._num_micro, self._batch_dim,
+                                      self._sizes)
         grads = [p if g is None else g for g, p in zip(grads, pieces)]
       return tf.concat(grads, self._batch_dim)
     return tf.add_n([g for g in grads if g is not None])
@@ -194,7 +272,12 @@ class PipelineStep:
         if self._weight_grads is None:
           raise AssertionError('%s: weight gradients requested before the backward pass was built'
                                % self._where)
-        return self._weight_grads[k]
+        if not self._checks:
+          return self._weight_grads[k]
+        # The step's checks (the first step's batch_dim check, the early shapes of step (5)) run
+        # before any weight gradient is returned.
+        with tf.control_dependencies(self._checks):
+          return [None if g is None else tf.identity(g) for g in self._weight_grads[k]]
 
       return list(theta) + [_Token()], Grad
 
@@ -209,8 +292,8 @@ class PipelineStep:
     @tf.custom_gradient
     def Exit(*args):
       ys = [list(args[t * per:(t + 1) * per]) for t in range(self._num_micro)]
-      joined = micro_batching.Concat([leaves.Fill(last[0], y) for y in ys], self._batch_dim,
-                                     self._where)
+      joined = micro_batching.Concat([leaves.Fill(last[0], y) for y in ys],
+                                     self._output_batch_dim, self._where)
 
       def Grad(*dys):
         self._BuildBackward(dys, ys)
@@ -219,31 +302,55 @@ class PipelineStep:
 
       return leaves.Present(joined), Grad
 
-    return leaves.Fill(last[0], Exit(*[y for ys in flat for y in ys], *tokens))
+    joined = Exit(*[y for ys in flat for y in ys], *tokens)
+    self._exit_outputs = list(joined)
+    self._output_names = [name for name, x in zip(micro_batching.LeafNames(last[0], 'outputs'),
+                                                  tf.nest.flatten(last[0])) if x is not None]
+    return leaves.Fill(last[0], joined)
 
-  def _CheckLossGradient(self, out_grads):
-    """Raises ValueError if a forward action waits for a backward one (1F1B) while the gradient
-    reaching the pipeline's output depends on a forward pass: the step could never finish."""
-    if not self._late:
-      return
-    forward = {op for action, ops in self._ops.items() if action.kind == schedule_lib.FORWARD
-               for op in ops}
-    seen = set()
-    todo = [g.op for g in out_grads if g is not None and hasattr(g, 'op')]
-    while todo:
-      op = todo.pop()
-      if op in seen:
+  def _EarlyShapes(self, out_grads, last_ys):
+    """Step (5), in a schedule where forward actions wait for backward ones (rule 8): the loss
+    gradient's reads of the outputs' shapes are answered without waiting for every forward pass
+    (see `early_shapes`), and a loss gradient that depends on their values is refused: the step
+    could never finish."""
+    # The forward actions that wait, directly or not, for a backward one: what the loss gradient
+    # must not wait for.
+    waiting = set()
+    for action in self._sched.BuildOrder((schedule_lib.FORWARD,)):
+      if any(e.before.kind != schedule_lib.FORWARD or e.before in waiting
+             for e in self._sched.Waits(action)):
+        waiting.add(action)
+    forward = {op for action in waiting for op in self._ops[action]}
+    total = sum(self._sizes[1:], self._sizes[0])
+
+    def StandIn(first):  # Zeros shaped like the joined output whose first micro-batch is `first`.
+      axis = micro_batching.OutputAxis(first, self._output_batch_dim)
+      shape = tf.shape(first)
+      shape = tf.concat([shape[:axis], [tf.cast(total, shape.dtype)], shape[axis + 1:]], 0)
+      with tf.device(self._devices[-1]):
+        return tf.zeros(shape, first.dtype, name='output_shape_stand_in')
+
+    stand_ins = {out: (lambda first=first: StandIn(first))
+                 for out, first in zip(self._exit_outputs, last_ys[0])}
+    grads = [g for g in out_grads if g is not None and hasattr(g, 'op')]
+    self._checks.extend(early_shapes.Detach(grads, stand_ins, forward, self._where))
+    late = early_shapes.Lateness(forward)
+    outputs = {early_shapes.Unwrapped(out).ref(): name
+               for out, name in zip(self._exit_outputs, self._output_names)}
+    for op in early_shapes.Ancestors(grads, forward):
+      if not late(op) or op.type in ('Identity', 'IdentityN'):
         continue
-      seen.add(op)
-      if op in forward:
+      read = [outputs[early_shapes.Unwrapped(x).ref()] for x in op.inputs
+              if early_shapes.Unwrapped(x).ref() in outputs]
+      if read or op in forward:
         raise ValueError(
-            '%s: the %s schedule runs a micro-batch\'s backward pass before later forward '
-            'passes, so the gradient of each micro-batch\'s output must not depend on the '
-            'pipeline\'s outputs, but it does (e.g. a loss computed from logits after the '
-            'pipeline). Make the last layer return per-example losses (the loss is then their mean '
-            'or weighted sum), or use schedule=\'gpipe\'' % (self._where, self._sched.name))
-      todo.extend(t.op for t in op.inputs)
-      todo.extend(op.control_inputs)
+            '%s: the %s schedule runs a micro-batch\'s backward pass before later forward passes, '
+            'so the gradient reaching the pipeline\'s outputs may depend on their shapes but not '
+            'on their values; it depends on the values of %s through op %r (%s), e.g. a loss '
+            'computed from logits after the pipeline. Compute per-example losses inside the '
+            'pipeline (in its last layer or a loss_layer) and take only their sum or mean after '
+            "it, or use schedule='gpipe'" % (self._where, self._sched.name,
+                                             ', '.join(read) or 'its outputs', op.name, op.type))
 
   def _BuildBackward(self, out_grads, last_ys):
     """Step (5): every backward action, in build order; fills the gradients step (6) returns."""
@@ -252,20 +359,23 @@ class PipelineStep:
     # reason to wait for the output.
     out_grads = [None if g is not None and getattr(g, 'op', None) is not None and
                  g.op.type == 'ZerosLike' else g for g in out_grads]
-    self._CheckLossGradient(out_grads)
-    dys = {}
+    if self._late:
+      self._EarlyShapes(out_grads, last_ys)
+    dys = {}  # (k, t) -> the gradient of each output leaf of F(k, t), None where none yet
+    for t in range(num_micro):
+      dys[(num_partitions - 1, t)] = [None] * len(last_ys[t])
     for j, grad in enumerate(out_grads):
       column = [ys[j] for ys in last_ys]
       if grad is None or not column[0].dtype.is_floating:
-        pieces = [None] * num_micro
-      elif num_micro == 1:
+        continue
+      if num_micro == 1:
         pieces = [tf.convert_to_tensor(grad)]
       else:
-        pieces = micro_batching.SplitGradient(grad, column, self._batch_dim)
+        pieces = micro_batching.SplitGradient(grad, column, self._output_batch_dim)
       for t in range(num_micro):
-        dys.setdefault((num_partitions - 1, t), []).append(pieces[t])
+        dys[(num_partitions - 1, t)][j] = pieces[t]
     sums = [None] * num_partitions
-    input_grads = [None] * num_micro
+    input_grads = [[None] * self._num_inputs for _ in range(num_micro)]
     kept = {}  # (k, t) -> (output gradients, what B(k, t) kept for W(k, t), its name scope)
     split = self._sched.splits_backward
     # Lingvo builds gradients with colocate_gradients_with_ops, which would pin every op built here
@@ -273,21 +383,20 @@ class PipelineStep:
     with tf.compat.v1.colocate_with(None, ignore_existing=True):
       for action in self._sched.BuildOrder((schedule_lib.BACKWARD, schedule_lib.WEIGHT)):
         k, t = action.partition, action.micro_batch
-        theta, x_leaves, ys, step, offset = self._calls[schedule_lib.Action(
-            schedule_lib.FORWARD, k, t)]
-        partition = self._partitions[k]
+        call = self._calls[self._Forward(k, t)]
+        partition = call.partition
         if action.kind == schedule_lib.WEIGHT:
           if (k, t) in kept:
             grads, tensors, scope = kept.pop((k, t))
             # Schedule rules 10 to 12: after B(k, t), W(k, t-1) and B(k, t+k).
             with tf.device(self._devices[k]), tf.name_scope(scope), self._After(action):
-              sums[k], ops = partition.WeightBackward(step, offset, theta, x_leaves, grads, tensors,
-                                                 sums[k])
+              sums[k], ops = partition.WeightBackward(call.step, call.offset, call.theta,
+                                                      call.x_leaves, grads, tensors, sums[k])
             self._Built(action, ops)
           continue
-        grads = dys.pop((k, t))
+        grads = dys.pop((k, t), None) or [None] * len(call.ys)
         if all(g is None for g in grads):
-          dx = [None] * len(x_leaves)
+          dx = [None] * len(call.x_leaves)
         else:
           # Schedule rules 3 to 7, 9 and 13: after the loss's inputs, B(k+1, t), the device's
           # backward pass before it and, in zero-bubble, its weight-gradient pass k + 1 before.
@@ -297,21 +406,33 @@ class PipelineStep:
               if not self._recompute(t):
                 raise AssertionError('%s: the %s schedule needs re-computation' %
                                      (self._where, self._sched.name))
-              dx, tensors, ops = partition.InputBackward(step, offset, theta, x_leaves, grads)
+              dx, tensors, ops = partition.InputBackward(call.step, call.offset, call.theta,
+                                                         call.x_leaves, grads)
               kept[(k, t)] = (grads, tensors, scope)  # W(k, t) is named in the same scope.
             elif self._recompute(t):
-              dx, sums[k], ops = partition.Backward(step, offset, theta, x_leaves, grads, sums[k])
+              dx, sums[k], ops = partition.Backward(call.step, call.offset, call.theta,
+                                                    call.x_leaves, grads, sums[k])
             else:
-              dx, sums[k], ops = partition.NeverRecomputeBackward(ys, theta, x_leaves, grads,
-                                                                   sums[k])
+              dx, sums[k], ops = partition.NeverRecomputeBackward(call.ys, call.theta,
+                                                                   call.x_leaves, grads, sums[k])
           self._Built(action, ops)
-        if k:
-          dys[(k - 1, t)] = dx
-        else:
-          input_grads[t] = dx
+        # Each input gradient goes back to the output (or input piece) it came from.
+        for g, (source, i) in zip(dx, call.origins):
+          if g is None:
+            continue
+          if source < 0:
+            input_grads[t][i] = _Add(input_grads[t][i], g)
+          else:
+            target = dys.setdefault(
+                (source, t), [None] * len(self._calls[self._Forward(source, t)].ys))
+            target[i] = _Add(target[i], g)
     self._weight_grads = []
     for k in range(num_partitions):
-      theta = self._calls[schedule_lib.Action(schedule_lib.FORWARD, k, 0)][0]
-      self._weight_grads.append([None] * len(theta) if sums[k] is None else
-                                self._partitions[k].WeightGradients(sums[k]))
+      call = self._calls[self._Forward(k, 0)]
+      self._weight_grads.append([None] * len(call.theta) if sums[k] is None else
+                                call.partition.WeightGradients(sums[k]))
     self._input_grads = input_grads
+
+  @staticmethod
+  def _Forward(k, t):
+    return schedule_lib.Action(schedule_lib.FORWARD, k, t)

@@ -31,6 +31,7 @@ from tensorpipe import partition_function
 from tensorpipe import placement
 from tensorpipe import randomness
 from tensorpipe import schedule
+from tensorpipe import shared_layer
 from tensorpipe import stateful_ops
 
 RECOMPUTE_MODES = ('always', 'except_last', 'never')
@@ -83,7 +84,26 @@ class TensorPipeLayer(base_layer.BaseLayer):
     p.Define('micro_batch_size', None,
              'Examples per micro-batch; when set, M = batch / micro_batch_size (then leave '
              'num_micro_batches at 1 or equal to that).')
-    p.Define('batch_dim', 0, 'The batch dimension of the inputs and outputs.')
+    p.Define('batch_dim', 0,
+             'The batch dimension of the inputs and outputs: 0 for batch-major [B, T, ...], 1 for '
+             "Lingvo's time-major [T, B, ...] tensors (see check_batch_dim).")
+    p.Define('output_batch_dim', None,
+             'The batch dimension of the outputs if it is not batch_dim (e.g. 0 for [B, C] logits '
+             'of a time-major pipeline); rank-1 outputs always join along axis 0.')
+    p.Define('skip_connections', None,
+             'Pairs (source, destination) of layer names: the source\'s output is also passed to '
+             'the destination, after its usual inputs, as an extra FProp argument (across '
+             'partitions it goes straight to the destination\'s device).')
+    p.Define('check_batch_dim', True,
+             'On the first training step (global step 0), check that changing one example of a '
+             "partition's input changes no other example's output (so results cannot depend on "
+             'M) and fail naming the partition and batch_dim if it does. False: skip the check '
+             '(batch-norm partitions are skipped anyway).')
+    p.Define('unpipelined', False,
+             'Run the layers one after another in the caller\'s graph, with no micro-batches, '
+             'partition functions or re-computation: the reference the consistency check '
+             'compares the pipeline against. Same variables, dropout masks and batch-norm '
+             'updates.')
     p.Define('recompute', 'always',
              "Backprop re-computation: 'always' (GPipe: keep only partition-boundary activations), "
              "'except_last' (the last micro-batch keeps its activations), or 'never'.")
@@ -133,28 +153,90 @@ class TensorPipeLayer(base_layer.BaseLayer):
                        (where, p.batch_dim))
     if p.micro_batch_size is None:
       micro_batching.NumMicroBatches(None, p.num_micro_batches, None, where)
+    if p.output_batch_dim is not None and (not isinstance(p.output_batch_dim, int) or
+                                           p.output_batch_dim < 0):
+      raise ValueError('%s: output_batch_dim must be None or a non-negative integer, got %r' %
+                       (where, p.output_batch_dim))
+    if p.micro_batch_size is None:
+      micro_batching.NumMicroBatches(None, p.num_micro_batches, None, where)
     # Step (0): cut the layers into partitions and create partition k's layers on device k.
     partitions = self._Partitions(where)
     self._devices = placement.VariableDevices(self.cluster, len(partitions), p.devices, where)
-    self._partition_layers = []
-    self._functions = weakref.WeakKeyDictionary()  # graph -> {input signature: PartitionFunctions}
-    for k, partition in enumerate(partitions):
-      names = []
-      with tf.device(self._devices[k]):
-        for layer_params in partition:
-          self.CreateChild(layer_params.name, layer_params)
-          stateful_ops.CheckAccumulators(self.children[layer_params.name], where)
-          names.append(layer_params.name)
-      self._partition_layers.append(names)
     self._loss_name = None
     if p.loss_layer is not None:
       self._loss_name = p.loss_layer.name or 'loss'
-      if any(self._loss_name in names for names in self._partition_layers):
+      if any(self._loss_name == e.name for partition in partitions for e in partition):
         raise ValueError('%s: loss_layer name %r is also a layer name; give it another name' %
                          (where, self._loss_name))
-      with tf.device(self._devices[-1]):
-        self.CreateChild(self._loss_name, p.loss_layer.Copy().Set(name=self._loss_name))
-      self._partition_layers[-1].append(self._loss_name)
+      partitions[-1] = partitions[-1] + [p.loss_layer.Copy().Set(name=self._loss_name)]
+    self._CheckSharedNames(partitions, where)
+    self._entries = {}  # entry name -> (the child it runs, the method it calls)
+    self._partition_layers = []
+    self._functions = weakref.WeakKeyDictionary()  # graph -> {input signature: PartitionFunctions}
+    for k, partition in enumerate(partitions):
+      with tf.device(self._devices[k]):
+        for entry in partition:
+          self._CreateEntry(entry, where)
+      self._partition_layers.append([entry.name for entry in partition])
+    self._skips = self._SkipConnections(where)
+
+  def _CheckSharedNames(self, partitions, where):
+    """Refuses a shared layer named like a layer, and two shared layers of one name that differ."""
+    entries = [e for partition in partitions for e in partition]
+    own = {e.name for e in entries if not issubclass(e.cls, shared_layer.SharedLayer)}
+    shared, first_use = {}, {}
+    for e in entries:
+      if not issubclass(e.cls, shared_layer.SharedLayer):
+        continue
+      if e.layer is None or not e.layer.name:
+        raise ValueError('%s: SharedLayer %r needs `layer`, the Params of a named layer' %
+                         (where, e.name))
+      name = e.layer.name
+      if name in own:
+        raise ValueError('%s: SharedLayer %r runs a layer named %r, which is also the name of a '
+                         'layer of the pipeline; give the shared layer another name' %
+                         (where, e.name, name))
+      if name in shared and shared[name].ToText() != e.layer.ToText():
+        raise ValueError('%s: SharedLayer entries %r and %r run layers both named %r but with '
+                         'different Params; entries that share a layer need equal Params' %
+                         (where, first_use[name], e.name, name))
+      shared.setdefault(name, e.layer)
+      first_use.setdefault(name, e.name)
+
+  def _CreateEntry(self, entry, where):
+    """Creates the child an entry runs (a shared layer only at its first use) on this device."""
+    if issubclass(entry.cls, shared_layer.SharedLayer):
+      child, method = entry.layer.name, entry.method
+      params = entry.layer
+    else:
+      child, method, params = entry.name, 'FProp', entry
+    if child not in self.children:
+      self.CreateChild(child, params)
+      stateful_ops.CheckAccumulators(self.children[child], where)
+    self._entries[entry.name] = (child, method)
+
+  def _SkipConnections(self, where):
+    """{key: (source, destination)} of `skip_connections`, checked; keys in declaration order."""
+    p = self.params
+    order = [name for names in self._partition_layers for name in names]
+    skips = {}
+    for i, pair in enumerate(p.skip_connections or []):
+      if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+        raise ValueError('%s: skip_connections[%d] is %r; each skip connection is a pair '
+                         '(source layer name, destination layer name)' % (where, i, pair))
+      source, destination = pair
+      for name in pair:
+        if name not in order:
+          raise ValueError('%s: skip connection %r names %r, which is not a layer of the pipeline '
+                           '(layers: %s)' % (where, tuple(pair), name, ', '.join(order)))
+      if order.index(source) >= order.index(destination):
+        raise ValueError('%s: skip connection %r goes from %r to a layer that does not come after '
+                         'it; the destination must run after the source' %
+                         (where, tuple(pair), source))
+      if tuple(pair) in skips.values():
+        raise ValueError('%s: skip connection %r is declared twice' % (where, tuple(pair)))
+      skips['skip%03d' % i] = tuple(pair)
+    return skips
 
   def _Partitions(self, where):
     """The K lists of layer Params, from `partitions` or by splitting `layers` (partitioning)."""
@@ -232,46 +314,92 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """The names of the layers in each partition."""
     return [list(names) for names in self._partition_layers]
 
-  def _PartitionLayers(self, k):
-    """Partition k's layers as (name, function (theta, inputs) -> outputs), in order.
+  def _LayerFunctions(self, names):
+    """The entries `names` as (name, function (theta, state) -> state), in order.
 
-    With a loss layer, each function's inputs are (the layer's inputs, the loss inputs): every layer
-    passes the loss inputs on, and the loss layer gets them after the last layer's output.
+    A state is (main, loss inputs or None, {skip key: tensor}): an entry gets the main value as its
+    inputs (the loss layer gets it and then the loss inputs), then the skip connections it is the
+    destination of; its output becomes the main value and the value of the skip connections it is
+    the source of. The pipeline's last entry returns its output alone.
     """
+    last = [name for names_k in self._partition_layers for name in names_k][-1]
 
     def Run(name):
-      layer = self.children[name]
-      if self._loss_name is None:
-        return lambda theta, inputs: layer.FProp(theta[name], *_ToTuple(inputs))
-      if name == self._loss_name:
-        return lambda theta, inputs: layer.FProp(theta[name], inputs[0], *_ToTuple(inputs[1]))
-      return lambda theta, inputs: (layer.FProp(theta[name], *_ToTuple(inputs[0])), inputs[1])
+      child, method = self._entries[name]
+      layer = self.children[child]
+      into = [key for key, (_, dst) in self._skips.items() if dst == name]
+      out_of = [key for key, (src, _) in self._skips.items() if src == name]
 
-    return [(name, Run(name)) for name in self._partition_layers[k]]
+      def Fn(theta, state):
+        main, extra, carried = state
+        args = (main,) + _ToTuple(extra) if name == self._loss_name else _ToTuple(main)
+        out = shared_layer.Run(layer, method, theta[child],
+                               *(args + tuple(carried[key] for key in into)))
+        if name == last:
+          return out
+        carried = {key: value for key, value in carried.items() if key not in into}
+        carried.update((key, out) for key in out_of)
+        return (out, extra, carried)
+
+      return Fn
+
+    return [(name, Run(name)) for name in names]
+
+  def _ThetaNames(self, names):
+    """The children whose weights the entries `names` read, in order of first use."""
+    children = []
+    for name in names:
+      child = self._entries[name][0]
+      if child not in children:
+        children.append(child)
+    return children
+
+  def _PartitionOf(self, name):
+    return [k for k, names in enumerate(self._partition_layers) if name in names][0]
+
+  def _PartitionInputs(self, k, piece, earlier):
+    """Partition k's input state for one micro-batch (see `_LayerFunctions`).
+
+    Partition 0 gets the micro-batch's piece of FProp's arguments; partition k > 0 gets partition
+    k - 1's output, and every skip connection into partition k from the partition it starts in
+    (`earlier`: the outputs of partitions 0 .. k - 1).
+    """
+    if k == 0:
+      if self._loss_name is not None:
+        return (piece[0], piece[1], {})
+      return (piece, None, {})
+    main, extra, _ = earlier[k - 1]
+    carried = {}
+    for key, (src, dst) in self._skips.items():
+      source = self._PartitionOf(src)
+      if self._PartitionOf(dst) == k and source < k:
+        carried[key] = earlier[source][2][key]
+    return (main, extra, carried)
 
   def _PartitionFunctions(self, k, device, theta, inputs, example_count, recomputes):
     """Partition k's graph functions on `device` for inputs like `inputs`.
 
     Traced once per graph, device, input signature, mode (layers compute differently in evaluation)
-    and whether backward passes re-compute, so the graph does not grow with M.
+    and whether backward passes re-compute, so the graph does not grow with M (micro-batches of two
+    sizes, when M does not divide the batch, trace twice).
     """
     p = self.params
     graph = tf.get_default_graph()
     leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
                    for x in tf.nest.flatten(inputs))
-    signature = (k, device, self.do_eval, recomputes, leaves,
+    signature = (k, device, self.do_eval, recomputes, example_count, leaves,
                  str(tf.nest.map_structure(lambda _: 0, inputs)))
     cache = self._functions.setdefault(graph, {})
     if signature not in cache:
       cache[signature] = partition_function.PartitionFunctions(
-          self._PartitionLayers(k), theta, inputs, device, '%s_partition%d' % (p.name, k),
-          p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
+          self._LayerFunctions(self._partition_layers[k]), theta, inputs, device,
+          '%s_partition%d' % (p.name, k), p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
           site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
           example_count=example_count, recomputes=recomputes)
     return cache[signature]
 
   def NumMicroBatches(self, batch_size):
-    """M for a mini-batch of `batch_size` examples (checked: divisible, 1 <= M <= batch)."""
+    """M for a mini-batch of `batch_size` examples (checked: 1 <= M <= batch)."""
     p = self.params
     num = p.num_micro_batches
     if p.micro_batch_size is not None and num == 1:
@@ -299,54 +427,83 @@ class TensorPipeLayer(base_layer.BaseLayer):
       raise ValueError('%s: with a loss_layer, FProp takes (inputs, loss_inputs); got %d '
                        'arguments' % (where, len(args)))
     batch = micro_batching.BatchSize(args, p.batch_dim, where)
-    num_micro = self.NumMicroBatches(batch)
-    collector = batch_norm.StatsCollector(num_micro, where)
+    num_micro = 1 if p.unpipelined else self.NumMicroBatches(batch)
     devices = placement.PartitionDevices(self.cluster, self.num_partitions, p.devices, where)
+    partition_theta = [py_utils.NestedMap({name: theta[name] for name in self._ThetaNames(names)})
+                       for names in self._partition_layers]
     with tf.name_scope(p.name):
       with tf.device(devices[0]):
-        if batch is None and num_micro > 1:
-          args = self._AssertDivisible(args, num_micro)
-        offsets = self._ExampleOffsets(args, batch, num_micro)
-      partition_theta = [py_utils.NestedMap({name: theta[name] for name in names})
-                         for names in self._partition_layers]
-
-      def Recompute(t):
-        return p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1)
-
-      recomputes = not self.do_eval and any(Recompute(t) for t in range(num_micro))
-      example_count = None if batch is None else batch // num_micro
-
-      def MakePartition(k, theta, inputs):
-        return self._PartitionFunctions(k, devices[k], theta, inputs, example_count, recomputes)
-
-      # Steps (1)-(6) (see `executor`).
-      step = executor.PipelineStep(self.Schedule(batch), MakePartition, devices, p.batch_dim,
-                                   Recompute, where)
-      out = step.Run(partition_theta, args, offsets, collector, training=not self.do_eval)
+        if batch is None:
+          if num_micro > 1:
+            args = self._AssertEnoughExamples(args, num_micro)
+          sizes = micro_batching.Sizes(self._RunTimeBatch(args), num_micro)
+        else:
+          sizes = micro_batching.Sizes(batch, num_micro)
+        offsets = micro_batching.Offsets(sizes)
+      collector = batch_norm.StatsCollector(
+          num_micro, where, None if micro_batching.IsEven(sizes) else sizes)
+      if p.unpipelined:
+        out = self._FPropUnpipelined(partition_theta, args, devices, sizes[0], collector)
+      else:
+        out = self._FPropPipelined(partition_theta, args, batch, devices, sizes, offsets,
+                                   collector)
       # Step (7): one moving-average update per batch-norm variable, from the M micro-batches'
       # statistics; Lingvo's training step applies it with the gradients.
       with tf.device(devices[-1]):
         out = collector.Finish(out)
     return out
 
-  def _ExampleOffsets(self, args, batch, num_micro):
-    """Each micro-batch's first example's index in the mini-batch (a tensor if batch is unknown)."""
+  def _FPropPipelined(self, partition_theta, args, batch, devices, sizes, offsets, collector):
     p = self.params
-    if batch is not None:
-      return [t * (batch // num_micro) for t in range(num_micro)]
-    first = [x for x in tf.nest.flatten(args) if micro_batching.IsBatched(x, p.batch_dim)][0]
-    size = tf.shape(first, out_type=tf.int64)[p.batch_dim] // num_micro
-    return [0] + [t * size for t in range(1, num_micro)]
+    num_micro = len(sizes)
 
-  def _AssertDivisible(self, args, num_micro):
-    """Run-time check for a batch size unknown when the graph is built."""
+    def Recompute(t):
+      return p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1)
+
+    recomputes = not self.do_eval and any(Recompute(t) for t in range(num_micro))
+
+    def MakePartition(k, t, theta, inputs):
+      count = sizes[t] if isinstance(sizes[t], int) else None
+      return self._PartitionFunctions(k, devices[k], theta, inputs, count, recomputes)
+
+    # Steps (1)-(6) (see `executor`).
+    step = executor.PipelineStep(
+        self.Schedule(batch), MakePartition, devices, p.batch_dim, Recompute,
+        'TensorPipeLayer %r' % p.name, route=self._PartitionInputs,
+        output_batch_dim=p.batch_dim if p.output_batch_dim is None else p.output_batch_dim,
+        check_batch_dim=p.check_batch_dim)
+    return step.Run(partition_theta, args, sizes, offsets, collector, training=not self.do_eval)
+
+  def _FPropUnpipelined(self, partition_theta, args, devices, batch, collector):
+    """The layers one after another, partition k's on device k, in the caller's graph."""
+    p = self.params
+    step = py_utils.GetGlobalStep()
+    state = self._PartitionInputs(0, args, [])
+    for k, names in enumerate(self._partition_layers):
+      with tf.device(devices[k]):
+        state = partition_function.RunInline(
+            self._LayerFunctions(names), partition_theta[k], state,
+            None if step is None else tf.cast(step, tf.int64), collector,
+            site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
+            example_count=batch if isinstance(batch, int) else None,
+            two_d_weight_gradients=p.two_d_weight_gradients)
+    return state
+
+  def _RunTimeBatch(self, args):
+    """The batch size of `args` when the graph runs (int32 scalar)."""
     p = self.params
     first = [x for x in tf.nest.flatten(args) if micro_batching.IsBatched(x, p.batch_dim)][0]
-    batch = tf.shape(first)[p.batch_dim]
-    check = tf.compat.v1.debugging.assert_equal(
-        batch % num_micro, 0,
-        message='TensorPipeLayer %r: batch is not divisible by %d micro-batches; batch:' %
-        (p.name, num_micro), data=[batch], summarize=1)
+    return tf.shape(first)[p.batch_dim]
+
+  def _AssertEnoughExamples(self, args, num_micro):
+    """Run-time check for a batch size unknown when the graph is built: every micro-batch needs an
+    example."""
+    p = self.params
+    batch = self._RunTimeBatch(args)
+    check = tf.compat.v1.debugging.assert_greater_equal(
+        batch, num_micro,
+        message='TensorPipeLayer %r: the batch has fewer examples than its %d micro-batches; '
+        'batch:' % (p.name, num_micro), data=[batch], summarize=1)
     with tf.control_dependencies([check]):
       return tf.nest.map_structure(lambda x: None if x is None else tf.identity(x), args)
 

@@ -2,9 +2,13 @@
 
 Inputs may be a tensor, a tuple/list, or a NestedMap whose fields may be None. Every tensor whose
 rank is larger than `batch_dim` is batched: all of them must agree on the batch size N, and each is
-split into M equal slices along `batch_dim`. Tensors of lower rank (e.g. a scalar) and None are
-given unchanged to every micro-batch. The executor splits in step (1), joins in step (4) and cuts
-the output gradient in step (5) (docs/design.md, "One training step").
+split into M slices along `batch_dim`. Tensors of lower rank (e.g. a scalar) and None are given
+unchanged to every micro-batch. M need not divide N: the first N mod M micro-batches get one
+example more than the others (`Sizes`), so sizes differ by at most one, and the joined outputs and
+summed gradients are still those of the whole mini-batch. Outputs are joined along their own batch
+axis (`OutputAxis`): `batch_dim`, or another axis the pipeline names, and axis 0 of a rank-1 output.
+The executor splits in step (1), joins in step (4) and cuts the output gradient in step (5)
+(docs/design.md, "One training step").
 """
 
 from typing import Any, List, Optional, Sequence, Union
@@ -19,7 +23,9 @@ def NumMicroBatches(batch_size: Optional[int], num_micro_batches: Optional[int] 
   """Returns M for a mini-batch of `batch_size` examples, checking every value it is given.
 
   Exactly one of `num_micro_batches` and `micro_batch_size` decides M; `batch_size` may be None when
-  it is only known when the graph runs (then M must come from `num_micro_batches`).
+  it is only known when the graph runs (then M must come from `num_micro_batches`). M need not
+  divide the batch (see `Sizes`); `micro_batch_size` gives the fewest micro-batches of at most that
+  many examples.
   """
   if micro_batch_size is not None:
     if not isinstance(micro_batch_size, int) or micro_batch_size < 1:
@@ -29,10 +35,7 @@ def NumMicroBatches(batch_size: Optional[int], num_micro_batches: Optional[int] 
       raise ValueError('%s: micro_batch_size=%d needs a static batch size, but the batch dimension '
                        'is unknown when the graph is built; set num_micro_batches instead' %
                        (where, micro_batch_size))
-    if batch_size % micro_batch_size:
-      raise ValueError('%s: batch %d is not divisible by micro_batch_size %d' %
-                       (where, batch_size, micro_batch_size))
-    m = batch_size // micro_batch_size
+    m = -(-batch_size // micro_batch_size)
     if num_micro_batches is not None and num_micro_batches != m:
       raise ValueError('%s: num_micro_batches=%r and micro_batch_size=%d disagree for batch %d '
                        '(that micro-batch size gives %d micro-batches); set only one of them' %
@@ -43,14 +46,39 @@ def NumMicroBatches(batch_size: Optional[int], num_micro_batches: Optional[int] 
   if not isinstance(num_micro_batches, int) or num_micro_batches < 1:
     raise ValueError('%s: num_micro_batches must be an integer >= 1, got %r' %
                      (where, num_micro_batches))
-  if batch_size is not None:
-    if num_micro_batches > batch_size:
-      raise ValueError('%s: num_micro_batches %d is larger than the batch %d' %
-                       (where, num_micro_batches, batch_size))
-    if batch_size % num_micro_batches:
-      raise ValueError('%s: batch %d is not divisible by %d micro-batches' %
-                       (where, batch_size, num_micro_batches))
+  if batch_size is not None and num_micro_batches > batch_size:
+    raise ValueError('%s: num_micro_batches %d is larger than the batch %d; every micro-batch needs '
+                     'an example' % (where, num_micro_batches, batch_size))
   return num_micro_batches
+
+
+def Sizes(batch_size: Union[int, tf.Tensor], num_micro_batches: int) -> List[Union[int, tf.Tensor]]:
+  """Examples in each of M micro-batches of a batch of `batch_size` (an int, or a run-time tensor).
+
+  The first N mod M micro-batches get one example more than the others, as numpy.array_split does.
+  Returns ints for an int batch size, else int32 scalar tensors.
+  """
+  m = num_micro_batches
+  if isinstance(batch_size, int):
+    q, r = divmod(batch_size, m)
+    return [q + (1 if t < r else 0) for t in range(m)]
+  n = tf.cast(batch_size, tf.int32)
+  q, r = n // m, n % m
+  return [q + tf.cast(t < r, tf.int32) for t in range(m)]
+
+
+def Offsets(sizes: Sequence[Union[int, tf.Tensor]]) -> List[Union[int, tf.Tensor]]:
+  """Each micro-batch's first example's index in the mini-batch, from the micro-batch sizes."""
+  offsets, total = [], 0
+  for size in sizes:
+    offsets.append(total)
+    total = total + size
+  return offsets
+
+
+def IsEven(sizes: Sequence[Union[int, tf.Tensor]]) -> bool:
+  """Whether `sizes` are known to be equal when the graph is built."""
+  return all(isinstance(s, int) for s in sizes) and len(set(sizes)) == 1
 
 
 def IsBatched(x: Any, batch_dim: int) -> bool:
@@ -92,25 +120,48 @@ def BatchSize(structure: Any, batch_dim: int, where: str = 'TensorPipeLayer') ->
   return known.pop() if known else None
 
 
-def Split(structure: Any, num_micro_batches: int, batch_dim: int) -> List[Any]:
-  """Returns a list of M structures like `structure`, each holding one micro-batch."""
+def Split(structure: Any, num_micro_batches: int, batch_dim: int,
+          sizes: Optional[Sequence[Union[int, tf.Tensor]]] = None) -> List[Any]:
+  """Returns a list of M structures like `structure`, each holding one micro-batch.
+
+  `sizes` (see `Sizes`) gives each micro-batch's examples; None: M equal slices.
+  """
   leaves = tf.nest.flatten(structure)
+  if sizes is not None and IsEven(sizes):
+    sizes = None
+  if sizes is not None and not all(isinstance(s, int) for s in sizes):
+    sizes = tf.stack([tf.cast(s, tf.int32) for s in sizes])
   per_leaf = []
   for x in leaves:
     if IsBatched(x, batch_dim) and num_micro_batches > 1:
-      per_leaf.append(tf.split(x, num_micro_batches, axis=batch_dim))
+      per_leaf.append(tf.split(x, num_micro_batches if sizes is None else sizes,
+                               num=num_micro_batches, axis=batch_dim))
     else:
       per_leaf.append([x] * num_micro_batches)
   return [tf.nest.pack_sequence_as(structure, [parts[t] for parts in per_leaf])
           for t in range(num_micro_batches)]
 
 
-def Concat(structures: Sequence[Any], batch_dim: int, where: str = 'TensorPipeLayer') -> Any:
-  """Joins M per-micro-batch output structures into one, concatenating along `batch_dim`.
+def OutputAxis(x: tf.Tensor, batch_dim: int, name: str = 'output',
+               where: str = 'TensorPipeLayer') -> int:
+  """The axis along which the micro-batches of output `x` are joined: `batch_dim`, or 0 for a rank-1
+  output (e.g. per-example losses [B] of a time-major pipeline).
 
-  Raises ValueError for an output that cannot be joined (a tensor without a batch dimension), since
-  silently picking one micro-batch's value would be wrong.
+  Raises ValueError for an output without such an axis (e.g. a scalar), since silently picking one
+  micro-batch's value would be wrong.
   """
+  rank = x.shape.rank
+  if rank is None or rank > batch_dim:
+    return batch_dim
+  if rank == 1:
+    return 0
+  raise ValueError('%s: %s has rank %s, so it has no batch dimension %d to join micro-batches '
+                   'along; return per-example values (or set output_batch_dim to the axis that '
+                   'holds the examples)' % (where, name, rank, batch_dim))
+
+
+def Concat(structures: Sequence[Any], batch_dim: int, where: str = 'TensorPipeLayer') -> Any:
+  """Joins M per-micro-batch output structures into one, along each output's `OutputAxis`."""
   first = structures[0]
   if len(structures) == 1:
     return first
@@ -118,14 +169,8 @@ def Concat(structures: Sequence[Any], batch_dim: int, where: str = 'TensorPipeLa
   columns = zip(*[tf.nest.flatten(s) for s in structures])
   joined = []
   for name, column in zip(names, columns):
-    if column[0] is None:
-      joined.append(None)
-    elif IsBatched(column[0], batch_dim):
-      joined.append(tf.concat(list(column), axis=batch_dim))
-    else:
-      raise ValueError('%s: %s has rank %s, so it has no batch dimension %d to concatenate '
-                       'micro-batches along; return per-example values instead' %
-                       (where, name, column[0].shape.rank, batch_dim))
+    joined.append(None if column[0] is None else
+                  tf.concat(list(column), axis=OutputAxis(column[0], batch_dim, name, where)))
   return tf.nest.pack_sequence_as(first, joined)
 
 
@@ -140,13 +185,24 @@ def SplitGradient(grad: Union[tf.Tensor, tf.IndexedSlices], parts: Sequence[tf.T
   Args:
     grad: the gradient of the joined tensor (may be IndexedSlices).
     parts: the M micro-batch tensors that were joined.
-    batch_dim: the axis they were joined along.
+    batch_dim: the outputs' batch dimension (see `OutputAxis`).
   """
-  sizes = [tf.compat.dimension_value(x.shape[batch_dim]) for x in parts]
-  if any(size is None for size in sizes):
-    sizes = [tf.shape(x)[batch_dim] for x in parts]
-  pieces = tf.split(tf.convert_to_tensor(grad), sizes, axis=batch_dim)
-  if batch_dim == 0:
+  axis = OutputAxis(parts[0], batch_dim)
+  grad = tf.convert_to_tensor(grad)
+  sizes = [tf.compat.dimension_value(x.shape[axis]) for x in parts]
+  if all(size is not None for size in sizes):
+    pieces = tf.split(grad, sizes, axis=axis)
+  else:
+    # Piece t reads the run-time sizes of parts 0 .. t only: a schedule may start micro-batch t's
+    # backward pass before the later parts exist.
+    pieces, start = [], tf.constant(0, tf.int32)
+    for x in parts:
+      size = tf.shape(x, out_type=tf.int32)[axis]
+      begin = tf.tensor_scatter_nd_update(tf.zeros([grad.shape.rank], tf.int32), [[axis]], [start])
+      extent = tf.tensor_scatter_nd_update(-tf.ones([grad.shape.rank], tf.int32), [[axis]], [size])
+      pieces.append(tf.slice(grad, begin, extent))
+      start += size
+  if axis == 0:
     with accumulation.Kept():  # Else grappler hoists the copies above the split.
       pieces = [tf.raw_ops.DeepCopy(x=piece) for piece in pieces]
   return [tf.ensure_shape(piece, x.shape) for piece, x in zip(pieces, parts)]

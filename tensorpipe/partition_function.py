@@ -37,6 +37,7 @@ attribute below.
 import contextlib
 import copy
 import dataclasses
+import weakref
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf2
@@ -62,6 +63,24 @@ _PerLeaf = List[Optional[tf.Tensor]]
 
 def _IsDifferentiable(t):
   return t.dtype.is_floating or t.dtype.is_complex
+
+
+# Per traced function graph: {op name: the layer whose trace made it}, to name a shortcut's source.
+_PRODUCERS = weakref.WeakKeyDictionary()
+
+
+def _DependsOn(op, sources):
+  """Whether `op` is computed (by data) from any of the ops `sources`."""
+  seen, todo = set(), [op]
+  while todo:
+    top = todo.pop()
+    if top in sources:
+      return True
+    if top in seen:
+      continue
+    seen.add(top)
+    todo.extend(x.op for x in top.inputs)
+  return False
 
 
 def _Spec(t):
@@ -231,6 +250,40 @@ def _LayerGradients(boundaries, out_grads, theta_leaves, sums=None):
   return grads, total
 
 
+@contextlib.contextmanager
+def _LayerContext(step, offset, collector, check_numerics, example_axis, example_count, two_d):
+  """What a partition's layers run in: no Lingvo asserts or summaries (see `_PartitionCluster`), the
+  global step and example offset as given, batch-norm statistics into `collector`, stateful entry
+  points routed (see `stateful_ops`) and, with `two_d`, 2-D weight gradients."""
+  with _PartitionCluster(check_numerics), py_utils.GlobalStepContext(step), (
+      randomness.ExampleOffset(offset)), collector.Collecting(), stateful_ops.Replacing(
+          example_axis, example_count), (
+              matmul_gradient.Scope() if two_d else contextlib.nullcontext()):
+    yield
+
+
+def _RunLayer(layer, site_prefix, theta, inputs):
+  """One layer (name, function) on `inputs`: the same dropout masks and seeds whenever it runs."""
+  name, fn = layer
+  with stateful_ops.LayerScope('%s/%s' % (site_prefix, name)):
+    return fn(theta, inputs)
+
+
+def RunInline(layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any,
+              step: Optional[tf.Tensor], collector: batch_norm.StatsCollector,
+              site_prefix: str = '', example_axis: int = 0, example_count: Optional[int] = None,
+              two_d_weight_gradients: bool = True) -> Any:
+  """Runs `layers` in order on one whole mini-batch in the current graph, as a partition's forward
+  function would run them on a micro-batch starting at example 0: the same dropout masks, seeds
+  and batch-norm records, with TensorFlow's own gradients (an unpipelined reference)."""
+  out = inputs
+  with _LayerContext(step, tf.constant(0, tf.int64), collector, True, example_axis, example_count,
+                     two_d_weight_gradients):
+    for layer in layers:
+      out = _RunLayer(layer, site_prefix, theta, out)
+  return out
+
+
 @dataclasses.dataclass(frozen=True)
 class _Kept:
   """What an input-gradient pass keeps for its weight-gradient pass (see `InputBackward`).
@@ -307,6 +360,11 @@ class PartitionFunctions:
     return len(self._x_specs)
 
   @property
+  def has_batch_norm(self) -> bool:
+    """Whether the forward function (traced) records batch-norm statistics."""
+    return bool(self._stats_slots)
+
+  @property
   def num_weights(self) -> int:
     """Leaves of theta (the weights the functions take)."""
     return len(self._theta_specs)
@@ -314,30 +372,25 @@ class PartitionFunctions:
   def _Pack(self, theta_leaves, x_leaves):
     return self._theta.Pack(list(theta_leaves)), leaves.Fill(self._in_template, x_leaves)
 
-  @contextlib.contextmanager
   def _Tracing(self, step, offset, collector, check_numerics):
     """The context the partition's layers are traced in, inside a function body."""
-    with _PartitionCluster(check_numerics), py_utils.GlobalStepContext(step), (
-        randomness.ExampleOffset(offset)), collector.Collecting(), stateful_ops.Replacing(
-            self._example_axis, self._example_count), (
-                matmul_gradient.Scope() if self._two_d else contextlib.nullcontext()):
-      yield
+    return _LayerContext(step, offset, collector, check_numerics, self._example_axis,
+                         self._example_count, self._two_d)
 
   def _RunLayer(self, j, theta, inputs):
     """Layer j on `inputs`, within `_Tracing`: the same dropout masks and seeds whenever it runs."""
-    name, layer = self._layers[j]
-    with stateful_ops.LayerScope('%s/%s' % (self._site_prefix, name)):
-      return layer(theta, inputs)
+    return _RunLayer(self._layers[j], self._site_prefix, theta, inputs)
 
   def _Run(self, step, offset, theta_leaves, x_leaves, collector, boundaries=None):
     """Runs the partition inside a function body; returns its outputs and each layer's ops.
 
     `boundaries`, if given, gets every layer's inputs and then the outputs: a re-computation, which
-    skips Lingvo's CheckNumerics.
+    skips Lingvo's CheckNumerics. Every layer is checked for shortcuts (`_CheckShortcuts`).
     """
     theta, out = self._Pack(theta_leaves, x_leaves)
     graph = tf.get_default_graph()
     layer_ops = []
+    producers = _PRODUCERS.setdefault(graph, {})
     with self._Tracing(step, offset, collector, check_numerics=boundaries is None):
       for j, (name, _) in enumerate(self._layers):
         if boundaries is not None:
@@ -347,12 +400,53 @@ class PartitionFunctions:
             # Lingvo's py_utils.CallDefun) and would differentiate the layer before this one too.
             out = tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), out)
           boundaries.append(out)
-        first = len(graph.get_operations())
+        first, captured = len(graph.get_operations()), len(graph.external_captures)
+        inputs = out
         out = self._RunLayer(j, theta, out)
-        layer_ops.append((name, graph.get_operations()[first:]))
+        ops = graph.get_operations()[first:]
+        self._CheckShortcuts(graph, j, ops, inputs, graph.external_captures[captured:], producers)
+        producers.update((op.name, name) for op in ops)
+        layer_ops.append((name, ops))
     if boundaries is not None:
       boundaries.append(out)
     return out, layer_ops
+
+  def _CheckShortcuts(self, graph, j, ops, inputs, captures, producers):
+    """Refuses a layer that uses a tensor an earlier layer computed other than through its inputs.
+
+    Its gradient would be lost (tf.gradients is taken layer by layer, from each layer's inputs), and
+    across partitions the tensor lives in another function's graph (TensorFlow fails later with an
+    unreadable error). Declared skip connections arrive as inputs, so they pass.
+    """
+    name = self._layers[j][0]
+    outer = []
+    g = graph
+    while g is not None:
+      outer.append(g)
+      g = getattr(g, 'outer_graph', None)
+    for tensor in captures:
+      if tensor.graph not in outer:
+        source = _PRODUCERS.get(tensor.graph, {}).get(tensor.op.name)
+        self._RaiseShortcut(name, tensor, source, 'another partition\'s function (%s)' %
+                            tensor.graph.name)
+    allowed = {x.ref() for x in leaves.Present(inputs)}
+    arguments = {x.op for x in graph.inputs} - {x.op for x in graph.internal_captures}
+    for op in ops:
+      for x in op.inputs:
+        source = producers.get(x.op.name)
+        if (source is None or source == name or x.ref() in allowed or
+            not _IsDifferentiable(x) or not _DependsOn(x.op, arguments)):
+          continue
+        self._RaiseShortcut(name, x, source, 'this partition')
+
+  def _RaiseShortcut(self, name, tensor, source, place):
+    raise ValueError(
+        '%s: layer %r (in %s) uses tensor %r, which %s computed in %s, but not through its '
+        'inputs: a shortcut the pipeline does not know of, whose gradient would be lost. Declare '
+        'it as a skip connection, skip_connections=[(%r, %r)], and take it as the last argument '
+        'of %r\'s FProp' % (self._where, name, self._name, tensor.name,
+                              'layer %r' % source if source else 'an earlier layer', place,
+                              source or 'SOURCE', name, name))
 
   def _Leading(self):
     """Specs of the example offset and, if the graph has one, the global step (int64 scalars)."""

@@ -117,14 +117,18 @@ class SchedulesTest(test_utils.TestCase):
 
   def testRefusesALossOfTheJoinedOutputs(self):
     for name, shown in (('1f1b', '1F1B'), ('zero_bubble', 'zero-bubble')):
-      with tf.Graph().as_default(), helpers.Cluster(2):
-        net = helpers.Pipeline(helpers.DenseLayers(2, dim=DIM), 2, 4, schedule=name).Instantiate()
-        out = net.FPropDefaultTheta(tf.random.uniform([8, DIM]))
-        loss = tf.reduce_mean(tf.nn.softmax(out)[:, 0])  # Each row's gradient needs every output.
-        with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': the %s K=2, M=4 schedule "
-                                    r".*must not depend on the pipeline's outputs.*per-example "
-                                    r"losses" % shown):
-          tf.gradients(loss, tf.trainable_variables())
+      for batch in (8, None):
+        with tf.Graph().as_default(), helpers.Cluster(2):
+          net = helpers.Pipeline(helpers.DenseLayers(2, dim=DIM), 2, 4,
+                                 schedule=name).Instantiate()
+          x = tf.placeholder_with_default(np.ones([8, DIM], np.float32), [batch, DIM])
+          out = net.FPropDefaultTheta(x)
+          loss = tf.reduce_mean(tf.nn.softmax(out)[:, 0])  # Each row's gradient needs every output.
+          with self.assertRaisesRegex(
+              ValueError, r"TensorPipeLayer 'pipe': the %s K=2, M=4 schedule .* may depend on "
+              r"their shapes but not on their values; it depends on the values of outputs through "
+              r"op '.*Softmax.*'.*per-example losses inside the pipeline" % shown):
+            tf.gradients(loss, tf.trainable_variables())
 
   def testZeroBubbleNeedsRecomputation(self):
     for mode in ('never', 'except_last'):
@@ -151,6 +155,58 @@ class SchedulesTest(test_utils.TestCase):
         ValueError, r"schedule='zb' is not one of \('gpipe', '1f1b', 'zero_bubble'\)"):
       with helpers.Cluster(2):
         helpers.Pipeline(helpers.DenseLayers(2), 2, 4, schedule='zb').Instantiate()
+
+
+class TokenDense(helpers.Dense):
+  """tanh(x w) over the last axis of x [..., dim]."""
+
+  def FProp(self, theta, x):
+    return tf.tanh(tf.einsum('...i,ij->...j', x, theta.w))
+
+
+class RunTimeShapesTest(test_utils.TestCase):
+  """With batch and sequence sizes known only when the graph runs, the sum or mean of per-example
+  (or per-token) outputs trains every schedule exactly: the loss gradient's shape reads do not wait
+  for the forward passes."""
+
+  LOSSES = {
+      'sum_over_batch': lambda out: tf.reduce_sum(out) / tf.cast(tf.shape(out)[0], tf.float32),
+      'mean': tf.reduce_mean,
+      'mean_over_tokens': lambda out: tf.reduce_mean(tf.reduce_mean(out, axis=1)),
+  }
+
+  def testSumsAndMeansTrainEveryScheduleExactly(self):
+    # 7 examples of 5 tokens, both sizes unknown when the graph is built; M = 3 gives 3 + 2 + 2.
+    x = np.random.RandomState(7).normal(size=[7, 5, DIM]).astype(np.float32)
+    layers = [TokenDense.Params().Set(name='layer%d' % i, dim=DIM, seed=i) for i in range(3)] + [
+        SquaredNorm.Params().Set(name='loss')]
+
+    def Inputs():
+      return (tf.placeholder_with_default(x, [None, None, DIM]),)
+
+    for loss_name, loss_fn in sorted(self.LOSSES.items()):
+      variants = [('plain', helpers.Plain(layers, name='plain'))]
+      for name in schedule.SCHEDULES:
+        variants.append((name, helpers.Pipeline(layers, 2, 3, schedule=name, name=name)))
+      results = helpers.GradientsOfVariants(variants, Inputs, loss_fn)
+      plain, plain_loss = results.pop('plain')
+      for name, (grads, loss) in sorted(results.items()):
+        self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, (loss_name, name))
+        self.assertAllClose(loss, plain_loss, rtol=1e-6)
+
+  def testEarlyShapesAreReadBeforeTheLastForwardPass(self):
+    """The loss gradient no longer depends on any forward pass but the first micro-batch's."""
+    with tf.Graph().as_default() as g, helpers.Cluster(2):
+      layers = [TokenDense.Params().Set(name='layer%d' % i, dim=DIM, seed=i) for i in range(2)]
+      net = helpers.Pipeline(layers + [SquaredNorm.Params().Set(name='loss')], 2, 4,
+                             schedule='1f1b').Instantiate()
+      out = net.FPropDefaultTheta(tf.placeholder(tf.float32, [None, None, DIM]))
+      loss = tf.reduce_mean(out)
+      tf.gradients(loss, tf.trainable_variables())
+      stand_ins = [op for op in g.get_operations() if op.name.endswith('_shape_stand_in')]
+      checks = [op for op in g.get_operations() if 'read early differs' in str(op.node_def)]
+    self.assertTrue(stand_ins)
+    self.assertTrue(checks)
 
 
 class GradientFlowTest(test_utils.TestCase):

@@ -15,13 +15,36 @@ class NumMicroBatchesTest(test_utils.TestCase):
     self.assertEqual(micro_batching.NumMicroBatches(16, None, 4), 4)
     self.assertEqual(micro_batching.NumMicroBatches(16, 4, 4), 4)
     self.assertEqual(micro_batching.NumMicroBatches(None, 4), 4)
+    # M need not divide the batch; micro_batch_size gives the fewest micro-batches that fit.
+    self.assertEqual(micro_batching.NumMicroBatches(30, 8), 8)
+    self.assertEqual(micro_batching.NumMicroBatches(16, None, 3), 6)
+    self.assertEqual(micro_batching.NumMicroBatches(16, None, 5), 4)
+
+  def testSizesDifferByAtMostOne(self):
+    self.assertEqual(micro_batching.Sizes(30, 8), [4, 4, 4, 4, 4, 4, 3, 3])
+    self.assertEqual(micro_batching.Sizes(16, 4), [4] * 4)
+    self.assertEqual(micro_batching.Offsets(micro_batching.Sizes(10, 4)), [0, 3, 6, 8])
+    self.assertTrue(micro_batching.IsEven([4, 4]))
+    self.assertFalse(micro_batching.IsEven([4, 3]))
+    for n in range(1, 40):
+      for m in range(1, n + 1):
+        sizes = micro_batching.Sizes(n, m)
+        self.assertEqual(sum(sizes), n)
+        self.assertLessEqual(max(sizes) - min(sizes), 1)
+    with self.session(graph=tf.Graph()) as sess:
+      n = tf.placeholder(tf.int32, [])
+      sizes = micro_batching.Sizes(n, 4)
+      offsets = micro_batching.Offsets(sizes)
+      self.assertFalse(micro_batching.IsEven(sizes))
+      self.assertEqual(offsets[0], 0)
+      got_sizes, got_offsets = sess.run([sizes, offsets[1:]], {n: 10})
+    self.assertEqual(list(got_sizes), [3, 3, 2, 2])
+    self.assertEqual(list(got_offsets), [3, 6, 8])
 
   def testErrorsNameTheValues(self):
-    cases = [((30, 8), 'batch 30 is not divisible by 8 micro-batches'),
-             ((4, 8), 'num_micro_batches 8 is larger than the batch 4'),
+    cases = [((4, 8), 'num_micro_batches 8 is larger than the batch 4'),
              ((4, 0), 'num_micro_batches must be an integer >= 1, got 0'),
              ((4, None), 'set num_micro_batches or micro_batch_size'),
-             ((16, None, 3), 'batch 16 is not divisible by micro_batch_size 3'),
              ((16, 2, 4), 'num_micro_batches=2 and micro_batch_size=4 disagree for batch 16'),
              ((None, None, 4), 'micro_batch_size=4 needs a static batch size'),
              ((16, None, 0), 'micro_batch_size must be a positive integer, got 0')]
@@ -48,6 +71,32 @@ class SplitConcatTest(test_utils.TestCase):
       self.assertAllEqual(self.evaluate(joined[0]), x)
       self.assertAllEqual(self.evaluate(joined[1]), np.arange(6))
       self.assertIsNone(joined[2])
+
+  def testUnevenSplitStaticAndRunTime(self):
+    x = np.arange(20, dtype=np.float32).reshape([10, 2])
+    with self.session(graph=tf.Graph()) as sess:
+      parts = micro_batching.Split(tf.constant(x), 4, 0, micro_batching.Sizes(10, 4))
+      self.assertEqual([p.shape.as_list()[0] for p in parts], [3, 3, 2, 2])
+      placeholder = tf.placeholder(tf.float32, [None, 2])
+      dynamic = micro_batching.Split(placeholder, 4, 0,
+                                     micro_batching.Sizes(tf.shape(placeholder)[0], 4))
+      static_values, dynamic_values = sess.run([parts, dynamic], {placeholder: x})
+      joined = sess.run(micro_batching.Concat(dynamic, 0), {placeholder: x})
+    for got in (static_values, dynamic_values):
+      self.assertAllEqual(np.concatenate(got), x)
+      self.assertEqual([len(p) for p in got], [3, 3, 2, 2])
+    self.assertAllEqual(joined, x)
+
+  def testOutputAxis(self):
+    with tf.Graph().as_default():
+      self.assertEqual(micro_batching.OutputAxis(tf.ones([3, 4, 5]), 1), 1)
+      # Per-example values [B] of a time-major pipeline join along their only axis.
+      self.assertEqual(micro_batching.OutputAxis(tf.ones([4]), 1), 0)
+      with self.assertRaisesRegex(ValueError, r'outputs\.x has rank 2, so it has no batch '
+                                  r'dimension 2 .* set output_batch_dim'):
+        micro_batching.OutputAxis(tf.ones([3, 4]), 2, 'outputs.x')
+      parts = [tf.ones([4]), 2 * tf.ones([4])]
+      self.assertEqual(micro_batching.Concat(parts, 1).shape.as_list(), [8])
 
   def testBatchDimOne(self):
     with self.session(graph=tf.Graph()):
