@@ -72,7 +72,8 @@ class Update:
   count: object = None  # Non-padded positions the statistic covers (tensor), or None: all alike.
 
 
-def _VariableName(variable):
+def VariableName(variable):
+  """The name of a batch-norm variable, without Lingvo's '/var' suffix."""
   name = variable.op.name
   return name[:-len('/var')] if name.endswith('/var') else name
 
@@ -110,7 +111,7 @@ class StatsCollector:
 
   def _Combined(self, updates, by_name):
     """The mini-batch statistic of one variable from its M micro-batch `updates`."""
-    name = _VariableName(updates[0].variable)
+    name = VariableName(updates[0].variable)
     counts = [u.count for u in updates]
     if any(c is None for c in counts):
       counts = self._sizes  # Micro-batches of different sizes weigh by their examples.
@@ -134,14 +135,14 @@ class StatsCollector:
       ValueError: if a variable got a number of updates other than M (e.g. a layer reused).
     """
     self._closed = True
-    by_name = {_VariableName(u[0].variable): u for u in self._updates.values()}
+    by_name = {VariableName(u[0].variable): u for u in self._updates.values()}
     combined = []
     for updates in self._updates.values():
       variable = updates[0].variable
       if len(updates) != self._num_micro_batches:
         raise ValueError('%s: batch-norm variable %r was updated %d times for %d micro-batches; '
                          'each batch-norm layer must run once per micro-batch' %
-                         (self._where, _VariableName(variable), len(updates),
+                         (self._where, VariableName(variable), len(updates),
                           self._num_micro_batches))
       with tf.ops.colocate_with(variable), tf.name_scope('batch_norm_stats'):
         value = self._Combined(updates, by_name)

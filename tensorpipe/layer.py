@@ -314,6 +314,15 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """The names of the layers in each partition."""
     return [list(names) for names in self._partition_layers]
 
+  def MicroBatchDependence(self) -> list:
+    """Why this pipeline's training results depend on M (empty if they do not), from the partitions
+    FProp has traced in the current graph: batch norm's micro-batch statistics, dropout masks with
+    no example axis. Results never depend on K."""
+    reasons = []
+    for functions in self._functions.get(tf.get_default_graph(), {}).values():
+      reasons.extend(r for r in functions.MicroBatchDependence() if r not in reasons)
+    return reasons
+
   def _LayerFunctions(self, names):
     """The entries `names` as (name, function (theta, state) -> state), in order.
 

@@ -257,9 +257,9 @@ def _LayerContext(step, offset, collector, check_numerics, example_axis, example
   points routed (see `stateful_ops`) and, with `two_d`, 2-D weight gradients."""
   with _PartitionCluster(check_numerics), py_utils.GlobalStepContext(step), (
       randomness.ExampleOffset(offset)), collector.Collecting(), stateful_ops.Replacing(
-          example_axis, example_count), (
+          example_axis, example_count) as notes, (
               matmul_gradient.Scope() if two_d else contextlib.nullcontext()):
-    yield
+    yield notes
 
 
 def _RunLayer(layer, site_prefix, theta, inputs):
@@ -346,6 +346,7 @@ class PartitionFunctions:
     self._out_template = None
     self._num_y = None
     self._stats_slots = None  # [(variable, decay, has count)] per batch-norm output
+    self._whole_micro_batch_masks = []  # Layers whose dropout masks have no example axis.
     self._theta_mask = tuple(_IsDifferentiable(t) for t in theta.Flatten())  # Which have sums.
     self._grad_mask = None  # Which weights get a gradient: known once a backward pass is traced.
     self._zeros = None
@@ -363,6 +364,19 @@ class PartitionFunctions:
   def has_batch_norm(self) -> bool:
     """Whether the forward function (traced) records batch-norm statistics."""
     return bool(self._stats_slots)
+
+  def MicroBatchDependence(self) -> List[str]:
+    """Why the partition's results depend on the micro-batches (empty if they do not): batch
+    norm's micro-batch statistics, dropout masks keyed by the whole micro-batch."""
+    reasons = []
+    for variable, _, _ in self._stats_slots or []:
+      reason = ('batch norm %s normalises each micro-batch with its own statistics' %
+                batch_norm.VariableName(variable).rpartition('/')[0])
+      if reason not in reasons:
+        reasons.append(reason)
+    reasons += ['the dropout mask of %s has no example axis, so it is drawn per micro-batch' %
+                layer for layer in self._whole_micro_batch_masks]
+    return reasons
 
   @property
   def num_weights(self) -> int:
@@ -391,7 +405,7 @@ class PartitionFunctions:
     graph = tf.get_default_graph()
     layer_ops = []
     producers = _PRODUCERS.setdefault(graph, {})
-    with self._Tracing(step, offset, collector, check_numerics=boundaries is None):
+    with self._Tracing(step, offset, collector, check_numerics=boundaries is None) as notes:
       for j, (name, _) in enumerate(self._layers):
         if boundaries is not None:
           if boundaries:
@@ -409,6 +423,8 @@ class PartitionFunctions:
         layer_ops.append((name, ops))
     if boundaries is not None:
       boundaries.append(out)
+    else:
+      self._whole_micro_batch_masks = list(notes.whole_micro_batch_masks)
     return out, layer_ops
 
   def _CheckShortcuts(self, graph, j, ops, inputs, captures, producers):

@@ -80,6 +80,7 @@ class _Context:
     self.layer = None  # Site prefix of the layer being traced.
     self.uses = 0  # Dropout uses so far in that layer.
     self.counts = {}  # id(statistic) -> count of non-padded positions (from ComputeMoments)
+    self.whole_micro_batch_masks = []  # Layers with a dropout mask keyed by the whole micro-batch.
 
 
 def _Contexts():
@@ -122,12 +123,16 @@ def _Routes():
 
 
 @contextlib.contextmanager
-def Replacing(example_axis: int, example_count: Optional[int]) -> Iterator[None]:
+def Replacing(example_axis: int, example_count: Optional[int]) -> Iterator[_Context]:
   """Routes 1-3 of the module docstring, while a partition is traced.
 
   Args:
     example_axis: the pipeline's batch dimension (where dropout looks for examples first).
     example_count: examples per micro-batch, or None if unknown when the graph is built.
+
+  Yields:
+    What the trace noted: `whole_micro_batch_masks`, the layers whose dropout masks have no example
+    axis (so they change with M).
   """
   contexts = _Contexts()
   contexts.append(_Context(example_axis, example_count))
@@ -135,7 +140,7 @@ def Replacing(example_axis: int, example_count: Optional[int]) -> Iterator[None]
     # A partition traced inside another partition (a pipeline in a pipeline's partition) finds the
     # routes in place.
     with _Patched(_Routes()) if len(contexts) == 1 else contextlib.nullcontext():
-      yield
+      yield contexts[-1]
   finally:
     contexts.pop()
 
@@ -217,6 +222,8 @@ def _ReplacedDropout(x, keep_prob, noise_shape, where):
   else:
     static = [d if isinstance(d, int) else tf.get_static_value(d) for d in shape]
   axis = _ExampleAxis(static, context)
+  if axis is None and context.layer not in context.whole_micro_batch_masks:
+    context.whole_micro_batch_masks.append(context.layer)
   return randomness.Dropout(x, keep_prob, site, batch_axis=axis, noise_shape=noise_shape,
                             where=where)
 
