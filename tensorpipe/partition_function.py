@@ -262,11 +262,19 @@ def _LayerContext(step, offset, collector, check_numerics, example_axis, example
     yield notes
 
 
-def _RunLayer(layer, site_prefix, theta, inputs):
-  """One layer (name, function) on `inputs`: the same dropout masks and seeds whenever it runs."""
+def _RunLayer(layer, site_prefix, theta, inputs, place):
+  """One layer (name, function) on `inputs`: the same dropout masks and seeds whenever it runs.
+
+  An error raised inside the layer gets a note naming the layer and `place` (the partition), which
+  Python prints under the error's own message.
+  """
   name, fn = layer
   with stateful_ops.LayerScope('%s/%s' % (site_prefix, name)):
-    return fn(theta, inputs)
+    try:
+      return fn(theta, inputs)
+    except Exception as e:  # pylint: disable=broad-except
+      e.add_note('(raised by layer %r while %s was traced)' % (name, place))
+      raise
 
 
 def RunInline(layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any,
@@ -280,7 +288,7 @@ def RunInline(layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any,
   with _LayerContext(step, tf.constant(0, tf.int64), collector, True, example_axis, example_count,
                      two_d_weight_gradients):
     for layer in layers:
-      out = _RunLayer(layer, site_prefix, theta, out)
+      out = _RunLayer(layer, site_prefix, theta, out, 'the unpipelined %s' % site_prefix)
   return out
 
 
@@ -393,7 +401,8 @@ class PartitionFunctions:
 
   def _RunLayer(self, j, theta, inputs):
     """Layer j on `inputs`, within `_Tracing`: the same dropout masks and seeds whenever it runs."""
-    return _RunLayer(self._layers[j], self._site_prefix, theta, inputs)
+    return _RunLayer(self._layers[j], self._site_prefix, theta, inputs,
+                     '%s, partition function %s' % (self._where, self._name))
 
   def _Run(self, step, offset, theta_leaves, x_leaves, collector, boundaries=None):
     """Runs the partition inside a function body; returns its outputs and each layer's ops.

@@ -110,6 +110,7 @@ class GradientConsistencyTest(test_utils.TestCase):
 class UnevenMicroBatchesTest(test_utils.TestCase):
   """M that does not divide the batch: micro-batches differ by one example, gradients stay exact."""
 
+  @pytest.mark.slow
   def testEverySchedulePartitioningAndBatchKind(self):
     x = np.random.RandomState(6).uniform(-1, 1, size=[BATCH - 3, DIM]).astype(np.float32)
 
@@ -175,6 +176,7 @@ class SkipConnectionsTest(test_utils.TestCase):
   """Declared skip connections: the gradients of a hand-written network for every K, schedule and
   M (dividing the batch or not), and a clear error for an undeclared shortcut."""
 
+  @pytest.mark.slow
   def testGradientsEqualTheHandWrittenNetwork(self):
     variants = [('plain', SkipNet.Params().Set(name='plain'))]
     for k in (1, 2, 3):
@@ -542,6 +544,19 @@ class BadInputTest(test_utils.TestCase):
       self._Build(layer_lib.TensorPipeLayer.Params().Set(name='pipe'), _Inputs)
     with self.assertRaisesRegex(ValueError, "layer name 'layer0' appears twice"):
       self._Build(helpers.Pipeline(helpers.DenseLayers(2) + helpers.DenseLayers(1), 2, 1), _Inputs)
+
+  def testErrorInsideALayerNamesTheLayerAndPartition(self):
+
+    class Mismatch(helpers.Dense):
+
+      def FProp(self, theta, x):
+        return tf.matmul(x, tf.ones([DIM + 1, DIM]))  # Shapes that cannot be multiplied.
+
+    params = helpers.Pipeline(helpers.DenseLayers(2) + [Mismatch.Params().Set(name='bad')], 2, 2)
+    with self.assertRaises(ValueError) as caught:
+      self._Build(params, _Inputs)
+    self.assertIn("(raised by layer 'bad' while TensorPipeLayer 'pipe', partition function "
+                  "pipe_partition1 was traced)", caught.exception.__notes__)
 
   def testOutputWithoutBatchDimension(self):
 

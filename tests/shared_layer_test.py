@@ -1,6 +1,7 @@
 """SharedLayer: tied weights across partitions give the gradients of one layer used twice."""
 
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import layers as lingvo_layers
@@ -87,6 +88,7 @@ class SharedLayerTest(test_utils.TestCase):
         name=name, partitions=partitions, loss_layer=_LossLayer(), num_micro_batches=m,
         schedule=sched)
 
+  @pytest.mark.slow
   def testTiedWeightsGetTheSumOfBothUsesGradients(self):
     variants = [('plain', TiedNet.Params().Set(name='plain'))]
     for k in (1, 2, 3):
