@@ -41,6 +41,18 @@ def _ToTuple(x):
   return tuple(x) if isinstance(x, (list, tuple)) else (x,)
 
 
+def _SkipIndices(layer_params, skip_connections):
+  """(source, destination) indices in `layer_params` of the skip connections between its layers
+  (the cost model feeds each destination its source's output); the rest are checked later."""
+  index = {layer.name: i for i, layer in enumerate(layer_params)}
+  pairs = []
+  for pair in skip_connections or []:
+    if isinstance(pair, (list, tuple)) and len(pair) == 2 and all(n in index for n in pair):
+      if index[pair[0]] < index[pair[1]]:
+        pairs.append((index[pair[0]], index[pair[1]]))
+  return pairs
+
+
 class TensorPipeLayer(base_layer.BaseLayer):
   """Pipelines a sequence of layers over K devices with M micro-batches (GPipe).
 
@@ -275,7 +287,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
       device = p.devices[0] if p.devices else self.cluster.WorkerDeviceInModelSplit(0)
     self._plan = partitioning.MakePlan(
         layers, num_partitions, p.cost_input_shapes, p.partition_cost, p.partition_algorithm,
-        p.memory_budget, num_micro, p.recompute, p.bytes_per_param, device, sizes, where=where)
+        p.memory_budget, num_micro, p.recompute, p.bytes_per_param, device, sizes, where=where,
+        skips=_SkipIndices(layers, p.skip_connections))
     partitions = self._plan.Partitions()
     if sizes is None:
       tf.logging.info('%s: %d layers in partitions of %s by %s cost (%s), imbalance max/mean %.3f',
@@ -520,5 +533,6 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def FPropMeta(cls, p, *args):
     """The whole pipeline's cost: the sum of its layers' FPropMeta (for enclosing partitioners)."""
     layer_params = list(p.layers) if p.layers is not None else [l for c in p.partitions for l in c]
-    metas, shapes = cost_model.ChainMeta(layer_params, args)
+    metas, shapes = cost_model.ChainMeta(layer_params, args,
+                                         _SkipIndices(layer_params, p.skip_connections))
     return py_utils.NestedMap(flops=sum(flops for flops, _ in metas), out_shapes=shapes)

@@ -65,13 +65,16 @@ def _Elements(shapes):
   return total
 
 
-def ChainMeta(layer_params: Sequence[Any], input_shapes: Sequence[Any]
+def ChainMeta(layer_params: Sequence[Any], input_shapes: Sequence[Any],
+              skips: Sequence[Tuple[int, int]] = ()
              ) -> Tuple[List[Tuple[float, Tuple[tshape.Shape, ...]]], Tuple[tshape.Shape, ...]]:
   """Runs FPropMeta through the layers in order.
 
   Args:
     layer_params: the L layer Params, in order.
     input_shapes: shapes (lists or tshape.Shape) of the first layer's FProp inputs.
+    skips: (source, destination) layer indices of skip connections: the destination also gets the
+      source's output, after its usual inputs (see TensorPipeLayer's skip_connections).
 
   Returns:
     (metas, out_shapes): per layer a (flops, input shapes) pair, and the last layer's output shapes.
@@ -80,8 +83,9 @@ def ChainMeta(layer_params: Sequence[Any], input_shapes: Sequence[Any]
     ValueError: when a layer does not implement FPropMeta, naming it.
   """
   shapes = tuple(_ToShape(s) for s in input_shapes)
-  metas = []
-  for p in layer_params:
+  metas, outs = [], []
+  for i, p in enumerate(layer_params):
+    shapes += tuple(_SkipArgument(outs[src]) for src, dst in skips if dst == i)
     try:
       meta = p.cls.FPropMeta(p, *shapes)
     except NotImplementedError as e:
@@ -90,12 +94,19 @@ def ChainMeta(layer_params: Sequence[Any], input_shapes: Sequence[Any]
                        (p.name, p.cls.__name__)) from e
     metas.append((float(meta.flops), shapes))
     shapes = tuple(meta.out_shapes)
+    outs.append(shapes)
   return metas, shapes
 
 
-def Flops(layer_params: Sequence[Any], input_shapes: Sequence[Any]) -> List[float]:
+def _SkipArgument(outputs):
+  """What a skip connection passes: its source's output (one value, or the tuple of several)."""
+  return outputs[0] if len(outputs) == 1 else outputs
+
+
+def Flops(layer_params: Sequence[Any], input_shapes: Sequence[Any],
+          skips: Sequence[Tuple[int, int]] = ()) -> List[float]:
   """Estimated flops of each layer for the given first-layer input shapes (see ChainMeta)."""
-  return [flops for flops, _ in ChainMeta(layer_params, input_shapes)[0]]
+  return [flops for flops, _ in ChainMeta(layer_params, input_shapes, skips)[0]]
 
 
 # A layer class may list, in SHAPE_NEUTRAL_PARAMS, its Params fields that change neither its
@@ -192,14 +203,15 @@ def ParamCount(layer_params: Sequence[Any]) -> int:
   return sum(trainable for trainable, _ in ParamCounts(layer_params))
 
 
-def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any]) -> List[LayerProfile]:
+def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any],
+             skips: Sequence[Tuple[int, int]] = ()) -> List[LayerProfile]:
   """A LayerProfile per layer: FPropMeta flops and shapes, variable counts, activation sizes.
 
   Activation sizes come from building each layer's forward and backward pass on inputs of its
   shapes in a graph that never runs, and adding up the forward tensors the backward ops read (what
   backprop keeps alive), so the insides of composite layers count, not only their outputs.
   """
-  metas, out_shapes = ChainMeta(layer_params, input_shapes)
+  metas, out_shapes = ChainMeta(layer_params, input_shapes, skips)
   in_shapes = [shapes for _, shapes in metas]
   out_elements = [_Elements(s) for s in in_shapes[1:]] + [_Elements(out_shapes)]
   profiles = []
@@ -256,7 +268,8 @@ def StepSeconds(sess: Any, step: Any, repeats: int = 5) -> float:
 def MeasureSeconds(layer_params: Sequence[Any], input_shapes: Optional[Sequence[Any]],
                    device: Optional[str] = None, repeats: int = 5,
                    input_fn: Optional[Callable[[], Any]] = None,
-                   timer: Optional[Callable[[Any, Any, int], float]] = None) -> List[float]:
+                   timer: Optional[Callable[[Any, Any, int], float]] = None,
+                   skips: Sequence[Tuple[int, int]] = ()) -> List[float]:
   """Median seconds of each layer's forward + backward pass, each layer run alone.
 
   Each layer's inputs are what the layers before it produce from random inputs, stored in variables
@@ -271,15 +284,16 @@ def MeasureSeconds(layer_params: Sequence[Any], input_shapes: Optional[Sequence[
     input_fn: optional callable returning the first layer's FProp args (e.g. integer ids).
     timer: `timer(session, step, repeats)` -> the cost of one layer's step; default StepSeconds
       (wall clock). Tests inject a deterministic cost here.
+    skips: (source, destination) layer indices of skip connections (see ChainMeta).
 
   Returns:
     L floats (seconds, or the timer's unit).
   """
   return _OutsideLayerStack(_MeasureSeconds, layer_params, input_shapes, device, repeats, input_fn,
-                            timer or StepSeconds)
+                            timer or StepSeconds, skips)
 
 
-def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer):
+def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer, skips):
   graph = tf.Graph()
   with graph.as_default(), tf.device(_LocalDevice(device)):
     if input_fn is not None:
@@ -288,8 +302,9 @@ def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer
       args = tuple(tf.random.uniform(_ToShape(s).ToTensorShape().as_list(), seed=i)
                    for i, s in enumerate(input_shapes))
     layers = [p.Copy().Instantiate() for p in layer_params]
-    steps, stores = [], []
+    steps, stores, outs = [], [], []
     for i, layer in enumerate(layers):
+      args += tuple(outs[src] for src, dst in skips if dst == i)
       leaves = tf.nest.flatten(args)
       held = [None if x is None else tf.Variable(tf.zeros_like(x), trainable=False,
                                                  name='input%d_%d' % (i, j))
@@ -306,6 +321,7 @@ def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer
       # ones a fetched tf.group depends on.
       steps.append(tf.add_n([tf.reduce_sum(t) for t in ys + grads]) if ys + grads else tf.no_op())
       args = out if isinstance(out, tuple) else (out,)
+      outs.append(out)
     init = tf.global_variables_initializer()
   config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
   seconds = []

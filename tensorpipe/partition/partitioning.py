@@ -8,7 +8,7 @@ min-variance heuristic). The resulting `Plan` remembers costs and profiles so th
 """
 
 import dataclasses
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from tensorpipe.partition import balancing
 from tensorpipe.partition import cost_model
@@ -44,6 +44,7 @@ class Plan:
   recompute: str = 'always'
   bytes_per_param: int = cost_model.DEFAULT_BYTES_PER_PARAM
   memory_budget: Optional[float] = None
+  skips: Tuple[Tuple[int, int], ...] = ()  # (source, destination) indices of skip connections.
   _profiles: Optional[List[cost_model.LayerProfile]] = None
 
   @property
@@ -72,7 +73,7 @@ class Plan:
   def Profiles(self) -> Optional[List[cost_model.LayerProfile]]:
     """LayerProfiles (flops, parameters, activation sizes); None without input shapes."""
     if self._profiles is None and self.input_shapes is not None:
-      self._profiles = cost_model.Profiles(self.layer_params, self.input_shapes)
+      self._profiles = cost_model.Profiles(self.layer_params, self.input_shapes, self.skips)
     return self._profiles
 
   def Memory(self) -> Optional[balancing.PartitionCost]:
@@ -90,7 +91,8 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
              num_micro_batches: int = 1, recompute: str = 'always',
              bytes_per_param: int = cost_model.DEFAULT_BYTES_PER_PARAM,
              device: Optional[str] = None, sizes: Optional[Sequence[int]] = None,
-             input_fn: Optional[Callable[[], Any]] = None, where: str = 'TensorPipeLayer') -> Plan:
+             input_fn: Optional[Callable[[], Any]] = None, where: str = 'TensorPipeLayer',
+             skips: Sequence[Tuple[int, int]] = ()) -> Plan:
   """Splits `layer_params` into `num_partitions` partitions (or describes the given `sizes`).
 
   Args:
@@ -110,6 +112,8 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
     input_fn: for 'measured': a callable returning the first layer's FProp args (e.g. integer ids)
       instead of uniform random floats of `input_shapes`.
     where: prefix of error messages.
+    skips: (source, destination) layer indices of skip connections: each destination's costs are
+      taken with its source's output as an extra input.
 
   Returns:
     A Plan.
@@ -130,14 +134,16 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
     raise ValueError('%s: %s needs cost_input_shapes (the first layer\'s input shapes for one '
                      'mini-batch)' % (where, what))
   plan = Plan(layer_params, list(sizes or []), cost, algorithm, None, input_shapes,
-              num_micro_batches, recompute, bytes_per_param, memory_budget)
+              num_micro_batches, recompute, bytes_per_param, memory_budget, tuple(skips))
   if cost == 'count':
     plan.cost = balancing.PartitionCost([1.0] * len(layer_params))
   elif cost == 'flops':
-    plan.cost = balancing.PartitionCost(cost_model.Flops(layer_params, input_shapes), where=where)
+    plan.cost = balancing.PartitionCost(cost_model.Flops(layer_params, input_shapes, skips),
+                                        where=where)
   elif cost == 'measured':
     plan.cost = balancing.PartitionCost(
-        cost_model.MeasureSeconds(layer_params, input_shapes, device, input_fn=input_fn),
+        cost_model.MeasureSeconds(layer_params, input_shapes, device, input_fn=input_fn,
+                                  skips=skips),
         what='time', where=where)
   else:
     plan.cost = plan.Memory()

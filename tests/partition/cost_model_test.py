@@ -83,6 +83,31 @@ class CostModelTest(test_utils.TestCase):
     self.assertEqual(costs, [3 * 2, 3 * 5])  # n forward + 2n backward MatMuls, each layer alone.
     self.assertEqual(calls, [3, 3])
 
+  def testSkipConnectionsFeedTheirDestinations(self):
+    """A destination layer's costs are taken with its source's output as an extra input."""
+
+    class Join(helpers.Dense):
+
+      def FProp(self, theta, x, skip):
+        return tf.tanh(tf.matmul(x, theta.w)) + skip
+
+      @classmethod
+      def FPropMeta(cls, p, x, skip):
+        py_utils.CheckShapes((x, skip))
+        return super().FPropMeta(p, x)
+
+    layers = [helpers.Dense.Params().Set(name='a', dim=8), helpers.Dense.Params().Set(name='b',
+                                                                                        dim=8),
+              Join.Params().Set(name='c', dim=8)]
+    metas, _ = cost_model.ChainMeta(layers, [[4, 8]], skips=[(0, 2)])
+    self.assertEqual([len(shapes) for _, shapes in metas], [1, 1, 2])
+    profiles = cost_model.Profiles(layers, [[4, 8]], skips=[(0, 2)])
+    self.assertEqual(profiles[2].in_elements, 2 * 4 * 8)  # Its input and the skip.
+    costs = cost_model.MeasureSeconds(layers, [[4, 8]], repeats=1, skips=[(0, 2)],
+                                      timer=lambda sess, step, repeats: helpers.MatMulsRun(
+                                          sess, step))
+    self.assertEqual(costs, [3, 3, 3])  # Each layer ran: 1 forward and 2 backward MatMuls.
+
   def testLayerWithoutFPropMetaIsNamed(self):
     opaque = base_layer.BaseLayer.Params().Set(name='opaque')
     with self.assertRaisesRegex(ValueError, "Layer 'opaque' .* has no FPropMeta"):
