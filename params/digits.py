@@ -3,11 +3,15 @@
   digits.TinyConvPipeline: a 4-layer conv net as one TensorPipeLayer, K = 4 partitions (one per
   logical device: --cpu_devices=4 on CPU, --worker_gpus=4 --worker_split_size=4 on GPUs), M = 8
   micro-batches.
+  digits.TinyUNetPipeline: a small U-Net-like classifier (tensorpipe/tasks/image/unet.py) with long
+  skip connections across its 4 partitions; otherwise as TinyConvPipeline (same data, task,
+  learner, K, M and steps).
 
 Train: python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 \
          --mode=sync --run_locally=cpu --logdir=/tmp/digits
 Eval:  python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 \
          --mode=sync --run_locally=cpu --logdir=/tmp/digits --job=evaler_test
+(--model=digits.TinyUNetPipeline likewise.)
 """
 
 from lingvo import model_registry
@@ -19,6 +23,7 @@ from lingvo.core import schedule
 from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import classifier
 from tensorpipe.tasks.image import digits_input
+from tensorpipe.tasks.image import unet
 
 
 class DigitsData:
@@ -79,4 +84,20 @@ class TinyConvPipeline(DigitsData, base_model_params.SingleTaskModelParams):
     tp.save_max_to_keep = 10
     tp.summary_interval_steps = 50
     tp.learner = self._Learner()
+    return p
+
+
+@model_registry.RegisterSingleTaskModel
+class TinyUNetPipeline(TinyConvPipeline):
+  """A tiny U-Net on the digits: skip connections from the first partition into the last two.
+
+  Only the network differs from TinyConvPipeline: down0 -> down1 -> bottom -> up1 -> up0 -> head
+  (unet.TinyUNet), where up1 also reads down1's output and up0 reads down0's. Balanced by flops
+  into K = 4 partitions, [down0, down1] [bottom] [up1] [up0, head], so both skips cross partitions.
+  """
+
+  def Task(self):
+    p = super().Task()
+    layers, skips = unet.TinyUNet(image_shape=(8, 8, 1), num_classes=10)
+    p.pipeline.Set(layers=layers, skip_connections=skips)
     return p
