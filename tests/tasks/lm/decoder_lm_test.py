@@ -1,0 +1,277 @@
+"""DecoderLm: the pipelined tied-embedding language model trains exactly for every schedule.
+
+Every pipelined variant is compared with the same task built with `unpipelined=True` (the layers
+one after another, plain TensorFlow gradients; the same variables and dropout masks). The variants
+of a test share one graph: they are built with one name under one variable store with reuse, so
+they share their variables, and their dropout masks (keyed by the layers' variable scopes) agree.
+Gradients are compared relative to the largest reference gradient norm: Lingvo's attention
+key-projection bias has a zero gradient by symmetry (float noise of ~1e-8), which has no meaningful
+relative error of its own.
+"""
+
+import numpy as np
+import pytest
+from lingvo import compat as tf
+from lingvo.core import cluster_factory
+from lingvo.core import py_utils
+from lingvo.core import test_utils
+
+from tensorpipe import placement
+from tensorpipe.tasks.lm import decoder_lm
+from tests import helpers
+
+BATCH = 6  # M = 3 divides it, M = 4 does not (micro-batches of 2, 2, 1, 1).
+MAX_NUMBERS = 2  # T = 10.
+TOLERANCE = 1e-5  # Of the largest reference gradient norm; float32 rounding gives ~1e-7.
+TIED = 'pipeline/softmax/weight_0/var'
+
+
+def _Params(k=2, m=3, schedule='gpipe', unpipelined=False, dropout_prob=0.3, num_layers=2,
+            **kwargs):
+  p = decoder_lm.DecoderLmParams(model_dim=16, hidden_dim=32, num_heads=2, num_layers=num_layers,
+                                 num_partitions=k, num_micro_batches=m, schedule=schedule,
+                                 dropout_prob=dropout_prob, name='lm')
+  p.pipeline.Set(unpipelined=unpipelined, **kwargs)
+  return p
+
+
+def _NumpyBatch(rows=range(0, 5 * BATCH, 5), split='train'):
+  """ids, labels, paddings [len(rows), T] of the counting corpus, as CountingInput makes them."""
+  tokens, lengths = decoder_lm.CountingTable(split, max_numbers=MAX_NUMBERS)
+  tokens, lengths = tokens[list(rows)], lengths[list(rows)]
+  t = decoder_lm.SequenceLength(MAX_NUMBERS)
+  paddings = (np.arange(t)[None, :] >= lengths[:, None] - 1).astype(np.float32)
+  return tokens[:, :-1], tokens[:, 1:], paddings
+
+
+def _Batch(dynamic=False):
+  ids, labels, paddings = _NumpyBatch()
+  if not dynamic:
+    return py_utils.NestedMap(ids=tf.constant(ids), labels=tf.constant(labels),
+                              paddings=tf.constant(paddings))
+  # Batch and sequence sizes known only when the graph runs.
+  return py_utils.NestedMap(
+      ids=tf.placeholder_with_default(ids, [None, None]),
+      labels=tf.placeholder_with_default(labels, [None, None]),
+      paddings=tf.placeholder_with_default(paddings, [None, None]))
+
+
+def _Build(variants, batch_fn=_Batch, num_devices=3):
+  """Builds each task Params of `variants` ({name: Params}) in one graph, sharing variables.
+
+  Returns (graph, {name: (loss, {variable name: gradient})}, {name: task}, {name: its input
+  batch}); the graph has a global step (0), as in training.
+  """
+  graph = tf.Graph()
+  fetches, tasks, batches = {}, {}, {}
+  with graph.as_default(), helpers.Cluster(num_devices):
+    tf.random.set_seed(1234)  # Lingvo then seeds each initialiser from its variable's name.
+    py_utils.GetOrCreateGlobalStepVar()
+    with py_utils.VariableStore(), tf.variable_scope('', reuse=tf.AUTO_REUSE):
+      for name, params in variants.items():
+        task = tasks[name] = params.Instantiate()
+        batch = batches[name] = batch_fn()
+        loss = task.FPropDefaultTheta(batch)[0]['loss'][0]
+        variables = tf.trainable_variables()
+        grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+        fetches[name] = (loss, {v.op.name[len('lm/'):]: g for v, g in zip(variables, grads)})
+  return graph, fetches, tasks, batches
+
+
+def _Run(graph, fetches, num_devices=3, feed_dict=None):
+  with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(num_devices)) as sess:
+    sess.run(tf.global_variables_initializer())
+    return sess.run(fetches, feed_dict=feed_dict)
+
+
+def _Error(grads, reference):
+  """max over variables of |g - g_ref|, over the largest |g_ref| (Frobenius norms)."""
+  assert sorted(grads) == sorted(reference), (sorted(grads), sorted(reference))
+  scale = max(np.linalg.norm(g) for g in reference.values())
+  return max(np.linalg.norm(grads[name] - reference[name]) for name in grads) / scale
+
+
+class DecoderLmGradientsTest(test_utils.TestCase):
+  """Pipelined gradients equal the unpipelined task's, with dropout on, for every schedule."""
+
+  def _AssertLikeUnpipelined(self, schedule, ks_ms):
+    variants = {'unpipelined': _Params(unpipelined=True)}
+    for k, m in ks_ms:
+      variants['K%d M%d' % (k, m)] = _Params(k, m, schedule)
+    graph, fetches, tasks, _ = _Build(variants)
+    for name, task in tasks.items():  # Per-example masks only: nothing depends on M.
+      self.assertEqual(task.pipeline.MicroBatchDependence(), [], name)
+    results = _Run(graph, fetches)
+    ref_loss, reference = results.pop('unpipelined')
+    self.assertGreater(np.linalg.norm(reference[TIED]), 0.0)
+    for name, (loss, grads) in results.items():
+      self.assertAllClose(loss, ref_loss, rtol=1e-6, msg=name)
+      self.assertLess(_Error(grads, reference), TOLERANCE, '%s %s' % (schedule, name))
+      # The tied weight's gradient: the embedding's use on device 0 plus the softmax's on the last.
+      self.assertLess(np.linalg.norm(grads[TIED] - reference[TIED]),
+                      TOLERANCE * np.linalg.norm(reference[TIED]), '%s %s' % (schedule, name))
+
+  # Each schedule for two of K in {1, 2, 3}, with an M that divides the batch of 6 and one that
+  # does not (two micro-batch sizes).
+  @pytest.mark.slow
+  def testGpipe(self):
+    self._AssertLikeUnpipelined('gpipe', [(1, 3), (2, 4)])
+
+  @pytest.mark.slow
+  def testOneFOneB(self):
+    self._AssertLikeUnpipelined('1f1b', [(2, 3), (3, 4)])
+
+  @pytest.mark.slow
+  def testZeroBubble(self):
+    self._AssertLikeUnpipelined('zero_bubble', [(3, 3), (2, 4)])
+
+  @pytest.mark.slow
+  def testDropoutChangesTheGradients(self):
+    """The dropout the comparisons above run with really drops (so equal masks are shown)."""
+    graph, fetches, _, _ = _Build({'with': _Params(unpipelined=True),
+                                   'without': _Params(unpipelined=True, dropout_prob=0.0)})
+    results = _Run(graph, fetches)
+    self.assertGreater(_Error(results['with'][1], results['without'][1]), 1e-2)
+
+  @pytest.mark.slow
+  def testRunTimeBatchAndSequenceSizes(self):
+    """ids, labels and paddings of shape [None, None]: 1f1b takes the unpipelined step, for the
+    default batch (6 x 10) and for a fed one of another size (5 x 7)."""
+    variants = {'unpipelined': _Params(unpipelined=True), '1f1b': _Params(2, 4, '1f1b')}
+    graph, fetches, _, batches = _Build(variants, lambda: _Batch(dynamic=True))
+    self.assertEqual(batches['1f1b'].ids.shape.as_list(), [None, None])
+    ids, labels, paddings = _NumpyBatch(rows=range(1, 40, 8))
+    other = {}
+    for batch in batches.values():
+      other.update({batch.ids: ids[:, :7], batch.labels: labels[:, :7],
+                    batch.paddings: paddings[:, :7]})
+    for feed_dict in (None, other):
+      results = _Run(graph, fetches, feed_dict=feed_dict)
+      ref_loss, reference = results.pop('unpipelined')
+      for name, (loss, grads) in results.items():
+        self.assertAllClose(loss, ref_loss, rtol=1e-6, msg=name)
+        self.assertLess(_Error(grads, reference), TOLERANCE, name)
+
+
+class DecoderLmTest(test_utils.TestCase):
+
+  def testTheTiedEmbeddingIsOneVariableOnTheFirstDevice(self):
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      task = _Params(2, 4, '1f1b').Instantiate()
+      names = [v.op.name for v in tf.trainable_variables()]
+      self.assertEqual([n for n in names if 'softmax' in n or 'emb' in n],
+                       ['lm/' + TIED, 'lm/pipeline/softmax/bias_0/var'])
+      self.assertEqual(task.pipeline.partition_layer_names,
+                       [['embed', 'position', 'layer0'], ['layer1', 'xent']])
+      tied = [v for v in tf.trainable_variables() if v.op.name == 'lm/' + TIED][0]
+      self.assertEqual(tied.shape.as_list(), [16, decoder_lm.VOCAB_SIZE])
+      self.assertTrue(tied.device.endswith('CPU:0'), tied.device)
+
+  @pytest.mark.slow
+  def testTheWrongBatchDimFailsTheFirstStep(self):
+    """Time-major inputs split along T (batch_dim=0) would let attention see part of a sequence:
+    the first training step fails, saying what to set."""
+    graph, fetches, _, _ = _Build({'lm': _Params(2, 2, '1f1b', batch_dim=0)}, num_devices=2)
+    with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                r'changed the outputs of other examples along batch_dim=0.*'
+                                r'set batch_dim=1'):
+      _Run(graph, fetches, num_devices=2)
+
+  def testMissingPipelineOrLossLayerIsRefused(self):
+    with self.assertRaisesRegex(ValueError, r"DecoderLm 'lm': set `pipeline`"):
+      decoder_lm.DecoderLm.Params().Set(name='lm').Instantiate()
+    p = _Params()
+    p.pipeline.loss_layer = None
+    with self.assertRaisesRegex(ValueError, 'needs a loss_layer'), helpers.Cluster(2):
+      p.Instantiate()
+    with self.assertRaisesRegex(ValueError, '3 partitions need num_layers >= 2 .*got num_layers=1'):
+      _Params(3, num_layers=1)
+
+
+class TinyTiedLmTest(test_utils.TestCase):
+
+  @pytest.mark.slow
+  def testTheRegisteredModelLearns(self):
+    """150 training steps of lm.TinyTiedLm (Lingvo's train op: 1F1B, K = 2, M = 4, Adam) on the
+    counting corpus: the mean loss of the last 20 steps is under half that of the first 5 (about
+    4.5 nats per token at the start, about 1.5 after 150 steps)."""
+    cfg = helpers.ModelParams('lm.TinyTiedLm', 'Train')
+    self.assertEqual(cfg.task.pipeline.schedule, '1f1b')
+    graph = tf.Graph()
+    with graph.as_default(), cluster_factory.ForTestingWorker(
+        mode='sync', job='trainer_client', cpus=2, split_size=2):
+      tf.random.set_seed(1)
+      model = cfg.Instantiate()
+      model.ConstructFPropBPropGraph()
+      task = model.GetTask()
+      init = tf.global_variables_initializer()
+    losses = []
+    with tf.Session(graph=graph, config=placement.SessionConfig(2)) as sess:
+      sess.run(init)
+      task.input.Initialize(sess)
+      for _ in range(150):
+        metrics, _ = sess.run([task.eval_metrics, task.train_op])
+        losses.append(metrics['loss'][0])
+    self.assertTrue(np.all(np.isfinite(losses)))
+    self.assertLess(np.mean(losses[-20:]), 0.5 * np.mean(losses[:5]), losses)
+
+
+class CountingCorpusTest(test_utils.TestCase):
+
+  def testNumberWords(self):
+    self.assertEqual(decoder_lm.NumberWords(0), ['zero'])
+    self.assertEqual(decoder_lm.NumberWords(17), ['seventeen'])
+    self.assertEqual(decoder_lm.NumberWords(40), ['forty'])
+    self.assertEqual(decoder_lm.NumberWords(305), ['three', 'hundred', 'five'])
+    self.assertEqual(decoder_lm.NumberWords(999), ['nine', 'hundred', 'ninety', 'nine'])
+    self.assertEqual(' '.join(decoder_lm.CountingSentence(99, 2)),
+                     '<s> ninety nine , one hundred </s>')
+    with self.assertRaisesRegex(ValueError, r'in \[0, 999\], got 1000'):
+      decoder_lm.NumberWords(1000)
+    every = {w for n in range(1000) for w in decoder_lm.NumberWords(n)}
+    self.assertEqual(every | {'<pad>', '<s>', '</s>', ','}, set(decoder_lm.VOCABULARY))
+    self.assertEqual(decoder_lm.VOCAB_SIZE, 33)
+
+  def testSplitsAreDisjointAndCoverEveryStart(self):
+    train = decoder_lm.SplitStarts('train', 4, 0.1, 1234)
+    test = decoder_lm.SplitStarts('test', 4, 0.1, 1234)
+    self.assertEmpty(set(train) & set(test))
+    self.assertEqual(sorted(set(train) | set(test)), list(range(997)))
+    self.assertLen(test, 100)
+
+  def testBatchesPredictTheNextToken(self):
+    with self.session(graph=tf.Graph()) as sess:
+      gen = decoder_lm.CountingInput.Params().Set(batch_size=8, max_numbers=3).Instantiate()
+      batch = gen.GetPreprocessedInputBatch()
+      gen.Initialize(sess)
+      b = sess.run(batch)
+    t = decoder_lm.SequenceLength(3)
+    self.assertEqual(b.ids.shape, (8, t))
+    self.assertAllEqual(b.ids[:, 1:], b.labels[:, :-1])
+    for ids, labels, paddings in zip(b.ids, b.labels, b.paddings):
+      n = int((1 - paddings).sum())  # Real positions come first.
+      self.assertAllEqual(paddings, [0] * n + [1] * (t - n))
+      self.assertEqual(decoder_lm.VOCABULARY[ids[0]], '<s>')
+      self.assertEqual(decoder_lm.VOCABULARY[labels[n - 1]], '</s>')
+      self.assertNotIn(decoder_lm.PAD_ID, labels[:n])
+
+  def testTheTestSplitIsOnePassPaddedToWholeBatches(self):
+    with self.session(graph=tf.Graph()) as sess:
+      gen = decoder_lm.CountingInput.Params().Set(batch_size=64, split='test',
+                                                  resettable=True).Instantiate()
+      batch = gen.GetPreprocessedInputBatch()
+      gen.Initialize(sess)
+      for _ in range(2):
+        real = 0
+        with self.assertRaises(tf.errors.OutOfRangeError):
+          while True:
+            b = sess.run(batch)
+            self.assertEqual(b.ids.shape[0], 64)
+            real += int((b.paddings.min(axis=1) == 0).sum())
+        self.assertEqual(real, gen.num_examples)
+        gen.Reset(sess)  # The next pass starts again at the beginning.
+    self.assertEqual(gen.num_examples, 100 * 3)  # 100 held-out starts, runs of 2, 3 or 4.
+
+
+if __name__ == '__main__':
+  test_utils.main()
