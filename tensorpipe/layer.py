@@ -16,14 +16,17 @@ training step"; the executor builds steps (1)-(6) in between. Variables are name
 """
 
 import weakref
+from typing import List, Tuple
 
 from lingvo import compat as tf
 from lingvo.core import base_layer
+from lingvo.core import hyperparams
 from lingvo.core import py_utils
 
 from tensorpipe import batch_norm
 from tensorpipe import executor
 from tensorpipe import micro_batching
+from tensorpipe import nested_params
 from tensorpipe.partition import cost_model
 from tensorpipe.partition import partition_report
 from tensorpipe.partition import partitioning
@@ -536,3 +539,14 @@ class TensorPipeLayer(base_layer.BaseLayer):
     metas, shapes = cost_model.ChainMeta(layer_params, args,
                                          _SkipIndices(layer_params, p.skip_connections))
     return py_utils.NestedMap(flops=sum(flops for flops, _ in metas), out_shapes=shapes)
+
+
+def Pipelines(params: hyperparams.Params) -> List[Tuple[str, hyperparams.Params]]:
+  """[(path, Params)] of every TensorPipeLayer's Params nested anywhere in `params` (e.g. a
+  model's), in the order nested_params.Walk finds them."""
+  out = []
+  for path, p in nested_params.Walk(params):
+    cls = p.Get('cls') if 'cls' in p else None
+    if isinstance(cls, type) and issubclass(cls, TensorPipeLayer):
+      out.append((path, p))
+  return out

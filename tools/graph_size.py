@@ -213,7 +213,7 @@ def ModelChild(args):
   from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
   from lingvo.core import cluster_factory  # pylint: disable=g-import-not-at-top
   from tensorpipe.trainer import param_count  # pylint: disable=g-import-not-at-top
-  from tensorpipe.trainer import preflight  # pylint: disable=g-import-not-at-top
+  from tensorpipe import layer as layer_lib  # pylint: disable=g-import-not-at-top
   from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
 
   row = {'model': args.model}
@@ -227,7 +227,7 @@ def ModelChild(args):
       inputs.synthetic = True
     model_params.input = inputs
     row['k'] = param_count.MaxPartitions(model_params)
-    row['m'] = _MicroBatches(preflight.Pipelines(model_params))
+    row['m'] = _MicroBatches(layer_lib.Pipelines(model_params))
     # No preflight.CheckDataDirs here: the launcher's pre-check insists on input.data_dir even with
     # synthetic=True. Missing data shows up as the input generator's error when it is instantiated.
     with graph.as_default(), cluster_factory.ForTestingWorker(cpus=row['k'], split_size=row['k']):

@@ -19,10 +19,10 @@ import argparse  # pylint: disable=g-import-not-at-top
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 
+from tensorpipe import layer as layer_lib
 from tensorpipe.partition import balancing
 from tensorpipe.partition import partition_report
 from tensorpipe.partition import partitioning
-from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
 from tensorpipe import units  # pylint: disable=g-import-not-at-top
 
@@ -34,7 +34,7 @@ def Reports(model, dataset='Train', num_partitions=None, num_micro_batches=None,
     flags.FLAGS.mark_as_parsed()  # Lingvo's registry reads its override flags; keep the defaults.
   registry.ImportModel(model)
   cfg = registry.ModelParams(model, dataset)
-  pipelines = preflight.Pipelines(cfg)
+  pipelines = layer_lib.Pipelines(cfg)
   if not pipelines:
     raise ValueError('model %s has no TensorPipeLayer' % model)
   reports = []

@@ -21,6 +21,7 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 
+from tensorpipe import layer as layer_lib
 from tensorpipe.measure import profiling
 from tensorpipe.measure import simulator
 from tensorpipe.measure import timeline
@@ -35,7 +36,7 @@ def TraceModel(model, warmup=3, intra_op_threads=1, inter_op_threads=2):
     flags.FLAGS.mark_as_parsed()
   registry.ImportModel(model)
   cfg = registry.ModelParams(model, 'Train')
-  pipelines = preflight.Pipelines(cfg)
+  pipelines = layer_lib.Pipelines(cfg)
   if not pipelines:
     raise ValueError('model %s has no TensorPipeLayer to draw' % model)
   num_devices = max(k for _, _, k in preflight.PipelinePartitions(cfg))

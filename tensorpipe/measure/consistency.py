@@ -144,35 +144,6 @@ def MicroBatchDependence(layer: base_layer.BaseLayer) -> List[str]:
   return reasons
 
 
-def _WalkParams(params: hyperparams.Params,
-                path: str = '') -> Iterator[Tuple[str, hyperparams.Params]]:
-  """(path, Params) of `params` and every Params nested in it, also inside lists, tuples, dicts."""
-  yield path, params
-  for name, value in params.IterParams():
-    yield from _WalkValue(value, '%s.%s' % (path, name) if path else name)
-
-
-def _WalkValue(value, path):
-  if isinstance(value, hyperparams.Params):
-    yield from _WalkParams(value, path)
-  elif isinstance(value, (list, tuple)):
-    for i, v in enumerate(value):
-      yield from _WalkValue(v, '%s[%d]' % (path, i))
-  elif isinstance(value, dict):
-    for k, v in value.items():
-      yield from _WalkValue(v, '%s[%r]' % (path, k))
-
-
-def Pipelines(params: hyperparams.Params) -> List[Tuple[str, hyperparams.Params]]:
-  """[(path, Params)] of every TensorPipeLayer's Params nested anywhere in `params`."""
-  out = []
-  for path, p in _WalkParams(params):
-    cls = p.Get('cls') if 'cls' in p else None
-    if isinstance(cls, type) and issubclass(cls, layer_lib.TensorPipeLayer):
-      out.append((path, p))
-  return out
-
-
 def NumLayers(pipeline: hyperparams.Params) -> int:
   """The number of layers of a TensorPipeLayer's Params (the largest K it can be cut into)."""
   if pipeline.partitions is not None:
@@ -187,7 +158,7 @@ def WithPipelines(params: hyperparams.Params, num_partitions: int, num_micro_bat
   micro-batches, or `unpipelined`. Memory budgets and explicit `devices` are dropped, since they
   were chosen for the model's own K; the schedule and everything else is kept."""
   params = params.Copy()
-  for _, p in Pipelines(params):
+  for _, p in layer_lib.Pipelines(params):
     if p.partitions is not None:
       p.layers = [layer for partition in p.partitions for layer in partition]
       p.partitions = None
@@ -247,7 +218,7 @@ def TaskCase(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAUL
   partitions, micro_batches = _Grid('partitions', partitions), _Grid('micro_batches', micro_batches)
   task_params = task_params.Copy()
   name = title or 'task %r' % task_params.name
-  pipelines = Pipelines(task_params)
+  pipelines = layer_lib.Pipelines(task_params)
   if not pipelines:
     raise ValueError('%s has no TensorPipeLayer: there is nothing to compare; pipeline its layers '
                      'with tensorpipe.TensorPipeLayer first' % name)

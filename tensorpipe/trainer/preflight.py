@@ -1,7 +1,6 @@
 """Checks the trainer makes before any job starts, so a bad setup fails in one line, not in a job.
 
-The model's TensorPipeLayers (`Pipelines`, `PipelinePartitions`: how many devices a model split
-needs), the data directories its inputs read (`CheckDataDirs`), and the worker tasks of a
+The model's TensorPipeLayers (`PipelinePartitions`: how many devices a model split needs), the data directories its inputs read (`CheckDataDirs`), and the worker tasks of a
 multi-process job (`ParseClusterSpec`, `WaitForWorkers`). Failures are `registry.UsageError`s.
 """
 
@@ -9,45 +8,15 @@ import os
 import socket
 import time
 
-from lingvo.core import hyperparams
-
 from tensorpipe import layer as layer_lib
+from tensorpipe import nested_params
 from tensorpipe.trainer import registry
-
-
-def _Walk(params, path=''):
-  """Yields (path, Params) for `params` and every Params nested in it (also inside lists/dicts)."""
-  yield path, params
-  for name, value in params.IterParams():
-    for sub_path, sub in _WalkValue(value, path + '.' + name if path else name):
-      yield sub_path, sub
-
-
-def _WalkValue(value, path):
-  if isinstance(value, hyperparams.Params):
-    yield from _Walk(value, path)
-  elif isinstance(value, (list, tuple)):
-    for i, v in enumerate(value):
-      yield from _WalkValue(v, '%s[%d]' % (path, i))
-  elif isinstance(value, dict):
-    for k, v in value.items():
-      yield from _WalkValue(v, '%s[%r]' % (path, k))
-
-
-def Pipelines(cfg):
-  """[(path, Params)] of every TensorPipeLayer in model params `cfg`."""
-  out = []
-  for path, p in _Walk(cfg):
-    cls = p.Get('cls') if 'cls' in p else None
-    if isinstance(cls, type) and issubclass(cls, layer_lib.TensorPipeLayer):
-      out.append((path, p))
-  return out
 
 
 def PipelinePartitions(cfg):
   """[(path, name, K)] for every TensorPipeLayer in model params `cfg` (K: its partitions)."""
   out = []
-  for path, p in Pipelines(cfg):
+  for path, p in layer_lib.Pipelines(cfg):
     if p.partitions is not None:
       k = len(p.partitions)
     elif p.num_partitions is not None:
@@ -62,7 +31,7 @@ def CheckDataDirs(cfg, dataset):
   """Raises registry.UsageError for a missing data directory of the input params of `cfg`."""
   if cfg.Get('input') is None:
     return
-  for path, p in _Walk(cfg.input, 'input'):
+  for path, p in nested_params.Walk(cfg.input, 'input'):
     if 'synthetic' in p and p.synthetic:
       continue  # Generates its data: a data directory it names is never read.
     if 'data_dir' in p:

@@ -44,9 +44,9 @@ class WithPipelinesTest(test_utils.TestCase):
     outer.towers[0].Define('decoder', helpers.Pipeline(helpers.DenseLayers(4), 4, 1,
                                                        micro_batch_size=2, name='dec'), '')
     outer.Define('plain', helpers.Plain(helpers.DenseLayers(2)), '')
-    paths = [path for path, _ in consistency.Pipelines(outer)]
+    paths = [path for path, _ in layer_lib.Pipelines(outer)]
     self.assertEqual(paths, ['encoder', 'towers[0].decoder'])
-    self.assertEqual([consistency.NumLayers(p) for _, p in consistency.Pipelines(outer)], [3, 4])
+    self.assertEqual([consistency.NumLayers(p) for _, p in layer_lib.Pipelines(outer)], [3, 4])
 
     new = consistency.WithPipelines(outer, 2, 3)
     enc, dec = new.encoder, new.towers[0].decoder

@@ -8,6 +8,7 @@ from lingvo import model_registry
 from lingvo.core import cluster_factory
 from lingvo.core import test_utils
 
+from tensorpipe import nested_params
 from tensorpipe import placement
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
@@ -21,7 +22,7 @@ SMALL_BATCH_PER_MICRO_BATCH = 2
 def _Shrink(cfg):
   """Small batches: SMALL_BATCH_PER_MICRO_BATCH examples per micro-batch of every pipeline."""
   micro = 1
-  for _, p in preflight._Walk(cfg):  # pylint: disable=protected-access
+  for _, p in nested_params.Walk(cfg):
     if 'num_micro_batches' in p and p.Get('micro_batch_size') is None:
       micro = max(micro, p.num_micro_batches)
   if cfg.input is not None and 'batch_size' in cfg.input:
