@@ -17,17 +17,17 @@ Sources, chosen by params:
   - `tfds_name=NAME`: a tensorflow-datasets data set already prepared under `data_dir`
     (e.g. 'mnist' with image_shape=(28, 28, 1) and max_pixel=255); nothing is downloaded.
 
-The arrays are kept in host memory and fed to an initializable tf.data iterator, so the graph holds
-no copy of the data set; `Initialize(sess)` / `Reset(sess)` (called by Lingvo's runners) (re)start
-it.
+The arrays are kept in host memory and fed to an initializable tf.data iterator
+(`array_input.ArrayInput`), so the graph holds no copy of the data set.
 """
 
 import os
 
 import numpy as np
 from lingvo import compat as tf
-from lingvo.core import base_input_generator
 from lingvo.core import py_utils
+
+from tensorpipe.tasks import array_input
 
 SPLITS = ('train', 'test', 'all')
 
@@ -91,7 +91,7 @@ def LoadArrays(p):
   return images, labels
 
 
-class DigitsInput(base_input_generator.BaseInputGenerator):
+class DigitsInput(array_input.ArrayInput):
   """Batches of (image, label, weight) from the scikit-learn digits (or a swapped-in source)."""
 
   @classmethod
@@ -107,15 +107,10 @@ class DigitsInput(base_input_generator.BaseInputGenerator):
              'If set, read this already-prepared tensorflow-datasets data set from data_dir '
              'instead (no download).')
     p.Define('tfds_split', '', 'TFDS split name; empty uses `split`.')
-    p.Define('split', 'train', "'train', 'test' (the held-out last rows) or 'all'.")
     p.Define('holdout_fraction', 0.2,
              'Fraction of the rows, taken from the end of the file, that form the test split.')
     p.Define('image_shape', (8, 8, 1), 'Shape of one image, (height, width, channels).')
     p.Define('max_pixel', 16.0, 'Pixel values are divided by this (16 for the digits).')
-    p.Define('shuffle', None, 'Shuffle the examples (each epoch); None: only for the train split.')
-    p.Define('repeat', None,
-             'Cycle through the split forever; None: only for the train split. A non-repeating '
-             'split raises OutOfRangeError after one pass (set resettable=True for eval).')
     p.Define('shuffle_seed', 1234, 'Seed of the shuffling (and of the random shifts).')
     p.Define('max_shift', 0,
              'Data augmentation: shift each image by up to this many pixels in each direction '
@@ -127,69 +122,26 @@ class DigitsInput(base_input_generator.BaseInputGenerator):
     """Raises ValueError naming the directory if the data `p` points at is missing (no loading)."""
     CheckDataDir(p, 'DigitsInput %r' % p.name)
 
-  def __init__(self, params):
-    super().__init__(params)
+  def _LoadArrays(self):
     p = self.params
-    self._images, self._labels = LoadArrays(p)
-    self._is_train = p.split == 'train'
+    images, labels = LoadArrays(p)
     tf.logging.info('DigitsInput %r: split %r, %d examples of shape %s from %s', p.name, p.split,
-                    self._images.shape[0], list(self._images.shape[1:]),
+                    images.shape[0], list(images.shape[1:]),
                     p.tfds_name or os.path.join(p.data_dir or SklearnDataDir(), p.file_name))
-    self._iterator = None
-    self._feeds = None
+    return images, labels
 
-  @property
-  def num_examples(self):
-    return int(self._images.shape[0])
+  def _ShuffleSeed(self):
+    return self.params.shuffle_seed
 
-  def _Flag(self, value):
-    return self._is_train if value is None else bool(value)
-
-  def _InputBatch(self):
+  def _MapExample(self, image, label):
+    """A random shift of up to max_shift pixels (zero-filled), if set."""
     p = self.params
-    b = self.InfeedBatchSize()
-    image_ph = tf.placeholder(tf.float32, [None] + list(p.image_shape), name='images')
-    label_ph = tf.placeholder(tf.int32, [None], name='labels')
-    self._feeds = (image_ph, label_ph)
-    ds = tf.data.Dataset.from_tensor_slices((image_ph, label_ph))
-    if self._Flag(p.shuffle):
-      ds = ds.shuffle(self.num_examples, seed=p.shuffle_seed, reshuffle_each_iteration=True)
-    if p.max_shift:
-      ds = ds.map(self._RandomShift)
-    if self._Flag(p.repeat):
-      ds = ds.repeat().batch(b, drop_remainder=True)
-      ds = ds.map(lambda x, y: (x, y, tf.ones([b], tf.float32)))
-    else:
-
-      def Pad(x, y):
-        n = tf.shape(y)[0]
-        return (tf.pad(x, [[0, b - n]] + [[0, 0]] * len(p.image_shape)), tf.pad(y, [[0, b - n]]),
-                tf.pad(tf.ones([n], tf.float32), [[0, b - n]]))
-
-      ds = ds.batch(b).map(Pad)
-    ds = ds.prefetch(2)
-    self._iterator = tf.data.make_initializable_iterator(ds)
-    image, label, weight = self._iterator.get_next()
-    image.set_shape([b] + list(p.image_shape))
-    label.set_shape([b])
-    weight.set_shape([b])
-    return py_utils.NestedMap(image=image, label=label, weight=weight)
-
-  def _RandomShift(self, image, label):
-    p = self.params
+    if not p.max_shift:
+      return image, label
     h, w, c = p.image_shape
     s = p.max_shift
     padded = tf.pad(image, [[s, s], [s, s], [0, 0]])
     return tf.image.random_crop(padded, [h, w, c], seed=p.shuffle_seed), label
 
-  def Initialize(self, sess=None):
-    super().Initialize(sess)
-    self.Reset(sess)
-
-  def Reset(self, sess=None):
-    """(Re)starts the iterator at the beginning of the split."""
-    if self._iterator is None or sess is None:
-      return
-    image_ph, label_ph = self._feeds
-    sess.run(self._iterator.initializer, feed_dict={image_ph: self._images,
-                                                     label_ph: self._labels})
+  def _Batch(self, image, label, weight):
+    return py_utils.NestedMap(image=image, label=label, weight=weight)

@@ -48,7 +48,6 @@ model that has learned to count predicts the rest.
 
 import numpy as np
 from lingvo import compat as tf
-from lingvo.core import base_input_generator
 from lingvo.core import base_layer
 from lingvo.core import base_model
 from lingvo.core import layers
@@ -57,6 +56,7 @@ from lingvo.core import py_utils
 
 from tensorpipe import layer as layer_lib
 from tensorpipe import shared_layer
+from tensorpipe.tasks import array_input
 
 # The corpus: English number words of 0..999 and the tokens around them.
 _ONES = ('zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen '
@@ -134,7 +134,7 @@ def CountingTable(split, min_numbers=2, max_numbers=4, holdout_fraction=0.1, see
   return np.array(rows, np.int32), np.array(lengths, np.int32)
 
 
-class CountingInput(base_input_generator.BaseInputGenerator):
+class CountingInput(array_input.ArrayInput):
   """Next-token batches of the counting corpus (see the module docstring).
 
   Batches (B = InfeedBatchSize(), T = SequenceLength(max_numbers)):
@@ -142,6 +142,7 @@ class CountingInput(base_input_generator.BaseInputGenerator):
     labels:   [B, T] int32, the next tokens (ids shifted by one);
     paddings: [B, T] float32, 1.0 past the end of the run. Only the last batch of a non-repeating
               split holds whole padded examples (so every batch has the same static size).
+  The splits are 'train' and 'test' (the held-out start numbers).
   """
 
   @classmethod
@@ -149,74 +150,32 @@ class CountingInput(base_input_generator.BaseInputGenerator):
     p = super().Params()
     p.name = 'counting_input'
     p.batch_size = 32
-    p.Define('split', 'train', "'train', or 'test' (the held-out start numbers).")
     p.Define('min_numbers', 2, 'Fewest numbers in a run; raise it for longer sequences.')
     p.Define('max_numbers', 4,
              'Most numbers in a run; sets the sequence length T = 5 * max_numbers.')
     p.Define('holdout_fraction', 0.1, 'Fraction of the start numbers held out for the test split.')
     p.Define('seed', 1234, 'Seed of the held-out split and of the shuffling.')
-    p.Define('shuffle', None, 'Shuffle the runs each epoch; None: only for the train split.')
-    p.Define('repeat', None,
-             'Cycle through the split forever; None: only for the train split. A non-repeating '
-             'split raises OutOfRangeError after one pass (set resettable=True for eval).')
     return p
 
-  def __init__(self, params):
-    super().__init__(params)
+  def _LoadArrays(self):
     p = self.params
-    where = 'CountingInput %r' % p.name
     try:
-      self._tokens, self._lengths = CountingTable(p.split, p.min_numbers, p.max_numbers,
-                                                  p.holdout_fraction, p.seed)
+      return CountingTable(p.split, p.min_numbers, p.max_numbers, p.holdout_fraction, p.seed)
     except ValueError as e:
-      raise ValueError('%s: %s' % (where, e)) from e
-    self._is_train = p.split == 'train'
-    self._iterator = None
-    self._feeds = None
+      raise ValueError('CountingInput %r: %s' % (p.name, e)) from e
 
-  @property
-  def num_examples(self):
-    return int(self._tokens.shape[0])
+  def _ShuffleSeed(self):
+    return self.params.seed
 
-  def _Flag(self, value):
-    return self._is_train if value is None else bool(value)
+  def _PadValues(self):
+    return [0, 1]  # Whole padding rows: length 1 leaves every position of ids and labels padded.
 
-  def _InputBatch(self):
-    p = self.params
-    b = self.InfeedBatchSize()
-    t = SequenceLength(p.max_numbers)
-    tokens_ph = tf.placeholder(tf.int32, [None, t + 1], name='tokens')
-    lengths_ph = tf.placeholder(tf.int32, [None], name='lengths')
-    self._feeds = (tokens_ph, lengths_ph)
-    ds = tf.data.Dataset.from_tensor_slices((tokens_ph, lengths_ph))
-    if self._Flag(p.shuffle):
-      ds = ds.shuffle(self.num_examples, seed=p.seed, reshuffle_each_iteration=True)
-    if self._Flag(p.repeat):
-      ds = ds.repeat().batch(b, drop_remainder=True)
-    else:
-      # Whole padding rows: length 1 leaves every position of ids and labels padded.
-      ds = ds.batch(b).map(lambda x, n: (tf.pad(x, [[0, b - tf.shape(n)[0]], [0, 0]]),
-                                         tf.pad(n, [[0, b - tf.shape(n)[0]]], constant_values=1)))
-    ds = ds.prefetch(2)
-    self._iterator = tf.data.make_initializable_iterator(ds)
-    tokens, lengths = self._iterator.get_next()
-    tokens.set_shape([b, t + 1])
-    lengths.set_shape([b])
+  def _Batch(self, tokens, lengths, weight):
+    del weight  # Padding rows are whole padded runs: their paddings say so.
+    t = SequenceLength(self.params.max_numbers)
     # Position i of ids predicts token i + 1; it is real while i + 1 < length.
     paddings = tf.cast(tf.range(t)[None, :] >= lengths[:, None] - 1, tf.float32)
     return py_utils.NestedMap(ids=tokens[:, :-1], labels=tokens[:, 1:], paddings=paddings)
-
-  def Initialize(self, sess=None):
-    super().Initialize(sess)
-    self.Reset(sess)
-
-  def Reset(self, sess=None):
-    """(Re)starts the iterator at the beginning of the split."""
-    if self._iterator is None or sess is None:
-      return
-    tokens_ph, lengths_ph = self._feeds
-    sess.run(self._iterator.initializer, feed_dict={tokens_ph: self._tokens,
-                                                     lengths_ph: self._lengths})
 
 
 class TiedEmbeddingSoftmax(layers.SharedSoftmaxLayer):
