@@ -70,7 +70,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
              'k. Set this or `layers`.')
     p.Define('layers', None,
              'Flat list of layer Params, cut automatically into `num_partitions` partitions. '
-             'Set this or `partitions`.')
+             'Set this or `partitions`. A tensorpipe.SharedLayer entry runs a layer that several '
+             'entries share (tied weights).')
     p.Define('num_partitions', None,
              'K, the number of partitions `layers` is cut into (only with `layers`).')
     p.Define('cost_input_shapes', None,
@@ -95,10 +96,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
              'Memory per trainable parameter including optimizer slots (12 = float32 weight + two '
              'slots, e.g. RMSProp or Adam); used by memory costs and budgets.')
     p.Define('num_micro_batches', 1,
-             'M: each mini-batch is split into this many micro-batches; must divide the batch.')
+             'M: each mini-batch is split into this many micro-batches (at most the batch size); '
+             'if M does not divide the batch, their sizes differ by one example.')
     p.Define('micro_batch_size', None,
-             'Examples per micro-batch; when set, M = batch / micro_batch_size (then leave '
-             'num_micro_batches at 1 or equal to that).')
+             'Examples per micro-batch at most; when set, M = ceil(batch / micro_batch_size) (then '
+             'leave num_micro_batches at 1 or equal to that).')
     p.Define('batch_dim', 0,
              'The batch dimension of the inputs and outputs: 0 for batch-major [B, T, ...], 1 for '
              "Lingvo's time-major [T, B, ...] tensors (see check_batch_dim).")
@@ -166,8 +168,6 @@ class TensorPipeLayer(base_layer.BaseLayer):
     if not isinstance(p.batch_dim, int) or p.batch_dim < 0:
       raise ValueError('%s: batch_dim must be a non-negative integer, got %r' %
                        (where, p.batch_dim))
-    if p.micro_batch_size is None:
-      micro_batching.NumMicroBatches(None, p.num_micro_batches, None, where)
     if p.output_batch_dim is not None and (not isinstance(p.output_batch_dim, int) or
                                            p.output_batch_dim < 0):
       raise ValueError('%s: output_batch_dim must be None or a non-negative integer, got %r' %

@@ -4,12 +4,12 @@ Each row is built unpipelined (SequentialLayer) and as a pipeline for K in {1, 2
 4}:
 - stateless rows: per-variable gradients equal the plain model's;
 - batch-norm rows: at M = 1 gradients and moving averages equal the plain model's; at M = 4 (each
-  micro-batch normalised on its own) they do not depend on K or on re-computation, one update per
+  micro-batch normalised on its own) they do not depend on K or on re-computation (K = 3), one update per
   moving average is registered, and the first layer's moving averages (whose input does not depend
   on M) still equal the plain model's;
 - dropout rows: masks are the same in the forward pass and its re-computation (gradients equal
-  between recompute='always' and 'never'), for any K, and for any M where every dropped tensor has
-  an axis of the micro-batch's size; dropout really drops.
+  between recompute='always' and 'never', at K = 3, M = 4), for any K, and for any M where every
+  dropped tensor has an axis of the micro-batch's size; dropout really drops.
 """
 
 import numpy as np
@@ -249,7 +249,8 @@ class RowsTest(test_utils.TestCase):
     """The batch-norm row checks of the module docstring; `first_moving`: the first layer's moving
     variable names."""
     num_moving = None
-    variants = [(m, k, mode) for m in MS for k in KS for mode in ('always', 'never')]
+    # As for dropout rows: re-computation against its absence at the largest K and M only.
+    variants = [(m, k, 'always') for m in MS for k in KS] + [(MS[-1], KS[-1], 'never')]
     (plain_grads, plain_moving, _, _), *steps = _Steps(
         [helpers.Plain(layer_params)] +
         [helpers.Pipeline(layer_params, k, m, mode) for m, k, mode in variants], inputs_fn, loss_fn)
@@ -258,6 +259,8 @@ class RowsTest(test_utils.TestCase):
       reference = None
       for k in KS:
         for mode in ('always', 'never'):
+          if (m, k, mode) not in steps:
+            continue
           grads, moving, updates, relevant = steps[m, k, mode]
           what = 'K=%d M=%d %s' % (k, m, mode)
           num_moving = num_moving or len(moving)
@@ -323,20 +326,24 @@ class RowsTest(test_utils.TestCase):
     """The dropout row checks of the module docstring; `no_dropout`: the same stack, keep 1;
     `per_example`: every dropped tensor has an axis of the micro-batch's size (masks then do not
     depend on M either)."""
-    variants = [(m, k, mode) for m in MS for k in KS for mode in ('always', 'never')]
+    # Every K and M with re-computation; without it at the largest K and M (re-computation and
+    # its absence are the same masks whatever K and M are: one pair shows the forward pass and its
+    # re-computation agree).
+    variants = [(m, k, 'always') for m in MS for k in KS] + [(MS[-1], KS[-1], 'never')]
     *steps, (kept, _, _, _) = _Steps(
         [helpers.Pipeline(layer_params, k, m, mode, batch_dim=batch_dim)
          for m, k, mode in variants] +
         [helpers.Pipeline(no_dropout, 2, 4, batch_dim=batch_dim)], inputs_fn, loss_fn)
     grads = {variant: step[0] for variant, step in zip(variants, steps)}
+    self.assertLess(_MaxError(grads[MS[-1], KS[-1], 'always'], grads[MS[-1], KS[-1], 'never']),
+                    1e-4, 'recompute always vs never')
     reference = None
     for m in MS:
       if not per_example:
         reference = None
       for k in KS:
-        always, never = grads[m, k, 'always'], grads[m, k, 'never']
+        always = grads[m, k, 'always']
         what = 'K=%d M=%d' % (k, m)
-        self.assertLess(_MaxError(always, never), 1e-4, what)
         if reference is None:
           reference = always
         self.assertLess(_MaxError(always, reference), 1e-4, what)  # Nor on K (and M).
@@ -424,7 +431,7 @@ class _SquaredDistance(base_layer.BaseLayer):
 class ZeroBubbleTest(test_utils.TestCase):
   """schedule='zero_bubble' re-runs each layer in its weight-gradient tasks: stock layers give the
   same gradients and moving averages as 'gpipe' with the same per-example loss, for K in {1, 2, 3}
-  and M in {1, 4} (the Transformer at K in {2, 3}, M = 4): the same dropout masks, batch-norm
+  and M in {1, 4} (the Transformer at K = 3, M = 4): the same dropout masks, batch-norm
   statistics and layer norms in every re-run."""
 
   def _AssertSchedulesAgree(self, layer_params, inputs_fn, batch_dim=0, ks=KS, ms=MS):
@@ -472,7 +479,7 @@ class ZeroBubbleTest(test_utils.TestCase):
       p.tr_fflayer_tpl.hidden_dim = 16
       p.tr_fflayer_tpl.relu_dropout_prob = 0.3
       stack.append(p)
-    self._AssertSchedulesAgree(stack, RowsTest._TimeMajor, batch_dim=1, ks=(2, 3), ms=(4,))
+    self._AssertSchedulesAgree(stack, RowsTest._TimeMajor, batch_dim=1, ks=(3,), ms=(4,))
 
 
 class _Noisy(base_layer.BaseLayer):

@@ -16,9 +16,11 @@ NUM_PARTITIONS = 4  # K of the stack report.
 # on one micro-batch): the call op and a little bookkeeping (slices, stash, gradient sums), not the
 # layers.
 MAX_OPS_PER_TASK = 8
-# Flags of the stack report's smallest configuration (--layers must be a multiple of K).
+# Flags of the stack report's smallest configuration (--layers must be a multiple of K; batch 8
+# leaves every micro-batch 2 examples or more at M = 4, so both M get the first step's batch_dim
+# check).
 _TINY_STACK = ('--layers', str(NUM_PARTITIONS), '--model_dim', '8', '--num_heads', '2',
-               '--hidden_dim', '16', '--seq_len', '4', '--batch', '4')
+               '--hidden_dim', '16', '--seq_len', '4', '--batch', '8')
 
 _NUMBER = r'(-|[\d.]+x?)'
 _STACK_ROW = re.compile(r'^(plain|tensorpipe|gpipe)\s+(\d+)' + r'\s+' + r'\s+'.join([_NUMBER] * 9) +
