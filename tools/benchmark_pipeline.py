@@ -158,7 +158,9 @@ class Step:
     self.graph = tf.Graph()
     with self.graph.as_default(), cluster_factory.ForTestingWorker(
         cpus=args.devices, split_size=args.devices) as cluster:
-      py_utils.GetOrCreateGlobalStepVar()  # Lingvo's PipeliningLayer reads the global step.
+      # Lingvo's PipeliningLayer reads the global step; each step advances it, as training does
+      # (TensorPipe's first-step batch_dim check then runs in the warm-up step only).
+      global_step = py_utils.GetOrCreateGlobalStepVar()
       rng = np.random.RandomState(1234)
       with tf.device(cluster.WorkerDeviceInModelSplit(0)):
         if config.suite == 'dense':
@@ -188,6 +190,8 @@ class Step:
           raise ValueError('%s: no gradient for %s' % (config.name, var.name))
         with tf.compat.v1.colocate_with(var):
           updates.append(var.assign_sub(args.learning_rate * grad).op)
+      with tf.control_dependencies(updates):
+        updates.append(tf.compat.v1.assign_add(global_step, 1).op)
       self.train_op = tf.group(*updates)
       self.fetches = [self.train_op, self.loss]
       self.num_ops = len(self.graph.get_operations())
