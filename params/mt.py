@@ -168,6 +168,9 @@ class Num2WordsDeepT(Num2WordsTinyT):
 
   NUM_LAYERS = 6
   FFN_DIM = 256
+  # Num2WordsTinyT's code at other sizes: tests/trainer/params_test.py steps Num2WordsTinyT, and
+  # tests/tasks/mt/deep_vs_wide_test.py builds this model (its parameter count).
+  SMOKE_TEST = False
 
 
 @model_registry.RegisterSingleTaskModel
@@ -179,6 +182,7 @@ class Num2WordsWideT(Num2WordsTinyT):
 
   NUM_LAYERS = 3
   FFN_DIM = 704
+  SMOKE_TEST = False  # As Num2WordsDeepT.
 
 
 class MultilingualT(TransformerParamsBase):

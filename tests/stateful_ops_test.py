@@ -322,26 +322,26 @@ class RowsTest(test_utils.TestCase):
   # Dropout.
 
   def _AssertDropoutRow(self, layer_params, no_dropout, inputs_fn, loss_fn=_Loss, batch_dim=0,
-                        per_example=True):
+                        per_example=True, ks=KS):
     """The dropout row checks of the module docstring; `no_dropout`: the same stack, keep 1;
     `per_example`: every dropped tensor has an axis of the micro-batch's size (masks then do not
     depend on M either)."""
     # Every K and M with re-computation; without it at the largest K and M (re-computation and
     # its absence are the same masks whatever K and M are: one pair shows the forward pass and its
     # re-computation agree).
-    variants = [(m, k, 'always') for m in MS for k in KS] + [(MS[-1], KS[-1], 'never')]
+    variants = [(m, k, 'always') for m in MS for k in ks] + [(MS[-1], ks[-1], 'never')]
     *steps, (kept, _, _, _) = _Steps(
         [helpers.Pipeline(layer_params, k, m, mode, batch_dim=batch_dim)
          for m, k, mode in variants] +
         [helpers.Pipeline(no_dropout, 2, 4, batch_dim=batch_dim)], inputs_fn, loss_fn)
     grads = {variant: step[0] for variant, step in zip(variants, steps)}
-    self.assertLess(_MaxError(grads[MS[-1], KS[-1], 'always'], grads[MS[-1], KS[-1], 'never']),
+    self.assertLess(_MaxError(grads[MS[-1], ks[-1], 'always'], grads[MS[-1], ks[-1], 'never']),
                     1e-4, 'recompute always vs never')
     reference = None
     for m in MS:
       if not per_example:
         reference = None
-      for k in KS:
+      for k in ks:
         always = grads[m, k, 'always']
         what = 'K=%d M=%d' % (k, m)
         if reference is None:
@@ -388,8 +388,9 @@ class RowsTest(test_utils.TestCase):
 
     # Attention probabilities ([B * heads, T, T]) and the attention's residual ([T * B, D]) are
     # dropped after reshapes that merge the batch axis: their masks are drawn per micro-batch.
+    # K in {1, 3}: one partition, and layers split across devices (the other rows cover K = 2).
     self._AssertDropoutRow(Stack(0.3), Stack(0.0), RowsTest._TimeMajor, batch_dim=1,
-                           per_example=False)
+                           per_example=False, ks=(1, 3))
 
   def testDropoutKeepsTheRateAndMasksPerExample(self):
     """The replaced tf.nn.dropout keeps about keep_prob of the elements, and an example's mask is

@@ -294,6 +294,10 @@ def Stack(args):
   """The stack report: one child per (M, kind), then the targets."""
   ms = [2, 4] if args.quick else [int(m) for m in args.ms.split(',')]
   layers = args.layers or (8 if args.quick else 16)
+  unknown = set(args.kinds.split(',')) - set(KINDS)
+  if unknown or 'plain' not in args.kinds.split(','):
+    raise SystemExit('graph_size: --kinds=%s must name kinds of %s, plain among them (the ratios '
+                     'are against it)' % (args.kinds, ', '.join(KINDS)))
   if layers % NUM_PARTITIONS:
     raise SystemExit('graph_size: --layers=%d cannot be cut into %d equal partitions' %
                      (layers, NUM_PARTITIONS))
@@ -308,8 +312,9 @@ def Stack(args):
       'next run', 'RSS GiB'), flush=True)
   rows = {}
   start = time.perf_counter()
+  kinds = [kind for kind in KINDS if kind in args.kinds.split(',')]
   for m in ms:
-    for kind in KINDS:
+    for kind in kinds:
       flags = ['--child', 'stack', '--kind', kind, '--m', str(m), '--layers', str(layers)]
       flags += ['--%s=%s' % (name, getattr(args, name)) for name in
                 ('model_dim', 'num_heads', 'hidden_dim', 'seq_len', 'batch')]
@@ -339,7 +344,7 @@ def Stack(args):
     print('%-66s %7.2fx  %s' % (label, ratio, _Verdict(ratio <= 3.0)))
   else:
     print('%-66s %8s  FAIL (missing rows)' % (label, '-'))
-  for m in ms:
+  for m in ms if 'gpipe' in kinds else []:
     tp, gpipe = rows.get(('tensorpipe', m)), rows.get(('gpipe', m))
     label = "TensorPipe build s <= 1.5x Lingvo's GPipe's, M=%d" % m
     if tp and gpipe:
@@ -398,6 +403,9 @@ def ParseArgs(argv=None):
   parser.add_argument('--quick', action='store_true',
                       help='stack: smoke run with M in {2, 4} and 8 layers (a minute or two).')
   parser.add_argument('--ms', default='4,16,64', help='stack: comma-separated list of M.')
+  parser.add_argument('--kinds', default=','.join(KINDS),
+                      help='stack: comma-separated kinds to build, of %s (the GPipe build-time '
+                      'targets need gpipe).' % ', '.join(KINDS))
   parser.add_argument('--layers', type=int, default=None,
                       help='stack: number of TransformerLayers, a multiple of 4 (default 16; 8 '
                       'with --quick).')

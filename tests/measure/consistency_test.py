@@ -85,18 +85,8 @@ class WithPipelinesTest(test_utils.TestCase):
 
 class CheckTest(test_utils.TestCase):
 
-  @pytest.mark.slow  # Four builds of the 16-layer pipeline, with grappler: about 12 s.
-  def testPaperExampleHasTheSameGlobalNormFor1To4Partitions(self):
-    report = consistency.Compare(consistency.PaperExample(), consistency.PAPER_TOLERANCE)
-    self.assertTrue(report.ok, report.Format())
-    self.assertEqual([r.name for r in report.results], ['K=1 M=8', 'K=2 M=8', 'K=4 M=8'])
-    ref_norm = report.reference.global_norm
-    self.assertGreater(ref_norm, 1.0)
-    self.assertLen(report.reference.grads, 16)
-    for result in report.results:
-      self.assertAllClose(result.global_norm, ref_norm, rtol=1e-6, atol=0, msg=result.name)
-      self.assertIs(report.baselines[result.name], report.reference)
-    self.assertEqual(report.Format().splitlines()[-1][:5], 'PASS:')
+  # The paper's example (16 convolutions, K = 1, 2, 4): tests/tools/consistency_tool_test.py runs it
+  # as a user does and checks the global norms.
 
   def testRightBatchDimPasses(self):
     report = consistency.Check(TimeMajorTask(batch_dim=1), partitions=(1, 2), micro_batches=(1, 2),

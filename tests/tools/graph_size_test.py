@@ -10,7 +10,7 @@ import pytest
 
 from tests import helpers
 
-KINDS = ('plain', 'tensorpipe', 'gpipe')
+KINDS = ('plain', 'tensorpipe')  # Lingvo's GPipe rows are the benchmark's, not this test's.
 NUM_PARTITIONS = 4  # K of the stack report.
 # Ops TensorPipe's outer graph may add per added task (a forward or backward call of one partition
 # on one micro-batch): the call op and a little bookkeeping (slices, stash, gradient sums), not the
@@ -47,7 +47,8 @@ class GraphSizeToolTest(unittest.TestCase):
     # The smallest stack the tool takes (4 layers: one per partition, tiny shapes): what is checked
     # is how the graph grows with M and that rows are well-formed, not the size of the layers. Each
     # row is still a fresh child process that imports TensorFlow.
-    out = _Run('stack', '--quick', '--first_run_m', '2', *_TINY_STACK, timeout=240)
+    out = _Run('stack', '--quick', '--first_run_m', '2', '--kinds', ','.join(KINDS), *_TINY_STACK,
+               timeout=240)
     rows = {}
     for line in out.splitlines():
       match = _STACK_ROW.match(line)
@@ -86,9 +87,7 @@ class GraphSizeToolTest(unittest.TestCase):
     self.assertLessEqual(large['ops'] - small['ops'], MAX_OPS_PER_TASK * added_tasks)
     self.assertRegex(out, r'TensorPipe total nodes \(ops \+ fn nodes\) at M=4 <= 3x plain +'
                      r'[\d.]+x  (PASS|FAIL)')
-    for m in (2, 4):
-      self.assertRegex(out, r"TensorPipe build s <= 1.5x Lingvo's GPipe's, M=%d +[\d.]+x  "
-                       r'(PASS|FAIL)' % m)
+    self.assertNotIn("Lingvo's GPipe", out)  # Not built, so not compared.
 
   @pytest.mark.slow
   def testModelsReportOfATinyModel(self):

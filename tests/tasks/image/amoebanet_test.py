@@ -82,12 +82,13 @@ class AmoebaNetStructureTest(test_utils.TestCase):
 class TinyAmoebaNetPipelineTest(test_utils.TestCase):
 
   @pytest.mark.slow
-  def testSameGradientsAndMovingAveragesAsUnpipelinedForK1And4WithDropPath(self):
+  def testSameGradientsAndMovingAveragesAsUnpipelinedForK4WithDropPath(self):
     reference, ref_moving, num_updates, _ = helpers.StepWithBatchNormUpdates(
         helpers.Plain(TinyLayers(keep_prob=0.6, dropout=0.5)), _Inputs, loss_fn=_Loss)
     self.assertGreater(len(ref_moving), 50)
     self.assertEqual(num_updates, len(ref_moving))
-    for k, mode in ((1, 'never'), (4, 'always')):
+    # Re-computation against its absence, with drop-path: the test below.
+    for k, mode in ((4, 'always'),):
       grads, moving, num_updates, num_relevant = helpers.StepWithBatchNormUpdates(
           helpers.Pipeline(TinyLayers(keep_prob=0.6, dropout=0.5), k, 1, mode), _Inputs,
           loss_fn=_Loss)

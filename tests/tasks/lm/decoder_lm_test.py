@@ -94,36 +94,28 @@ def _Error(grads, reference):
 class DecoderLmGradientsTest(test_utils.TestCase):
   """Pipelined gradients equal the unpipelined task's, with dropout on, for every schedule."""
 
-  def _AssertLikeUnpipelined(self, schedule, ks_ms):
+  @pytest.mark.slow
+  def testEveryScheduleLikeUnpipelined(self):
+    # Each schedule for two of K in {1, 2, 3}, with an M that divides the batch of 6 and one that
+    # does not (two micro-batch sizes); all in one graph beside one unpipelined reference.
+    cases = {'gpipe': [(1, 3), (2, 4)], '1f1b': [(2, 3), (3, 4)], 'zero_bubble': [(3, 3), (2, 4)]}
     variants = {'unpipelined': _Params(unpipelined=True)}
-    for k, m in ks_ms:
-      variants['K%d M%d' % (k, m)] = _Params(k, m, schedule)
+    for schedule, ks_ms in cases.items():
+      for k, m in ks_ms:
+        variants['%s K%d M%d' % (schedule, k, m)] = _Params(k, m, schedule)
     graph, fetches, tasks, _ = _Build(variants)
     for name, task in tasks.items():  # Per-example masks only: nothing depends on M.
       self.assertEqual(task.pipeline.MicroBatchDependence(), [], name)
     results = _Run(graph, fetches)
     ref_loss, reference = results.pop('unpipelined')
+    self.assertLen(results, 6)
     self.assertGreater(np.linalg.norm(reference[TIED]), 0.0)
     for name, (loss, grads) in results.items():
       self.assertAllClose(loss, ref_loss, rtol=1e-6, msg=name)
-      self.assertLess(_Error(grads, reference), TOLERANCE, '%s %s' % (schedule, name))
+      self.assertLess(_Error(grads, reference), TOLERANCE, name)
       # The tied weight's gradient: the embedding's use on device 0 plus the softmax's on the last.
       self.assertLess(np.linalg.norm(grads[TIED] - reference[TIED]),
-                      TOLERANCE * np.linalg.norm(reference[TIED]), '%s %s' % (schedule, name))
-
-  # Each schedule for two of K in {1, 2, 3}, with an M that divides the batch of 6 and one that
-  # does not (two micro-batch sizes).
-  @pytest.mark.slow
-  def testGpipe(self):
-    self._AssertLikeUnpipelined('gpipe', [(1, 3), (2, 4)])
-
-  @pytest.mark.slow
-  def testOneFOneB(self):
-    self._AssertLikeUnpipelined('1f1b', [(2, 3), (3, 4)])
-
-  @pytest.mark.slow
-  def testZeroBubble(self):
-    self._AssertLikeUnpipelined('zero_bubble', [(3, 3), (2, 4)])
+                      TOLERANCE * np.linalg.norm(reference[TIED]), name)
 
   @pytest.mark.slow
   def testDropoutChangesTheGradients(self):
