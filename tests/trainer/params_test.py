@@ -5,7 +5,6 @@ import pytest
 from lingvo import compat as tf
 from lingvo import datasets
 from lingvo import model_registry
-from lingvo.core import cluster_factory
 from lingvo.core import test_utils
 
 from tensorpipe import nested_params
@@ -63,17 +62,8 @@ class RegisteredParamsTest(test_utils.TestCase):
   def _BuildAndRun(self, cfg, dataset):
     num_devices = max([1] + [k for _, _, k in preflight.PipelinePartitions(cfg)])
     is_train = dataset == 'Train'
-    graph = tf.Graph()
-    with graph.as_default(), cluster_factory.ForTestingWorker(
-        mode='sync', job='trainer_client', cpus=num_devices, split_size=num_devices,
-        do_eval=not is_train):
-      tf.random.set_seed(1)
-      model = cfg.Instantiate()
-      if is_train:
-        model.ConstructFPropBPropGraph()
-      else:
-        model.ConstructFPropGraph()
-      task = model.GetTask()
+    graph, task = helpers.TrainerGraph(cfg, num_devices, train=is_train)
+    with graph.as_default():
       init = tf.global_variables_initializer()
     # Values only: grappler's rewrites would take most of the step's time on these graphs (up to
     # 14k ops); it is the graph Lingvo builds and its values that the test checks.
@@ -97,13 +87,8 @@ class DigitsScheduleTest(test_utils.TestCase):
   def _Step(self, schedule):
     cfg = registry.ModelParams('digits.TinyConvPipeline', 'Train')
     cfg.task.pipeline.schedule = schedule
-    graph = tf.Graph()
-    with graph.as_default(), cluster_factory.ForTestingWorker(
-        mode='sync', job='trainer_client', cpus=4, split_size=4):
-      tf.random.set_seed(1)
-      model = cfg.Instantiate()
-      model.ConstructFPropBPropGraph()
-      task = model.GetTask()
+    graph, task = helpers.TrainerGraph(cfg, 4)
+    with graph.as_default():
       variables = tf.trainable_variables()
       init = tf.global_variables_initializer()
     with tf.Session(graph=graph, config=placement.SessionConfig(4)) as sess:

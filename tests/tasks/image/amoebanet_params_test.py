@@ -155,13 +155,8 @@ class TinyTrainingTest(test_utils.TestCase):
   def _Train(self, name, steps=50):
     cfg = helpers.ModelParams(name)
     k = cfg.task.pipeline.num_partitions
-    graph = tf.Graph()
-    with graph.as_default(), cluster_factory.ForTestingWorker(
-        mode='sync', job='trainer_client', cpus=k, split_size=k):
-      tf.random.set_seed(1)
-      model = cfg.Instantiate()
-      model.ConstructFPropBPropGraph()
-      task = model.GetTask()
+    graph, task = helpers.TrainerGraph(cfg, k)
+    with graph.as_default():
       moving = [v for v in tf.global_variables() if 'moving_mean' in v.op.name]
       init = tf.global_variables_initializer()
     config = helpers.ValuesOnlyConfig(k)  # Faster to start.

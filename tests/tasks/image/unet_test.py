@@ -195,14 +195,8 @@ class TrainingTest(test_utils.TestCase):
     cfg = helpers.ModelParams('digits.TinyUNetPipeline')
     test_images, test_labels = digits_input.LoadArrays(
         digits_input.DigitsInput.Params().Set(split='test'))
-    graph = tf.Graph()
+    graph, task = helpers.TrainerGraph(cfg, 4)
     with graph.as_default():
-      with cluster_factory.ForTestingWorker(mode='sync', job='trainer_client', cpus=4,
-                                            split_size=4):
-        tf.random.set_seed(1)
-        model = cfg.Instantiate()
-        model.ConstructFPropBPropGraph()
-        task = model.GetTask()
       # The same variables, evaluated on the 359 held-out images (M = 8: 45 or 44 per micro-batch).
       with cluster_factory.ForTestingWorker(mode='sync', job='trainer_client', cpus=4,
                                             split_size=4, do_eval=True):

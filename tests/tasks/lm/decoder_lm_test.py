@@ -12,7 +12,6 @@ relative error of its own.
 import numpy as np
 import pytest
 from lingvo import compat as tf
-from lingvo.core import cluster_factory
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
@@ -189,13 +188,8 @@ class TinyTiedLmTest(test_utils.TestCase):
     4.5 nats per token at the start, about 1.5 after 150 steps)."""
     cfg = helpers.ModelParams('lm.TinyTiedLm', 'Train')
     self.assertEqual(cfg.task.pipeline.schedule, '1f1b')
-    graph = tf.Graph()
-    with graph.as_default(), cluster_factory.ForTestingWorker(
-        mode='sync', job='trainer_client', cpus=2, split_size=2):
-      tf.random.set_seed(1)
-      model = cfg.Instantiate()
-      model.ConstructFPropBPropGraph()
-      task = model.GetTask()
+    graph, task = helpers.TrainerGraph(cfg, 2)
+    with graph.as_default():
       init = tf.global_variables_initializer()
     losses = []
     with tf.Session(graph=graph, config=placement.SessionConfig(2)) as sess:
