@@ -10,11 +10,10 @@ from tensorpipe.measure import profiling
 from tests import helpers
 
 
-def _TracedSteps(recompute, num_micro_batches=2, num_layers=4, dim=64, batch=16, steps=1,
-                 first_partition=None, schedule='gpipe'):
-  """[(Trace, allocator peak above what was allocated before the step)] of `steps` traced steps."""
+def _TracedStep(recompute, num_micro_batches=2, num_layers=4, dim=64, batch=16,
+                first_partition=None, schedule='gpipe'):
+  """The profiling.Trace of one traced training step of a 2-partition Dense pipeline."""
   graph = tf.Graph()
-  out = []
   with graph.as_default(), helpers.Cluster(2):
     layers = helpers.DenseLayers(num_layers, dim=dim)
     # One forward pass per partition at a time, so each op inside a call is that micro-batch's.
@@ -32,17 +31,8 @@ def _TracedSteps(recompute, num_micro_batches=2, num_layers=4, dim=64, batch=16,
     with helpers.Session(graph, 2) as sess:
       sess.run(tf.global_variables_initializer())
       sess.run(train_op)
-      for _ in range(steps):
-        before = tf.config.experimental.get_memory_info('CPU:0')['current']
-        tf.config.experimental.reset_memory_stats('CPU:0')
-        _, meta = profiling.TracedRun(sess, [train_op, loss])
-        peak = tf.config.experimental.get_memory_info('CPU:0')['peak'] - before
-        out.append((profiling.Trace(meta, pipeline_scope='pipe'), peak))
-  return out
-
-
-def _TracedStep(recompute, num_micro_batches=2):
-  return _TracedSteps(recompute, num_micro_batches)[0][0]
+      _, meta = profiling.TracedRun(sess, [train_op, loss])
+  return profiling.Trace(meta, pipeline_scope='pipe')
 
 
 def _Metadata(ops):
@@ -109,7 +99,7 @@ class TraceTest(test_utils.TestCase):
     self.assertIn('recompute', text)
 
   def testWeightGradientTasksOfAZeroBubbleStep(self):
-    trace = _TracedSteps('always', num_micro_batches=4, schedule='zero_bubble')[0][0]
+    trace = _TracedStep('always', num_micro_batches=4, schedule='zero_bubble')
     tasks = {(k, kind, t): (start, end) for k, kind, t, start, end in trace.Tasks()}
     for k in range(2):
       for t in range(4):
@@ -123,28 +113,44 @@ class TraceTest(test_utils.TestCase):
         self.assertGreater(getattr(c, kind), 0, kind)
     self.assertIn('weight', profiling.PartitionSummary(trace.PartitionTimes()))
 
-  def testPeakMemoryPerDeviceAndAgainstTheAllocator(self):
+  def testPeakMemoryFromAllocationRecords(self):
+    # Records with known times: the peaks follow from them alone.
+    meta = tf.compat.v1.RunMetadata()
+    for device, ops in (('CPU:0', [('a', 0, [(1, 100), (5, -100)]),  # 100 B live over 1-5 us.
+                                   ('b', 2, [(3, 50), (3, -20)])]),  # Frees first at equal times.
+                        ('CPU:1', [('c', 0, [(2, 200), (4, -200)]),
+                                   ('pipe/layer0/w/AssignSub', 6, [(6, 30)])])):
+      dev = meta.step_stats.dev_stats.add(device='/job:localhost/replica:0/task:0/device:' + device)
+      for name, start, records in ops:
+        op_type = 'AssignSubVariableOp' if 'Assign' in name else 'MatMul'
+        n = dev.node_stats.add(node_name=name, all_start_micros=start, all_end_rel_micros=1,
+                               timeline_label='%s = %s(x)' % (name, op_type))
+        memory = n.memory.add()
+        for micros, size in records:
+          memory.allocation_records.add(alloc_micros=micros, alloc_bytes=size)
+    trace = profiling.Trace(meta, pipeline_scope='pipe')
+    # CPU:0: 100 from 1 us, -20 then +50 at 3 us (peak 130), -100 at 5 us. CPU:1: 200 over 2-4 us;
+    # the update's new buffer (30 B) replaces an old one freed as the op ends, so it adds nothing.
+    self.assertEqual(trace.PeakMemory(), {'CPU:0': 130, 'CPU:1': 200})
+    self.assertEqual(trace.PeakMemory(['CPU:0', 'CPU:1']), 100 + 200 - 20 + 50)
+    self.assertTrue(trace.HasMemory())
+
+  def testPeakMemoryOfARealStep(self):
     # 'never' keeps every activation of a partition until its backward pass: partition 1 (five
-    # 512-wide layers) holds five times the activations of partition 0 (one layer), 256 x 512 floats
-    # = 0.5 MiB each.
-    steps = _TracedSteps('never', num_micro_batches=1, num_layers=6, dim=512, batch=256, steps=3,
-                         first_partition=1)
+    # 512-wide layers) holds five 256 x 512 float activations (0.5 MiB each) at once, whatever the
+    # timing: the backward pass that frees them starts after the last forward op. (The trace's peak
+    # against the allocator's own is a measurement: tools.pipeline_tables prints it.)
+    trace = _TracedStep('never', num_micro_batches=1, num_layers=6, dim=512, batch=256,
+                        first_partition=1)
     mib = 2.0**20
-    for trace, allocator_peak in steps:
-      per_device = trace.PeakMemory()
-      self.assertEqual(sorted(per_device), ['CPU:0', 'CPU:1'])
-      self.assertGreater(per_device['CPU:1'], per_device['CPU:0'] + 2 * mib)
-      together = trace.PeakMemory(trace.devices)
-      self.assertGreaterEqual(together, max(per_device.values()))
-      self.assertLessEqual(together, sum(per_device.values()))
-      # The trace sees a subset of the allocator's allocations; record times across threads can
-      # misorder a free and an allocation, by one tensor (0.5 MiB) at most here.
-      self.assertLessEqual(together, allocator_peak + mib)
-    errors = sorted(abs(t.PeakMemory(t.devices) - p) / p for t, p in steps)
-    # The first traced step may allocate outside any op's records; the typical one agrees.
-    self.assertLessEqual(errors[1], 0.15, [(t.PeakMemory(t.devices), p) for t, p in steps])
-    self.assertIn('MiB', profiling.Summary(steps[-1][0]))
-    self.assertIn('recompute', profiling.PartitionSummary(steps[-1][0].PartitionTimes()))
+    per_device = trace.PeakMemory()
+    self.assertEqual(sorted(per_device), ['CPU:0', 'CPU:1'])
+    self.assertGreaterEqual(per_device['CPU:1'], 4 * 0.5 * mib)
+    together = trace.PeakMemory(trace.devices)
+    self.assertGreaterEqual(together, 4 * 0.5 * mib)
+    self.assertLessEqual(together, sum(per_device.values()))
+    self.assertIn('MiB', profiling.Summary(trace))
+    self.assertIn('recompute', profiling.PartitionSummary(trace.PartitionTimes()))
 
   def testClassifyNames(self):
     self.assertEqual(profiling.Classify('pipe_1/partition0_mb3/forward', 'PartitionedCall'),
