@@ -1,0 +1,196 @@
+"""pyproject.toml: its ranges admit the pinned stack, and its wheel works in a fresh venv.
+
+The wheel test builds TensorPipe's wheel from a copy of the repository and installs it with
+--no-deps into a new venv that sees the pinned stack through a .pth file naming this interpreter's
+site-packages (no TensorFlow is installed again). Only path lines of that .pth count: .pth files of
+the stack's site-packages are not run, so the stack's own editable TensorPipe (scripts/setup.sh)
+cannot shadow the wheel, and the test checks that `tensorpipe` and `params` come from the new venv.
+"""
+
+from importlib import metadata
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import tomllib
+import unittest
+import zipfile
+
+import pytest
+from packaging import requirements
+from packaging import utils as packaging_utils
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ('tensorpipe', 'params')
+# Not copied into the build: environments, build output and caches.
+_IGNORE = shutil.ignore_patterns('.git', '.venv', 'build', 'dist', '*.egg-info', '__pycache__',
+                                 '.pytest_cache', 'logs')
+
+
+def _Project():
+  with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
+    return tomllib.load(f)['project']
+
+
+def _Pins():
+  """{normalized name: version} of requirements.txt and requirements-nodeps.txt."""
+  pins = {}
+  for name in ('requirements.txt', 'requirements-nodeps.txt'):
+    with open(os.path.join(ROOT, name)) as f:
+      for line in f:
+        line = line.split('#')[0].strip()
+        if line:
+          req = requirements.Requirement(line)
+          (spec,) = req.specifier
+          assert spec.operator == '==', '%s: %s is not pinned with ==' % (name, line)
+          pins[packaging_utils.canonicalize_name(req.name)] = spec.version
+  return pins
+
+
+def _Run(argv, timeout_s, **kwargs):
+  """Runs argv in its own session; on timeout kills that session by its pid and fails."""
+  proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True, **kwargs)
+  try:
+    out, _ = proc.communicate(timeout=timeout_s)
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate()
+    raise AssertionError('%s ran longer than %d s; output:\n%s' % (argv, timeout_s, out))
+  return proc.returncode, out
+
+
+def _Site(path, levels=2):
+  """The real path of `path` `levels` directories up (a package's site-packages from __file__)."""
+  for _ in range(levels):
+    path = os.path.dirname(path)
+  return os.path.realpath(path)
+
+
+class DependenciesTest(unittest.TestCase):
+
+  def testStackSatisfiesEveryRange(self):
+    """Every dependency and extra admits the pinned version and the one this venv has."""
+    project = _Project()
+    pins = _Pins()
+    reqs = list(project['dependencies'])
+    for extra in ('tools', 'test'):
+      reqs += project['optional-dependencies'][extra]
+    self.assertGreater(len(reqs), 10)
+    for line in reqs:
+      req = requirements.Requirement(line)
+      name = packaging_utils.canonicalize_name(req.name)
+      versions = {'installed': metadata.version(name)}
+      if name in pins:
+        versions['pinned'] = pins[name]
+      for kind, version in versions.items():
+        self.assertTrue(req.specifier.contains(version, prereleases=True),
+                        '%s %s==%s is outside pyproject.toml\'s %s' % (kind, name, version, line))
+
+  def testLingvoIsInstalledWithoutItsMetadata(self):
+    names = {packaging_utils.canonicalize_name(requirements.Requirement(r).name)
+             for r in _Project()['dependencies']}
+    self.assertNotIn('lingvo', names)
+    with open(os.path.join(ROOT, 'requirements-nodeps.txt')) as f:
+      self.assertIn('lingvo==', f.read())
+    with open(os.path.join(ROOT, 'scripts', 'setup.sh')) as f:
+      setup = f.read()
+    self.assertIn('--no-deps -r requirements-nodeps.txt', setup)
+    self.assertIn('pyproject.toml', setup)  # In the stamp: a changed pyproject installs again.
+
+
+@pytest.mark.slow
+class WheelTest(unittest.TestCase):
+  """`pip install` of the wheel into a venv with the pinned stack: imports and console scripts."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.tmp = tempfile.mkdtemp(prefix='tensorpipe-wheel-')
+    try:
+      cls._Install()
+    except BaseException:
+      shutil.rmtree(cls.tmp, ignore_errors=True)
+      raise
+
+  @classmethod
+  def tearDownClass(cls):
+    shutil.rmtree(cls.tmp, ignore_errors=True)
+    super().tearDownClass()
+
+  @classmethod
+  def _Install(cls):
+    src = os.path.join(cls.tmp, 'src')
+    shutil.copytree(ROOT, src, ignore=_IGNORE)  # Builds write build/ and *.egg-info into it.
+    dist = os.path.join(cls.tmp, 'dist')
+    pip = [sys.executable, '-m', 'pip', '--disable-pip-version-check']
+    code, out = _Run(pip + ['wheel', '--no-index', '--no-deps', '--no-build-isolation', '-w', dist,
+                            src], 300, cwd=cls.tmp)
+    assert code == 0, out
+    (wheel,) = os.listdir(dist)
+    cls.wheel = os.path.join(dist, wheel)
+    cls.venv = os.path.join(cls.tmp, 'venv')
+    code, out = _Run([sys.executable, '-m', 'venv', '--without-pip', cls.venv], 120)
+    assert code == 0, out
+    cls.python = os.path.join(cls.venv, 'bin', 'python')
+    code, out = _Run([cls.python, '-c', 'import sysconfig; print(sysconfig.get_path("purelib"))'],
+                     60)
+    assert code == 0, out
+    cls.site = out.strip()
+    stack = dict.fromkeys([sysconfig.get_path('purelib'), sysconfig.get_path('platlib')])
+    with open(os.path.join(cls.site, 'tensorpipe_stack.pth'), 'w') as f:
+      f.write(''.join(p + '\n' for p in stack))
+    code, out = _Run(pip + ['--python', cls.python, 'install', '--no-index', '--no-deps',
+                            cls.wheel], 300, cwd=cls.tmp)
+    assert code == 0, out
+    # Nothing of the repository's: no PYTHONPATH, and the current directory is the temporary one.
+    cls.env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    cls.env['TF_CPP_MIN_LOG_LEVEL'] = '2'
+
+  def _RunInVenv(self, argv, timeout_s):
+    return _Run(argv, timeout_s, cwd=self.tmp, env=self.env)
+
+  def testWheelHoldsEveryModule(self):
+    want = set()
+    for package in PACKAGES:
+      for folder, subfolders, names in os.walk(os.path.join(ROOT, package)):
+        subfolders[:] = [d for d in subfolders if d != '__pycache__']
+        want.update(os.path.relpath(os.path.join(folder, n), ROOT).replace(os.sep, '/')
+                    for n in names if n.endswith('.py'))
+    with zipfile.ZipFile(self.wheel) as z:
+      have = {n for n in z.namelist() if n.endswith('.py')}
+    self.assertEqual(have, want)
+
+  def testImportsComeFromTheVenv(self):
+    code, out = self._RunInVenv([
+        self.python, '-c', 'import tensorpipe, params, tensorpipe.schedule, lingvo; '
+        'print(tensorpipe.__file__); print(params.__file__); print(lingvo.__file__)'], 120)
+    self.assertEqual(code, 0, out)
+    tensorpipe_dir, params_dir, lingvo_dir = [_Site(f) for f in out.split()]
+    self.assertEqual(tensorpipe_dir, _Site(self.site, 0))
+    self.assertEqual(params_dir, _Site(self.site, 0))
+    self.assertIn(lingvo_dir, [_Site(sysconfig.get_path(p), 0) for p in ('purelib', 'platlib')])
+
+  def testTrainListsEveryParamsModule(self):
+    code, out = self._RunInVenv([os.path.join(self.venv, 'bin', 'tensorpipe-train'),
+                                 '--list_models'], 300)
+    self.assertEqual(code, 0, out)
+    modules = {m.group(1) for m in re.finditer(r'^(\w+)\.\w+(  -- .*)?$', out, re.M)}
+    want = {n[:-3] for n in os.listdir(os.path.join(ROOT, 'params'))
+            if n.endswith('.py') and n != '__init__.py'}
+    self.assertEqual(modules, want, out)
+    self.assertIn('digits.TinyConvPipeline  -- ', out)
+
+  def testLaunchHelp(self):
+    code, out = self._RunInVenv([os.path.join(self.venv, 'bin', 'tensorpipe-launch'), '--help'],
+                                120)
+    self.assertEqual(code, 0, out)
+    self.assertIn('--worker_tasks', out)
+
+
+if __name__ == '__main__':
+  unittest.main()
