@@ -5,7 +5,8 @@
 are loaded lazily so that TF-free modules such as `tensorpipe.schedule` import without TensorFlow.
 """
 
-__all__ = ['TensorPipeLayer', 'SharedLayer']
+# Defined on first use by __getattr__.
+__all__ = ['TensorPipeLayer', 'SharedLayer']  # pylint: disable=undefined-all-variable
 
 
 def __getattr__(name):

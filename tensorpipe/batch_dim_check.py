@@ -1,4 +1,4 @@
-"""The first training step checks that each partition keeps examples apart along the batch dimension.
+"""The first training step checks that each partition keeps examples apart along the batch dim.
 
 Micro-batching is exact only if a partition computes each example's outputs from that example
 alone: then splitting the mini-batch along `batch_dim` changes nothing. A wrong `batch_dim` breaks

@@ -13,9 +13,9 @@ this module's `BatchNorm` alike, asks for its update through `py_utils.UpdateBat
   pipeline calls `StatsCollector.Finish` (step (7) of docs/design.md, "One training step"), which
   combines the M micro-batches' statistics exactly (weighted by their non-padded positions where
   the layer's moments say so, else by their examples, equally when micro-batches are equal:
-  mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) - mean^2) and registers one Lingvo batch-norm update per variable, which Lingvo's training step
-  applies like any other. A re-computation runs under a `Discarding` collector, so it records
-  nothing.
+  mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) - mean^2) and registers one Lingvo
+  batch-norm update per variable, which Lingvo's training step applies like any other. A
+  re-computation runs under a `Discarding` collector, so it records nothing.
 - Outside a TensorPipeLayer the call updates the moving averages from the layer's own batch
   statistics, as it always does, so an unpipelined model gets the same moving averages.
 
@@ -83,7 +83,7 @@ class StatsCollector:
 
   def __init__(self, num_micro_batches: int, where: str = 'TensorPipeLayer',
                sizes: Optional[Sequence[Any]] = None):
-    """`sizes`: the examples of each micro-batch (ints or tensors) when they may differ, else None."""
+    """`sizes`: each micro-batch's examples (ints or tensors) when they may differ, else None."""
     self._num_micro_batches = num_micro_batches
     self._where = where
     self._sizes = None if sizes is None else list(sizes)

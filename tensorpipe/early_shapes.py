@@ -1,4 +1,4 @@
-"""The loss gradient's reads of the pipeline outputs' shapes, answered before the forward passes end.
+"""The loss gradient's reads of the pipeline outputs' shapes, answered before forward passes end.
 
 In 1F1B and zero-bubble, micro-batch t's backward pass starts before later forward passes, so the
 gradient reaching the pipeline's outputs must not wait for them. With a batch (or sequence) size
@@ -94,6 +94,7 @@ class _Copier:
     self._where = where
 
   def StandIn(self, tensor: tf.Tensor) -> tf.Tensor:
+    """`tensor` re-computed on the stand-ins: a given stand-in, or a copy of its op (made once)."""
     key = tensor.ref()
     if key in self._copies:
       return self._copies[key]

@@ -47,8 +47,8 @@ def NumMicroBatches(batch_size: Optional[int], num_micro_batches: Optional[int] 
     raise ValueError('%s: num_micro_batches must be an integer >= 1, got %r' %
                      (where, num_micro_batches))
   if batch_size is not None and num_micro_batches > batch_size:
-    raise ValueError('%s: num_micro_batches %d is larger than the batch %d; every micro-batch needs '
-                     'an example' % (where, num_micro_batches, batch_size))
+    raise ValueError('%s: num_micro_batches %d is larger than the batch %d; every micro-batch '
+                     'needs an example' % (where, num_micro_batches, batch_size))
   return num_micro_batches
 
 

@@ -41,9 +41,9 @@ import weakref
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf2
-from lingvo import compat as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.eager.polymorphic_function import atomic_function
+from lingvo import compat as tf
 from lingvo.core import cluster_factory
 from lingvo.core import py_utils
 
@@ -104,12 +104,13 @@ class GraphFunction:
   of the outer graph. `Call` adds a call op of it; `concrete` is TensorFlow's ConcreteFunction of
   the same trace, whose own calls tf.gradients can differentiate.
   """
-  concrete: object
-  atomic: object  # The function `Call` calls: the trace with _FUNCTION_ATTRS.
+  concrete: Any  # A tf.function's ConcreteFunction.
+  atomic: Any  # The function `Call` calls: the trace with _FUNCTION_ATTRS.
 
   @classmethod
   def Trace(cls, name: str, body: Callable[..., Sequence[tf.Tensor]],
             specs: Sequence[tf.TensorSpec], device: str) -> 'GraphFunction':
+    """`body` traced on `device` for arguments of `specs`, as a function the graph keeps whole."""
 
     def Body(*args):
       py_utils.ResetStepSeed()
@@ -255,6 +256,8 @@ def _LayerContext(step, offset, collector, check_numerics, example_axis, example
   """What a partition's layers run in: no Lingvo asserts or summaries (see `_PartitionCluster`), the
   global step and example offset as given, batch-norm statistics into `collector`, stateful entry
   points routed (see `stateful_ops`) and, with `two_d`, 2-D weight gradients."""
+  # The parenthesised managers are not a tuple.
+  # pylint: disable-next=confusing-with-statement
   with _PartitionCluster(check_numerics), py_utils.GlobalStepContext(step), (
       randomness.ExampleOffset(offset)), collector.Collecting(), stateful_ops.Replacing(
           example_axis, example_count) as notes, (

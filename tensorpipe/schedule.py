@@ -208,7 +208,8 @@ class Schedule:
     Raises:
       ValueError: if no action can start (a cycle between edges and device orders).
     """
-    start, free, nxt = {}, [0] * self.num_partitions, [0] * self.num_partitions
+    start: Dict[Action, int] = {}
+    free, nxt = [0] * self.num_partitions, [0] * self.num_partitions
     remaining = sum(len(actions) for actions in self._device_actions)
     while remaining:
       progressed = False
@@ -244,7 +245,7 @@ class Schedule:
   def Ticks(self) -> List[List[Action]]:
     """The dry run as ticks: tick c holds the actions that start at c (at most one per device)."""
     ticks = self.DryRun()
-    out = [[] for _ in range(max(ticks.values()) + 1)]
+    out: List[List[Action]] = [[] for _ in range(max(ticks.values()) + 1)]
     for action in sorted(ticks, key=lambda a: a.partition):
       out[ticks[action]].append(action)
     return out
@@ -370,7 +371,8 @@ def OneFOneBSchedule(num_partitions: int, num_micro_batches: int,
                   '1F1B K=%d, M=%d' % (num_partitions, num_micro_batches))
 
 
-def ZeroBubbleSchedule(num_partitions, num_micro_batches, forward_lag=1) -> Schedule:
+def ZeroBubbleSchedule(num_partitions: int, num_micro_batches: int,
+                       forward_lag: int = 1) -> Schedule:
   """ZB-H1: 1F1B with each backward pass split into B (input gradient) and W (weight gradient), and
   device k's W passes k micro-batches late (rules 1, 2, 4, 6, 8-13; see the module docstring).
 

@@ -378,4 +378,3 @@ def PartitionSummary(partitions: Sequence[simulator.PartitionCost]) -> str:
     lines.append('%-5d %8.2fms %8.2fms %8.2fms %8.2fms' % (
         k, 1e3 * c.forward, 1e3 * c.backward, 1e3 * c.recompute, 1e3 * c.weight))
   return '\n'.join(lines)
-

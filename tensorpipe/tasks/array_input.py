@@ -1,4 +1,4 @@
-"""An input generator over in-memory numpy arrays: shuffled and repeated batches, or one padded pass.
+"""An input generator over in-memory numpy arrays: shuffled, repeated batches, or one padded pass.
 
 The example tasks' built-in data sets (the digits, the counting corpus) are small arrays with one
 row per example. `ArrayInput` keeps them in host memory and feeds them to an initializable tf.data

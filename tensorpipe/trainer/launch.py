@@ -66,7 +66,7 @@ def FreePorts(count, host='127.0.0.1', rng=None):
   search starts at a random port (`rng`: a random.Random), so two launchers rarely probe the same.
   """
   try:
-    with open(_EPHEMERAL_RANGE) as f:
+    with open(_EPHEMERAL_RANGE, encoding='ascii') as f:
       ephemeral_low = int(f.read().split()[0])
   except (OSError, ValueError, IndexError):
     ephemeral_low = 32768
@@ -177,8 +177,9 @@ def Supervise(tasks, stall_timeout_s, poll_s=1.0, out=sys.stdout, clock=time.mon
 
 
 def ParseArgs(argv):
+  """(the launcher's flags, the other arguments) from `argv`, which lacks the program name."""
   parser = argparse.ArgumentParser(prog='tensorpipe.trainer.launch',
-                                   description=__doc__.split('\n\n')[0],
+                                   description=__doc__.split('\n\n', maxsplit=1)[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--model', required=True, help='Registered model (see --list_models of '
                       'tensorpipe.trainer.train).')
@@ -225,8 +226,9 @@ def main(argv=None):
       with open(t.log, 'ab') as log:
         log.write(('# %s\n' % shlex.join(t.argv)).encode('utf-8'))  # To run it on another host.
         log.flush()
-        t.proc = subprocess.Popen(t.argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                  start_new_session=True)
+        # The task outlives this block: Supervise waits for it and stops it.
+        t.proc = subprocess.Popen(  # pylint: disable=consider-using-with
+            t.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
       print('  %-18s pid %-7d log %s' % (t.name, t.proc.pid, t.log), flush=True)
     status, message = Supervise(tasks, args.stall_timeout_s)
   except KeyboardInterrupt:

@@ -1,7 +1,8 @@
 """Checks the trainer makes before any job starts, so a bad setup fails in one line, not in a job.
 
-The model's TensorPipeLayers (`PipelinePartitions`: how many devices a model split needs), the data directories its inputs read (`CheckDataDirs`), and the worker tasks of a
-multi-process job (`ParseClusterSpec`, `WaitForWorkers`). Failures are `registry.UsageError`s.
+The model's TensorPipeLayers (`PipelinePartitions`: how many devices a model split needs), the data
+directories its inputs read (`CheckDataDirs`), and the worker tasks of a multi-process job
+(`ParseClusterSpec`, `WaitForWorkers`). Failures are `registry.UsageError`s.
 """
 
 import os

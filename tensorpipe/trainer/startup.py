@@ -2,12 +2,12 @@
 
 Lingvo's Controller and Trainer call `_WaitUntilInit` before their first step. Lingvo's version
 sleeps 30 s unconditionally, then reads the global step, retrying while it is uninitialised
-(FailedPreconditionError: another task has not initialised or restored the variables yet). The retry
-is what actually waits for the model; the sleep only delays every run (half of a one-minute demo, and
-a 54 s wait before the first step of a small model). `PromptStart` keeps the retry and drops the
-sleep: it polls the global step at once, then with delays growing from `FIRST_DELAY_S` to
-`MAX_DELAY_S`, so a trainer whose controller is still restoring a checkpoint waits as long as that
-takes and no longer.
+(FailedPreconditionError: another task has not initialised or restored the variables yet). The
+retry is what actually waits for the model; the sleep only delays every run (half of a one-minute
+demo, and a 54 s wait before the first step of a small model). `PromptStart` keeps the retry and
+drops the sleep: it polls the global step at once, then with delays growing from `FIRST_DELAY_S`
+to `MAX_DELAY_S`, so a trainer whose controller is still restoring a checkpoint waits as long as
+that takes and no longer.
 """
 
 import time
@@ -56,5 +56,5 @@ class PromptStart:
       global_step = py_utils.GetGlobalStep()
       read = lambda: int(sess.run(global_step))
     step = WaitForGlobalStep(read, start_up_delay_steps)
-    self._SetStatusMessage('step:%6d' % step)
+    self._SetStatusMessage('step:%6d' % step)  # pylint: disable=no-member  # Lingvo's runner's.
     return step

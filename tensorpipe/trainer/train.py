@@ -279,7 +279,7 @@ def LatestScore(logdir, dataset='test'):
   path = max(files, key=lambda f: int(re.search(r'score-(\d+)\.txt$', f).group(1)))
   step = int(re.search(r'score-(\d+)\.txt$', path).group(1))
   metrics = {}
-  with open(path) as f:
+  with open(path, encoding='utf-8') as f:
     for line in f:
       parts = line.replace(':', ' ').split()
       if len(parts) >= 2:

@@ -308,7 +308,7 @@ class Cell(base_layer.BaseLayer):
   def FProp(self, theta, x, prev=None, aux=None):
     p = self.params
     plan = self._plan
-    ops, indices, _ = GENOTYPES[p.genotype]['reduction' if p.reduction else 'normal']
+    _, indices, _ = GENOTYPES[p.genotype]['reduction' if p.reduction else 'normal']
     with tf.name_scope(p.name):
       if prev is None:
         if p.prev_dim is not None:

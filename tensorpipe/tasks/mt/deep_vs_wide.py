@@ -44,7 +44,7 @@ def ScorePath(logdir: str, step: int) -> str:
 def ReadScores(path: str) -> Dict[str, float]:
   """{metric: value} from a score file of `name: value` lines (BLEU on Lingvo's 0-1 scale)."""
   metrics = {}
-  with open(path) as f:
+  with open(path, encoding='utf-8') as f:
     for num, line in enumerate(f, 1):
       if not line.strip():
         continue

@@ -109,7 +109,7 @@ def Generate(out_dir, max_number=999, num_test=40, max_train=900, min_train=20, 
                   num_test=num_test, settings=dict(max_number=max_number, num_test=num_test,
                                                    max_train=max_train, min_train=min_train,
                                                    vocab_size=vocab_size, seed=seed))
-  with open(os.path.join(out_dir, 'manifest.json'), 'w') as f:
+  with open(os.path.join(out_dir, 'manifest.json'), 'w', encoding='utf-8') as f:
     json.dump(manifest, f, indent=1, sort_keys=True)
   return manifest
 
@@ -130,7 +130,7 @@ def ReadManifest(data_dir):
   path = os.path.join(data_dir, 'manifest.json')
   if not os.path.isfile(path) or not os.path.isfile(os.path.join(data_dir, 'spm.model')):
     return None
-  with open(path) as f:
+  with open(path, encoding='utf-8') as f:
     return json.load(f)
 
 
