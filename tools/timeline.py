@@ -10,7 +10,8 @@ the devices Lingvo's cluster gives), runs a few warm-up steps, traces one, and w
   - PREFIX.json: the traced step in the Trace Event Format, the file the trainer writes as
     LOGDIR/train/tensorpipe_trace-STEP.json: open it in ui.perfetto.dev ("Open trace file") or
     chrome://tracing ("Load");
-and prints each device's busy time by category.
+and prints each device's busy time by category and each pipeline's per-partition times (the
+trainer's profile tables).
 
   .venv/bin/python -m tools.timeline --model=digits.TinyConvPipeline --out_dir=/tmp/timeline
 """
@@ -77,12 +78,17 @@ def main(argv=None):
   parser.add_argument('--prefix', default='timeline',
                       help='File name stem of the outputs, e.g. timeline_digits.')
   parser.add_argument('--warmup', type=int, default=3, help='Untraced steps first.')
+  parser.add_argument('--inter_op_threads', type=int, default=2,
+                      help="The session's inter-op threads (1: one op at a time in the process, "
+                      'so each task runs alone).')
   args = parser.parse_args(argv)
+  if args.inter_op_threads < 1:
+    parser.error('--inter_op_threads=%d: give 1 or more' % args.inter_op_threads)
   if os.path.sep in args.prefix or not args.prefix:
     parser.error('--prefix=%r is a file name stem: no directory (that is --out_dir), not empty'
                  % args.prefix)
   try:
-    trace, pipelines = TraceModel(args.model, args.warmup)
+    trace, pipelines = TraceModel(args.model, args.warmup, inter_op_threads=args.inter_op_threads)
   except (ValueError, registry.UsageError) as e:
     print('timeline: error: %s' % e, file=sys.stderr)
     return 2
@@ -95,6 +101,7 @@ def main(argv=None):
   timeline.DrawTrace(trace, out + '.png', title)
   chrome_trace.Write(trace, out + '.json', title)
   print(profiling.Summary(trace))
+  print(profiling.PipelineSummary(trace))
   print('wrote %s.png and %s.json (open the .json in ui.perfetto.dev or chrome://tracing)' %
         (out, out))
   partitions = trace.PartitionTimes()  # Several pipelines' partitions k together.

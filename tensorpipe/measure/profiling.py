@@ -154,6 +154,7 @@ class Trace:
 
   def __init__(self, run_metadata: tf.compat.v1.RunMetadata,
                pipeline_scope: Union[None, str, Sequence[str]] = None):
+    self._scopes = _Scopes(pipeline_scope)
     records = []
     self._allocations = []  # (device, micros, bytes); negative bytes free.
     for dev in run_metadata.step_stats.dev_stats:
@@ -286,12 +287,9 @@ class Trace:
 
   @property
   def pipelines(self) -> List[str]:
-    """The names of the pipelines that ran partition ops, in the order their first op ran."""
-    names = []
-    for op in sorted(self.ops, key=lambda o: o.start):
-      if op.partition is not None and op.pipeline is not None and op.pipeline not in names:
-        names.append(op.pipeline)
-    return names
+    """The names given to the Trace (`pipeline_scope`) of the pipelines that ran partition ops."""
+    ran = {op.pipeline for op in self.ops if op.partition is not None}
+    return [name for name in self._scopes if name in ran]
 
   def Tasks(self, pipeline: Optional[str] = None) -> List[Tuple[int, str, int, float, float]]:
     """[(partition, category, micro_batch, start, end)] of every pipeline task (its ops' span).
@@ -431,6 +429,20 @@ def Summary(trace: Trace) -> str:
                                        100 * (1 - busy.get(device, 0.0) / trace.step_time)) +
                  '  %11s' % (units.FormatBytes(peaks[device]) if device in peaks else '-'))
   return '\n'.join(lines)
+
+
+def PipelineSummary(trace: Trace) -> str:
+  """`PartitionSummary` of each pipeline's partitions (`Trace.pipelines`), headed by its name; of
+  all partitions together in a trace without pipeline names; '' without partition ops."""
+  tables = []
+  for pipeline in trace.pipelines or [None]:
+    try:
+      partitions = trace.PartitionTimes(pipeline)
+    except ValueError:  # No TensorPipeLayer ran.
+      continue
+    head = '' if pipeline is None else "partitions of pipeline '%s'\n" % pipeline
+    tables.append(head + PartitionSummary(partitions))
+  return '\n'.join(tables)
 
 
 def PartitionSummary(partitions: Sequence[simulator.PartitionCost]) -> str:

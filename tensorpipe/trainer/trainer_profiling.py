@@ -66,13 +66,14 @@ def StepProfile(trace):
     if device in peaks:
       values['tensorpipe/%s/peak_step_memory_mib' % tag] = peaks[device] / 2.0**20
   text = profiling.Summary(trace)
+  tables = profiling.PipelineSummary(trace)
+  if tables:
+    text += '\n' + tables
   for pipeline in trace.pipelines or [None]:
     try:
       partitions = trace.PartitionTimes(pipeline)
     except ValueError:  # No TensorPipeLayer in the model.
       continue
-    text += '\n' + ('' if pipeline is None else "partitions of pipeline '%s'\n" % pipeline)
-    text += profiling.PartitionSummary(partitions)
     prefix = 'tensorpipe/' if pipeline is None else 'tensorpipe/%s/' % pipeline
     for k, partition in enumerate(partitions):
       for name in ('forward', 'backward', 'recompute'):
