@@ -1,13 +1,19 @@
-"""Draws one real training step of a registered model as a per-device timeline PNG.
+"""Draws one real training step of a registered model as a per-device timeline; writes its trace.
 
 Builds the model's training graph with its TensorPipeLayer partitions on K logical CPU devices (or
-the devices Lingvo's cluster gives), runs a few warm-up steps, traces one, and writes:
-  - the traced step, one row per device: forward, re-computation, backward, other work, idle;
-  - with --simulated_out, the same step as `simulator` predicts it from the traced per-partition
+the devices Lingvo's cluster gives), runs a few warm-up steps, traces one, and writes into
+--out_dir (default: a new directory under $TMPDIR or /tmp, printed at the end):
+  - PREFIX.png: the traced step, one row per device: forward, re-computation, backward, other work,
+    idle;
+  - PREFIX_simulated.png: the same step as `simulator` predicts it from the traced per-partition
     times;
-and prints each device's busy time by category.
+  - PREFIX.json: the traced step in the Trace Event Format, the file the trainer writes as
+    LOGDIR/train/tensorpipe_trace-STEP.json: open it in ui.perfetto.dev ("Open trace file") or
+    chrome://tracing ("Load");
+and prints each device's busy time by category and each pipeline's per-partition times (the
+trainer's profile tables).
 
-  python -m tools.timeline --model=digits.TinyConvPipeline --out=/tmp/timeline.png
+  .venv/bin/python -m tools.timeline --model=digits.TinyConvPipeline --out_dir=/tmp/timeline
 """
 
 import os
@@ -16,12 +22,14 @@ import sys
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import argparse  # pylint: disable=g-import-not-at-top
+import tempfile  # pylint: disable=g-import-not-at-top
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 
 from tensorpipe import layer as layer_lib
+from tensorpipe.measure import chrome_trace
 from tensorpipe.measure import profiling
 from tensorpipe.measure import simulator
 from tensorpipe.measure import timeline
@@ -55,40 +63,56 @@ def TraceModel(model, warmup=3, intra_op_threads=1, inter_op_threads=2):
     for _ in range(warmup):
       sess.run(fetches)
     _, meta = profiling.TracedRun(sess, fetches)
-  name = pipelines[0][1].name
-  return profiling.Trace(meta, pipeline_scope=name), [p for _, p in pipelines]
+  names = [p.name for _, p in pipelines]
+  return profiling.Trace(meta, pipeline_scope=names), [p for _, p in pipelines]
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], epilog=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--model', required=True,
                       help='Registered model, e.g. digits.TinyConvPipeline.')
-  parser.add_argument('--out', required=True, help='PNG path of the traced step.')
-  parser.add_argument('--simulated_out', default=None, help='PNG path of the simulated step.')
+  parser.add_argument('--out_dir', default=None,
+                      help='Directory for PREFIX.png, PREFIX_simulated.png and PREFIX.json, '
+                      'created if missing (default: a new directory under $TMPDIR or /tmp).')
+  parser.add_argument('--prefix', default='timeline',
+                      help='File name stem of the outputs, e.g. timeline_digits.')
   parser.add_argument('--warmup', type=int, default=3, help='Untraced steps first.')
+  parser.add_argument('--inter_op_threads', type=int, default=2,
+                      help="The session's inter-op threads (1: one op at a time in the process, "
+                      'so each task runs alone).')
   args = parser.parse_args(argv)
+  if args.inter_op_threads < 1:
+    parser.error('--inter_op_threads=%d: give 1 or more' % args.inter_op_threads)
+  if os.path.sep in args.prefix or not args.prefix:
+    parser.error('--prefix=%r is a file name stem: no directory (that is --out_dir), not empty'
+                 % args.prefix)
   try:
-    trace, pipelines = TraceModel(args.model, args.warmup)
+    trace, pipelines = TraceModel(args.model, args.warmup, inter_op_threads=args.inter_op_threads)
   except (ValueError, registry.UsageError) as e:
     print('timeline: error: %s' % e, file=sys.stderr)
     return 2
+  out_dir = args.out_dir or tempfile.mkdtemp(prefix='tensorpipe_timeline_')
+  os.makedirs(out_dir, exist_ok=True)
+  out = os.path.join(out_dir, args.prefix)
   first = pipelines[0]
   num_micro = first.num_micro_batches
-  timeline.DrawTrace(trace, args.out, '%s: one traced training step (M = %d)' %
-                     (args.model, num_micro))
+  title = '%s: one traced training step (M = %d)' % (args.model, num_micro)
+  timeline.DrawTrace(trace, out + '.png', title)
+  chrome_trace.Write(trace, out + '.json', title)
   print(profiling.Summary(trace))
-  print('wrote %s' % args.out)
-  partitions = trace.PartitionTimes()
+  print(profiling.PipelineSummary(trace))
+  print('wrote %s.png and %s.json (open the .json in ui.perfetto.dev or chrome://tracing)' %
+        (out, out))
+  partitions = trace.PartitionTimes()  # Several pipelines' partitions k together.
   predicted = simulator.SimulateFillDrain(partitions, num_micro,
                                           forward_overlap=first.forward_overlap)
   print('simulator, fed with the traced per-partition times: pipeline part %.1f ms, idle %.1f%% '
         '(traced step %.1f ms, including input, loss and update)' %
         (1e3 * predicted.step_time, 100 * predicted.idle_fraction, 1e3 * trace.step_time))
-  if args.simulated_out:
-    timeline.DrawSimulated(predicted, args.simulated_out, '%s: simulated step (M = %d)' %
-                           (args.model, num_micro))
-    print('wrote %s' % args.simulated_out)
+  timeline.DrawSimulated(predicted, out + '_simulated.png', '%s: simulated step (M = %d)' %
+                         (args.model, num_micro))
+  print('wrote %s_simulated.png' % out)
   return 0
 
 

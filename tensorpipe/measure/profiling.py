@@ -18,6 +18,9 @@ forward_overlap), to the one of the matching kind that started last. Every execu
   transfer    sends and receives between devices;
   update      variable updates (Assign*/Apply* ops);
   other       everything else (input pipeline, loss, ...).
+Given the TensorPipeLayers' names (`pipeline_scope`), each op of a pipeline also carries that
+pipeline's name, so the tasks and times of a model with several pipelines (e.g. a translation
+model's encoder and decoder, whose partitions share indices) can be read per pipeline.
 Call ops are only containers: a task's span is that of its inner ops, and busy time and work count
 inner ops only. From those: per-device busy time, per-partition and per-layer times (to feed
 `simulator`), and a timeline to draw. A task's time is the union of its ops' spans (its span); its
@@ -70,8 +73,9 @@ class Op:
   partition: Optional[int] = None
   micro_batch: Optional[int] = None
   layer: Optional[str] = None  # The layer's name scope, for ops inside the partitions' functions.
-  task: Optional[str] = None  # The category of the call an op inside a partition's function ran in.
+  task: Optional[str] = None  # The task of a partition op: the category of the call it ran in.
   is_call: bool = False  # A call op of a partition function: a container of other ops, not work.
+  pipeline: Optional[str] = None  # The name of the TensorPipeLayer it belongs to, if given.
 
 
 def ShortDevice(device: str) -> str:
@@ -86,12 +90,31 @@ def ShortDevice(device: str) -> str:
   return short
 
 
-def Classify(name: str, op_type: str,
-             pipeline_scope: Optional[str] = None) -> Tuple[str, Optional[int], Optional[int]]:
+def _Scopes(pipeline_scope):
+  """The tuple of pipeline names in `pipeline_scope` (None, one name, or a sequence of names)."""
+  if not pipeline_scope:
+    return ()
+  return (pipeline_scope,) if isinstance(pipeline_scope, str) else tuple(pipeline_scope)
+
+
+def PipelineOf(name: str, pipeline_scope: Union[None, str, Sequence[str]]) -> Optional[str]:
+  """The pipeline in `pipeline_scope` whose name scope (e.g. 'encoder' or 'encoder_1') holds the op
+  `name`, the innermost if several do; None if none does."""
+  best, position = None, -1
+  for scope in _Scopes(pipeline_scope):
+    for match in re.finditer(r'(?:^|/)%s(?:_\d+)?/' % re.escape(scope), name):
+      if match.start() > position:
+        best, position = scope, match.start()
+  return best
+
+
+def Classify(name: str, op_type: str, pipeline_scope: Union[None, str, Sequence[str]] = None
+             ) -> Tuple[str, Optional[int], Optional[int]]:
   """(category, partition, micro_batch) of an op of the step's own graph, from its name.
 
   Ops inside the partitions' functions carry no partition in their names; `Trace` labels them by the
-  call they ran in (see the module docstring).
+  call they ran in (see the module docstring). `pipeline_scope`: the TensorPipeLayers' names (one or
+  several), whose ops outside any partition are 'setup'.
   """
   if op_type.startswith(('Assign', 'Apply', 'ResourceApply', 'ResourceScatter')):
     return 'update', None, None
@@ -101,7 +124,7 @@ def Classify(name: str, op_type: str,
     return 'transfer', None, None
   match = _PARTITION.search(name)
   if match is None:
-    if pipeline_scope and re.search(r'(?:^|/)%s(?:_\d+)?/' % re.escape(pipeline_scope), name):
+    if PipelineOf(name, pipeline_scope) is not None:
       return 'setup', None, None
     return 'other', None, None
   partition, micro_batch = int(match.group(1)), int(match.group(2))
@@ -121,9 +144,17 @@ def _InnerLabel(name, call_category):
 
 
 class Trace:
-  """The executed ops of one step, labelled (see the module docstring)."""
+  """The executed ops of one step, labelled (see the module docstring).
 
-  def __init__(self, run_metadata: tf.compat.v1.RunMetadata, pipeline_scope: Optional[str] = None):
+  Args:
+    run_metadata: of a step run with a full trace (`TracedRun`).
+    pipeline_scope: the name of the TensorPipeLayer, or the names of several: their ops outside the
+      partitions are 'setup' rather than 'other', and every op of a pipeline carries its name.
+  """
+
+  def __init__(self, run_metadata: tf.compat.v1.RunMetadata,
+               pipeline_scope: Union[None, str, Sequence[str]] = None):
+    self._scopes = _Scopes(pipeline_scope)
     records = []
     self._allocations = []  # (device, micros, bytes); negative bytes free.
     for dev in run_metadata.step_stats.dev_stats:
@@ -156,7 +187,12 @@ class Trace:
     for device, name, op_type, start, end in records:
       category, partition, micro_batch = Classify(name, op_type, pipeline_scope)
       op = Op(ShortDevice(device), name, op_type, (start - t0) / 1e6, (end - t0) / 1e6, category,
-              partition, micro_batch, is_call=op_type in _CALLS)
+              partition, micro_batch, is_call=op_type in _CALLS,
+              pipeline=PipelineOf(name, pipeline_scope))
+      if partition is not None:
+        # An op of the step's own graph named after a task (its call, or e.g. a variable read for
+        # it) belongs to that task.
+        op.task = category
       if op.is_call and partition is not None:
         calls[op.device].append(op)
       elif category in ('other', 'setup'):
@@ -167,6 +203,7 @@ class Trace:
       if call is not None:
         op.category, op.layer = _InnerLabel(op.name, call.category)
         op.partition, op.micro_batch, op.task = call.partition, call.micro_batch, call.category
+        op.pipeline = call.pipeline
     self.step_time = max(op.end for op in self.ops)
 
   @staticmethod
@@ -248,23 +285,46 @@ class Trace:
     """Whether the trace recorded allocations (it does with FULL_TRACE on CPU and GPU)."""
     return bool(self._allocations)
 
-  def Tasks(self) -> List[Tuple[int, str, int, float, float]]:
-    """[(partition, category, micro_batch, start, end)] of every pipeline task (its ops' span)."""
+  @property
+  def pipelines(self) -> List[str]:
+    """The names given to the Trace (`pipeline_scope`) of the pipelines that ran partition ops."""
+    ran = {op.pipeline for op in self.ops if op.partition is not None}
+    return [name for name in self._scopes if name in ran]
+
+  def Tasks(self, pipeline: Optional[str] = None) -> List[Tuple[int, str, int, float, float]]:
+    """[(partition, category, micro_batch, start, end)] of every pipeline task (its ops' span).
+
+    Args:
+      pipeline: only that pipeline's tasks (a name given to the Trace); None: every partition op,
+        where partitions of several pipelines with the same index count together.
+    """
     spans = {}
     for op in self.compute_ops:
       if op.partition is None or op.op_type in _BOOKKEEPING:
+        continue
+      if pipeline is not None and op.pipeline != pipeline:
         continue
       key = (op.partition, op.category, op.micro_batch, op.task)
       start, end = spans.get(key, (op.start, op.end))
       spans[key] = (min(start, op.start), max(end, op.end))
     return sorted((k[:3] + v for k, v in spans.items()), key=lambda r: r[3])
 
-  def PartitionTimes(self) -> List[simulator.PartitionCost]:
-    """Per partition, simulator.PartitionCost: mean span per task of F, B, R, W, and parallelism."""
-    partitions = [op.partition for op in self.ops if op.partition is not None]
+  def PartitionTimes(self, pipeline: Optional[str] = None) -> List[simulator.PartitionCost]:
+    """Per partition, simulator.PartitionCost: mean span per task of F, B, R, W, and parallelism.
+
+    Args:
+      pipeline: only that pipeline's partitions (a name given to the Trace); None: every partition
+        op, where partitions of several pipelines with the same index count together.
+    """
+    def Mine(op):
+      return op.partition is not None and pipeline in (None, op.pipeline)
+
+    partitions = [op.partition for op in self.ops if Mine(op)]
     if not partitions:
-      raise ValueError('no TensorPipe partition calls in the trace (names with partition<k>_mb<t>)')
-    return self._TaskCosts(1 + max(partitions), lambda op: op.partition)
+      raise ValueError('no TensorPipe partition calls%s in the trace (names with '
+                       'partition<k>_mb<t>)' % ('' if pipeline is None else
+                                                ' of pipeline %r' % pipeline))
+    return self._TaskCosts(1 + max(partitions), lambda op: op.partition if Mine(op) else None)
 
   def GroupTimes(self, groups: Sequence[Sequence[str]]) -> List[simulator.PartitionCost]:
     """Per group of layers: simulator.PartitionCost per micro-batch, as if it were a partition.
@@ -369,6 +429,20 @@ def Summary(trace: Trace) -> str:
                                        100 * (1 - busy.get(device, 0.0) / trace.step_time)) +
                  '  %11s' % (units.FormatBytes(peaks[device]) if device in peaks else '-'))
   return '\n'.join(lines)
+
+
+def PipelineSummary(trace: Trace) -> str:
+  """`PartitionSummary` of each pipeline's partitions (`Trace.pipelines`), headed by its name; of
+  all partitions together in a trace without pipeline names; '' without partition ops."""
+  tables = []
+  for pipeline in trace.pipelines or [None]:
+    try:
+      partitions = trace.PartitionTimes(pipeline)
+    except ValueError:  # No TensorPipeLayer ran.
+      continue
+    head = '' if pipeline is None else "partitions of pipeline '%s'\n" % pipeline
+    tables.append(head + PartitionSummary(partitions))
+  return '\n'.join(tables)
 
 
 def PartitionSummary(partitions: Sequence[simulator.PartitionCost]) -> str:

@@ -7,7 +7,7 @@ compared.
 """
 
 import collections
-from typing import Mapping, Sequence, Tuple
+from typing import IO, Mapping, Sequence, Tuple, Union
 
 import matplotlib
 
@@ -30,15 +30,18 @@ COLOURS = {
 _LETTER = {'forward': 'F', 'recompute': 'R', 'backward': 'B', 'weight': 'W'}
 
 
+PathOrFile = Union[str, IO[bytes]]
+
+
 def Draw(rows: Mapping[str, Mapping[str, Sequence[Tuple[float, float]]]], step_time: float,
-         path: str, title: str,
-         tasks: Sequence[Tuple[str, str, int, float, float]] = ()) -> str:
-  """Writes a PNG; returns its path.
+         path: PathOrFile, title: str,
+         tasks: Sequence[Tuple[str, str, int, float, float]] = ()) -> PathOrFile:
+  """Writes a PNG; returns `path`.
 
   Args:
     rows: ordered {row label: {category: [(start, end)]}} in seconds.
     step_time: seconds, the x-axis length.
-    path: output PNG path.
+    path: output PNG path, or a binary file object (e.g. io.BytesIO, for a PNG in memory).
     title: figure title.
     tasks: [(row label, category, micro_batch, start, end)] to label.
   """
@@ -65,12 +68,12 @@ def Draw(rows: Mapping[str, Mapping[str, Sequence[Tuple[float, float]]]], step_t
   ax.legend(handles, list(COLOURS), ncol=len(COLOURS), fontsize=7, loc='upper center',
             bbox_to_anchor=(0.5, -0.28), frameon=False)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  fig.savefig(path, dpi=110, format='png')
   plt.close(fig)
   return path
 
 
-def DrawTrace(trace: profiling.Trace, path: str, title: str) -> str:
+def DrawTrace(trace: profiling.Trace, path: PathOrFile, title: str) -> PathOrFile:
   """Draws a profiling.Trace: one row per device."""
   rows = collections.OrderedDict((d, collections.defaultdict(list)) for d in trace.devices)
   for op in trace.compute_ops:
@@ -78,13 +81,15 @@ def DrawTrace(trace: profiling.Trace, path: str, title: str) -> str:
   device_of_partition = {}
   for op in trace.ops:
     if op.partition is not None:
-      device_of_partition.setdefault(op.partition, op.device)
-  tasks = [(device_of_partition[k], kind, t, start, end)
-           for k, kind, t, start, end in trace.Tasks()]
+      device_of_partition.setdefault((op.pipeline, op.partition), op.device)
+  tasks = []
+  for pipeline in trace.pipelines or [None]:  # Each pipeline's tasks apart (see Trace.Tasks).
+    tasks += [(device_of_partition[(pipeline, k)], kind, t, start, end)
+              for k, kind, t, start, end in trace.Tasks(pipeline)]
   return Draw(rows, trace.step_time, path, title, tasks)
 
 
-def DrawSimulated(result: simulator.Result, path: str, title: str) -> str:
+def DrawSimulated(result: simulator.Result, path: PathOrFile, title: str) -> PathOrFile:
   """Draws a simulator.Result: one row per partition's device."""
   num_partitions = len(result.busy)
   rows = collections.OrderedDict(('device %d' % k, collections.defaultdict(list))

@@ -1,4 +1,4 @@
-"""Per-partition times and per-device peak memory in Lingvo's trainer logs and summaries.
+"""Per-partition times, per-device peak memory and the step's timeline in Lingvo's trainer logdir.
 
 A user tuning partitions wants to see, while the model trains, which partition is slowest and which
 device is fullest. `ProfilingTrainer` is Lingvo's CPU/GPU trainer whose session traces one training
@@ -6,32 +6,57 @@ step now and then (step 2, then every --tensorpipe_profile_every_n_steps); `Step
 trace into:
   - a log table per device: busy time by category (forward, re-computation, backward, ...), idle
     share and the peak of memory allocated during the step (profiling.Trace.PeakMemory);
-  - a log table per partition: mean forward, backward and re-computation milliseconds per
-    micro-batch (partitions of several pipelines with the same index, e.g. an encoder's and a
-    decoder's, together);
-  - scalar summaries next to Lingvo's own: tensorpipe/partition<k>/{forward,backward,recompute}_ms,
-    tensorpipe/<device>/{peak_step_memory_mib,busy_fraction}.
-Only the traced step pays for the trace; the others run as before.
+  - a log table per pipeline (TensorPipeLayer, e.g. a translation model's encoder and decoder) and
+    partition: mean forward, backward and re-computation milliseconds per micro-batch;
+  - scalar summaries next to Lingvo's own: tensorpipe/<pipeline>/partition<k>/{forward,backward,
+    recompute}_ms (<pipeline>: the TensorPipeLayer's name), tensorpipe/<device>/
+    {peak_step_memory_mib,busy_fraction}.
+The trainer also writes, for each traced step STEP:
+  - LOGDIR/train/tensorpipe_trace-STEP.json, the step in the Trace Event Format (chrome_trace), to
+    open in Perfetto or chrome://tracing;
+  - the step's timeline PNG (timeline.DrawTrace) as the image summary tensorpipe/timeline (where
+    matplotlib is installed).
+Only the traced step pays for the trace; the others run as before. Summaries and files come from
+the trainer task that writes Lingvo's summaries (task 0).
 """
+
+import io
+import os
 
 from absl import flags
 from lingvo import compat as tf
 from lingvo import runners
 from lingvo.core import metrics
 
+from tensorpipe import layer as layer_lib
+from tensorpipe.measure import chrome_trace
 from tensorpipe.measure import profiling
+
+try:
+  from tensorpipe.measure import timeline  # pylint: disable=g-import-not-at-top
+except ImportError:  # No matplotlib (it comes with the tools' extra): no timeline image.
+  timeline = None
 
 flags.DEFINE_integer(
     'tensorpipe_profile_every_n_steps', 100,
     'Trace training step 2 and then every N-th step and log/summarise per-partition times and '
-    'per-device peak memory (0: never). Only traced steps are slower.', lower_bound=0)
+    'per-device peak memory, and write the step as LOGDIR/train/tensorpipe_trace-STEP.json '
+    '(0: never). Only traced steps are slower.', lower_bound=0)
 
 FLAGS = flags.FLAGS
 FIRST_TRACED_STEP = 2
 
 
+TRACE_FILE = 'tensorpipe_trace-%d.json'  # In LOGDIR/train, per traced step.
+TIMELINE_TAG = 'tensorpipe/timeline'
+
+
 def StepProfile(trace):
-  """(log text, {summary tag: value}) for one traced step."""
+  """(log text, {summary tag: value}) for one traced step.
+
+  Partition times are per pipeline where the trace knows the pipelines' names (`Trace.pipelines`),
+  tagged tensorpipe/<pipeline>/partition<k>/...; else tensorpipe/partition<k>/....
+  """
   values = {}
   busy = trace.Busy()
   peaks = trace.PeakMemory() if trace.HasMemory() else {}
@@ -41,16 +66,30 @@ def StepProfile(trace):
     if device in peaks:
       values['tensorpipe/%s/peak_step_memory_mib' % tag] = peaks[device] / 2.0**20
   text = profiling.Summary(trace)
-  try:
-    partitions = trace.PartitionTimes()
-  except ValueError:  # No TensorPipeLayer in the model.
-    partitions = []
-  if partitions:
-    text += '\n' + profiling.PartitionSummary(partitions)
-  for k, partition in enumerate(partitions):
-    for name in ('forward', 'backward', 'recompute'):
-      values['tensorpipe/partition%d/%s_ms' % (k, name)] = 1e3 * getattr(partition, name)
+  tables = profiling.PipelineSummary(trace)
+  if tables:
+    text += '\n' + tables
+  for pipeline in trace.pipelines or [None]:
+    try:
+      partitions = trace.PartitionTimes(pipeline)
+    except ValueError:  # No TensorPipeLayer in the model.
+      continue
+    prefix = 'tensorpipe/' if pipeline is None else 'tensorpipe/%s/' % pipeline
+    for k, partition in enumerate(partitions):
+      for name in ('forward', 'backward', 'recompute'):
+        values['%spartition%d/%s_ms' % (prefix, k, name)] = 1e3 * getattr(partition, name)
   return text, values
+
+
+def TimelineSummary(trace, title):
+  """A tf.Summary holding the timeline PNG of `trace` (drawn in memory) as image TIMELINE_TAG."""
+  png = io.BytesIO()
+  timeline.DrawTrace(trace, png, title)
+  data = png.getvalue()
+  # A PNG's IHDR chunk: width and height, big-endian, at bytes 16-24.
+  width, height = int.from_bytes(data[16:20], 'big'), int.from_bytes(data[20:24], 'big')
+  image = tf.Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=data)
+  return tf.Summary(value=[tf.Summary.Value(tag=TIMELINE_TAG, image=image)])
 
 
 class _TracingSession:
@@ -95,12 +134,20 @@ class ProfilingTrainer(runners.Trainer):
 
   def Report(self, sess, run_metadata):
     step = int(sess.run(self._model.global_step))
-    text, values = StepProfile(profiling.Trace(run_metadata))
+    names = [p.name for _, p in layer_lib.Pipelines(self.params)]
+    trace = profiling.Trace(run_metadata, pipeline_scope=names)
+    text, values = StepProfile(trace)
     tf.logging.info('TensorPipe profile of step %d (one traced step):\n%s', step, text)
     if self._summary_writer:
       for tag, value in sorted(values.items()):
         self._summary_writer.add_summary(metrics.CreateScalarSummary(tag, value), step)
+      title = 'step %d: one traced training step' % step
+      if timeline is not None:
+        self._summary_writer.add_summary(TimelineSummary(trace, title), step)
       self._summary_writer.flush()
+      path = chrome_trace.Write(trace, os.path.join(self.GetTrainDir(), TRACE_FILE % step), title)
+      tf.logging.info('TensorPipe trace of step %d: %s (open it in ui.perfetto.dev or '
+                      'chrome://tracing)', step, path)
 
   def _GetSession(self, **kwargs):
     return _TracingSession(super()._GetSession(**kwargs), self)

@@ -201,6 +201,40 @@ class TraceTest(test_utils.TestCase):
     self.assertEqual(sorted(tasks), [(0, 'backward', 1), (0, 'forward', 0), (0, 'forward', 1),
                                      (0, 'recompute', 1)])
 
+  def testPipelinesApartAndOpsNamedAfterATaskCountInIt(self):
+    # An encoder's and a decoder's partition 0 on one device; the decoder's forward task has a
+    # variable read outside its call, named after the task.
+    trace = profiling.Trace(_Metadata([
+        ('m/encoder/partition0_mb0/forward', 'PartitionedCall', 1000, 1010),
+        ('fc0/MatMul', 'MatMul', 1001, 1009),
+        ('m/decoder/partition0_mb0/ReadVariableOp', 'ReadVariableOp', 1018, 1019),
+        ('m/decoder/partition0_mb0/forward', 'PartitionedCall', 1020, 1040),
+        ('fc0/MatMul', 'MatMul', 1021, 1039),
+        ('gradients/m/decoder/IdentityN_1_grad/partition0_mb0/backward', 'PartitionedCall',
+         1050, 1070),
+        ('recompute/fc0/MatMul', 'MatMul', 1051, 1059),
+        ('gradients/recompute/fc0/MatMul_grad/MatMul', 'MatMul', 1060, 1069),
+        ('m/decoder/split', 'Split', 1011, 1012)]), pipeline_scope=['encoder', 'decoder'])
+    us = 1e-6
+    self.assertEqual(trace.pipelines, ['encoder', 'decoder'])
+    self.assertEqual([op.pipeline for op in trace.ops], ['encoder'] * 2 + ['decoder'] * 7)
+    self.assertEqual(trace.ops[-1].category, 'setup')
+    encoder, = trace.PartitionTimes('encoder')
+    self.assertAlmostEqual(encoder.forward, 8 * us, places=12)
+    self.assertEqual((encoder.backward, encoder.recompute), (0.0, 0.0))
+    decoder, = trace.PartitionTimes('decoder')
+    # The read counts in F(0, 0) (one task per micro-batch, not two): 1 + 18 us.
+    self.assertAlmostEqual(decoder.forward, 19 * us, places=12)
+    self.assertAlmostEqual(decoder.recompute, 8 * us, places=12)
+    self.assertAlmostEqual(decoder.backward, 9 * us, places=12)
+    both, = trace.PartitionTimes()  # Partitions 0 of both pipelines together.
+    self.assertAlmostEqual(both.forward, (8 + 19) * us, places=12)
+    self.assertEqual([t[:3] for t in trace.Tasks('encoder')], [(0, 'forward', 0)])
+    self.assertEqual(len(trace.Tasks()), 3)  # F, R, B of partition 0 and micro-batch 0.
+    self.assertEqual(len(trace.Tasks('decoder')), 3)
+    with self.assertRaisesRegex(ValueError, "pipeline 'nosuch'"):
+      trace.PartitionTimes('nosuch')
+
   def testTimesCarryWorkAndParallelism(self):
     # fc0's forward on micro-batch 0 runs two ops at once; the weight argument is bookkeeping.
     trace = profiling.Trace(_Metadata([

@@ -1,6 +1,7 @@
 """`python -m tools.timeline`, run as a user runs it: PNGs of a real traced step of a registered
-model and of its simulated step, and a one-line error for an unknown model."""
+model and of its simulated step, its Chrome trace, and a one-line error for bad input."""
 
+import json
 import os
 import tempfile
 import unittest
@@ -16,17 +17,19 @@ class TimelineToolTest(unittest.TestCase):
 
   @pytest.mark.slow
   def testDrawsATracedStepOfARegisteredModel(self):
-    out_dir = tempfile.mkdtemp()
-    traced, simulated = os.path.join(out_dir, 'traced.png'), os.path.join(out_dir, 'sim.png')
+    out_dir = os.path.join(tempfile.mkdtemp(), 'new')  # Created by the tool.
     code, text, err = helpers.RunTool('timeline', '--model=digits.TinyConvPipeline',
-                                      '--out=' + traced, '--simulated_out=' + simulated,
-                                      '--warmup=1')
+                                      '--out_dir=' + out_dir, '--prefix=digits', '--warmup=1')
     self.assertEqual(code, 0, err)
     for device in ('CPU:0', 'CPU:1', 'CPU:2', 'CPU:3'):  # K = 4 partitions, one row each.
       self.assertIn(device, text)
     self.assertIn('simulator, fed with the traced per-partition times', text)
+    traced, simulated = os.path.join(out_dir, 'digits.png'), os.path.join(out_dir,
+                                                                         'digits_simulated.png')
     self.assertIn('wrote %s' % traced, text)
     self.assertIn('wrote %s' % simulated, text)
+    self.assertEqual(sorted(os.listdir(out_dir)),
+                     ['digits.json', 'digits.png', 'digits_simulated.png'])
     for path in (traced, simulated):
       with Image.open(path) as image:
         self.assertEqual(image.format, 'PNG')
@@ -35,9 +38,23 @@ class TimelineToolTest(unittest.TestCase):
       for hex_colour in (timeline.COLOURS[c] for c in ('forward', 'recompute', 'backward')):
         rgb = tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
         self.assertIn(rgb, colours, path)
+    # The Chrome trace: F(k,t) and B(k,t) of K = 4, M = 8 once each, in device k's process.
+    with open(os.path.join(out_dir, 'digits.json')) as f:
+      events = json.load(f)['traceEvents']
+    devices = {e['pid']: e['args']['name'] for e in events if e['name'] == 'process_name'}
+    tasks = sorted((devices[e['pid']], e['name']) for e in events
+                   if e['ph'] == 'X' and e['name'][0] in 'FB')
+    self.assertEqual(tasks, sorted(('CPU:%d' % k, '%s(%d,%d)' % (kind, k, t))
+                                   for kind in 'FB' for k in range(4) for t in range(8)))
+
+  def testBadPrefixIsOneLine(self):
+    code, _, err = helpers.RunTool('timeline', '--model=digits.TinyConvPipeline',
+                                   '--prefix=docs/img/x')
+    self.assertEqual(code, 2, err)
+    self.assertIn("--prefix='docs/img/x' is a file name stem", err)
 
   def testUnknownModelIsOneLine(self):
-    code, _, err = helpers.RunTool('timeline', '--model=digits.NoSuchModel', '--out=/tmp/x.png')
+    code, _, err = helpers.RunTool('timeline', '--model=digits.NoSuchModel')
     self.assertEqual(code, 2, err)
     self.assertIn('timeline: error: unknown --model=digits.NoSuchModel', err)
 

@@ -9,6 +9,7 @@ cores: the runners start as soon as the model is ready (tensorpipe.trainer.start
 
 import collections
 import glob
+import json
 import os
 import re
 import signal
@@ -241,25 +242,39 @@ class TrainerSmokeTest(test_utils.TestCase):
                   os.path.join(train_dir, 'ckpt-%08d' % final), run2)
 
     # The trainer traced its second step and every 15th: per-device and per-partition tables in the
-    # log, tensorpipe/ scalars in the summaries.
+    # log, tensorpipe/ scalars and the timeline image in the summaries, a Chrome trace per step.
     self.assertIn('TensorPipe profile of step %d' % (restored_step + 2), run2)
     profile = run2[run2.index('TensorPipe profile of step'):]
     self.assertRegex(profile, r'CPU:1 .* [KM]iB')
     self.assertRegex(profile, r'\n1 +\d+\.\d+ms +\d+\.\d+ms +\d+\.\d+ms')
     tags = collections.defaultdict(list)
+    images = []
     for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
       try:
         for event in tf.compat.v1.train.summary_iterator(path):
           for value in event.summary.value:
             tags[value.tag].append((event.step, value.simple_value))
+            if value.HasField('image'):
+              images.append((event.step, value.tag, value.image.encoded_image_string[1:4]))
       except tf.errors.DataLossError:
         pass  # Run 1 was killed: its files may end in a truncated record.
-    for tag in ('tensorpipe/partition0/forward_ms', 'tensorpipe/partition1/recompute_ms',
+    # The model's TensorPipeLayer is named 'pipeline'.
+    for tag in ('tensorpipe/pipeline/partition0/forward_ms',
+                'tensorpipe/pipeline/partition1/recompute_ms',
                 'tensorpipe/CPU_1/peak_step_memory_mib', 'tensorpipe/CPU_0/busy_fraction'):
       self.assertNotEmpty(tags[tag], sorted(tags))
       self.assertTrue(all(v > 0 for _, v in tags[tag]), (tag, tags[tag]))
-    # Steps 2, 15, 30 of run 2.
-    self.assertGreaterEqual(len(tags['tensorpipe/partition0/forward_ms']), 3)
+    # Steps 2, 15, 30 of run 2 (run 1, killed, may have written its step 2 in part).
+    traced = [step for step, _ in tags['tensorpipe/pipeline/partition0/forward_ms']
+              if step > restored_step]
+    self.assertGreaterEqual(len(traced), 3)
+    self.assertEqual([(step, 'tensorpipe/timeline', b'PNG') for step in sorted(traced)],
+                     sorted(image for image in images if image[0] > restored_step))
+    for step in traced:
+      with open(os.path.join(train_dir, 'tensorpipe_trace-%d.json' % step)) as f:
+        events = json.load(f)['traceEvents']
+      names = {e['name'] for e in events if e['ph'] == 'X'}
+      self.assertTrue({'F(0,0)', 'B(1,0)', 'R(1,0)'} <= names, sorted(names))
 
     # 3. The loss went down: first steps of run 1 vs the last steps of run 2.
     first = np.mean([losses1[s] for s in sorted(losses1)[:10]])

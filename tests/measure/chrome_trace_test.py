@@ -1,0 +1,155 @@
+"""Chrome trace: a real traced step as Trace Event Format JSON, its slices against the schedule.
+
+Only structure is checked (names, rows, counts, nesting, ts >= 0, dur >= 0), never durations.
+"""
+
+import collections
+import json
+import os
+import tempfile
+
+from lingvo import compat as tf
+from lingvo.core import test_utils
+
+from tensorpipe.measure import chrome_trace
+from tensorpipe.measure import profiling
+from tensorpipe import schedule
+from tests import helpers
+
+NUM_MICRO_BATCHES = 4
+
+
+def _TracedStep(schedule_name):
+  """profiling.Trace of one traced SGD step of a 2-partition Dense pipeline on 2 devices."""
+  graph = tf.Graph()
+  with graph.as_default(), helpers.Cluster(2):
+    net = helpers.Pipeline(helpers.DenseLayers(4, dim=16), 2, NUM_MICRO_BATCHES,
+                           schedule=schedule_name).Instantiate()
+    # The mean of the outputs: a sum of per-example terms, as 1F1B and zero-bubble need.
+    loss = tf.reduce_mean(net.FPropDefaultTheta(tf.ones([8, 16])))
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+    train_op = tf.group(*[v.assign_sub(0.1 * g) for v, g in zip(variables, grads)])
+    with helpers.Session(graph, 2) as sess:
+      sess.run(tf.global_variables_initializer())
+      sess.run(train_op)
+      # With the loss, as a trainer fetches it (the mean's gradient alone needs no forward pass of
+      # the last partition).
+      _, meta = profiling.TracedRun(sess, [train_op, loss])
+  return profiling.Trace(meta, pipeline_scope='pipe')
+
+
+def _Metadata(ops):
+  """A RunMetadata with the given ops: [(name, op type, start micros, end micros)] on CPU:0."""
+  meta = tf.compat.v1.RunMetadata()
+  dev = meta.step_stats.dev_stats.add(device='/job:localhost/replica:0/task:0/device:CPU:0')
+  for name, op_type, start, end in ops:
+    dev.node_stats.add(node_name=name, all_start_micros=start, all_end_rel_micros=end - start,
+                       timeline_label='%s = %s(x)' % (name, op_type))
+  return meta
+
+
+class ChromeTraceTest(test_utils.TestCase):
+
+  def _Load(self, trace):
+    path = os.path.join(tempfile.mkdtemp(dir=self.get_temp_dir()), 'step.json')
+    self.assertEqual(chrome_trace.Write(trace, path, 'a step'), path)
+    with open(path) as f:
+      return json.load(f)
+
+  def _AssertTraceEventFormat(self, data):
+    """The fields the viewers read; returns ({pid: process name}, [slices])."""
+    events = data['traceEvents']
+    processes, threads, slices = {}, {}, []
+    for e in events:
+      self.assertIn(e['ph'], ('X', 'M'), e)
+      self.assertIsInstance(e['name'], str)
+      self.assertIsInstance(e['pid'], int)
+      self.assertIsInstance(e['tid'], int)
+      if e['ph'] == 'M':
+        self.assertIn(e['name'], ('process_name', 'process_sort_index', 'thread_name',
+                                  'thread_sort_index'), e)
+        if e['name'] == 'process_name':
+          processes[e['pid']] = e['args']['name']
+        elif e['name'] == 'thread_name':
+          threads[(e['pid'], e['tid'])] = e['args']['name']
+      else:
+        self.assertGreaterEqual(e['ts'], 0)
+        self.assertGreaterEqual(e['dur'], 0)
+        self.assertIn(e['cat'], profiling.CATEGORIES)
+        slices.append(e)
+    for e in slices:  # Every slice's process and thread is named.
+      self.assertIn(e['pid'], processes)
+      self.assertIn((e['pid'], e['tid']), threads)
+    by_thread = collections.defaultdict(list)
+    for e in slices:
+      by_thread[(e['pid'], e['tid'])].append((e['ts'], e['ts'] + e['dur']))
+    for spans in by_thread.values():  # Slices of a thread nest or follow each other.
+      open_ends = []
+      for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
+        while open_ends and open_ends[-1] <= start:
+          open_ends.pop()
+        self.assertTrue(not open_ends or end <= open_ends[-1], (start, end, open_ends))
+        open_ends.append(end)
+    return processes, slices
+
+  def _AssertSlicesMatchSchedule(self, schedule_name, sched):
+    trace = _TracedStep(schedule_name)
+    processes, slices = self._AssertTraceEventFormat(self._Load(trace))
+    self.assertEqual(sorted(processes.values()), ['CPU:0', 'CPU:1'])
+    tasks = collections.Counter((processes[e['pid']], e['name']) for e in slices
+                                if e['name'][0] in 'FBW')
+    expected = collections.Counter(
+        ('CPU:%d' % a.partition, '%s(%d,%d)' % (a.kind, a.partition, a.micro_batch))
+        for actions in sched.device_actions for a in actions)
+    self.assertEqual(tasks, expected)  # Every action once, on its device's row, and nothing else.
+    kinds = {e['name'][0]: e['cat'] for e in slices if e['name'][0] in 'FBWR'}
+    self.assertEqual(kinds.get('F'), 'forward')
+    self.assertEqual(kinds.get('B'), 'backward')
+    self.assertEqual(kinds.get('R'), 'recompute')  # recompute='always' re-runs every partition.
+    for e in slices:
+      if e['name'][0] in 'FBWR':
+        k, t = (int(n) for n in e['name'][2:-1].split(','))
+        self.assertEqual(e['args'], {'partition': k, 'micro_batch': t, 'pipeline': 'pipe'})
+    self.assertIn('update', {e['name'] for e in slices})
+    return slices
+
+  def testFillDrainStep(self):
+    slices = self._AssertSlicesMatchSchedule(
+        'gpipe', schedule.FillDrainSchedule(2, NUM_MICRO_BATCHES))
+    self.assertNotIn('W', {e['name'][0] for e in slices})
+
+  def testZeroBubbleStep(self):
+    slices = self._AssertSlicesMatchSchedule(
+        'zero_bubble', schedule.ZeroBubbleSchedule(2, NUM_MICRO_BATCHES))
+    self.assertEqual({e['cat'] for e in slices if e['name'][0] == 'W'}, {'weight'})
+
+  def testPipelinesNamedAndOverlappingTasksOnTheirOwnThread(self):
+    # Two pipelines' partition 0 on one device; the encoder's two forward passes overlap.
+    trace = profiling.Trace(_Metadata([
+        ('m/encoder/partition0_mb0/forward', 'PartitionedCall', 1000, 1020),
+        ('fc0/MatMul', 'MatMul', 1001, 1010),
+        ('m/encoder/partition0_mb1/forward', 'PartitionedCall', 1005, 1030),
+        ('fc0/MatMul', 'MatMul', 1006, 1018),  # Inside both: mb1's (it started last).
+        ('m/decoder/partition0_mb0/forward', 'PartitionedCall', 1040, 1050),
+        ('fc0/MatMul', 'MatMul', 1041, 1049),
+        ('m/decoder/partition0_mb0/ReadVariableOp', 'ReadVariableOp', 1035, 1036),
+        ('loss/Mean', 'Mean', 1052, 1053)]), pipeline_scope=['encoder', 'decoder'])
+    self.assertEqual(trace.pipelines, ['encoder', 'decoder'])
+    data = self._Load(trace)
+    processes, slices = self._AssertTraceEventFormat(data)
+    self.assertEqual(list(processes.values()), ['CPU:0'])
+    names = {e['name']: e for e in slices}
+    self.assertEqual(sorted(names), ['decoder F(0,0)', 'encoder F(0,0)', 'encoder F(0,1)',
+                                     'other'])
+    threads = {e['tid']: e['args']['name'] for e in data['traceEvents']
+               if e['name'] == 'thread_name'}
+    self.assertEqual(threads[names['encoder F(0,0)']['tid']], 'tasks')
+    self.assertEqual(threads[names['encoder F(0,1)']['tid']], 'tasks 2')
+    self.assertEqual(threads[names['other']['tid']], 'other work')
+    # A task spans its call, in microseconds from the step's first op (at 1000).
+    self.assertEqual((names['decoder F(0,0)']['ts'], names['decoder F(0,0)']['dur']), (40, 10))
+
+
+if __name__ == '__main__':
+  test_utils.main()
