@@ -309,6 +309,17 @@ class Trace:
       spans[key] = (min(start, op.start), max(end, op.end))
     return sorted((k[:3] + v for k, v in spans.items()), key=lambda r: r[3])
 
+  def PipelinePartitionTimes(self) -> List[Tuple[Optional[str], List[simulator.PartitionCost]]]:
+    """[(pipeline name, its PartitionTimes)] of each pipeline whose partitions ran in the trace;
+    [(None, every partition's)] in a trace without pipeline names; [] without partition ops."""
+    out = []
+    for pipeline in self.pipelines or [None]:
+      try:
+        out.append((pipeline, self.PartitionTimes(pipeline)))
+      except ValueError:  # That pipeline's partitions did not run in this step.
+        continue
+    return out
+
   def PartitionTimes(self, pipeline: Optional[str] = None) -> List[simulator.PartitionCost]:
     """Per partition, simulator.PartitionCost: mean span per task of F, B, R, W, and parallelism.
 
@@ -435,11 +446,7 @@ def PipelineSummary(trace: Trace) -> str:
   """`PartitionSummary` of each pipeline's partitions (`Trace.pipelines`), headed by its name; of
   all partitions together in a trace without pipeline names; '' without partition ops."""
   tables = []
-  for pipeline in trace.pipelines or [None]:
-    try:
-      partitions = trace.PartitionTimes(pipeline)
-    except ValueError:  # No TensorPipeLayer ran.
-      continue
+  for pipeline, partitions in trace.PipelinePartitionTimes():
     head = '' if pipeline is None else "partitions of pipeline '%s'\n" % pipeline
     tables.append(head + PartitionSummary(partitions))
   return '\n'.join(tables)

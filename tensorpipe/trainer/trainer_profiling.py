@@ -69,11 +69,7 @@ def StepProfile(trace):
   tables = profiling.PipelineSummary(trace)
   if tables:
     text += '\n' + tables
-  for pipeline in trace.pipelines or [None]:
-    try:
-      partitions = trace.PartitionTimes(pipeline)
-    except ValueError:  # No TensorPipeLayer in the model.
-      continue
+  for pipeline, partitions in trace.PipelinePartitionTimes():
     prefix = 'tensorpipe/' if pipeline is None else 'tensorpipe/%s/' % pipeline
     for k, partition in enumerate(partitions):
       for name in ('forward', 'backward', 'recompute'):
@@ -133,6 +129,8 @@ class ProfilingTrainer(runners.Trainer):
     return every > 0 and (run == FIRST_TRACED_STEP or run % every == 0)
 
   def Report(self, sess, run_metadata):
+    """Logs the traced step's profile; with a summary writer, also its scalars, timeline image and
+    Chrome-trace JSON."""
     step = int(sess.run(self._model.global_step))
     names = [p.name for _, p in layer_lib.Pipelines(self.params)]
     trace = profiling.Trace(run_metadata, pipeline_scope=names)
