@@ -43,6 +43,7 @@ import re
 import sys
 import time
 
+from absl import app
 from absl import flags
 from lingvo import runners
 from lingvo import trainer
@@ -489,6 +490,7 @@ def Run(argv=None):
       registry.ImportModel(FLAGS.model)
   except registry.UsageError as e:
     return _Fail(e)
+  app.define_help_flags()  # --help, --helpshort, --helpfull (absl defines them in app.run).
   try:
     FLAGS(argv)  # Now every flag is defined: an unknown or bad one fails here, in one line.
   except flags.Error as e:
