@@ -106,8 +106,8 @@ def WaitMessage(job, latest, step, max_steps):
   return ('%s evaluates the checkpoints of a running training job until one reaches '
           'train.max_steps = %d; the latest, %s, is at step %d, so after it the job waits (with no '
           'end) for newer ones. If no training job is running on this --logdir (it stopped early, '
-          'or was trained with a smaller train.max_steps), stop this one and run %s, or pass the '
-          'training run\'s --model_params_override="train.max_steps: %d"' %
+          'or was trained with a smaller train.max_steps), stop this one and run %s, or give it '
+          '--model_params_override="train.max_steps: %d" (the step training stopped at)' %
           (job, max_steps, latest, step, OnceCommand(job, latest), step))
 
 
