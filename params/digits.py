@@ -32,6 +32,7 @@ class DigitsData:
   Mix in before the family's params class, e.g. `class TinyX(digits.DigitsData, XBase)`.
   """
 
+  TINY = True  # CPU-sized: --list_models marks it tiny.
   BATCH_SIZE = 64
   EVAL_BATCH_SIZE = 120  # 359 held-out examples = 3 batches, the last one padded.
   MAX_STEPS = 800

@@ -31,6 +31,7 @@ from tensorpipe.tasks.lm import decoder_lm
 class TinyTiedLm(base_model_params.SingleTaskModelParams):
   """A tiny tied-embedding decoder LM on the counting corpus: 2 partitions, M = 4, 1F1B."""
 
+  TINY = True  # CPU-sized: --list_models marks it tiny.
   NUM_PARTITIONS = 2
   NUM_MICRO_BATCHES = 4
   SCHEDULE = '1f1b'

@@ -108,6 +108,7 @@ class TransformerParamsBase(base_model_params.SingleTaskModelParams):
 class Num2WordsBase(TransformerParamsBase):
   """Models on the built-in num2words corpus: vocabulary and languages read from the corpus."""
 
+  TINY = True  # CPU-sized: --list_models marks it tiny.
   SOURCE_MAX_LENGTH = 32
   TARGET_MAX_LENGTH = 16
 

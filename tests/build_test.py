@@ -20,7 +20,7 @@ class BuildTest(unittest.TestCase):
   def testBuildIsUpToDate(self):
     with open(os.path.join(ROOT, 'BUILD')) as f:
       self.assertEqual(f.read(), _Generator().Generate(),
-                       'BUILD is out of date: run python -m tools.update_build')
+                       'BUILD is out of date: run .venv/bin/python -m tools.update_build')
 
   def testEveryModuleAndTestHasATarget(self):
     text = _Generator().Generate()

@@ -10,9 +10,10 @@ example axis) each K is compared with the smallest K at the same M, and the outp
 `--example=paper` runs the paper's own test (supplementary Figure 1: 16 convolutions, 8
 micro-batches, K = 1, 2, 4).
 
-  python -m tools.consistency --model=digits.TinyConvPipeline
-  python -m tools.consistency --model=digits.TinyConvPipeline --partitions=1,2 --micro_batches=1,2
-  python -m tools.consistency --example=paper
+  .venv/bin/python -m tools.consistency --model=digits.TinyConvPipeline
+  .venv/bin/python -m tools.consistency --model=digits.TinyConvPipeline --partitions=1,2 \
+      --micro_batches=1,2
+  .venv/bin/python -m tools.consistency --example=paper
 
 Exit status: 0 if every variant agrees within --tolerance, 1 if one differs or fails to run (the
 last line says PASS or FAIL and why), 2 for a usage error (one line on stderr).

@@ -2,12 +2,12 @@
 
 The GPipe paper's T(24, 8192, 16) vs T(12, 16384, 32) comparison, at CPU size:
 
-  python -m tools.deep_vs_wide --logdir_root=/tmp/dvw --steps=1000
+  .venv/bin/python -m tools.deep_vs_wide --logdir_root=/tmp/dvw --steps=1000
 
 For each model (default mt.Num2WordsDeepT and mt.Num2WordsWideT, one after the other) it runs
-`python -m tensorpipe.trainer.train --model=M --cpu_devices=2 --mode=sync --run_locally=cpu` to
-train for --steps steps into LOGDIR_ROOT/<model>, then the same command with --job=decoder_test to
-decode the final checkpoint greedily, and reads per-language BLEU from
+`tensorpipe.trainer.train --model=M --cpu_devices=2 --mode=sync --run_locally=cpu` (with this
+process's Python) to train for --steps steps into LOGDIR_ROOT/<model>, then the same command with
+--job=decoder_test to decode the final checkpoint greedily, and reads per-language BLEU from
 LOGDIR/decoder_test/score-<step>.txt. Training is skipped when the final-step checkpoint already
 exists, decoding when its score file does, so the table can be re-printed without re-running
 anything.

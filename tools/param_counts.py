@@ -1,7 +1,7 @@
 """Prints the parameter count of every registered TensorPipe model (built, variables unallocated).
 
-  python -m tools.param_counts                 # every model registered by params/
-  python -m tools.param_counts --match '^mt\\.' # only those whose key matches a regular expression
+  .venv/bin/python -m tools.param_counts                  # every model registered by params/
+  .venv/bin/python -m tools.param_counts --match '^mt\\.'  # only those whose key matches a regex
 
 Each model's task is instantiated in a throwaway graph (tensorpipe.trainer.param_count), so counts
 come from the variables the model really declares. Building the deepest configurations takes

@@ -5,8 +5,8 @@ the total, parameters, estimated parameter and activation memory; then the imbal
 partition cost), the bubble and the efficiency they predict for M micro-batches. Flags re-partition
 the same layers to compare choices without editing the params.
 
-  python -m tools.partition_report --model=digits.TinyConvPipeline
-  python -m tools.partition_report --model=digits.TinyConvPipeline --num_partitions=2 \\
+  .venv/bin/python -m tools.partition_report --model=digits.TinyConvPipeline
+  .venv/bin/python -m tools.partition_report --model=digits.TinyConvPipeline --num_partitions=2 \\
       --cost=memory --algorithm=both --memory_budget=1MiB
 """
 

@@ -11,8 +11,8 @@ __init__ modules that importing its modules runs. Third-party packages (tensorfl
 numpy, ...) come from the checkout's .venv, which Bazel's Python toolchain runs
 (scripts/bazel/BUILD), and are listed as comments.
 
-  python -m tools.update_build          # rewrite BUILD
-  python -m tools.update_build --check  # exit 1 if BUILD is out of date
+  .venv/bin/python -m tools.update_build          # rewrite BUILD
+  .venv/bin/python -m tools.update_build --check  # exit 1 if BUILD is out of date
 """
 
 import argparse
@@ -226,7 +226,7 @@ def main():
   if args.check:
     current = open(path).read() if os.path.exists(path) else ''
     if current != text:
-      print('BUILD is out of date: run python -m tools.update_build')
+      print('BUILD is out of date: run .venv/bin/python -m tools.update_build')
       return 1
     print('BUILD is up to date')
     return 0

@@ -106,6 +106,18 @@ def ParamsClass(cls):
   return cls.__bases__[0] if cls.__name__ == cls.__bases__[0].__name__ else cls
 
 
+def IsTiny(cls):
+  """Whether a registered model is CPU-sized: its params class sets TINY = True (it trains on 2 CPU
+  cores in minutes); the others are the paper's configurations, sized for accelerators."""
+  return bool(getattr(ParamsClass(cls), 'TINY', False))
+
+
+def Description(cls):
+  """The first paragraph of a registered model's docstring, on one line (whole sentences)."""
+  doc = (ParamsClass(cls).__doc__ or '').strip()
+  return ' '.join(doc.split('\n\n')[0].split())
+
+
 def TensorPipeModels():
   """{key: params class} of the models that TensorPipe's `params` package registers."""
   return {key: cls for key, cls in RegisteredModels().items()

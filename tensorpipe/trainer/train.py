@@ -1,10 +1,10 @@
 r"""Launcher: Lingvo's trainer (all of its flags) plus what TensorPipe models need on CPU.
 
-  python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
-      --run_locally=cpu --logdir=/tmp/digits                      # controller + trainer
-  python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
-      --run_locally=cpu --logdir=/tmp/digits --job=evaler_test    # eval the final checkpoint
-  python -m tensorpipe.trainer.train --list_models
+  .venv/bin/python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 \
+      --mode=sync --run_locally=cpu --logdir=/tmp/digits                    # controller + trainer
+  .venv/bin/python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 \
+      --mode=sync --run_locally=cpu --logdir=/tmp/digits --job=evaler_test  # evaluate
+  .venv/bin/python -m tensorpipe.trainer.train --list_models
 
 Extra flags:
   --cpu_devices=K  gives this process K logical CPU devices: every TF server it starts (and every
@@ -23,7 +23,8 @@ Extra flags:
   --startup_timeout_s=S (with --cluster_spec, default 120)
                    the controller and trainer client wait S seconds for every worker task to accept
                    connections, then stop with an error naming the unreachable task.
-  --list_models    prints the registered models and exits.
+  --list_models    prints the registered models and exits: each marked tiny (trains on 2 CPU cores
+                   in minutes) or paper-scale, with its K and its description.
   --tensorpipe_profile_every_n_steps=N (default 100; 0: off)
                    the trainer traces step 2 and every N-th step, and logs and summarises
                    per-partition forward/backward/re-computation times and per-device busy time and
@@ -40,7 +41,9 @@ import glob
 import os
 import re
 import sys
+import time
 
+from absl import app
 from absl import flags
 from lingvo import runners
 from lingvo import trainer
@@ -58,7 +61,10 @@ flags.DEFINE_integer(
     'Give this process K logical CPU devices and configure every job of the cluster to use them '
     '(cpus_per_replica = K; devices_per_split = --worker_split_size, default K, or K x '
     '--worker_tasks_per_replica). Unset: the stock Lingvo behaviour.', lower_bound=1)
-flags.DEFINE_bool('list_models', False, 'Print the registered models and exit.')
+flags.DEFINE_bool(
+    'list_models', False,
+    'Print the registered models, each marked tiny (CPU-sized) or paper-scale, with its K, and '
+    'exit.')
 flags.DEFINE_integer(
     'worker_tasks_per_replica', None,
     'With --cluster_spec: one worker replica (a model split of --worker_split_size devices, '
@@ -84,12 +90,79 @@ def _Log(msg, *args):
   tf.logging.info('TensorPipe: ' + msg, *args)
 
 
+def OnceCommand(job, checkpoint):
+  """The flags that make eval job `job` ('evaler_test', 'decoder_test', ...) read `checkpoint` once
+  and exit (Lingvo 0.14.0: --job=evaler_once_DATASET@STEP; for a decoder, the task's
+  eval.load_checkpoint_from, which evalers read too)."""
+  m = re.search(r'ckpt-(\d+)$', checkpoint)
+  if job.startswith('evaler_') and m:
+    return '--job=evaler_once_%s@%d' % (_DatasetOfJob(job), int(m.group(1)))
+  return '--job=%s --model_params_override="task.eval.load_checkpoint_from: %s"' % (job, checkpoint)
+
+
+def WaitMessage(job, latest, step, max_steps):
+  """What an evaler or decoder job waiting for a checkpoint newer than `latest` (at global step
+  `step`) tells the user: why it waits, and what to run to evaluate what is there."""
+  return ('%s evaluates the checkpoints of a running training job until one reaches '
+          'train.max_steps = %d; the latest, %s, is at step %d, so after it the job waits (with no '
+          'end) for newer ones. If no training job is running on this --logdir (it stopped early, '
+          'or was trained with a smaller train.max_steps), stop this one and run %s, or give it '
+          '--model_params_override="train.max_steps: %d" (the step training stopped at)' %
+          (job, max_steps, latest, step, OnceCommand(job, latest), step))
+
+
+class ExplainedCheckpointWait:
+  """Mixin for Lingvo's Evaler and Decoder: waiting for a new checkpoint says why, once.
+
+  Lingvo's `_FindNewCheckpoint` retries until training writes a checkpoint newer than the ones
+  evaluated, and logs a traceback for every retry, without end when training stopped before the
+  model's train.max_steps. This one polls as Lingvo does (delays growing from 1 s to
+  `MAX_POLL_S`) and logs `WaitMessage` once per latest checkpoint instead.
+  """
+
+  MAX_POLL_S = 60.0
+
+  def _FindNewCheckpoint(self, sess=None, processed_ckpts=None):
+    # pylint: disable=no-member  # A mixin: Lingvo's Evaler or Decoder has these members.
+    delay, announced = 1.0, None
+    while True:
+      if self._ShouldStop(sess, step=0):  # Lingvo's check: early stopping.
+        return None
+      path = tf.train.latest_checkpoint(self._checkpointer.checkpoint_dir)
+      if path and path not in processed_ckpts:
+        return path
+      if path and path != announced:
+        step = int(re.search(r'ckpt-(\d+)$', path).group(1))  # Lingvo's checkpoint names.
+        tf.logging.warning('TensorPipe: %s', WaitMessage(self._job_name, path, step,
+                                                          self.params.train.max_steps))
+        announced = path
+      elif not path and announced is None:
+        tf.logging.info('TensorPipe: %s waits for the first checkpoint in %s',
+                        self._job_name, self._checkpointer.checkpoint_dir)
+        announced = ''
+      time.sleep(delay)
+      delay = min(self.MAX_POLL_S, delay * 1.5)
+
+
 class TensorPipeController(startup.PromptStart, runners.Controller):
   """Lingvo's Controller, starting as soon as the model is ready (startup.PromptStart)."""
 
 
 class TensorPipeTrainer(startup.PromptStart, trainer_profiling.ProfilingTrainer):
   """The profiling trainer, starting as soon as the model is ready (startup.PromptStart)."""
+
+
+class TensorPipeEvaler(ExplainedCheckpointWait, runners.Evaler):
+  """Lingvo's Evaler, saying why it waits for a checkpoint (ExplainedCheckpointWait)."""
+
+  def _UpdateProcessedCheckpoints(self, runner_dir, ckpt_path):
+    # Lingvo 0.14.0's Evaler calls this method, which it lacks, after evaluating the checkpoint of
+    # task.eval.load_checkpoint_from (the Decoder calls py_utils' function of that name).
+    py_utils.UpdateProcessedCheckpoints(runner_dir, ckpt_path)
+
+
+class TensorPipeDecoder(ExplainedCheckpointWait, runners.Decoder):
+  """Lingvo's Decoder, saying why it waits for a checkpoint (ExplainedCheckpointWait)."""
 
 
 class RunnerManager(trainer.RunnerManager):
@@ -102,6 +175,14 @@ class RunnerManager(trainer.RunnerManager):
   @property
   def Trainer(self):
     return TensorPipeTrainer if not py_utils.IsEagerMode() else super().Trainer
+
+  @property
+  def Evaler(self):
+    return TensorPipeEvaler if not py_utils.IsEagerMode() else super().Evaler
+
+  @property
+  def Decoder(self):
+    return TensorPipeDecoder if not py_utils.IsEagerMode() else super().Decoder
 
   def UpdateClusterParamsFromFlags(self, cluster, job_name):
     super().UpdateClusterParamsFromFlags(cluster, job_name)
@@ -179,8 +260,11 @@ def Validate():
     dataset = _DatasetOfJob(job)
     if dataset and dataset not in datasets:
       datasets.append(dataset)
-  for dataset in datasets:
+  for i, dataset in enumerate(datasets):
     cfg = registry.ModelParams(FLAGS.model, dataset)
+    if i == 0:
+      for message in preflight.UnusedTaskTrainOverrides(cfg, FLAGS.model_params_override):
+        tf.logging.warning('TensorPipe: %s', message)
     preflight.CheckDataDirs(cfg, dataset)
     for path, name, k in preflight.PipelinePartitions(cfg):
       if k > split:
@@ -201,24 +285,32 @@ def Validate():
             '--worker_gpus=%d --worker_split_size=%d on GPUs' %
             (FLAGS.model, k, name, path, k, split, k, k, k))
   if jobs and all(_IsEvalOnlyJob(j) for j in jobs):
-    train_dir = os.path.join(FLAGS.logdir, 'train')
-    latest = tf.train.latest_checkpoint(train_dir)
-    if not latest:
-      raise registry.UsageError('no checkpoint in %s to evaluate; train first (same --logdir)' %
-                                train_dir)
-    step = int(tf.train.load_checkpoint(latest).get_tensor('global_step'))
-    max_steps = cfg.train.max_steps
-    if step < max_steps and any(not j.startswith('evaler_once_') for j in jobs):
-      tf.logging.warning(
-          'TensorPipe: the latest checkpoint %s is at step %d of %d: %s evaluates it, then keeps '
-          'waiting for newer checkpoints until training reaches step %d; to evaluate just one '
-          'checkpoint use --job=evaler_once_%s@%d', latest, step, max_steps, ','.join(jobs),
-          max_steps, _DatasetOfJob(jobs[0]), step)
-    for job in jobs:
-      m = re.match(r'evaler_once_[^@]+@(\d+)$', job)
-      if m and not glob.glob(os.path.join(train_dir, 'ckpt-%08d.index' % int(m.group(1)))):
-        raise registry.UsageError('no checkpoint ckpt-%08d in %s for --job=%s' %
-                                  (int(m.group(1)), train_dir, job))
+    _CheckEvalCheckpoints(jobs, cfg)
+
+
+def _CheckEvalCheckpoints(jobs, cfg):
+  """For eval-only jobs: the checkpoint they read exists; a job that will wait for newer ones is
+  told how to evaluate just the checkpoints there are (model params `cfg`, overrides applied)."""
+  train_dir = os.path.join(FLAGS.logdir, 'train')
+  fixed = cfg.task.eval.load_checkpoint_from if cfg.Get('task') is not None else None
+  if fixed:
+    if not (glob.glob(fixed + '.index') or tf.train.latest_checkpoint(fixed)):
+      raise registry.UsageError('task.eval.load_checkpoint_from: %s is no checkpoint (PATH.index) '
+                                'and no directory with one; see %s' % (fixed, train_dir))
+    return  # The job evaluates that checkpoint once and exits.
+  latest = tf.train.latest_checkpoint(train_dir)
+  if not latest:
+    raise registry.UsageError('no checkpoint in %s to evaluate; train first (same --logdir)' %
+                              train_dir)
+  for job in jobs:
+    m = re.match(r'evaler_once_[^@]+@(\d+)$', job)
+    if m and not glob.glob(os.path.join(train_dir, 'ckpt-%08d.index' % int(m.group(1)))):
+      raise registry.UsageError('no checkpoint ckpt-%08d in %s for --job=%s' %
+                                (int(m.group(1)), train_dir, job))
+  step = int(tf.train.load_checkpoint(latest).get_tensor('global_step'))
+  for job in jobs:
+    if not job.startswith('evaler_once_') and step < cfg.train.max_steps:
+      tf.logging.warning('TensorPipe: %s', WaitMessage(job, latest, step, cfg.train.max_steps))
 
 
 def _CheckSpreadReplicas():
@@ -310,7 +402,42 @@ def _LogOutcome(jobs):
 # --------------------------------------------------------------------------------------------------
 
 
+LIST_LEGEND = (
+    'tiny: trains on 2 CPU cores in minutes (run times and expected results: docs/guide.md, '
+    '"Registered models"); paper-scale: the paper\'s configuration, for accelerators (on CPU it '
+    'builds, but does not train in reasonable time or memory). K: partitions of each '
+    'TensorPipeLayer, the devices of one model split (on CPU, --cpu_devices=K).')
+
+
+def ModelLine(name, cls):
+  """One --list_models line: `name  [tiny|paper-scale, K=..]  description` (K from its params)."""
+  partitions = preflight.PipelinePartitions(registry.ModelParams(name, 'Train'))
+  if len(partitions) == 1:
+    k = 'K=%d' % partitions[0][2]
+  elif partitions:
+    k = 'K=' + ', '.join('%d (%s)' % (k, layer) for _, layer, k in partitions)
+  else:
+    k = 'no TensorPipeLayer'
+  scale = 'tiny' if registry.IsTiny(cls) else 'paper-scale'
+  return '%s  [%s, %s]  %s' % (name, scale, k, registry.Description(cls))
+
+
+def ListModels(out=None):
+  """Prints the legend and one ModelLine per registered model, as each is ready."""
+  out = out or sys.stdout
+  verbosity = tf.logging.get_verbosity()
+  tf.logging.set_verbosity(tf.logging.WARNING)  # Not Lingvo's per-model 'No dataset ...' lines.
+  try:
+    out.write(LIST_LEGEND + '\n')
+    for name, cls in sorted(registry.RegisteredModels().items()):
+      out.write(ModelLine(name, cls) + '\n')
+      out.flush()
+  finally:
+    tf.logging.set_verbosity(verbosity)
+
+
 def _Fail(message):
+  sys.stdout.flush()  # Anything printed before comes before the error line, never after it.
   sys.stderr.write('tensorpipe.trainer.train: error: %s\n' % message)
   sys.stderr.flush()
   return ERROR_EXIT_CODE
@@ -350,9 +477,7 @@ def Run(argv=None):
   except flags.Error as e:
     return _Fail(str(e).strip().splitlines()[0])
   if FLAGS.list_models:
-    for name, cls in sorted(registry.RegisteredModels().items()):
-      doc = (registry.ParamsClass(cls).__doc__ or '').strip().splitlines()
-      print('%s%s' % (name, '  -- ' + doc[0] if doc else ''))
+    ListModels()
     return 0
   if FLAGS.disable_tf2:
     tf.disable_v2_behavior()
@@ -366,6 +491,11 @@ def Run(argv=None):
       registry.ImportModel(FLAGS.model)
   except registry.UsageError as e:
     return _Fail(e)
+  app.define_help_flags()  # --help, --helpshort, --helpfull (absl defines them in app.run).
+  try:
+    FLAGS(argv)  # Now every flag is defined: an unknown or bad one fails here, in one line.
+  except flags.Error as e:
+    return _Fail('%s (see --helpfull)' % str(e).strip().splitlines()[0])
   FLAGS.unparse_flags()
   tf.app.run(main, argv=argv)
   return 0

@@ -3,6 +3,7 @@
 import os
 import socket
 
+from lingvo.core import base_model
 from lingvo.core import test_utils
 
 from tensorpipe.trainer import preflight
@@ -23,6 +24,41 @@ class PreflightTest(test_utils.TestCase):
     with self.assertRaisesRegex(
         registry.UsageError, r"data directory '.*no-such-dir' of dataset Train \(input.data_dir\)"):
       preflight.CheckDataDirs(cfg, 'Train')
+
+  def testOverrideKeys(self):
+    self.assertEqual(preflight.OverrideKeys('task.train.max_steps: 750; train.max_steps:5\n'
+                                            '# a comment: no key\ninput.data_dir : /x:y'),
+                     ['task.train.max_steps', 'train.max_steps', 'input.data_dir'])
+    self.assertEqual(preflight.OverrideKeys(''), [])
+
+  def _Unused(self, override):
+    # As Lingvo applies --model_params_override, after building the params.
+    cfg = registry.ModelParams(MODEL, 'Train').FromText(override.replace(';', '\n'))
+    return preflight.UnusedTaskTrainOverrides(cfg, override)
+
+  def testTaskTrainOverrideTheTrainerDoesNotReadIsNamedWithTheFix(self):
+    messages = self._Unused('task.train.max_steps: 750; task.train.save_interval_steps: 10')
+    self.assertLen(messages, 2)
+    self.assertIn('sets task.train.max_steps: 750, which the trainer does not read', messages[0])
+    self.assertIn('train.max_steps (still 800)', messages[0])
+    self.assertIn('--model_params_override="train.max_steps: 750"', messages[0])
+    self.assertIn('--model_params_override="train.save_interval_steps: 10"', messages[1])
+
+  def testOverridesTheTrainerReadsAreNotNamed(self):
+    self.assertEqual(self._Unused('train.max_steps: 750'), [])
+    self.assertEqual(self._Unused('train.max_steps: 750; task.train.max_steps: 750'), [])
+    # The learning rate is the task's own: its learner reads task.train.
+    self.assertEqual(self._Unused('task.train.learning_rate: 0.5'), [])
+
+  def testModelLevelTrainKeysAreTheOnesLingvoCopiesFromTheTask(self):
+    task = base_model.BaseTask.Params().Set(name='task')
+    model = base_model.SingleTaskModel.Params(task.Copy())
+    shared = [k for k, _ in model.train.IterParams() if k in task.train]
+    markers = {k: object() for k in shared}
+    task.train.Set(**markers)
+    base_model.SingleTaskModel.CopyTaskParams(task, model)
+    copied = sorted(k for k in shared if model.train.Get(k) is markers[k])
+    self.assertEqual(copied, sorted(preflight.MODEL_LEVEL_TRAIN_KEYS))
 
   def testClusterSpec(self):
     self.assertEqual(preflight.ParseClusterSpec('worker=127.0.0.1:1,127.0.0.1:2@ps=127.0.0.1:3'),

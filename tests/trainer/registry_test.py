@@ -120,6 +120,25 @@ class RegistryTest(test_utils.TestCase):
         r'[^;]*$'):
       registry.ImportModel('tp_no_such_module.Model')
 
+  def testTinyModelsAreMarkedAndTheRestArePaperScale(self):
+    tiny = sorted(name for name, cls in registry.TensorPipeModels().items()
+                  if registry.IsTiny(cls))
+    self.assertEqual(tiny, [
+        'amoebanet.TinyAmoebaNetB', 'amoebanet.TinyAmoebaNetD', 'amoebanet.TinyTransferAmoebaNetB',
+        'digits.TinyConvPipeline', 'digits.TinyUNetPipeline', 'lm.TinyTiedLm',
+        'mt.Num2WordsDeepT', 'mt.Num2WordsTinyT', 'mt.Num2WordsWideT', 'resnet.TinyResNet'])
+
+  def testDescriptionsAreWholeSentences(self):
+    for name, cls in registry.TensorPipeModels().items():
+      description = registry.Description(cls)
+      self.assertRegex(description, r'^[A-Z0-9].*\.$', name)
+      self.assertNotIn('\n', description, name)
+    # A first paragraph over two docstring lines is printed whole.
+    self.assertEqual(
+        registry.Description(registry.RegisteredModels()['amoebanet.TinyTransferAmoebaNetB']),
+        'Fine-tunes a TinyAmoebaNetB checkpoint (set CHECKPOINT) with a fresh softmax: SGD with '
+        'momentum, as the paper\'s transfer runs (the digits stand in for the target data set).')
+
   def testModelParamsOfAMissingDatasetIsNamed(self):
     with self.assertRaisesRegex(registry.UsageError,
                                 "model digits.TinyConvPipeline has no dataset 'Nope'"):

@@ -18,11 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from unittest import mock
 
 from absl.testing import flagsaver
 import numpy as np
 import pytest
 from lingvo import compat as tf
+from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe.trainer import registry
@@ -104,20 +106,140 @@ class ValidateTest(test_utils.TestCase):
       self._Validate(job='evaler_test', logdir=tempfile.mkdtemp(dir=self.get_temp_dir()))
 
 
+def _WriteCheckpoint(train_dir, step):
+  """Writes a checkpoint train_dir/ckpt-<step> holding just global_step = `step`, as Lingvo names
+  its checkpoints, and makes it the latest."""
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    with tf.Session() as sess:
+      sess.run(global_step.assign(step))
+      return tf.train.Saver().save(sess, os.path.join(train_dir, 'ckpt-%08d' % step))
+
+
+class TaskTrainOverrideTest(test_utils.TestCase):
+  """A task.train override the trainer does not read is named once, with the override to use."""
+
+  def testWarnsOnceNamingTheKeyAndTheFix(self):
+    with mock.patch.object(tf.logging, 'warning') as warning, flagsaver.flagsaver(
+        model=MODEL, mode='sync', run_locally='cpu', logdir=self.get_temp_dir(), cpu_devices=4,
+        worker_split_size=4, job='controller,trainer_client,evaler_test',
+        model_params_override='task.train.max_steps: 750'):
+      train.Validate()
+    messages = [c.args[0] % c.args[1:] for c in warning.call_args_list]
+    unread = [m for m in messages if 'task.train.max_steps' in m]
+    self.assertLen(unread, 1, messages)
+    self.assertIn('which the trainer does not read', unread[0])
+    self.assertIn('--model_params_override="train.max_steps: 750"', unread[0])
+
+
+class EvalWaitTest(test_utils.TestCase):
+  """Evaluating a run that stopped before train.max_steps: the messages say what to run instead."""
+
+  def testOnceCommands(self):
+    ckpt = '/logs/train/ckpt-00000750'
+    self.assertEqual(train.OnceCommand('evaler_test', ckpt), '--job=evaler_once_test@750')
+    self.assertEqual(train.OnceCommand('decoder_test', ckpt),
+                     '--job=decoder_test --model_params_override='
+                     '"task.eval.load_checkpoint_from: /logs/train/ckpt-00000750"')
+
+  def testWaitMessage(self):
+    message = train.WaitMessage('decoder_test', '/logs/train/ckpt-00000750', 750, 1500)
+    self.assertIn('until one reaches train.max_steps = 1500', message)
+    self.assertIn('is at step 750', message)
+    self.assertIn('"task.eval.load_checkpoint_from: /logs/train/ckpt-00000750"', message)
+
+  def _Validate(self, logdir, job, override=''):
+    with mock.patch.object(tf.logging, 'warning') as warning, flagsaver.flagsaver(
+        model=MODEL, mode='sync', run_locally='cpu', logdir=logdir, cpu_devices=4,
+        worker_split_size=4, job=job, model_params_override=override):
+      train.Validate()
+    return [c.args[0] % c.args[1:] for c in warning.call_args_list]
+
+  def testPreflightOfAnEarlyStoppedRun(self):
+    logdir = self.create_tempdir().full_path
+    ckpt = _WriteCheckpoint(os.path.join(logdir, 'train'), 5)
+    messages = self._Validate(logdir, 'evaler_test')
+    self.assertLen(messages, 1)
+    self.assertIn('train.max_steps = 800; the latest, %s, is at step 5' % ckpt, messages[0])
+    self.assertIn('run --job=evaler_once_test@5', messages[0])
+    # The once job, or a fixed checkpoint, evaluates what is there: nothing to say.
+    self.assertEqual(self._Validate(logdir, 'evaler_once_test@5'), [])
+    self.assertEqual(
+        self._Validate(logdir, 'evaler_test', 'task.eval.load_checkpoint_from: %s' % ckpt), [])
+    self.assertEqual(self._Validate(logdir, 'evaler_test', 'train.max_steps: 5'), [])
+    with self.assertRaisesRegex(registry.UsageError,
+                                'task.eval.load_checkpoint_from: .*ckpt-00000009 is no checkpoint'):
+      self._Validate(logdir, 'evaler_test',
+                     'task.eval.load_checkpoint_from: %s' % ckpt.replace('5', '9'))
+
+  def testWaitingRunnerSaysWhyOnceAndFindsTheNextCheckpoint(self):
+    train_dir = self.create_tempdir().full_path
+    first = _WriteCheckpoint(train_dir, 5)
+    runner = _WaitingRunner(train_dir, max_steps=800)
+    sleeps = []
+
+    def _Sleep(seconds):
+      sleeps.append(seconds)
+      if len(sleeps) == 3:  # Training writes a new checkpoint while the runner waits.
+        _WriteCheckpoint(train_dir, 10)
+
+    with mock.patch.object(train.time, 'sleep', side_effect=_Sleep), \
+         mock.patch.object(tf.logging, 'warning') as warning:
+      found = runner._FindNewCheckpoint(None, {first})
+    self.assertEqual(found, os.path.join(train_dir, 'ckpt-00000010'))
+    self.assertLen(sleeps, 3)
+    self.assertLen(warning.call_args_list, 1)  # Once, not once per poll.
+    message = warning.call_args.args[0] % warning.call_args.args[1:]
+    self.assertIn('evaler_test evaluates the checkpoints', message)
+    self.assertIn('run --job=evaler_once_test@5', message)
+
+
+  def testEvalerRecordsAFixedCheckpointAsProcessed(self):
+    # Lingvo 0.14.0's Evaler calls a method it lacks after evaluating
+    # task.eval.load_checkpoint_from; TensorPipe's records the checkpoint as the Decoder does.
+    eval_dir = self.create_tempdir().full_path
+    train.TensorPipeEvaler._UpdateProcessedCheckpoints(None, eval_dir, '/logs/train/ckpt-00000005')
+    self.assertEqual(py_utils.GetProcessedCheckpoints(eval_dir), ['/logs/train/ckpt-00000005'])
+
+
+class _WaitingRunner(train.ExplainedCheckpointWait):
+  """What ExplainedCheckpointWait uses of Lingvo's Evaler: job name, checkpoint dir, params."""
+
+  def __init__(self, train_dir, max_steps):
+    self._job_name = 'evaler_test'
+    self._checkpointer = collections.namedtuple('Checkpointer', 'checkpoint_dir')(train_dir)
+    self.params = registry.ModelParams(MODEL, 'Test')
+    self.params.train.max_steps = max_steps
+
+  def _ShouldStop(self, sess, step):
+    del sess
+    return step >= self.params.train.max_steps
+
+
 class CommandLineErrorsTest(test_utils.TestCase):
   """The command line: one-line messages and exit status 2, no traceback."""
 
   def _CheckError(self, args, pattern):
-    status, _, stderr = _Run(_Launcher(*args), timeout=120)
-    self.assertEqual(status, train.ERROR_EXIT_CODE, stderr[-2000:])
-    self.assertNotIn('Traceback', stderr)
-    last = stderr.strip().splitlines()[-1]
-    self.assertRegex(last, r'^tensorpipe\.trainer\.train: error: ' + pattern)
+    """The error is the last line of everything the trainer prints (stdout and stderr, in order)."""
+    proc = subprocess.run(_Launcher(*args), cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=120, check=False)
+    output = proc.stdout
+    self.assertEqual(proc.returncode, train.ERROR_EXIT_CODE, output[-2000:])
+    self.assertNotIn('Traceback', output)
+    lines = output.strip().splitlines()
+    self.assertRegex(lines[-1], r'^tensorpipe\.trainer\.train: error: ' + pattern)
+    self.assertLen([l for l in lines if 'error: ' in l], 1, output[-2000:])
 
   def testUnknownModel(self):
     self._CheckError(['--model=digits.NoSuchModel', '--cpu_devices=4', '--mode=sync',
                       '--run_locally=cpu', '--logdir=%s' % self.get_temp_dir()],
                      r'unknown --model=digits\.NoSuchModel; registered models: .*' + MODEL)
+
+  @pytest.mark.slow
+  def testUnknownFlag(self):
+    self._CheckError(['--model=%s' % MODEL, '--cpu_devices=4', '--mode=sync', '--run_locally=cpu',
+                      '--logdir=%s' % self.get_temp_dir(), '--no_such_flag=1'],
+                     r"Unknown command line flag 'no_such_flag' \(see --helpfull\)$")
 
   def testTooFewCpuDevices(self):
     self._CheckError(['--model=%s' % MODEL, '--cpu_devices=2', '--mode=sync', '--run_locally=cpu',
@@ -166,10 +288,32 @@ class CommandLineErrorsTest(test_utils.TestCase):
                      r'--cpu_devices=2 --worker_split_size=4 '
                      r'\(with --worker_tasks_per_replica=2\)$')
 
+  @pytest.mark.slow  # Builds every registered model's params for its K.
   def testListModels(self):
     status, stdout, stderr = _Run(_Launcher('--list_models'), timeout=120)
     self.assertEqual(status, 0, stderr[-2000:])
-    self.assertIn(MODEL, stdout.split())
+    lines = stdout.splitlines()
+    self.assertEqual(lines[0], train.LIST_LEGEND)
+    self.assertIn('%s  [tiny, K=4]  Tiny conv net on the digits' % MODEL, stdout)
+    self.assertEqual(len(lines) - 1, len(registry.RegisteredModels()))
+
+
+class ListModelsTest(test_utils.TestCase):
+
+  def _Line(self, name):
+    return train.ModelLine(name, registry.RegisteredModels()[name])
+
+  def testTinyAndPaperScaleWithTheirK(self):
+    self.assertEqual(
+        self._Line(MODEL),
+        MODEL + '  [tiny, K=4]  Tiny conv net on the digits, pipelined over 4 devices with 8 '
+        'micro-batches.')
+    self.assertStartsWith(self._Line('amoebanet.AmoebaNetDPipeline8'),
+                          'amoebanet.AmoebaNetDPipeline8  [paper-scale, K=8]  Table 1, ')
+    self.assertStartsWith(self._Line('mt.Num2WordsTinyT'),
+                          'mt.Num2WordsTinyT  [tiny, K=2 (encoder), 2 (decoder)]  T(3, 256, 4)')
+    self.assertStartsWith(self._Line('mt.T24H8192A16'),
+                          'mt.T24H8192A16  [paper-scale, K=4 (encoder), 4 (decoder)]  ')
 
 
 class TrainerSmokeTest(test_utils.TestCase):

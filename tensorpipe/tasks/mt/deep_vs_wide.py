@@ -24,7 +24,8 @@ def TrainerCommand(model: str, logdir: str, steps: int, job: Optional[str] = Non
   cmd = [python, '-m', 'tensorpipe.trainer.train', '--model=%s' % model,
          '--cpu_devices=%d' % CPU_DEVICES, '--mode=sync', '--run_locally=cpu',
          '--logdir=%s' % logdir,
-         # The trainer stops at the model's train.max_steps, the decoder at task.train.max_steps.
+         # The trainer and the decoder stop at the model's train.max_steps (Lingvo copies it from
+         # task.train.max_steps before overrides apply; set both so the two agree).
          '--model_params_override=train.max_steps:%d;task.train.max_steps:%d' % (steps, steps)]
   if job:
     cmd.append('--job=%s' % job)
