@@ -179,11 +179,12 @@ class WheelTest(unittest.TestCase):
     code, out = self._RunInVenv([os.path.join(self.venv, 'bin', 'tensorpipe-train'),
                                  '--list_models'], 300)
     self.assertEqual(code, 0, out)
-    modules = {m.group(1) for m in re.finditer(r'^(\w+)\.\w+(  -- .*)?$', out, re.M)}
+    # One line per model: 'module.Name  [tiny|paper-scale, K=...]  description'.
+    modules = {m.group(1) for m in re.finditer(r'^(\w+)\.\w+  \[', out, re.M)}
     want = {n[:-3] for n in os.listdir(os.path.join(ROOT, 'params'))
             if n.endswith('.py') and n != '__init__.py'}
     self.assertEqual(modules, want, out)
-    self.assertIn('digits.TinyConvPipeline  -- ', out)
+    self.assertIn('digits.TinyConvPipeline  [tiny, K=4]  ', out)
 
   def testLaunchHelp(self):
     code, out = self._RunInVenv([os.path.join(self.venv, 'bin', 'tensorpipe-launch'), '--help'],
