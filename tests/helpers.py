@@ -163,6 +163,34 @@ def TracedStep(sess, fetches):
   return values, nodes
 
 
+def TracedPipelineStep(params, x, num_devices=2):
+  """profiling.Trace of one traced SGD step (after an untraced one) of the TensorPipeLayer
+  `params` on the input array `x`; the loss is the outputs' mean and is fetched with the update, as
+  a trainer fetches it."""
+  graph = tf.Graph()
+  with graph.as_default(), Cluster(num_devices):
+    net = params.Instantiate()
+    loss = tf.reduce_mean(net.FPropDefaultTheta(tf.constant(x)))
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+    train_op = tf.group(*[v.assign_sub(0.1 * g) for v, g in zip(variables, grads)])
+    with Session(graph, num_devices) as sess:
+      sess.run(tf.global_variables_initializer())
+      sess.run(train_op)
+      _, meta = profiling.TracedRun(sess, [train_op, loss])
+  return profiling.Trace(meta, pipeline_scope=params.name)
+
+
+def OpsMetadata(ops):
+  """A RunMetadata with the given ops: [(name, op type, start micros, end micros)] on CPU:0."""
+  meta = tf.compat.v1.RunMetadata()
+  dev = meta.step_stats.dev_stats.add(device='/job:localhost/replica:0/task:0/device:CPU:0')
+  for name, op_type, start, end in ops:
+    dev.node_stats.add(node_name=name, all_start_micros=start, all_end_rel_micros=end - start,
+                       timeline_label='%s = %s(x)' % (name, op_type))
+  return meta
+
+
 def TracedSgdSteps(params, batch, num_devices, steps=3):
   """Builds `params` with a plain SGD update (assign_sub per variable) on a [batch, dim] input.
 

@@ -8,7 +8,7 @@ import json
 import os
 import tempfile
 
-from lingvo import compat as tf
+import numpy as np
 from lingvo.core import test_utils
 
 from tensorpipe.measure import chrome_trace
@@ -21,32 +21,9 @@ NUM_MICRO_BATCHES = 4
 
 def _TracedStep(schedule_name):
   """profiling.Trace of one traced SGD step of a 2-partition Dense pipeline on 2 devices."""
-  graph = tf.Graph()
-  with graph.as_default(), helpers.Cluster(2):
-    net = helpers.Pipeline(helpers.DenseLayers(4, dim=16), 2, NUM_MICRO_BATCHES,
-                           schedule=schedule_name).Instantiate()
-    # The mean of the outputs: a sum of per-example terms, as 1F1B and zero-bubble need.
-    loss = tf.reduce_mean(net.FPropDefaultTheta(tf.ones([8, 16])))
-    variables = tf.trainable_variables()
-    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
-    train_op = tf.group(*[v.assign_sub(0.1 * g) for v, g in zip(variables, grads)])
-    with helpers.Session(graph, 2) as sess:
-      sess.run(tf.global_variables_initializer())
-      sess.run(train_op)
-      # With the loss, as a trainer fetches it (the mean's gradient alone needs no forward pass of
-      # the last partition).
-      _, meta = profiling.TracedRun(sess, [train_op, loss])
-  return profiling.Trace(meta, pipeline_scope='pipe')
-
-
-def _Metadata(ops):
-  """A RunMetadata with the given ops: [(name, op type, start micros, end micros)] on CPU:0."""
-  meta = tf.compat.v1.RunMetadata()
-  dev = meta.step_stats.dev_stats.add(device='/job:localhost/replica:0/task:0/device:CPU:0')
-  for name, op_type, start, end in ops:
-    dev.node_stats.add(node_name=name, all_start_micros=start, all_end_rel_micros=end - start,
-                       timeline_label='%s = %s(x)' % (name, op_type))
-  return meta
+  # The loss is the outputs' mean: a sum of per-example terms, as 1F1B and zero-bubble need.
+  p = helpers.Pipeline(helpers.DenseLayers(4, dim=16), 2, NUM_MICRO_BATCHES, schedule=schedule_name)
+  return helpers.TracedPipelineStep(p, np.ones([8, 16], np.float32))
 
 
 class ChromeTraceTest(test_utils.TestCase):
@@ -126,7 +103,7 @@ class ChromeTraceTest(test_utils.TestCase):
 
   def testPipelinesNamedAndOverlappingTasksOnTheirOwnThread(self):
     # Two pipelines' partition 0 on one device; the encoder's two forward passes overlap.
-    trace = profiling.Trace(_Metadata([
+    trace = profiling.Trace(helpers.OpsMetadata([
         ('m/encoder/partition0_mb0/forward', 'PartitionedCall', 1000, 1020),
         ('fc0/MatMul', 'MatMul', 1001, 1010),
         ('m/encoder/partition0_mb1/forward', 'PartitionedCall', 1005, 1030),

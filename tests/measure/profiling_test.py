@@ -13,36 +13,15 @@ from tests import helpers
 def _TracedStep(recompute, num_micro_batches=2, num_layers=4, dim=64, batch=16,
                 first_partition=None, schedule='gpipe'):
   """The profiling.Trace of one traced training step of a 2-partition Dense pipeline."""
-  graph = tf.Graph()
-  with graph.as_default(), helpers.Cluster(2):
-    layers = helpers.DenseLayers(num_layers, dim=dim)
-    # One forward pass per partition at a time, so each op inside a call is that micro-batch's.
-    p = helpers.Pipeline(layers, 2, num_micro_batches, recompute=recompute, forward_overlap=False,
-                         schedule=schedule)
-    if first_partition is not None:
-      p.Set(layers=None, num_partitions=None,
-            partitions=[layers[:first_partition], layers[first_partition:]])
-    net = p.Instantiate()
-    x = tf.constant(np.random.RandomState(0).uniform(size=[batch, dim]).astype(np.float32))
-    loss = tf.reduce_mean(net.FPropDefaultTheta(x))
-    variables = tf.trainable_variables()
-    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
-    train_op = tf.group(*[v.assign_sub(0.1 * g) for v, g in zip(variables, grads)])
-    with helpers.Session(graph, 2) as sess:
-      sess.run(tf.global_variables_initializer())
-      sess.run(train_op)
-      _, meta = profiling.TracedRun(sess, [train_op, loss])
-  return profiling.Trace(meta, pipeline_scope='pipe')
-
-
-def _Metadata(ops):
-  """A RunMetadata with the given ops: [(name, op type, start micros, end micros)] on CPU:0."""
-  meta = tf.compat.v1.RunMetadata()
-  dev = meta.step_stats.dev_stats.add(device='/job:localhost/replica:0/task:0/device:CPU:0')
-  for name, op_type, start, end in ops:
-    dev.node_stats.add(node_name=name, all_start_micros=start, all_end_rel_micros=end - start,
-                       timeline_label='%s = %s(x)' % (name, op_type))
-  return meta
+  layers = helpers.DenseLayers(num_layers, dim=dim)
+  # One forward pass per partition at a time, so each op inside a call is that micro-batch's.
+  p = helpers.Pipeline(layers, 2, num_micro_batches, recompute=recompute, forward_overlap=False,
+                       schedule=schedule)
+  if first_partition is not None:
+    p.Set(layers=None, num_partitions=None,
+          partitions=[layers[:first_partition], layers[first_partition:]])
+  x = np.random.RandomState(0).uniform(size=[batch, dim]).astype(np.float32)
+  return helpers.TracedPipelineStep(p, x)
 
 
 class TraceTest(test_utils.TestCase):
@@ -175,7 +154,7 @@ class TraceTest(test_utils.TestCase):
                      'worker:2/CPU:0')
 
   def testOpsInsideCallsTakeTheCallsLabels(self):
-    trace = profiling.Trace(_Metadata([
+    trace = profiling.Trace(helpers.OpsMetadata([
         ('net/partition0_mb0/forward', 'PartitionedCall', 1000, 1020),
         ('fc0/MatMul', 'MatMul', 1002, 1010),
         ('net/partition0_mb1/forward', 'PartitionedCall', 1005, 1030),
@@ -204,7 +183,7 @@ class TraceTest(test_utils.TestCase):
   def testPipelinesApartAndOpsNamedAfterATaskCountInIt(self):
     # An encoder's and a decoder's partition 0 on one device; the decoder's forward task has a
     # variable read outside its call, named after the task.
-    trace = profiling.Trace(_Metadata([
+    trace = profiling.Trace(helpers.OpsMetadata([
         ('m/encoder/partition0_mb0/forward', 'PartitionedCall', 1000, 1010),
         ('fc0/MatMul', 'MatMul', 1001, 1009),
         ('m/decoder/partition0_mb0/ReadVariableOp', 'ReadVariableOp', 1018, 1019),
@@ -237,7 +216,7 @@ class TraceTest(test_utils.TestCase):
 
   def testTimesCarryWorkAndParallelism(self):
     # fc0's forward on micro-batch 0 runs two ops at once; the weight argument is bookkeeping.
-    trace = profiling.Trace(_Metadata([
+    trace = profiling.Trace(helpers.OpsMetadata([
         ('net/partition0_mb0/forward', 'PartitionedCall', 995, 1015),
         ('fc0/MatMul', 'MatMul', 1000, 1010),
         ('fc0/MatMul_1', 'MatMul', 1000, 1010),
@@ -269,7 +248,7 @@ class TraceTest(test_utils.TestCase):
 
   def testGroupTimesCountOverlapBetweenLayersOnce(self):
     # On micro-batch 0, fc1's backward starts before fc0's weight gradient ends.
-    trace = profiling.Trace(_Metadata([
+    trace = profiling.Trace(helpers.OpsMetadata([
         ('net/partition0_mb0/forward', 'PartitionedCall', 995, 1015),
         ('fc0/MatMul', 'MatMul', 1000, 1010),
         ('fc1/MatMul', 'MatMul', 1010, 1014),
@@ -291,7 +270,7 @@ class TraceTest(test_utils.TestCase):
 
   def testBusyByCategorySplitsOverlapsAndAddsUpToBusy(self):
     # A forward op overlaps a backward op for 4 us; two backward ops overlap each other.
-    trace = profiling.Trace(_Metadata([
+    trace = profiling.Trace(helpers.OpsMetadata([
         ('net/partition0_mb1/forward', 'PartitionedCall', 999, 1011),
         ('fc0/MatMul', 'MatMul', 1000, 1010),
         ('gradients/net/IdentityN_grad/partition0_mb0/backward', 'PartitionedCall', 1005, 1017),
