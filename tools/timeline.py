@@ -101,7 +101,7 @@ def main(argv=None):
   timeline.DrawTrace(trace, out + '.png', title)
   chrome_trace.Write(trace, out + '.json', title)
   print(profiling.Summary(trace))
-  print(profiling.PipelineSummary(trace))
+  print(profiling.PipelineSummary(trace.PipelinePartitionTimes()))
   print('wrote %s.png and %s.json (open the .json in ui.perfetto.dev or chrome://tracing)' %
         (out, out))
   partitions = trace.PartitionTimes()  # Several pipelines' partitions k together.

@@ -29,7 +29,6 @@ from lingvo import compat as tf
 from tensorpipe.measure import profiling
 from tensorpipe.measure import simulator
 
-TASK_LETTERS = {'forward': 'F', 'recompute': 'R', 'backward': 'B', 'weight': 'W'}
 # Work outside the pipeline's tasks, drawn per category on the device's 'other work' threads.
 OTHER_CATEGORIES = ('setup', 'transfer', 'update', 'other')
 
@@ -38,7 +37,7 @@ def TaskName(category: str, partition: int, micro_batch: int,
              pipeline: Optional[str] = None) -> str:
   """'F(0,1)' for the forward task of partition 0 on micro-batch 1; 'encoder F(0,1)' in a trace of
   several pipelines."""
-  name = '%s(%d,%d)' % (TASK_LETTERS[category], partition, micro_batch)
+  name = '%s(%d,%d)' % (profiling.TASK_LETTERS[category], partition, micro_batch)
   return '%s %s' % (pipeline, name) if pipeline else name
 
 
@@ -86,13 +85,12 @@ def _TaskSlices(trace):
   """
   named_pipeline = len(trace.pipelines) > 1
   spans = {}  # (pipeline, category, partition, micro_batch) -> (start, end) of its calls
-  device_of = {}  # (pipeline, partition) -> device
   for op in trace.ops:
     if op.is_call and op.partition is not None:
       key = (op.pipeline, op.category, op.partition, op.micro_batch)
       start, end = spans.get(key, (op.start, op.end))
       spans[key] = (min(start, op.start), max(end, op.end))
-      device_of[(op.pipeline, op.partition)] = op.device
+  device_of = trace.PartitionDevices()
   slices = [key + span for key, span in spans.items()]
   for pipeline in trace.pipelines or [None]:
     # One per backward or weight-gradient task that re-ran partition k on micro-batch t.

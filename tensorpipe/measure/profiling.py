@@ -47,6 +47,8 @@ from tensorpipe.measure import simulator
 from tensorpipe import units
 
 CATEGORIES = ('forward', 'recompute', 'backward', 'weight', 'setup', 'transfer', 'update', 'other')
+# The letter of each task category in task names, F(k,t), R(k,t), B(k,t), W(k,t).
+TASK_LETTERS = {'forward': 'F', 'recompute': 'R', 'backward': 'B', 'weight': 'W'}
 # Ops that move or alias data rather than compute: left out of task spans, which would otherwise
 # start with weight reads issued long before the task's input arrives.
 _BOOKKEEPING = frozenset(['ReadVariableOp', 'Identity', 'IdentityN', 'Const', 'NoOp', '_Send',
@@ -285,6 +287,15 @@ class Trace:
     """Whether the trace recorded allocations (it does with FULL_TRACE on CPU and GPU)."""
     return bool(self._allocations)
 
+  def PartitionDevices(self) -> Dict[Tuple[Optional[str], int], str]:
+    """{(pipeline, partition): the device its ops ran on}; pipeline as in `Op.pipeline`. The
+    partition's calls decide where there are any (the partition's functions run there)."""
+    devices = {}
+    for op in sorted((op for op in self.ops if op.partition is not None),
+                     key=lambda op: not op.is_call):
+      devices.setdefault((op.pipeline, op.partition), op.device)
+    return devices
+
   @property
   def pipelines(self) -> List[str]:
     """The names given to the Trace (`pipeline_scope`) of the pipelines that ran partition ops."""
@@ -442,11 +453,12 @@ def Summary(trace: Trace) -> str:
   return '\n'.join(lines)
 
 
-def PipelineSummary(trace: Trace) -> str:
-  """`PartitionSummary` of each pipeline's partitions (`Trace.pipelines`), headed by its name; of
-  all partitions together in a trace without pipeline names; '' without partition ops."""
+def PipelineSummary(
+    pipeline_times: Sequence[Tuple[Optional[str], Sequence[simulator.PartitionCost]]]) -> str:
+  """`PartitionSummary` of each pipeline's partitions (`Trace.PipelinePartitionTimes()`), headed by
+  its name where it has one; '' for an empty list."""
   tables = []
-  for pipeline, partitions in trace.PipelinePartitionTimes():
+  for pipeline, partitions in pipeline_times:
     head = '' if pipeline is None else "partitions of pipeline '%s'\n" % pipeline
     tables.append(head + PartitionSummary(partitions))
   return '\n'.join(tables)

@@ -27,9 +27,6 @@ COLOURS = {
     'update': '#937860',
     'other': '#C8C8C8',
 }
-_LETTER = {'forward': 'F', 'recompute': 'R', 'backward': 'B', 'weight': 'W'}
-
-
 PathOrFile = Union[str, IO[bytes]]
 
 
@@ -55,9 +52,10 @@ def Draw(rows: Mapping[str, Mapping[str, Sequence[Tuple[float, float]]]], step_t
   row_of = {label: i for i, label in enumerate(labels)}
   min_width = step_time / 60.0
   for label, category, micro_batch, start, end in tasks:
-    if category in _LETTER and end - start >= min_width and label in row_of:
-      ax.text((start + end) / 2, row_of[label], '%s%d' % (_LETTER[category], micro_batch),
-              ha='center', va='center', fontsize=7, color='white')
+    if category in profiling.TASK_LETTERS and end - start >= min_width and label in row_of:
+      text = '%s%d' % (profiling.TASK_LETTERS[category], micro_batch)
+      ax.text((start + end) / 2, row_of[label], text, ha='center', va='center', fontsize=7,
+              color='white')
   ax.set_yticks(range(len(labels)))
   ax.set_yticklabels(labels)
   ax.invert_yaxis()
@@ -78,10 +76,7 @@ def DrawTrace(trace: profiling.Trace, path: PathOrFile, title: str) -> PathOrFil
   rows = collections.OrderedDict((d, collections.defaultdict(list)) for d in trace.devices)
   for op in trace.compute_ops:
     rows[op.device][op.category].append((op.start, op.end))
-  device_of_partition = {}
-  for op in trace.ops:
-    if op.partition is not None:
-      device_of_partition.setdefault((op.pipeline, op.partition), op.device)
+  device_of_partition = trace.PartitionDevices()
   tasks = []
   for pipeline in trace.pipelines or [None]:  # Each pipeline's tasks apart (see Trace.Tasks).
     tasks += [(device_of_partition[(pipeline, k)], kind, t, start, end)

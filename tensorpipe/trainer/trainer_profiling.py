@@ -14,8 +14,7 @@ trace into:
 The trainer also writes, for each traced step STEP:
   - LOGDIR/train/tensorpipe_trace-STEP.json, the step in the Trace Event Format (chrome_trace), to
     open in Perfetto or chrome://tracing;
-  - the step's timeline PNG (timeline.DrawTrace) as the image summary tensorpipe/timeline (where
-    matplotlib is installed).
+  - the step's timeline PNG (timeline.DrawTrace) as the image summary tensorpipe/timeline.
 Only the traced step pays for the trace; the others run as before. Summaries and files come from
 the trainer task that writes Lingvo's summaries (task 0).
 """
@@ -31,11 +30,7 @@ from lingvo.core import metrics
 from tensorpipe import layer as layer_lib
 from tensorpipe.measure import chrome_trace
 from tensorpipe.measure import profiling
-
-try:
-  from tensorpipe.measure import timeline  # pylint: disable=g-import-not-at-top
-except ImportError:  # No matplotlib (it comes with the tools' extra): no timeline image.
-  timeline = None
+from tensorpipe.measure import timeline
 
 flags.DEFINE_integer(
     'tensorpipe_profile_every_n_steps', 100,
@@ -66,10 +61,10 @@ def StepProfile(trace):
     if device in peaks:
       values['tensorpipe/%s/peak_step_memory_mib' % tag] = peaks[device] / 2.0**20
   text = profiling.Summary(trace)
-  tables = profiling.PipelineSummary(trace)
-  if tables:
-    text += '\n' + tables
-  for pipeline, partitions in trace.PipelinePartitionTimes():
+  pipeline_times = trace.PipelinePartitionTimes()
+  if pipeline_times:
+    text += '\n' + profiling.PipelineSummary(pipeline_times)
+  for pipeline, partitions in pipeline_times:
     prefix = 'tensorpipe/' if pipeline is None else 'tensorpipe/%s/' % pipeline
     for k, partition in enumerate(partitions):
       for name in ('forward', 'backward', 'recompute'):
@@ -140,8 +135,7 @@ class ProfilingTrainer(runners.Trainer):
       for tag, value in sorted(values.items()):
         self._summary_writer.add_summary(metrics.CreateScalarSummary(tag, value), step)
       title = 'step %d: one traced training step' % step
-      if timeline is not None:
-        self._summary_writer.add_summary(TimelineSummary(trace, title), step)
+      self._summary_writer.add_summary(TimelineSummary(trace, title), step)
       self._summary_writer.flush()
       path = chrome_trace.Write(trace, os.path.join(self.GetTrainDir(), TRACE_FILE % step), title)
       tf.logging.info('TensorPipe trace of step %d: %s (open it in ui.perfetto.dev or '
