@@ -28,12 +28,34 @@ from tests import hosts
 _MODEL = 'digits.TinyConvPipeline'
 _WORKERS = ['w0', 'w1', 'w2', 'w3']
 _PORT = 7000  # Each host is a namespace of its own: no other process binds its ports.
-_LOST_S = 10  # --lost_task_timeout_s
-_START_S = 20  # --startup_timeout_s for the host that never starts.
+_LOST_S = 5  # --lost_task_timeout_s
+_START_S = 10  # --startup_timeout_s for the host that never starts.
 _WAIT_S = 240  # Bound on every wait for a job's processes (a hang fails the test, after it).
 _ERROR = re.compile(r'^tensorpipe\.trainer\.train: error: (.*)$', re.M)
 _STEP = re.compile(r'\] step: *(\d+),')
 _DEMO_ACCURACY = 0.97  # docs/guide.md, "Registered models": 97.2% (349 / 359) after 800 steps.
+
+
+# A TF server at address argv[1]. It boots as job 'boot', so that a session can name it a task of
+# job 'worker' through the cluster it carries (TensorFlow's cluster-spec propagation).
+_SERVER = """
+import sys
+import tensorflow as tf
+import lingvo.core.ops  # Lingvo's custom ops, which graphs built with Lingvo may use.
+tf.distribute.Server(tf.train.ClusterSpec({'boot': [sys.argv[1]]}), job_name='boot', task_index=0,
+                     config=tf.compat.v1.ConfigProto(device_count={'CPU': 1})).join()
+"""
+# Once the servers at argv[1] accept connections, the gradients of helpers.ScaleOutPipeline with
+# partition k on server k, saved to argv[2] (.npz).
+_CLIENT = """
+import sys
+import numpy as np
+from tensorpipe.trainer import preflight
+from tests import helpers
+addresses = sys.argv[1].split(',')
+preflight.WaitForWorkers({'worker': addresses}, 120)
+np.savez(sys.argv[2], **helpers.RemotePipelineGradients(addresses)[0])
+"""
 
 
 def _Read(path):
@@ -85,7 +107,7 @@ class MultiHostTrainingTest(test_utils.TestCase):
             '--job=%s' % job, '--task=%d' % task, '--startup_timeout_s=%d' % startup_timeout_s,
             '--lost_task_timeout_s=%d' % _LOST_S,
             '--model_params_override=task.pipeline.num_partitions: 2; '
-            'train.save_interval_steps: 40']
+            'train.save_interval_steps: 20', '--tensorpipe_profile_every_n_steps=0']
 
   def _Start(self, logdir, run, skip=(), **kwargs):
     """Starts every task (workers first) in its host; {task: (Popen, log path)}."""
@@ -116,7 +138,6 @@ class MultiHostTrainingTest(test_utils.TestCase):
       errors = _ERROR.findall(_Read(log))
       assert len(errors) <= 1, (name, errors)
       out[name] = (status, errors[0] if errors else None)
-      print("DEBUG", name, out[name], flush=True)
     return out
 
   def _WaitForCheckpointAfter(self, logdir, step, job):
@@ -147,6 +168,27 @@ class MultiHostTrainingTest(test_utils.TestCase):
           r'ends too\. Start every task of the job again with the same commands: training resumes '
           r'from the last checkpoint in .*/train$' % (lost, re.escape(address), _LOST_S,
                                                      name.split(':')[0]))
+
+  def testPartitionsOnTwoHostsGiveTheOneProcessGradients(self):
+    tmp = self.create_tempdir().full_path
+    workers = _WORKERS[:2]
+    addresses = ['%s:%d' % (self.hosts.Address(w), _PORT) for w in workers]
+    env = dict(os.environ, PYTHONPATH=helpers.REPO, TF_CPP_MIN_LOG_LEVEL='2')
+    for w, address in zip(workers, addresses):
+      proc = self.hosts.Run(w, [sys.executable, '-c', _SERVER, address],
+                            os.path.join(tmp, '%s.log' % w), env=env)
+      self.addCleanup(self.hosts.Stop, proc, signal.SIGKILL)
+    out = os.path.join(tmp, 'remote.npz')
+    client = self.hosts.Run('h0', [sys.executable, '-c', _CLIENT, ','.join(addresses), out],
+                            os.path.join(tmp, 'client.log'), env=env)
+    self.addCleanup(self.hosts.Stop, client, signal.SIGKILL)
+    self.assertEqual(client.wait(timeout=_WAIT_S), 0, _Read(os.path.join(tmp, 'client.log')))
+    with np.load(out) as remote:
+      remote = dict(remote)
+    reference, _ = helpers.Gradients(
+        helpers.ScaleOutPipeline(2), lambda: [tf.constant(helpers.ScaleOutInput())],
+        num_devices=2, loss_fn=lambda out: tf.reduce_mean(tf.square(out)), seed=1234)
+    self.assertLess(helpers.MaxRelativeError(remote, reference), 1e-6)
 
   def testAWorkerHostThatNeverStarts(self):
     logdir = self.create_tempdir().full_path
