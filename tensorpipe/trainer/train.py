@@ -23,6 +23,17 @@ Extra flags:
   --startup_timeout_s=S (with --cluster_spec, default 120)
                    the controller and trainer client wait S seconds for every worker task to accept
                    connections, then stop with an error naming the unreachable task.
+  --lost_task_timeout_s=S (with --cluster_spec, default 60)
+                   every task (controller, trainer client, workers) tries a connection to every
+                   other task each second; one that stops answering for S seconds (host, network or
+                   process gone) ends this task with an error naming it and its address. So after a
+                   fault every task ends by itself; start them all again to resume from the last
+                   checkpoint. A worker that finds the last checkpoint at train.max_steps ends with
+                   status 0 instead (training is done).
+  --sigterm_grace_s=S (with --cluster_spec, default 60)
+                   on SIGTERM (preemption) the trainer client saves a checkpoint of its current step
+                   and ends; the controller and workers keep serving until it has ended, at most S
+                   seconds.
   --list_models    prints the registered models and exits: each marked tiny (trains on 2 CPU cores
                    in minutes) or paper-scale, with its K and its description.
   --tensorpipe_profile_every_n_steps=N (default 100; 0: off)

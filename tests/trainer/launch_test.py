@@ -212,6 +212,24 @@ class SuperviseTest(test_utils.TestCase):
     self.assertRegex(message, r'^worker task 1 \(pid 101\) exited with status -9; its log: ')
 
 
+  def testAWorkerEndsWithStatus0OnlyAfterTraining(self):
+    tasks = self._Tasks()
+
+    def End(now):  # Worker 0 ends as it does when it saw the job's training done.
+      if now == 5:
+        tasks[0].proc.status = 0
+    clock = _FakeClock(End)
+    status, message = launch.Supervise(tasks, stall_timeout_s=30, out=io.StringIO(),
+                                       clock=clock.Now, sleep=clock.Sleep)
+    self.assertEqual((status, clock.now), (launch.EXIT_FAILED, 5))  # Too early: a fault.
+    self.assertRegex(message, r'^worker task 0 \(pid 100\) exited with status 0; its log: ')
+    for t in tasks[2:]:
+      t.proc.status = 0
+    status, message = launch.Supervise(tasks, stall_timeout_s=30, out=io.StringIO(),
+                                       clock=clock.Now, sleep=clock.Sleep)
+    self.assertEqual(status, 0, message)
+
+
 class FreePortsTest(test_utils.TestCase):
 
   def testDistinctPortsBelowTheEphemeralRange(self):
