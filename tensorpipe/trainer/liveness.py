@@ -49,7 +49,8 @@ class PeerWatch:
   """
 
   def __init__(self, spec: Dict[str, List[str]], job: str, task: int, startup_timeout_s: float,
-               lost_timeout_s: float, connect: Callable[[str, float], Tuple[bool, str]] = CanConnect,
+               lost_timeout_s: float,
+               connect: Callable[[str, float], Tuple[bool, str]] = CanConnect,
                clock: Callable[[], float] = time.monotonic):
     self._peers = [(j, i, address) for j, addresses in sorted(spec.items())
                    for i, address in enumerate(addresses) if (j, i) != (job, task)]
@@ -112,6 +113,7 @@ class Preemption:
     self._sockets = None
 
   def Install(self, on_sigterm: Callable[[], None]):
+    """From the main thread: from now on SIGTERM calls `on_sigterm` (once) in a thread."""
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     self._sockets = (reader, writer)  # Kept open for the life of the process.

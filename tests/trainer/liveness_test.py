@@ -38,30 +38,34 @@ class PeerWatchTest(test_utils.TestCase):
     return liveness.PeerWatch(_SPEC, job, task, startup_timeout_s=100, lost_timeout_s=10,
                               connect=net.Connect, clock=net.Clock)
 
+  @staticmethod
+  def _CheckUntilLost(watch, rounds=1000):
+    for _ in range(rounds):
+      message = watch.Check()
+      if message:
+        return message
+    raise AssertionError('no task lost after %d rounds' % rounds)
+
   def testATaskThatStopsAnsweringIsNamedAfterTheLostTimeout(self):
     net = _FakeNetwork(sum(_SPEC.values(), []))
     watch = self._Watch(net)
     self.assertIsNone(watch.Check())
     self.assertTrue(watch.Answered('worker'))
     net.up.discard('10.0.0.4:7000')
-    messages = []
-    while not messages or messages[-1] is None:
-      messages.append(watch.Check())
+    message = self._CheckUntilLost(watch)
     # Its last answer came at 3 s; rounds of 3 attempts (1 s each) see it missing at 6, 9, 12 and
     # 15 s: the first round after 10 s without an answer names it.
     self.assertEqual(net.now, 15)
-    self.assertEqual(messages[-1], 'task worker:1 at 10.0.0.4:7000 stopped answering: no '
+    self.assertEqual(message, 'task worker:1 at 10.0.0.4:7000 stopped answering: no '
                      'connection for 10 s (timed out)')
     self.assertFalse(watch.Gone('worker'))  # worker:0 still answers.
 
   def testATaskThatNeverAnsweredIsNamedAfterTheStartupTimeout(self):
     net = _FakeNetwork(['10.0.0.2:7001', '10.0.0.3:7000', '10.0.0.4:7000'])
     watch = self._Watch(net, job='worker', task=0)  # Watches controller, trainer client, worker 1.
-    messages = []
-    while not messages or messages[-1] is None:
-      messages.append(watch.Check())
+    message = self._CheckUntilLost(watch)
     self.assertGreater(net.now, 100)
-    self.assertEqual(messages[-1], "task controller:0 at 10.0.0.2:7000 never answered within "
+    self.assertEqual(message, "task controller:0 at 10.0.0.2:7000 never answered within "
                      "100 s of this task's start (timed out)")
     self.assertFalse(watch.Answered('controller'))
     self.assertTrue(watch.Gone('controller'))
