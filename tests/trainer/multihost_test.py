@@ -33,7 +33,11 @@ _START_S = 10  # --startup_timeout_s for the host that never starts.
 _WAIT_S = 240  # Bound on every wait for a job's processes (a hang fails the test, after it).
 _ERROR = re.compile(r'^tensorpipe\.trainer\.train: error: (.*)$', re.M)
 _STEP = re.compile(r'\] step: *(\d+),')
-_DEMO_ACCURACY = 0.97  # docs/guide.md, "Registered models": 97.2% (349 / 359) after 800 steps.
+# The demo reaches 0.972 (349 / 359) in one process after 800 steps, the same in every run (docs/
+# benchmarks.md). Here two replicas each read half of a batch, and every restart replays the input
+# stream from its start, so the data order depends on the steps at which faults struck: the result
+# is not bit-exact, and the test asks for the demo's accuracy less 2 points (7 images).
+_MIN_ACCURACY = 0.95
 
 
 # A TF server at address argv[1]. It boots as job 'boot', so that a session can name it a task of
@@ -266,7 +270,7 @@ class MultiHostTrainingTest(test_utils.TestCase):
     self.assertEqual(evaler.returncode, 0, evaler.stderr[-3000:])
     with open(os.path.join(logdir, 'eval_test', 'score-00000800.txt')) as f:
       accuracy = float(re.search(r'^accuracy: *([\d.]+)', f.read(), re.M).group(1))
-    self.assertGreaterEqual(accuracy, _DEMO_ACCURACY)
+    self.assertGreaterEqual(accuracy, _MIN_ACCURACY)
 
 
 if __name__ == '__main__':
