@@ -63,7 +63,12 @@ class PeerWatch:
     self.ignore = set()
 
   def Check(self) -> Optional[str]:
-    """Tries every watched task once; returns why the first lost one counts as lost, or None."""
+    """Tries every watched task once; returns why a task counts as lost, or None.
+
+    Of several lost tasks it names the one silent longest: when a task ends because it lost
+    another, the tasks that watch both still name the first.
+    """
+    lost = []
     for job, task, address in self._peers:
       if job in self.ignore:
         continue
@@ -72,13 +77,14 @@ class PeerWatch:
       if ok:
         self._last_answer[(job, task)] = now
       elif (job, task) in self._last_answer:
-        if now - self._last_answer[(job, task)] > self._lost_timeout_s:
-          return ('task %s:%d at %s stopped answering: no connection for %d s (%s)' %
-                  (job, task, address, self._lost_timeout_s, why))
+        silence = now - self._last_answer[(job, task)]
+        if silence > self._lost_timeout_s:
+          lost.append((silence, 'task %s:%d at %s stopped answering: no connection for %d s (%s)' %
+                       (job, task, address, self._lost_timeout_s, why)))
       elif now - self._start > self._startup_timeout_s:
-        return ('task %s:%d at %s never answered within %d s of this task\'s start (%s)' %
-                (job, task, address, self._startup_timeout_s, why))
-    return None
+        lost.append((now - self._start, 'task %s:%d at %s never answered within %d s of this '
+                     'task\'s start (%s)' % (job, task, address, self._startup_timeout_s, why)))
+    return max(lost)[1] if lost else None
 
   def Answered(self, job: str) -> bool:
     """Whether every task of `job` answered at least once."""

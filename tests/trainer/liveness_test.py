@@ -70,6 +70,19 @@ class PeerWatchTest(test_utils.TestCase):
     self.assertFalse(watch.Answered('controller'))
     self.assertTrue(watch.Gone('controller'))
 
+  def testOfSeveralLostTasksTheOneSilentLongestIsNamed(self):
+    net = _FakeNetwork(sum(_SPEC.values(), []))
+    watch = self._Watch(net, job='worker', task=0)  # Controller, trainer client, worker 1.
+    self.assertIsNone(watch.Check())
+    net.up.discard('10.0.0.4:7000')  # Worker 1 goes first ...
+    self.assertIsNone(watch.Check())
+    self.assertIsNone(watch.Check())
+    net.up.discard('10.0.0.2:7001')  # ... then the trainer client, which watched it.
+    messages = [watch.Check() for _ in range(5)]
+    self.assertTrue(all(m is None or m.startswith('task worker:1 at') for m in messages),
+                    messages)
+    self.assertTrue(messages[-1], messages)
+
   def testIgnoredJobsAreNotWatched(self):
     net = _FakeNetwork(['10.0.0.3:7000', '10.0.0.4:7000'])
     watch = self._Watch(net)
