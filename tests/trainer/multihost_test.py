@@ -1,12 +1,11 @@
-"""A job on several hosts: network namespaces with their own addresses (tensorpipe/trainer/hosts.py).
+"""A job on several hosts: network namespaces with their own addresses (trainer/hosts.py).
 
-Each task runs the per-host command of docs/guide.md ("Scale-out", "Several hosts") in its own host,
-with the hosts' real addresses in --cluster_spec. Faults are made as on real hosts: a worker host's
-link taken down, a host that never starts its task, a killed controller or trainer client, SIGTERM to
-every task (a preemption). Each must end every task with one line naming the lost task and its
-address (no hang), and the same commands must then resume from the last checkpoint: the first step
-after a restart is the checkpoint's step + 1.
-"""
+Each task runs the per-host command of docs/guide.md ("Scale-out", "Several hosts") in its own
+host, with the hosts' real addresses in --cluster_spec. Faults are made as on real hosts: a worker
+host's link taken down, a host that never starts its task, a killed controller or trainer client,
+SIGTERM to every task (a preemption). Each must end every task with one line naming the lost task
+and its address (no hang), and the same commands must then resume from the last checkpoint: the
+first step after a restart is the checkpoint's step + 1."""
 
 import glob
 import os
