@@ -22,7 +22,8 @@ Extra flags:
                    --worker_split_size defaults to T x K, one model split per replica.
   --startup_timeout_s=S (with --cluster_spec, default 120)
                    the controller and trainer client wait S seconds for every worker task to accept
-                   connections, then stop with an error naming the unreachable task.
+                   connections, then stop with an error naming the unreachable task; any task ends
+                   the same way when another has not answered S seconds after this one started.
   --lost_task_timeout_s=S (with --cluster_spec, default 60)
                    every task (controller, trainer client, workers) tries a connection to every
                    other task each second; one that stops answering for S seconds (host, network or
@@ -88,7 +89,8 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     'startup_timeout_s', 120,
     'With --cluster_spec: seconds the controller and trainer client wait for every worker task to '
-    'accept connections before giving up with an error naming the task.',
+    'accept connections before giving up with an error naming the task; any task also ends, naming '
+    'it, when another task of the job has not answered this long after this task started.',
     lower_bound=1)
 flags.DEFINE_integer(
     'lost_task_timeout_s', 60,
