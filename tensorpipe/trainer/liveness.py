@@ -91,6 +91,15 @@ class PeerWatch:
     tasks = [(j, i) for j, i, _ in self._peers if j == job]
     return all(t in self._last_answer for t in tasks)
 
+  def Unreachable(self, job: str) -> Optional[str]:
+    """'JOB:TASK at ADDRESS (why)' of the first task of `job` that accepts no connection now."""
+    for j, task, address in self._peers:
+      if j == job:
+        ok, why = self._connect(address, min(2.0, self._lost_timeout_s))
+        if not ok:
+          return '%s:%d at %s (%s)' % (j, task, address, why)
+    return None
+
   def Gone(self, job: str) -> bool:
     """Whether no task of `job` accepts connections now."""
     return not any(self._connect(a, min(2.0, self._lost_timeout_s))[0]

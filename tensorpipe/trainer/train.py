@@ -571,10 +571,15 @@ class ClusterTask:
       self.watch.ignore.add('controller')  # It ends after SIGTERM too; the workers must not.
       _Log('SIGTERM: saving a checkpoint after the current step, then ending (at most '
            '--sigterm_grace_s=%d s)', FLAGS.sigterm_grace_s)
-      time.sleep(FLAGS.sigterm_grace_s)
-      _Fail('SIGTERM: the current step did not end within --sigterm_grace_s=%d s; no checkpoint '
-            'of it was saved, training resumes from the last checkpoint in %s' %
-            (FLAGS.sigterm_grace_s, os.path.join(FLAGS.logdir, 'train')))
+      why = 'it did not end within --sigterm_grace_s=%d s' % FLAGS.sigterm_grace_s
+      while time.monotonic() < deadline:
+        down = self.watch.Unreachable('worker')
+        if down:  # The step waits for that task: it cannot end.
+          why = 'task %s does not answer' % down
+          break
+        time.sleep(liveness.POLL_S)
+      _Fail('SIGTERM: the current step cannot be saved: %s; training resumes from the last '
+            'checkpoint in %s' % (why, os.path.join(FLAGS.logdir, 'train')))
       _Exit(ERROR_EXIT_CODE)
     self._stop.set()
     _Log('SIGTERM: this %s task serves until the trainer client has saved its current step and '

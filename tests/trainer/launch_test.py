@@ -111,6 +111,11 @@ class LauncherTest(test_utils.TestCase):
                      r'Run the same command again to resume' % pids['worker task 1'])
     for name, pid in pids.items():
       self.assertFalse(self._Alive(pid), '%s (pid %d) still runs' % (name, pid))
+    # The launcher's SIGTERM reached the trainer client, which could not save its step.
+    self.assertRegex(self._Read(trainer_log),
+                     r'tensorpipe\.trainer\.train: error: SIGTERM: the current step cannot be '
+                     r'saved: task worker:1 at 127\.0\.0\.1:\d+ \(.*\) does not answer; training '
+                     r'resumes from the last checkpoint in ')
     saved = max(int(re.search(r'ckpt-(\d+)', f).group(1))
                 for f in glob.glob(os.path.join(logdir, 'train', 'ckpt-*.index')))
     self.assertGreater(saved, 0)

@@ -59,6 +59,8 @@ class PeerWatchTest(test_utils.TestCase):
     self.assertEqual(message, 'task worker:1 at 10.0.0.4:7000 stopped answering: no '
                      'connection for 10 s (timed out)')
     self.assertFalse(watch.Gone('worker'))  # worker:0 still answers.
+    self.assertEqual(watch.Unreachable('worker'), 'worker:1 at 10.0.0.4:7000 (timed out)')
+    self.assertIsNone(watch.Unreachable('controller'))
 
   def testATaskThatNeverAnsweredIsNamedAfterTheStartupTimeout(self):
     net = _FakeNetwork(['10.0.0.2:7001', '10.0.0.3:7000', '10.0.0.4:7000'])
