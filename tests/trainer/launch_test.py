@@ -216,7 +216,6 @@ class SuperviseTest(test_utils.TestCase):
     self.assertEqual((status, clock.now), (launch.EXIT_FAILED, 5))
     self.assertRegex(message, r'^worker task 1 \(pid 101\) exited with status -9; its log: ')
 
-
   def testAWorkerEndsWithStatus0OnlyAfterTraining(self):
     tasks = self._Tasks()
 

@@ -48,6 +48,13 @@ import lingvo.core.ops  # Lingvo's custom ops, which graphs built with Lingvo ma
 tf.distribute.Server(tf.train.ClusterSpec({'boot': [sys.argv[1]]}), job_name='boot', task_index=0,
                      config=tf.compat.v1.ConfigProto(device_count={'CPU': 1})).join()
 """
+# Exits 0 once every task at argv[1] (comma-separated HOST:PORT) accepts connections; bounded by
+# argv[2] seconds.
+_LISTENING = """
+import sys
+from tensorpipe.trainer import preflight
+preflight.WaitForWorkers({'worker': sys.argv[1].split(',')}, int(sys.argv[2]))
+"""
 # Once the servers at argv[1] accept connections, the gradients of helpers.ScaleOutPipeline with
 # partition k on server k, saved to argv[2] (.npz).
 _CLIENT = """
@@ -102,7 +109,7 @@ class MultiHostTrainingTest(test_utils.TestCase):
         h.Address('h0'), _PORT, h.Address('h0'), _PORT + 1,
         ','.join('%s:%d' % (h.Address(w), _PORT) for w in _WORKERS))
 
-  def _Command(self, logdir, job, task, startup_timeout_s=120):
+  def _Command(self, logdir, job, task, startup_timeout_s=_WAIT_S):
     """The guide's per-host command (2 worker tasks of 1 device per replica: K = 2)."""
     return [sys.executable, '-m', 'tensorpipe.trainer.train', '--model=%s' % _MODEL,
             '--logdir=%s' % logdir, '--mode=sync', '--cluster_spec=%s' % self._Spec(),
@@ -112,9 +119,10 @@ class MultiHostTrainingTest(test_utils.TestCase):
             '--model_params_override=task.pipeline.num_partitions: 2; '
             'train.save_interval_steps: 20', '--tensorpipe_profile_every_n_steps=0']
 
-  def _Start(self, logdir, run, skip=(), client_startup_timeout_s=120):
+  def _Start(self, logdir, run, skip=(), client_startup_timeout_s=_WAIT_S):
     """Starts every task (workers first) in its host; {task: (Popen, log path)}. The controller and
-    trainer client get --startup_timeout_s=`client_startup_timeout_s`, the workers 120."""
+    trainer client get --startup_timeout_s=`client_startup_timeout_s`, the workers _WAIT_S (a
+    start-up bound only a failing run reaches, whatever the machine's load)."""
     env = dict(os.environ, PYTHONPATH=helpers.REPO, TF_CPP_MIN_LOG_LEVEL='2',
                PYTHONUNBUFFERED='1')
     tasks = [('worker', i, w) for i, w in enumerate(_WORKERS)]
@@ -124,7 +132,7 @@ class MultiHostTrainingTest(test_utils.TestCase):
       if host in skip:
         continue
       log = os.path.join(logdir, 'run%d.%s.%d.log' % (run, name, index))
-      timeout_s = 120 if name == 'worker' else client_startup_timeout_s
+      timeout_s = _WAIT_S if name == 'worker' else client_startup_timeout_s
       proc = self.hosts.Run(host, self._Command(logdir, name, index, timeout_s), log, env=env)
       self.addCleanup(self.hosts.Stop, proc, signal.SIGKILL)
       job['%s:%d' % (name, index)] = (proc, log)
@@ -195,9 +203,22 @@ class MultiHostTrainingTest(test_utils.TestCase):
         num_devices=2, loss_fn=lambda out: tf.reduce_mean(tf.square(out)), seed=1234)
     self.assertLess(helpers.MaxRelativeError(remote, reference), 1e-6)
 
+  def _WaitUntilListening(self, logdir, workers):
+    """Waits (bounded) until the tasks of `workers` accept connections, as seen from host h0."""
+    addresses = ','.join('%s:%d' % (self.hosts.Address(w), _PORT) for w in workers)
+    log = os.path.join(logdir, 'listening.log')
+    probe = self.hosts.Run('h0', [sys.executable, '-c', _LISTENING, addresses, str(_WAIT_S)], log,
+                           env=dict(os.environ, PYTHONPATH=helpers.REPO))
+    self.addCleanup(self.hosts.Stop, probe, signal.SIGKILL)
+    self.assertEqual(probe.wait(timeout=_WAIT_S + 30), 0, _Read(log))
+
   def testAWorkerHostThatNeverStarts(self):
     logdir = self.create_tempdir().full_path
-    job = self._Start(logdir, 0, skip=('w3',), client_startup_timeout_s=_START_S)
+    # The three started workers listen before the controller and the trainer client start their
+    # _START_S wait, so that worker:3 is the one they name whatever the machine's load.
+    job = self._Start(logdir, 0, skip=('w3', 'h0'))
+    self._WaitUntilListening(logdir, _WORKERS[:3])
+    job.update(self._Start(logdir, 0, skip=tuple(_WORKERS), client_startup_timeout_s=_START_S))
     clients = {k: v for k, v in job.items() if not k.startswith('worker')}
     ended = self._WaitAll(clients)
     w3 = '%s:%d' % (self.hosts.Address('w3'), _PORT)
@@ -228,9 +249,12 @@ class MultiHostTrainingTest(test_utils.TestCase):
       self.hosts.Restore('w1')
     self._AssertLost({k: v for k, v in ended.items() if k != 'worker:1'}, 'worker:1',
                      '%s:%d' % (self.hosts.Address('w1'), _PORT))
-    self.assertEqual(ended['worker:1'][0], 2, ended)  # It lost every other task.
-    self.assertRegex(ended['worker:1'][1], r'^task controller:0 at %s:%d stopped answering' %
-                     (re.escape(h0), _PORT))
+    # It lost every other task at once; it names one of them (which one depends on where in a round
+    # of connection attempts the cut struck).
+    self.assertEqual(ended['worker:1'][0], 2, ended)
+    self.assertRegex(ended['worker:1'][1],
+                     r'^task (controller|trainer_client|worker):\d at %s\d+:\d+ stopped answering: '
+                     r'.*this worker task ends too\.' % re.escape(hosts.SUBNET))
     saved = _CheckpointStep(logdir)
     # 2. The same commands resume from the checkpoint; then the controller is killed.
     job = self._Start(logdir, 2)
