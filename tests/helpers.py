@@ -87,10 +87,13 @@ def Session(graph, num_devices, intra_op_threads=None, inter_op_threads=None):
       num_devices, intra_op_threads, inter_op_threads))
 
 
-def Gradients(params, inputs_fn, num_devices=4, loss_fn=None):
-  """Builds `params`, runs one forward/backward pass; returns {var name: gradient} and outputs."""
+def Gradients(params, inputs_fn, num_devices=4, loss_fn=None, seed=None):
+  """Builds `params`, runs one forward/backward pass; returns {var name: gradient} and outputs.
+  `seed`: the graph's random seed, if set."""
   graph = tf.Graph()
   with graph.as_default(), Cluster(num_devices):
+    if seed is not None:
+      tf.random.set_seed(seed)
     net = params.Instantiate()
     inputs = inputs_fn()
     out = net.FPropDefaultTheta(*inputs)
@@ -326,6 +329,56 @@ def InPrivateNetwork(argv):
   if os.geteuid() != 0 or not (shutil.which('unshare') and shutil.which('ip')):
     return None
   return ['unshare', '--net', '--', 'sh', '-c', 'ip link set lo up && exec "$@"', 'sh'] + list(argv)
+
+
+SCALE_OUT_DIM = 8  # Width of the dense layers of the scale-out gradient checks.
+
+
+def ScaleOutInput():
+  """The [16, SCALE_OUT_DIM] input of the scale-out gradient checks."""
+  return np.random.RandomState(5).normal(size=[16, SCALE_OUT_DIM]).astype(np.float32)
+
+
+def ScaleOutPipeline(num_partitions):
+  """4 dense layers in a TensorPipeLayer of `num_partitions` partitions, M = 4."""
+  return Pipeline(DenseLayers(4, dim=SCALE_OUT_DIM), num_partitions, 4)
+
+
+def RemoteSessionConfig(addresses, timeout_s=60, **kwargs):
+  """A session config naming the TF servers at `addresses` tasks 0.. of job 'worker'."""
+  cluster = tf.train.ClusterSpec({'worker': addresses})
+  return tf.compat.v1.ConfigProto(cluster_def=cluster.as_cluster_def(),
+                                  operation_timeout_in_ms=timeout_s * 1000, **kwargs)
+
+
+def RemotePipelineGradients(addresses):
+  """Gradients ({var: value}) of mean(square(out)) of ScaleOutPipeline on ScaleOutInput, partition
+  k on worker task k of the TF servers at `addresses` (one replica spanning them, a device each,
+  as Lingvo's trainer client sees it), and the step's RunMetadata."""
+  p = cluster_factory.Current().params.Copy()
+  p.mode, p.job = 'sync', 'trainer_client'
+  p.worker.name = '/job:worker'
+  p.worker.replicas = 1
+  p.worker.cpus_per_replica = len(addresses)
+  p.worker.devices_per_split = len(addresses)
+  cluster = p.Instantiate()
+  with tf.Session('grpc://' + addresses[0], config=RemoteSessionConfig(addresses)) as sess:
+    cluster.InitDevices(sess)
+  graph = tf.Graph()
+  with graph.as_default(), cluster:
+    devices = [cluster.WorkerDeviceInModelSplit(k) for k in range(len(addresses))]
+    assert devices == ['/job:worker/replica:0/task:%d/device:CPU:0' % k
+                       for k in range(len(addresses))], devices
+    tf.random.set_seed(1234)
+    net = ScaleOutPipeline(len(addresses)).Instantiate()
+    loss = tf.reduce_mean(tf.square(net.FPropDefaultTheta(tf.constant(ScaleOutInput()))))
+    variables = tf.trainable_variables()
+    grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
+    config = RemoteSessionConfig(addresses, allow_soft_placement=False)
+    with tf.Session('grpc://' + addresses[0], graph=graph, config=config) as sess:
+      sess.run(tf.global_variables_initializer())
+      values, meta = profiling.TracedRun(sess, grads)
+  return {v.op.name: g for v, g in zip(variables, values)}, meta
 
 
 def RunTool(name, *args, timeout=300):

@@ -127,8 +127,9 @@ def _LastStep(path):
   return int(steps[-1]) if steps else None
 
 
-def Stop(tasks, grace_s=10.0):
-  """Stops every started process by pid: SIGTERM, then SIGKILL after `grace_s` seconds."""
+def Stop(tasks, grace_s=30.0):
+  """Stops every started process by pid: SIGTERM (the trainer client saves its current step, see
+  tensorpipe.trainer.train), then SIGKILL after `grace_s` seconds."""
   alive = [t for t in tasks if t.proc is not None and t.proc.poll() is None]
   for t in alive:
     t.proc.send_signal(signal.SIGTERM)
@@ -156,7 +157,9 @@ def Supervise(tasks, stall_timeout_s, poll_s=1.0, out=sys.stdout, clock=time.mon
       status = t.proc.poll()
       if status is None:
         continue
-      if t.job == 'worker' or status != 0:
+      # A worker ends by itself, with status 0, only once training is done.
+      if status != 0 or (t.job == 'worker' and any(u.proc.poll() is None for u in tasks
+                                                    if u.job != 'worker')):
         return EXIT_FAILED, ('%s (pid %d) exited with status %d; its log: %s. Run the same command '
                              'again to resume from the last checkpoint.' %
                              (t.name, t.proc.pid, status, t.log))

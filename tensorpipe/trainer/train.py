@@ -22,7 +22,19 @@ Extra flags:
                    --worker_split_size defaults to T x K, one model split per replica.
   --startup_timeout_s=S (with --cluster_spec, default 120)
                    the controller and trainer client wait S seconds for every worker task to accept
-                   connections, then stop with an error naming the unreachable task.
+                   connections, then stop with an error naming the unreachable task; any task ends
+                   the same way when another has not answered S seconds after this one started.
+  --lost_task_timeout_s=S (with --cluster_spec, default 60)
+                   every task (controller, trainer client, workers) tries a connection to every
+                   other task each second; one that stops answering for S seconds (host, network or
+                   process gone) ends this task with an error naming it and its address. So after a
+                   fault every task ends by itself; start them all again to resume from the last
+                   checkpoint. A worker that finds the last checkpoint at train.max_steps ends with
+                   status 0 instead (training is done).
+  --sigterm_grace_s=S (with --cluster_spec, default 60)
+                   on SIGTERM (preemption) the trainer client saves a checkpoint of its current step
+                   and ends; the controller and workers keep serving until it has ended, at most S
+                   seconds.
   --list_models    prints the registered models and exits: each marked tiny (trains on 2 CPU cores
                    in minutes) or paper-scale, with its K and its description.
   --tensorpipe_profile_every_n_steps=N (default 100; 0: off)
@@ -41,6 +53,7 @@ import glob
 import os
 import re
 import sys
+import threading
 import time
 
 from absl import app
@@ -51,6 +64,7 @@ import lingvo.compat as tf
 from lingvo.core import py_utils
 
 from tensorpipe.trainer import cpu_devices
+from tensorpipe.trainer import liveness
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
 from tensorpipe.trainer import startup
@@ -75,7 +89,21 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     'startup_timeout_s', 120,
     'With --cluster_spec: seconds the controller and trainer client wait for every worker task to '
-    'accept connections before giving up with an error naming the task.',
+    'accept connections before giving up with an error naming the task; any task also ends, naming '
+    'it, when another task of the job has not answered this long after this task started.',
+    lower_bound=1)
+flags.DEFINE_integer(
+    'lost_task_timeout_s', 60,
+    'With --cluster_spec: a task of the job that stops accepting connections for this many '
+    'seconds (its host or network is gone, or it died) ends every other task with an error naming '
+    'it and its address; then start every task again with the same commands to resume from the '
+    'last checkpoint. Lower it to notice faults sooner, raise it on a network with long outages.',
+    lower_bound=1)
+flags.DEFINE_integer(
+    'sigterm_grace_s', 60,
+    'With --cluster_spec: after SIGTERM (preemption), the trainer client saves a checkpoint of its '
+    'current step and ends, and the other tasks keep serving until it has ended, at most this many '
+    'seconds; set it below the time your scheduler waits between SIGTERM and SIGKILL.',
     lower_bound=1)
 
 FLAGS = flags.FLAGS
@@ -144,12 +172,52 @@ class ExplainedCheckpointWait:
       delay = min(self.MAX_POLL_S, delay * 1.5)
 
 
-class TensorPipeController(startup.PromptStart, runners.Controller):
-  """Lingvo's Controller, starting as soon as the model is ready (startup.PromptStart)."""
+PREEMPTION = liveness.Preemption()  # Installed by main() for a task of a --cluster_spec job.
 
 
-class TensorPipeTrainer(startup.PromptStart, trainer_profiling.ProfilingTrainer):
-  """The profiling trainer, starting as soon as the model is ready (startup.PromptStart)."""
+class SaveOnSigterm:
+  """Mixin for Lingvo's Trainer in a --cluster_spec job: after SIGTERM, the check between two steps
+  saves a checkpoint of the step just run (no step is in flight then) and ends training.
+
+  In sync mode only the controller saves checkpoints; this trainer client has a checkpointer of its
+  own (as with Lingvo's --checkpoint_in_trainer_cpu) for this one save.
+  """
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._sigterm_checkpointer = None
+    if FLAGS.cluster_spec and not py_utils.IsEagerMode():
+      # pylint: disable=no-member  # Lingvo's runner's members.
+      with self._graph.as_default(), tf.container(self._container_id):
+        self._sigterm_checkpointer = self._CreateCheckpointer(self._train_dir, self._model)
+
+  def _ShouldStop(self, sess=None, step=None, check_early_stop=True):
+    if PREEMPTION.received.is_set() and self._sigterm_checkpointer and step is not None:
+      self._sigterm_checkpointer.Save(sess, step)
+      _Log('SIGTERM: saved a checkpoint of step %d; training ends here. Start every task again '
+           'with the same commands to resume from it', step)
+      return True
+    return super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
+
+
+class QuietOnSigterm:
+  """Mixin for Lingvo's Controller: after SIGTERM it writes nothing more (the trainer client saves
+  the current step) and waits until the SIGTERM thread ends the process."""
+
+  def _ShouldStop(self, sess=None, step=None, check_early_stop=True):
+    while PREEMPTION.received.is_set():
+      time.sleep(1.0)
+    return super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
+
+
+class TensorPipeController(startup.PromptStart, QuietOnSigterm, runners.Controller):
+  """Lingvo's Controller, starting as soon as the model is ready (startup.PromptStart), quiet after
+  SIGTERM (QuietOnSigterm)."""
+
+
+class TensorPipeTrainer(startup.PromptStart, SaveOnSigterm, trainer_profiling.ProfilingTrainer):
+  """The profiling trainer, starting as soon as the model is ready (startup.PromptStart), saving
+  its current step on SIGTERM (SaveOnSigterm)."""
 
 
 class TensorPipeEvaler(ExplainedCheckpointWait, runners.Evaler):
@@ -443,6 +511,101 @@ def _Fail(message):
   return ERROR_EXIT_CODE
 
 
+def _Exit(status):
+  """Ends the process now, from any thread (the main thread may be inside TensorFlow)."""
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
+_CONTROLLER_END_S = 120  # Bound on the trainer client's wait for the controller's final save.
+
+
+class ClusterTask:
+  """This process's task of a --cluster_spec job (controller, trainer client or worker).
+
+  Ends the process with one line when another task of the job is lost (liveness.PeerWatch), and
+  handles SIGTERM: the trainer client saves its current step (SaveOnSigterm) and ends; the others
+  keep serving until it has ended, at most --sigterm_grace_s seconds.
+  """
+
+  JOBS = ('controller', 'trainer_client', 'worker')
+
+  def __init__(self, job, task):
+    self.job, self.task = job, task
+    self.watch = liveness.PeerWatch(preflight.ParseClusterSpec(FLAGS.cluster_spec), job, task,
+                                    FLAGS.startup_timeout_s, FLAGS.lost_task_timeout_s)
+    self._stop = threading.Event()
+
+  def InstallSigterm(self):
+    PREEMPTION.Install(self._OnSigterm)
+
+  def StartWatch(self):
+    threading.Thread(target=self.watch.Run, args=(self._OnLost, self._stop), daemon=True,
+                     name='tensorpipe-peer-watch').start()
+
+  def Finish(self):
+    """After this task's runners ended: the trainer client waits for the controller's last save."""
+    self._stop.set()
+    if self.job == 'trainer_client' and not PREEMPTION.received.is_set():
+      deadline = time.monotonic() + _CONTROLLER_END_S
+      while not self.watch.Gone('controller') and time.monotonic() < deadline:
+        time.sleep(liveness.POLL_S)
+
+  def _OnLost(self, message):
+    if PREEMPTION.received.is_set() and self.job != 'trainer_client':
+      return  # _OnSigterm ends this task.
+    if self.job == 'worker':
+      done = _TrainingDone()
+      if done:
+        _Log('training is done (%s); this worker ends', done)
+        _Exit(0)
+    _Fail('%s; this %s task ends too. Start every task of the job again with the same commands: '
+          'training resumes from the last checkpoint in %s' %
+          (message, self.job, os.path.join(FLAGS.logdir, 'train')))
+    _Exit(ERROR_EXIT_CODE)
+
+  def _OnSigterm(self):
+    deadline = time.monotonic() + FLAGS.sigterm_grace_s
+    if self.job == 'trainer_client':
+      self.watch.ignore.add('controller')  # It ends after SIGTERM too; the workers must not.
+      _Log('SIGTERM: saving a checkpoint after the current step, then ending (at most '
+           '--sigterm_grace_s=%d s)', FLAGS.sigterm_grace_s)
+      why = 'it did not end within --sigterm_grace_s=%d s' % FLAGS.sigterm_grace_s
+      while time.monotonic() < deadline:
+        down = self.watch.Unreachable('worker')
+        if down:  # The step waits for that task: it cannot end.
+          why = 'task %s does not answer' % down
+          break
+        time.sleep(liveness.POLL_S)
+      _Fail('SIGTERM: the current step cannot be saved: %s; training resumes from the last '
+            'checkpoint in %s' % (why, os.path.join(FLAGS.logdir, 'train')))
+      _Exit(ERROR_EXIT_CODE)
+    self._stop.set()
+    _Log('SIGTERM: this %s task serves until the trainer client has saved its current step and '
+         'ended (at most --sigterm_grace_s=%d s)', self.job, FLAGS.sigterm_grace_s)
+    while not self.watch.Gone('trainer_client') and time.monotonic() < deadline:
+      time.sleep(liveness.POLL_S)
+    _Log('SIGTERM: this %s task ends', self.job)
+    _Exit(0)
+
+
+def _TrainingDone():
+  """'checkpoint PATH at step N >= train.max_steps M' if training reached its end, else None."""
+  try:
+    path = tf.train.latest_checkpoint(os.path.join(FLAGS.logdir, 'train'))
+    if not path:
+      return None
+    step = int(tf.train.load_checkpoint(path).get_tensor('global_step'))
+    max_steps = registry.ModelParams(FLAGS.model, 'Train').train.max_steps
+  except (registry.UsageError, tf.errors.OpError, ValueError) as e:
+    tf.logging.warning('TensorPipe: cannot tell whether training is done: %s', e)
+    return None
+  if step < max_steps:
+    return None
+  return 'checkpoint %s at step %d >= train.max_steps %d' % (path, step, max_steps)
+
+
 def main(unused_argv):
   try:
     if FLAGS.cpu_devices and not FLAGS['worker_split_size'].present:
@@ -455,16 +618,26 @@ def main(unused_argv):
     cpu_devices.InstallCpuDevices(FLAGS.cpu_devices)
   jobs = _Jobs()
   _LogPlan(jobs)
+  task = None
+  if FLAGS.cluster_spec and FLAGS.mode == 'sync' and len(jobs) == 1 and jobs[0] in ClusterTask.JOBS:
+    task = ClusterTask(jobs[0], FLAGS.task)
+    task.InstallSigterm()
+    if task.job == 'worker':
+      task.StartWatch()
   if FLAGS.cluster_spec and any(j in ('controller', 'trainer_client') for j in jobs):
     try:
       preflight.WaitForWorkers(preflight.ParseClusterSpec(FLAGS.cluster_spec),
                                FLAGS.startup_timeout_s)
     except registry.UsageError as e:
       return _Fail(e)
+    if task:
+      task.StartWatch()
   from lingvo.core import tpu_embedding_layers_v2  # pylint: disable=g-import-not-at-top
   from lingvo.core import tpu_embedding_manager  # pylint: disable=g-import-not-at-top
   tpu_embedding_layers_v2.TPU_EMBEDDING_MANAGER = tpu_embedding_manager.TPUEmbeddingManager()
   RunnerManager(FLAGS.model).Start()
+  if task:
+    task.Finish()
   _LogOutcome(jobs)
   return 0
 

@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 
-import numpy as np
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 from lingvo.core import test_utils
@@ -23,17 +22,7 @@ from tensorpipe.measure import profiling
 from tensorpipe import placement
 from tests import helpers
 
-BATCH = 16
-DIM = 8
 NUM_PARTITIONS = 2
-
-
-def _Input():
-  return np.random.RandomState(5).normal(size=[BATCH, DIM]).astype(np.float32)
-
-
-def _Layers():
-  return helpers.DenseLayers(4, dim=DIM)
 
 
 def _Run(num_splits, traced=False):
@@ -44,9 +33,9 @@ def _Run(num_splits, traced=False):
   with graph.as_default(), cluster_factory.ForTestingWorker(cpus=num_devices,
                                                             split_size=NUM_PARTITIONS) as cluster:
     tf.random.set_seed(1234)
-    net = helpers.Pipeline(_Layers(), NUM_PARTITIONS, 4).Instantiate()
+    net = helpers.ScaleOutPipeline(NUM_PARTITIONS).Instantiate()
     self_devices = net.devices
-    pieces = tf.split(tf.constant(_Input()), num_splits)
+    pieces = tf.split(tf.constant(helpers.ScaleOutInput()), num_splits)
     outs = []
     for s, piece in enumerate(pieces):
       with cluster_factory.SetModelSplit(s) as c, tf.name_scope('tower_%d' % s):
@@ -113,44 +102,9 @@ class MultiProcessTest(test_utils.TestCase):
     proc.wait(timeout=30)
     proc.stdout.close()
 
-  @staticmethod
-  def _Config(addresses, **kwargs):
-    """A session config naming the servers tasks 0.. of job 'worker'."""
-    cluster = tf.train.ClusterSpec({'worker': addresses})
-    return tf.compat.v1.ConfigProto(cluster_def=cluster.as_cluster_def(),
-                                    operation_timeout_in_ms=_START_TIMEOUT_S * 1000, **kwargs)
-
-  def _Cluster(self, addresses):
-    """A Lingvo cluster whose one worker replica spans the tasks (a device each), as the trainer
-    client sees it: devices listed from a session on the first task."""
-    p = cluster_factory.Current().params.Copy()
-    p.mode, p.job = 'sync', 'trainer_client'
-    p.worker.name = '/job:worker'
-    p.worker.replicas = 1
-    p.worker.cpus_per_replica = len(addresses)
-    p.worker.devices_per_split = len(addresses)
-    cluster = p.Instantiate()
-    with tf.Session('grpc://' + addresses[0], config=self._Config(addresses)) as sess:
-      cluster.InitDevices(sess)
-    return cluster
-
   def testPartitionsInTwoProcessesGiveTheOneProcessGradients(self):
     addresses = self._StartWorkers(NUM_PARTITIONS)
-    graph = tf.Graph()
-    with graph.as_default(), self._Cluster(addresses) as cluster:
-      devices = [cluster.WorkerDeviceInModelSplit(k) for k in range(NUM_PARTITIONS)]
-      self.assertEqual(devices, ['/job:worker/replica:0/task:%d/device:CPU:0' % k
-                                 for k in range(NUM_PARTITIONS)])
-      tf.random.set_seed(1234)
-      net = helpers.Pipeline(_Layers(), NUM_PARTITIONS, 4).Instantiate()
-      loss = tf.reduce_mean(tf.square(net.FPropDefaultTheta(tf.constant(_Input()))))
-      variables = tf.trainable_variables()
-      grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
-      config = self._Config(addresses, allow_soft_placement=False)
-      with tf.Session('grpc://' + addresses[0], graph=graph, config=config) as sess:
-        sess.run(tf.global_variables_initializer())
-        values, meta = profiling.TracedRun(sess, grads)
-    remote = {v.op.name: g for v, g in zip(variables, values)}
+    remote, meta = helpers.RemotePipelineGradients(addresses)
     reference, _, _ = _Run(1)
     self.assertLess(helpers.MaxRelativeError(remote, reference), 1e-6)
     # Each partition's calls ran in its own process.

@@ -111,6 +111,11 @@ class LauncherTest(test_utils.TestCase):
                      r'Run the same command again to resume' % pids['worker task 1'])
     for name, pid in pids.items():
       self.assertFalse(self._Alive(pid), '%s (pid %d) still runs' % (name, pid))
+    # The launcher's SIGTERM reached the trainer client, which could not save its step.
+    self.assertRegex(self._Read(trainer_log),
+                     r'tensorpipe\.trainer\.train: error: SIGTERM: the current step cannot be '
+                     r'saved: task worker:1 at 127\.0\.0\.1:\d+ \(.*\) does not answer; training '
+                     r'resumes from the last checkpoint in ')
     saved = max(int(re.search(r'ckpt-(\d+)', f).group(1))
                 for f in glob.glob(os.path.join(logdir, 'train', 'ckpt-*.index')))
     self.assertGreater(saved, 0)
@@ -210,6 +215,23 @@ class SuperviseTest(test_utils.TestCase):
                                        clock=clock.Now, sleep=clock.Sleep)
     self.assertEqual((status, clock.now), (launch.EXIT_FAILED, 5))
     self.assertRegex(message, r'^worker task 1 \(pid 101\) exited with status -9; its log: ')
+
+  def testAWorkerEndsWithStatus0OnlyAfterTraining(self):
+    tasks = self._Tasks()
+
+    def End(now):  # Worker 0 ends as it does when it saw the job's training done.
+      if now == 5:
+        tasks[0].proc.status = 0
+    clock = _FakeClock(End)
+    status, message = launch.Supervise(tasks, stall_timeout_s=30, out=io.StringIO(),
+                                       clock=clock.Now, sleep=clock.Sleep)
+    self.assertEqual((status, clock.now), (launch.EXIT_FAILED, 5))  # Too early: a fault.
+    self.assertRegex(message, r'^worker task 0 \(pid 100\) exited with status 0; its log: ')
+    for t in tasks[2:]:
+      t.proc.status = 0
+    status, message = launch.Supervise(tasks, stall_timeout_s=30, out=io.StringIO(),
+                                       clock=clock.Now, sleep=clock.Sleep)
+    self.assertEqual(status, 0, message)
 
 
 class FreePortsTest(test_utils.TestCase):
