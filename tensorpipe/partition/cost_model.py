@@ -39,6 +39,8 @@ class LayerProfile:
   in_elements: int  # Elements of the layer's inputs (the stash if a partition starts here).
   out_elements: int  # Elements of the layer's outputs.
   activation_elements: int = 0  # Elements of forward tensors its backward pass reads.
+  forward_ops: int = 0  # Ops its forward pass builds (each costs a launch, whatever its size).
+  backward_ops: int = 0  # Ops its backward pass (tf.gradients) builds.
 
 
 def _OutsideLayerStack(fn, *args):
@@ -158,26 +160,30 @@ def _KeptElements(graph, first_forward_op, first_backward_op):
 
 
 def _Facts(p, in_shapes):
-  """(trainable, other, activation elements or None) of one layer, from a graph never run."""
+  """(trainable, other, activation elements or None, forward ops, backward ops) of one layer, from
+  a graph never run."""
   with tf.Graph().as_default() as graph:
     layer = p.Copy().Instantiate()
     trainable, other = _CountVariables(layer)
     if in_shapes is None:
-      return trainable, other, None
+      return trainable, other, None, 0, 0
     inputs = [None if s is None else tf.zeros(_ToShape(s).ToTensorShape().as_list())
               for s in in_shapes]
     first = len(graph.get_operations())
     try:
       out = layer.FProp(layer.theta, *inputs)
     except (TypeError, ValueError):  # E.g. integer ids: fall back to the outputs' size.
-      return trainable, other, None
+      return trainable, other, None, 0, 0
     ys = [y for y in tf.nest.flatten(out) if y is not None and y.dtype.is_floating]
-    if not ys:
-      return trainable, other, None
     first_backward = len(graph.get_operations())
+    if not ys:
+      return trainable, other, None, first_backward - first, 0
     xs = [x for x in inputs if x is not None] + layer.theta.Flatten()
-    tf.gradients([tf.reduce_sum(y) for y in ys], xs)
-    return trainable, other, _KeptElements(graph, first, first_backward)
+    losses = [tf.reduce_sum(y) for y in ys]
+    first_gradient = len(graph.get_operations())
+    tf.gradients(losses, xs)
+    return (trainable, other, _KeptElements(graph, first, first_backward),
+            first_backward - first, len(graph.get_operations()) - first_gradient)
 
 
 def _CachedFacts(p, in_shapes=None):
@@ -216,35 +222,50 @@ def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any],
   out_elements = [_Elements(s) for s in in_shapes[1:]] + [_Elements(out_shapes)]
   profiles = []
   for p, (flops, shapes), out in zip(layer_params, metas, out_elements):
-    params, state, activations = _CachedFacts(p, shapes)
+    params, state, activations, forward_ops, backward_ops = _CachedFacts(p, shapes)
     profiles.append(LayerProfile(p.name, flops, params, state, _Elements(shapes), out,
-                                 out if activations is None else activations))
+                                 out if activations is None else activations, forward_ops,
+                                 backward_ops))
   return profiles
 
 
 def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompute: str = 'always',
                bytes_per_param: float = DEFAULT_BYTES_PER_PARAM,
-               bytes_per_activation: float = 4) -> balancing.PartitionCost:
+               bytes_per_activation: float = 4, stashed: Optional[float] = None,
+               waiting: float = 0.0) -> balancing.PartitionCost:
   """A partition's per-device bytes as a balancing.PartitionCost (an estimate for budgets, balance).
 
   Per layer: parameters x bytes_per_param (weights and optimizer slots), other variables, and the
   activations its backward pass holds (the forward tensors it reads, see Profiles): with
   re-computation those of the micro-batches a partition runs at once (two at most: two forward
-  passes with forward_overlap; one more kept with 'except_last'), without it those of the whole
-  mini-batch. At a partition's first layer: its input for the whole mini-batch, stashed until the
-  backward pass.
+  passes with forward_overlap; one more kept with 'except_last'), without it those of every
+  micro-batch waiting for its backward pass. At a partition's first layer: the inputs of the
+  micro-batches waiting for their backward pass, stashed until then.
+
+  Args:
+    profiles: the layers' LayerProfiles for the whole mini-batch.
+    num_micro_batches: M.
+    recompute: the TensorPipeLayer's recompute mode.
+    bytes_per_param: bytes per trainable parameter with its optimizer slots.
+    bytes_per_activation: bytes per activation element (4 for float32).
+    stashed: micro-batches waiting for their backward pass on the device at once: M (the default)
+      for fill-drain, which runs every forward pass first; fewer for 1F1B (see
+      `schedule.Schedule.InFlight`).
+    waiting: micro-batches whose activations wait for a later weight-gradient task (zero-bubble).
   """
   m = num_micro_batches
+  stashed = m if stashed is None else min(stashed, m)
   if recompute == 'never':
-    held = 1.0
+    held = stashed / m
   else:
     held = min(2, m) / m + (1.0 / m if recompute == 'except_last' and m > 1 else 0.0)
+  held += waiting / m
   per_layer = [
       p.params * bytes_per_param +
       (p.state + held * max(p.activation_elements, p.out_elements)) * bytes_per_activation
       for p in profiles
   ]
-  at_start = [p.in_elements * bytes_per_activation for p in profiles]
+  at_start = [p.in_elements * bytes_per_activation * stashed / m for p in profiles]
   return balancing.PartitionCost(per_layer, at_start, what='memory')
 
 

@@ -1,0 +1,80 @@
+"""The planner for a registered model: its TensorPipeLayers' layers, shapes and batch, planned.
+
+Used by `tools.plan` and by the trainer's --tensorpipe_plan flag (see `partition.planner`).
+"""
+
+from typing import List, Optional, Sequence, Tuple
+
+from lingvo.core import hyperparams
+
+from tensorpipe import layer as layer_lib
+from tensorpipe.partition import cost_model
+from tensorpipe.partition import planner
+
+
+def _Skips(layers, skip_connections):
+  index = {p.name: i for i, p in enumerate(layers)}
+  return [(index[a], index[b]) for a, b in skip_connections or []
+          if a in index and b in index and index[a] < index[b]]
+
+
+def PipelineInputs(cfg: hyperparams.Params, batch: Optional[int] = None
+                   ) -> List[Tuple[str, hyperparams.Params, list, int, list]]:
+  """[(path, pipeline Params, layers, batch, profiles)] for each TensorPipeLayer of model `cfg`.
+
+  The profiles are for the pipeline's cost_input_shapes, with the batch dimension set to `batch`
+  if given.
+
+  Raises:
+    ValueError: no TensorPipeLayer, or one without cost_input_shapes (naming it and the fix).
+  """
+  pipelines = layer_lib.Pipelines(cfg)
+  if not pipelines:
+    raise ValueError('the model has no TensorPipeLayer to plan')
+  out = []
+  for path, p in pipelines:
+    if p.cost_input_shapes is None:
+      raise ValueError('TensorPipeLayer %r at %s has no cost_input_shapes; the planner needs the '
+                       'first layer\'s input shapes for one mini-batch: set %s.cost_input_shapes' %
+                       (p.name, path, path))
+    layers = list(p.layers) if p.layers is not None else [
+        layer for partition in p.partitions for layer in partition]
+    shapes = [list(s) for s in p.cost_input_shapes]
+    if batch is not None:
+      for s in shapes:
+        if len(s) > p.batch_dim:
+          s[p.batch_dim] = batch
+    profiles = cost_model.Profiles(layers, shapes, _Skips(layers, p.skip_connections))
+    out.append((path, p, layers, int(shapes[0][p.batch_dim]), profiles))
+  return out
+
+
+def Schedules(p: hyperparams.Params) -> Sequence[str]:
+  """The schedules a pipeline can run: '1f1b' and 'zero_bubble' need per-example losses, which a
+  pipeline has when it sets a loss_layer or already runs one of them."""
+  if p.loss_layer is not None or p.schedule != 'gpipe':
+    return ('gpipe', '1f1b', 'zero_bubble')
+  return ('gpipe',)
+
+
+def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceProfile,
+              memory: Optional[float] = None, batch: Optional[int] = None, title: str = 'model'
+              ) -> List[Tuple[str, planner.Ranking]]:
+  """[(pipeline path, planner.Ranking)] for each TensorPipeLayer of model params `cfg`."""
+  out = []
+  for path, p, _, pipeline_batch, profiles in PipelineInputs(cfg, batch):
+    ranking = planner.PlanPipeline(profiles, pipeline_batch, num_devices, device, memory,
+                                   schedules=Schedules(p), bytes_per_param=p.bytes_per_param,
+                                   title='%s %s' % (title, path))
+    out.append((path, ranking))
+  return out
+
+
+def Text(plans: Sequence[Tuple[str, planner.Ranking]], limit: Optional[int] = 20) -> str:
+  """The tables and, for each pipeline, the flags that apply its best configuration."""
+  lines = []
+  for path, ranking in plans:
+    lines.append(planner.Format(ranking, limit))
+    lines.append('best: %s; train it with: %s' % (
+        ranking.best.Label(), planner.TrainerFlags(ranking.best, ranking.profile, path)))
+  return '\n'.join(lines)
