@@ -82,9 +82,12 @@ def _MeasuredMemory(step, k):
 def CheckModel(model, args, device):
   cfg = registry.ModelParams(model, 'Train')
   _, p, layers, batch, profiles = model_plan.PipelineInputs(cfg)[0]
+  layer_times = None
+  if args.cost == 'measured':
+    layer_times = planner.MeasureLayerTimes(layers, p.cost_input_shapes, p.batch_dim)
   ranking = planner.PlanPipeline(profiles, batch, args.devices, device, schedules=('gpipe',),
                                  recomputes=('always', 'never'), micro_batches=args.ms,
-                                 bytes_per_param=8, title=model)
+                                 bytes_per_param=8, title=model, layer_times=layer_times)
   configs = [c for c in ranking.configurations
              if c.replicas == 1 and c.partitions in args.ks and c.fits]
   print('\n%s: batch %d, %d layers; %d configurations (S = 1) of %d ranked' %
@@ -140,6 +143,8 @@ def main(argv=None):
   parser.add_argument('--ms', default='1,2,4,8', help='M values to measure.')
   parser.add_argument('--rounds', type=int, default=7, help='Interleaved timing rounds.')
   parser.add_argument('--steps', type=int, default=3, help='Timed steps per config per round.')
+  parser.add_argument('--cost', default='measured', choices=('measured', 'flops'),
+                      help='Task times from measured per-layer times or from flops and op counts.')
   parser.add_argument('--warmup', type=int, default=3, help='Untimed steps when a step is built.')
   args = parser.parse_args(argv)
   args.ks = tuple(int(k) for k in args.ks.split(','))

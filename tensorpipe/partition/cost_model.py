@@ -290,7 +290,8 @@ def MeasureSeconds(layer_params: Sequence[Any], input_shapes: Optional[Sequence[
                    device: Optional[str] = None, repeats: int = 5,
                    input_fn: Optional[Callable[[], Any]] = None,
                    timer: Optional[Callable[[Any, Any, int], float]] = None,
-                   skips: Sequence[Tuple[int, int]] = ()) -> List[float]:
+                   skips: Sequence[Tuple[int, int]] = (),
+                   config: Optional[Any] = None) -> List[float]:
   """Median seconds of each layer's forward + backward pass, each layer run alone.
 
   Each layer's inputs are what the layers before it produce from random inputs, stored in variables
@@ -306,15 +307,17 @@ def MeasureSeconds(layer_params: Sequence[Any], input_shapes: Optional[Sequence[
     timer: `timer(session, step, repeats)` -> the cost of one layer's step; default StepSeconds
       (wall clock). Tests inject a deterministic cost here.
     skips: (source, destination) layer indices of skip connections (see ChainMeta).
+    config: the session's ConfigProto (e.g. one thread, to time work rather than span); default:
+      TensorFlow's thread pools, soft placement off.
 
   Returns:
     L floats (seconds, or the timer's unit).
   """
   return _OutsideLayerStack(_MeasureSeconds, layer_params, input_shapes, device, repeats, input_fn,
-                            timer or StepSeconds, skips)
+                            timer or StepSeconds, skips, config)
 
 
-def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer, skips):
+def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer, skips, config):
   graph = tf.Graph()
   with graph.as_default(), tf.device(_LocalDevice(device)):
     if input_fn is not None:
@@ -344,7 +347,7 @@ def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer
       args = out if isinstance(out, tuple) else (out,)
       outs.append(out)
     init = tf.global_variables_initializer()
-  config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
+  config = config or tf.compat.v1.ConfigProto(allow_soft_placement=False)
   seconds = []
   with tf.compat.v1.Session(graph=graph, config=config) as sess:
     sess.run(init)

@@ -25,7 +25,7 @@ op and of a graph-function call, a copy rate) as TensorPipe's CPU sessions run o
 import dataclasses
 import os
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tensorpipe.measure import simulator
 from tensorpipe.partition import balancing
@@ -155,6 +155,7 @@ def MeasureCpu(intra_op_threads: int = 1, inter_op_threads: int = 2, repeats: in
   with the machine's load.
   """
   from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
+  from tensorpipe import partition_function  # pylint: disable=g-import-not-at-top
   from tensorpipe import placement  # pylint: disable=g-import-not-at-top
   config = placement.SessionConfig(1, intra_op_threads, inter_op_threads)
   with tf.Graph().as_default() as graph:
@@ -170,13 +171,12 @@ def MeasureCpu(intra_op_threads: int = 1, inter_op_threads: int = 2, repeats: in
     big = tf.Variable(tf.zeros([4 << 20]), name='big')
     copy = tf.reduce_sum(tf.identity(big) + 1.0)
 
-    @tf.function(autograph=False)
-    def Tiny(v):
-      return v * 1.0001
-
+    # The call op TensorPipeLayer's tasks are: a graph function that is never inlined.
+    tiny = partition_function.GraphFunction.Trace(
+        'tiny', lambda v: [v * 1.0001], [tf.TensorSpec([], tf.float32)], '/device:CPU:0')
     z = x
     for _ in range(50):
-      z = Tiny(z)
+      z = partition_function.Call(tiny, [z])[0]
     init = tf.global_variables_initializer()
   with tf.Session(graph=graph, config=config) as sess:
     sess.run(init)
@@ -252,47 +252,90 @@ def ScaledProfiles(profiles: Sequence[cost_model.LayerProfile], factor: float
           for p in profiles]
 
 
-def LayerSeconds(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
-                 num_micro_batches: int) -> List[Tuple[float, float, float]]:
-  """Per layer, for one micro-batch: (forward compute, forward ops, backward ops) seconds.
+@dataclasses.dataclass(frozen=True)
+class LayerTime:
+  """A layer's measured forward + backward seconds as fixed + per_example x examples."""
+  fixed: float
+  per_example: float
 
-  Compute is flops / M / rate; a backward pass computes twice its forward flops (the input and the
-  weight gradients). The op terms are op counts x op_overhead, which do not shrink with M.
+
+def MeasureLayerTimes(layer_params: Sequence[Any], input_shapes: Sequence[Sequence[int]],
+                      batch_dim: int = 0, device: Optional[str] = None, small: int = 8,
+                      skips: Sequence[Tuple[int, int]] = ()) -> List[LayerTime]:
+  """Each layer's forward + backward time, measured alone at the full batch and at 1/`small` of it
+  (cost_model.MeasureSeconds) and fitted as fixed + per-example seconds.
+
+  Measured one op at a time (one thread), so the times are work (core-seconds), as flops give;
+  the simulator spreads a backward task over the device's backward_parallelism. The fixed part is what a micro-batch costs however small (op launches, kernel set-up), which
+  flops alone miss on CPUs; the fit holds between the two batch sizes measured.
   """
-  return [(p.flops / num_micro_batches / device.rate, p.forward_ops * device.op_overhead,
-           p.backward_ops * device.op_overhead) for p in profiles]
+  batch = int(input_shapes[0][batch_dim])
+  low = max(1, batch // small)
+
+  def Shapes(b):
+    return [[b if i == batch_dim else d for i, d in enumerate(s)] for s in input_shapes]
+
+  from tensorpipe import placement  # pylint: disable=g-import-not-at-top
+  config = placement.SessionConfig(1, 1, 1)
+  full = cost_model.MeasureSeconds(layer_params, Shapes(batch), device, skips=skips, config=config)
+  part = cost_model.MeasureSeconds(layer_params, Shapes(low), device, skips=skips, config=config)
+  out = []
+  for t_full, t_low in zip(full, part):
+    per_example = max(0.0, (t_full - t_low) / (batch - low)) if batch > low else 0.0
+    out.append(LayerTime(max(0.0, t_low - per_example * low), per_example))
+  return out
 
 
-def PartitionCosts(layer_seconds: Sequence[Tuple[float, float, float]], sizes: Sequence[int],
+def LayerSeconds(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
+                 num_micro_batches: int, layer_times: Optional[Sequence[LayerTime]] = None,
+                 batch: Optional[float] = None) -> List[Tuple[float, float]]:
+  """Per layer, for one micro-batch: (forward, backward) seconds.
+
+  From flops: compute is flops / M / rate and a backward pass computes twice its forward flops (the
+  input and the weight gradients), plus op counts x op_overhead, which do not shrink with M. From
+  measured `layer_times` (for `batch` examples): fixed + per_example x batch / M, a third of it
+  forward and two thirds backward.
+  """
+  m = num_micro_batches
+  if layer_times is not None:
+    if len(layer_times) != len(profiles):
+      raise ValueError('planner: %d layer times for %d layers' % (len(layer_times), len(profiles)))
+    totals = [t.fixed + t.per_example * batch / m for t in layer_times]
+    return [(t / 3, 2 * t / 3) for t in totals]
+  return [(p.flops / m / device.rate + p.forward_ops * device.op_overhead,
+           2 * p.flops / m / device.rate + p.backward_ops * device.op_overhead) for p in profiles]
+
+
+def PartitionCosts(layer_seconds: Sequence[Tuple[float, float]], sizes: Sequence[int],
                    device: DeviceProfile, recompute: str, num_micro_batches: int,
-                   splits_backward: bool) -> List[simulator.PartitionCost]:
+                   splits_backward: bool, backward_parallelism: float = 1.0
+                   ) -> List[simulator.PartitionCost]:
   """simulator.PartitionCosts (one micro-batch) of the partitions of `sizes`.
 
-  A forward task is its layers' compute and op costs plus one call; a backward task re-computes
-  the forward pass (with 'except_last', all but the last micro-batch: its mean share), then takes
-  twice the compute and the backward ops plus a call, its ops `backward_parallelism` at a time.
-  Where the schedule splits backward passes, the input-gradient and weight-gradient tasks each take
-  half of that, each with its call.
+  A forward task is its layers' forward seconds plus one call; a backward task re-computes the
+  forward pass (with 'except_last', all but the last micro-batch: its mean share), then takes its
+  layers' backward seconds (work) plus a call, its ops `backward_parallelism` at a time. Where the
+  schedule splits backward passes, the input-gradient and weight-gradient tasks each take half of
+  that, each with its call.
   """
   out, start = [], 0
   m = num_micro_batches
   share = {'always': 1.0, 'except_last': (m - 1.0) / m, 'never': 0.0}[recompute]
+  par = backward_parallelism
   for size in sizes:
     layers = layer_seconds[start:start + size]
     start += size
-    compute = sum(c for c, _, _ in layers)
-    forward = compute + sum(f for _, f, _ in layers) + device.call_overhead
-    backward_work = 2 * compute + sum(b for _, _, b in layers)
-    recompute_s = share * (forward - device.call_overhead)
-    par = device.backward_parallelism
+    forward = sum(f for f, _ in layers)
+    backward = sum(b for _, b in layers)
     if splits_backward:
-      half = backward_work / 2
+      half = backward / 2 / par + device.call_overhead
       out.append(simulator.PartitionCost(
-          forward, half / par + device.call_overhead, recompute_s, backward_parallelism=par,
-          weight=half / par + device.call_overhead, weight_parallelism=par))
+          forward + device.call_overhead, half, share * forward, backward_parallelism=par,
+          weight=half, weight_parallelism=par))
     else:
-      out.append(simulator.PartitionCost(forward, backward_work / par + device.call_overhead,
-                                         recompute_s, backward_parallelism=par))
+      out.append(simulator.PartitionCost(forward + device.call_overhead,
+                                         backward / par + device.call_overhead, share * forward,
+                                         backward_parallelism=par))
   return out
 
 
@@ -321,8 +364,10 @@ def _Check(num_devices, memory, batch, schedules, recomputes):
 def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile, memory: float,
              replicas: int, partitions: int, micro_batches: int, schedule_name: str,
              recompute: str, bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM,
-             bytes_per_activation: float = 4) -> Configuration:
-  """The prediction for one configuration; `profiles` are for one replica's share of the batch.
+             bytes_per_activation: float = 4, layer_times: Optional[Sequence[LayerTime]] = None,
+             batch: Optional[float] = None) -> Configuration:
+  """The prediction for one configuration; `profiles` are for one replica's share of the batch
+  (`batch` examples, which measured `layer_times` need; see LayerSeconds).
 
   The split is the fastest (by predicted task times) that keeps every device within `memory`; if
   none does, the one that needs the least memory, marked as not fitting.
@@ -335,8 +380,8 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
     return cost_model.MemoryCost(profiles, m, recompute, bytes_per_param, bytes_per_activation,
                                  stashed=stashed, waiting=waiting)
 
-  layer_seconds = LayerSeconds(profiles, device, m)
-  times = balancing.PartitionCost([c * 3 + f + b for c, f, b in layer_seconds], where='planner')
+  layer_seconds = LayerSeconds(profiles, device, m, layer_times, batch)
+  times = balancing.PartitionCost([f + b for f, b in layer_seconds], where='planner')
   # The split holds every device to the most any device of the schedule holds: safe for all.
   safe = Memory(max(in_flight), max(awaiting))
   try:
@@ -344,12 +389,16 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
   except ValueError:
     sizes = balancing.OptimalSplit(safe, k, where='planner')
   bounds = [0] + [sum(sizes[:i + 1]) for i in range(k)]
-  device_memory = [Memory(in_flight[i], awaiting[i]).Of(bounds[i], bounds[i + 1])
-                   for i in range(k)]
+  # Besides what MemoryCost holds, a backward pass holds the gradients of the input and the output
+  # of the layer it differentiates, for one micro-batch.
+  device_memory = [Memory(in_flight[i], awaiting[i]).Of(bounds[i], bounds[i + 1]) + max(
+      (p.in_elements + p.out_elements) * bytes_per_activation / m
+      for p in profiles[bounds[i]:bounds[i + 1]]) for i in range(k)]
   fits = max(device_memory) <= memory
   why = '' if fits else 'needs %s > %s' % (units.FormatBytes(max(device_memory)),
                                           units.FormatBytes(memory))
-  costs = PartitionCosts(layer_seconds, sizes, device, recompute, m, sched.splits_backward)
+  costs = PartitionCosts(layer_seconds, sizes, device, recompute, m, sched.splits_backward,
+                         device.backward_parallelism)
   boundary = max([profiles[b].in_elements * bytes_per_activation / m for b in bounds[1:-1]],
                  default=0.0)
   cores = None if device.cores is None else device.cores / replicas
@@ -369,7 +418,8 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
                  recomputes: Sequence[str] = RECOMPUTE_MODES,
                  micro_batches: Sequence[int] = MICRO_BATCH_CHOICES,
                  bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM,
-                 bytes_per_activation: float = 4, title: str = 'pipeline') -> Ranking:
+                 bytes_per_activation: float = 4, title: str = 'pipeline',
+                 layer_times: Optional[Sequence[LayerTime]] = None) -> Ranking:
   """Ranks every configuration of the layers of `profiles` on `num_devices` devices.
 
   Args:
@@ -384,6 +434,7 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
     bytes_per_param: bytes per trainable parameter with its optimizer slots.
     bytes_per_activation: bytes per activation element.
     title: names the model in the table.
+    layer_times: measured per-layer times (MeasureLayerTimes) to use instead of flops.
 
   Returns:
     A Ranking: fitting configurations by predicted step time (ties: fewer devices, then less
@@ -409,7 +460,7 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
             if name == 'zero_bubble' and mode != 'always':
               continue
             c = Evaluate(replica, device, memory, s, k, m, name, mode, bytes_per_param,
-                         bytes_per_activation)
+                         bytes_per_activation, layer_times, batch / s)
             c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
             configurations.append(c)
   if not configurations:
