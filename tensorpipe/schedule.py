@@ -172,6 +172,7 @@ class Schedule:
           raise ValueError('%s: edge %s -> %s names an unknown action' %
                            (self.name, edge.before, edge.after))
       self._waits.setdefault(edge.after, []).append(edge)
+    self._ticks = None
     self.DryRun()  # Raises on a cycle.
 
   @property
@@ -208,6 +209,11 @@ class Schedule:
     Raises:
       ValueError: if no action can start (a cycle between edges and device orders).
     """
+    if self._ticks is None:
+      self._ticks = self._DryRun()
+    return dict(self._ticks)
+
+  def _DryRun(self) -> Dict[Action, int]:
     start: Dict[Action, int] = {}
     free, nxt = [0] * self.num_partitions, [0] * self.num_partitions
     remaining = sum(len(actions) for actions in self._device_actions)

@@ -10,6 +10,7 @@ from lingvo.core import hyperparams
 from tensorpipe import layer as layer_lib
 from tensorpipe.partition import cost_model
 from tensorpipe.partition import planner
+from tensorpipe import units
 
 
 def _Skips(layers, skip_connections):
@@ -60,14 +61,35 @@ def Schedules(p: hyperparams.Params) -> Sequence[str]:
 def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceProfile,
               memory: Optional[float] = None, batch: Optional[int] = None, title: str = 'model'
               ) -> List[Tuple[str, planner.Ranking]]:
-  """[(pipeline path, planner.Ranking)] for each TensorPipeLayer of model params `cfg`."""
+  """[(pipeline path, planner.Ranking)] for each TensorPipeLayer of model params `cfg`.
+
+  On this machine's CPU devices (a profile with shared `cores`) the layers' times are measured
+  (planner.MeasureLayerTimes); elsewhere they come from flops and the profile.
+  """
   out = []
-  for path, p, _, pipeline_batch, profiles in PipelineInputs(cfg, batch):
+  for path, p, layers, pipeline_batch, profiles in PipelineInputs(cfg, batch):
+    layer_times = None
+    if device.cores is not None:
+      shapes = [list(s) for s in p.cost_input_shapes]
+      for s in shapes:
+        if len(s) > p.batch_dim:
+          s[p.batch_dim] = pipeline_batch
+      layer_times = planner.MeasureLayerTimes(layers, shapes, p.batch_dim,
+                                              skips=_Skips(layers, p.skip_connections))
     ranking = planner.PlanPipeline(profiles, pipeline_batch, num_devices, device, memory,
                                    schedules=Schedules(p), bytes_per_param=p.bytes_per_param,
-                                   title='%s %s' % (title, path))
+                                   title='%s %s' % (title, path), layer_times=layer_times)
     out.append((path, ranking))
   return out
+
+
+def PlanText(cfg: hyperparams.Params, num_devices: int, device_name: str = planner.CPU,
+             memory: Optional[str] = None, title: str = 'model', limit: Optional[int] = 10) -> str:
+  """The plan of model params `cfg` as text (what --tensorpipe_plan logs): `device_name` is a
+  profile (planner.Profile), `memory` a size such as '16GiB' (default: the profile's)."""
+  device = planner.Profile(device_name)
+  budget = None if not memory else units.ParseBytes(memory)
+  return Text(PlanModel(cfg, num_devices, device, budget, title=title), limit)
 
 
 def Text(plans: Sequence[Tuple[str, planner.Ranking]], limit: Optional[int] = 20) -> str:
