@@ -133,6 +133,15 @@ def Profile(name: str) -> DeviceProfile:
   return PROFILES[name]
 
 
+def _SessionConfig(intra_op_threads, inter_op_threads):
+  """A one-device session's ConfigProto with these thread pools (as placement.SessionConfig)."""
+  from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
+  config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
+  config.intra_op_parallelism_threads = intra_op_threads
+  config.inter_op_parallelism_threads = inter_op_threads
+  return config
+
+
 def _Seconds(fn, repeats):
   fn()
   times = []
@@ -155,9 +164,7 @@ def MeasureCpu(intra_op_threads: int = 1, inter_op_threads: int = 2, repeats: in
   with the machine's load.
   """
   from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
-  from tensorpipe import partition_function  # pylint: disable=g-import-not-at-top
-  from tensorpipe import placement  # pylint: disable=g-import-not-at-top
-  config = placement.SessionConfig(1, intra_op_threads, inter_op_threads)
+  config = _SessionConfig(intra_op_threads, inter_op_threads)
   with tf.Graph().as_default() as graph:
     a = tf.Variable(tf.random.uniform([256, 256], -0.1, 0.1), name='a')
     chain = a
@@ -171,12 +178,13 @@ def MeasureCpu(intra_op_threads: int = 1, inter_op_threads: int = 2, repeats: in
     big = tf.Variable(tf.zeros([4 << 20]), name='big')
     copy = tf.reduce_sum(tf.identity(big) + 1.0)
 
-    # The call op TensorPipeLayer's tasks are: a graph function that is never inlined.
-    tiny = partition_function.GraphFunction.Trace(
-        'tiny', lambda v: [v * 1.0001], [tf.TensorSpec([], tf.float32)], '/device:CPU:0')
+    # A call of a graph function that is never inlined, as TensorPipeLayer's tasks are.
+    tiny = tf.function(lambda v: v * 1.0001, autograph=False,
+                       experimental_attributes={'_noinline': True}).get_concrete_function(
+                           tf.TensorSpec([], tf.float32))
     z = x
     for _ in range(50):
-      z = partition_function.Call(tiny, [z])[0]
+      z = tiny(z)
     init = tf.global_variables_initializer()
   with tf.Session(graph=graph, config=config) as sess:
     sess.run(init)
@@ -275,8 +283,7 @@ def MeasureLayerTimes(layer_params: Sequence[Any], input_shapes: Sequence[Sequen
   def Shapes(b):
     return [[b if i == batch_dim else d for i, d in enumerate(s)] for s in input_shapes]
 
-  from tensorpipe import placement  # pylint: disable=g-import-not-at-top
-  config = placement.SessionConfig(1, 1, 1)
+  config = _SessionConfig(1, 1)
   full = cost_model.MeasureSeconds(layer_params, Shapes(batch), device, skips=skips, config=config)
   part = cost_model.MeasureSeconds(layer_params, Shapes(low), device, skips=skips, config=config)
   out = []
@@ -419,7 +426,9 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
                  micro_batches: Sequence[int] = MICRO_BATCH_CHOICES,
                  bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM,
                  bytes_per_activation: float = 4, title: str = 'pipeline',
-                 layer_times: Optional[Sequence[LayerTime]] = None) -> Ranking:
+                 layer_times: Optional[Sequence[LayerTime]] = None,
+                 partitions: Optional[Sequence[int]] = None,
+                 replicas: Optional[Sequence[int]] = None) -> Ranking:
   """Ranks every configuration of the layers of `profiles` on `num_devices` devices.
 
   Args:
@@ -435,6 +444,8 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
     bytes_per_activation: bytes per activation element.
     title: names the model in the table.
     layer_times: measured per-layer times (MeasureLayerTimes) to use instead of flops.
+    partitions: the K to try (default: every K that fits the devices and the layers).
+    replicas: the S to try (default: every divisor of the batch up to the devices).
 
   Returns:
     A Ranking: fitting configurations by predicted step time (ties: fewer devices, then less
@@ -448,10 +459,12 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
   _Check(num_devices, memory, batch, schedules, recomputes)
   configurations = []
   for s in _Divisors(batch):
-    if s > num_devices:
-      break
+    if s > num_devices or (replicas is not None and s not in replicas):
+      continue
     replica = ScaledProfiles(profiles, 1.0 / s)
     for k in range(1, min(num_devices // s, len(profiles)) + 1):
+      if partitions is not None and k not in partitions:
+        continue
       for m in micro_batches:
         if m > batch // s:
           continue

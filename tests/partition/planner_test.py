@@ -23,7 +23,7 @@ def _Profiles(num_layers=8, flops=1e9, params=1000, activations=100000, boundary
 
 
 def _Plan(memory=1e9, **kwargs):
-  args = dict(schedules=('gpipe', '1f1b', 'zero_bubble'), micro_batches=(1, 2, 4))
+  args = dict(schedules=('gpipe', '1f1b', 'zero_bubble'), micro_batches=(1, 2, 4), replicas=(1,))
   args.update(kwargs)
   return planner.PlanPipeline(_Profiles(), 16, 4, _DEVICE, memory, **args)
 
