@@ -14,7 +14,7 @@ Printed per model: predicted and measured step times and ranks, predicted and me
 peak memory; the Spearman rank correlation of predicted and measured step times, how far the
 planner's first choice is from the fastest measured, and the largest memory errors.
 
-  .venv/bin/python -m tools.plan_check                 # both models, about 10 minutes
+  .venv/bin/python -m tools.plan_check --recomputes='amoebanet.TinyAmoebaNetD=always'  # 15 min
   .venv/bin/python -m tools.plan_check --models=digits.TinyConvPipeline --rounds=3
 
 Results: docs/benchmarks.md.
@@ -86,7 +86,7 @@ def CheckModel(model, args, device):
   if args.cost == 'measured':
     layer_times = planner.MeasureLayerTimes(layers, p.cost_input_shapes, p.batch_dim)
   ranking = planner.PlanPipeline(profiles, batch, args.devices, device, schedules=('gpipe',),
-                                 recomputes=('always', 'never'), micro_batches=args.ms,
+                                 recomputes=args.recomputes, micro_batches=args.ms,
                                  bytes_per_param=8, title=model, layer_times=layer_times)
   configs = [c for c in ranking.configurations
              if c.replicas == 1 and c.partitions in args.ks and c.fits]
@@ -141,6 +141,9 @@ def main(argv=None):
   parser.add_argument('--devices', type=int, default=4, help='Logical CPU devices to plan for.')
   parser.add_argument('--ks', default='1,2,4', help='K values to measure.')
   parser.add_argument('--ms', default='1,2,4,8', help='M values to measure.')
+  parser.add_argument('--recomputes', default='always,never',
+                      help='Re-computation modes to measure (model=modes;model=modes to differ, '
+                      'e.g. amoebanet.TinyAmoebaNetD=always).')
   parser.add_argument('--rounds', type=int, default=7, help='Interleaved timing rounds.')
   parser.add_argument('--steps', type=int, default=3, help='Timed steps per config per round.')
   parser.add_argument('--cost', default='measured', choices=('measured', 'flops'),
@@ -149,6 +152,13 @@ def main(argv=None):
   args = parser.parse_args(argv)
   args.ks = tuple(int(k) for k in args.ks.split(','))
   args.ms = tuple(int(m) for m in args.ms.split(','))
+  default_modes, per_model = 'always,never', {}
+  for part in args.recomputes.split(';'):
+    if '=' in part:
+      name, modes = part.split('=', 1)
+      per_model[name] = modes
+    else:
+      default_modes = part
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
   commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
@@ -158,6 +168,7 @@ def main(argv=None):
   print(device)
   for model in args.models.split(','):
     registry.ImportModel(model)
+    args.recomputes = tuple(per_model.get(model, default_modes).split(','))
     CheckModel(model, args, device)
   print('load average at the end: %.2f %.2f %.2f' % os.getloadavg())
   return 0
