@@ -232,7 +232,7 @@ def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any],
 def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompute: str = 'always',
                bytes_per_param: float = DEFAULT_BYTES_PER_PARAM,
                bytes_per_activation: float = 4, stashed: Optional[float] = None,
-               waiting: float = 0.0) -> balancing.PartitionCost:
+               waiting: float = 0.0, running: Optional[float] = None) -> balancing.PartitionCost:
   """A partition's per-device bytes as a balancing.PartitionCost (an estimate for budgets, balance).
 
   Per layer: parameters x bytes_per_param (weights and optimizer slots), other variables, and the
@@ -252,13 +252,18 @@ def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompu
       for fill-drain, which runs every forward pass first; fewer for 1F1B (see
       `schedule.Schedule.InFlight`).
     waiting: micro-batches whose activations wait for a later weight-gradient task (zero-bubble).
+    running: with re-computation, micro-batches whose activations are held at once (default
+      min(2, M): two forward passes with forward_overlap). A forward pass frees each activation
+      once the next layer has read it, and a device runs one backward pass at a time, so 1 is
+      closer where the whole partition's activations matter (the planner's estimate).
   """
   m = num_micro_batches
   stashed = m if stashed is None else min(stashed, m)
   if recompute == 'never':
     held = stashed / m
   else:
-    held = min(2, m) / m + (1.0 / m if recompute == 'except_last' and m > 1 else 0.0)
+    at_once = min(2, m) if running is None else min(running, m)
+    held = at_once / m + (1.0 / m if recompute == 'except_last' and m > 1 else 0.0)
   held += waiting / m
   per_layer = [
       p.params * bytes_per_param +

@@ -274,8 +274,9 @@ def MeasureLayerTimes(layer_params: Sequence[Any], input_shapes: Sequence[Sequen
   (cost_model.MeasureSeconds) and fitted as fixed + per-example seconds.
 
   Measured one op at a time (one thread), so the times are work (core-seconds), as flops give;
-  the simulator spreads a backward task over the device's backward_parallelism. The fixed part is what a micro-batch costs however small (op launches, kernel set-up), which
-  flops alone miss on CPUs; the fit holds between the two batch sizes measured.
+  the simulator spreads a backward task over the device's backward_parallelism. The fixed part is
+  what a micro-batch costs however small (op launches, kernel set-up), which flops alone miss on
+  CPUs; the fit holds between the two batch sizes measured.
   """
   batch = int(input_shapes[0][batch_dim])
   low = max(1, batch // small)
@@ -385,7 +386,7 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
 
   def Memory(stashed, waiting):
     return cost_model.MemoryCost(profiles, m, recompute, bytes_per_param, bytes_per_activation,
-                                 stashed=stashed, waiting=waiting)
+                                 stashed=stashed, waiting=waiting, running=1)
 
   layer_seconds = LayerSeconds(profiles, device, m, layer_times, batch)
   times = balancing.PartitionCost([f + b for f, b in layer_seconds], where='planner')
@@ -406,7 +407,7 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
                                           units.FormatBytes(memory))
   costs = PartitionCosts(layer_seconds, sizes, device, recompute, m, sched.splits_backward,
                          device.backward_parallelism)
-  boundary = max([profiles[b].in_elements * bytes_per_activation / m for b in bounds[1:-1]],
+  boundary = max((profiles[b].in_elements * bytes_per_activation / m for b in bounds[1:-1]),
                  default=0.0)
   cores = None if device.cores is None else device.cores / replicas
   result = simulator.Simulate(costs, sched, transfer=boundary / device.link_bandwidth,
@@ -457,25 +458,22 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
   """
   memory = device.memory if memory is None else float(memory)
   _Check(num_devices, memory, batch, schedules, recomputes)
+  shapes = [(s, k, m) for s in _Divisors(batch)
+            if s <= num_devices and (replicas is None or s in replicas)
+            for k in range(1, min(num_devices // s, len(profiles)) + 1)
+            if partitions is None or k in partitions
+            for m in micro_batches if m <= batch // s]
   configurations = []
-  for s in _Divisors(batch):
-    if s > num_devices or (replicas is not None and s not in replicas):
-      continue
+  for s, k, m in shapes:
     replica = ScaledProfiles(profiles, 1.0 / s)
-    for k in range(1, min(num_devices // s, len(profiles)) + 1):
-      if partitions is not None and k not in partitions:
-        continue
-      for m in micro_batches:
-        if m > batch // s:
+    for name in schedules:
+      for mode in recomputes:
+        if name == 'zero_bubble' and mode != 'always':
           continue
-        for name in schedules:
-          for mode in recomputes:
-            if name == 'zero_bubble' and mode != 'always':
-              continue
-            c = Evaluate(replica, device, memory, s, k, m, name, mode, bytes_per_param,
-                         bytes_per_activation, layer_times, batch / s)
-            c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
-            configurations.append(c)
+        c = Evaluate(replica, device, memory, s, k, m, name, mode, bytes_per_param,
+                     bytes_per_activation, layer_times, batch / s)
+        c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
+        configurations.append(c)
   if not configurations:
     raise ValueError('planner: no configuration to try with %d devices, batch %d and M in %s' %
                      (num_devices, batch, list(micro_batches)))

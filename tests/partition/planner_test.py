@@ -95,8 +95,8 @@ class TestScheduleMemory:
     ofob = planner.Evaluate(profiles, _DEVICE, 1e12, 1, k, m, '1f1b', 'always')
     gradients = 2 * 10000 * 4 / m  # One micro-batch's input and output gradient of a layer.
     stash = 10000 * 4 / m  # One micro-batch's boundary input.
-    # Re-computed outputs of the two micro-batches a device runs at once, for its 2 layers.
-    outputs = 2 * 2 * 10000 * 4 / m
+    # Re-computed outputs of the one micro-batch a device back-propagates, for its 2 layers.
+    outputs = 2 * 10000 * 4 / m
     for i in range(k):
       assert gpipe.device_memory[i] == pytest.approx(m * stash + gradients + outputs)
       assert ofob.device_memory[i] == pytest.approx((k - i) * stash + gradients + outputs)
