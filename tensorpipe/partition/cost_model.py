@@ -39,8 +39,8 @@ class LayerProfile:
   in_elements: int  # Elements of the layer's inputs (the stash if a partition starts here).
   out_elements: int  # Elements of the layer's outputs.
   activation_elements: int = 0  # Elements of forward tensors its backward pass reads.
-  forward_ops: int = 0  # Ops its forward pass builds (each costs a launch, whatever its size).
-  backward_ops: int = 0  # Ops its backward pass (tf.gradients) builds.
+  forward_ops: int = 0  # Computing ops of its forward pass (each costs a launch, whatever its size).
+  backward_ops: int = 0  # Computing ops of its backward pass (tf.gradients).
 
 
 def _OutsideLayerStack(fn, *args):
@@ -176,14 +176,20 @@ def _Facts(p, in_shapes):
       return trainable, other, None, 0, 0
     ys = [y for y in tf.nest.flatten(out) if y is not None and y.dtype.is_floating]
     first_backward = len(graph.get_operations())
+    forward_ops = _ComputeOps(graph, first, first_backward)
     if not ys:
-      return trainable, other, None, first_backward - first, 0
+      return trainable, other, None, forward_ops, 0
     xs = [x for x in inputs if x is not None] + layer.theta.Flatten()
     losses = [tf.reduce_sum(y) for y in ys]
     first_gradient = len(graph.get_operations())
     tf.gradients(losses, xs)
-    return (trainable, other, _KeptElements(graph, first, first_backward),
-            first_backward - first, len(graph.get_operations()) - first_gradient)
+    return (trainable, other, _KeptElements(graph, first, first_backward), forward_ops,
+            _ComputeOps(graph, first_gradient, len(graph.get_operations())))
+
+
+def _ComputeOps(graph, first, end):
+  """Ops created from `first` to `end` that compute (not reads, aliases or constants)."""
+  return sum(1 for op in graph.get_operations()[first:end] if op.type not in _NOT_ACTIVATIONS)
 
 
 def _CachedFacts(p, in_shapes=None):

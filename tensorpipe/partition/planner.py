@@ -73,7 +73,9 @@ class DeviceProfile:
 
 # Public figures, per device as TensorPipe uses it (one GPU; one TPU core). Peak: the dense
 # tensor-core / matrix-unit rate at the training precision the paper or common practice uses
-# (float32 on P100 and V100 without mixed precision, bfloat16 on A100, H100 and TPUs).
+# (float32 on P100 and V100 without mixed precision, bfloat16 on A100, H100 and TPUs). Efficiency
+# 0.5 and 5 us per kernel launch are assumptions, not spec-sheet figures; TPUs run a step compiled
+# by XLA as a whole, so no per-op launch cost.
 PROFILES: Dict[str, DeviceProfile] = {
     p.name: p for p in [
         DeviceProfile(
@@ -104,12 +106,14 @@ PROFILES: Dict[str, DeviceProfile] = {
             'TPUv2-core', 22.5e12, 8 * GIB, 62e9,
             'https://cloud.google.com/tpu/docs/system-architecture-tpu-vm (v2: 45 TFLOPS and '
             '16 GiB HBM per chip of 2 cores); ICI 496 Gbit/s per link: Jouppi et al., ISCA 2021, '
-            'https://doi.org/10.1109/ISCA52012.2021.00010 (the paper\'s Table 1 AmoebaNet runs)'),
+            'https://doi.org/10.1109/ISCA52012.2021.00010 (the paper\'s Table 1 AmoebaNet runs)',
+            op_overhead=0.0),
         DeviceProfile(
             'TPUv3-core', 61.5e12, 16 * GIB, 82e9,
             'https://cloud.google.com/tpu/docs/system-architecture-tpu-vm (v3: 123 TFLOPS bf16 '
             'and 32 GiB HBM per chip of 2 cores); ICI 656 Gbit/s per link: Jouppi et al., ISCA '
-            '2021, https://doi.org/10.1109/ISCA52012.2021.00010 (the paper\'s Cloud TPUv3)'),
+            '2021, https://doi.org/10.1109/ISCA52012.2021.00010 (the paper\'s Cloud TPUv3)',
+            op_overhead=0.0),
     ]
 }
 CPU = 'cpu'  # The profile name of this machine's CPU devices, measured by `MeasureCpu`.
