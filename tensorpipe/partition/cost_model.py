@@ -39,7 +39,7 @@ class LayerProfile:
   in_elements: int  # Elements of the layer's inputs (the stash if a partition starts here).
   out_elements: int  # Elements of the layer's outputs.
   activation_elements: int = 0  # Elements of forward tensors its backward pass reads.
-  forward_ops: int = 0  # Computing ops of its forward pass (each costs a launch, whatever its size).
+  forward_ops: int = 0  # Computing ops of its forward pass (each costs a launch, whatever size).
   backward_ops: int = 0  # Computing ops of its backward pass (tf.gradients).
 
 

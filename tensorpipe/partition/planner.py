@@ -506,6 +506,8 @@ def TrainerFlags(config: Configuration, device: DeviceProfile,
   n, k = config.devices, config.partitions
   if device.cores is not None:
     where = '--cpu_devices=%d --worker_split_size=%d' % (n, k)
+  elif device.name.startswith('TPU'):
+    where = '--worker_tpus=%d --worker_split_size=%d' % (n, k)
   else:
     where = '--worker_gpus=%d --worker_split_size=%d' % (n, k)
   return '%s --model_params_override="%s"' % (where, Overrides(config, pipeline_path))

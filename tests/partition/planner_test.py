@@ -154,3 +154,4 @@ class TestFlags:
     assert planner.TrainerFlags(best, cpu).startswith(
         '--cpu_devices=%d --worker_split_size=%d ' % (best.devices, best.partitions))
     assert planner.TrainerFlags(best, _DEVICE).startswith('--worker_gpus=')
+    assert planner.TrainerFlags(best, planner.PROFILES['TPUv3-core']).startswith('--worker_tpus=')
