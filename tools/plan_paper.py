@@ -77,6 +77,11 @@ def _Best(profiles, batch, k, m, recompute, device, bytes_per_param):
                               bytes_per_param=bytes_per_param, partitions=(k,), replicas=(1,)).best
 
 
+def _Configs(ks, m):
+  """Naive-1 (no micro-batches, no re-computation), then Pipeline-K for each K."""
+  return [('Naive-1', 1, 1, 'never')] + [('Pipeline-%d' % k, k, m, 'always') for k in ks]
+
+
 def Table1():
   tpu2, tpu3 = planner.PROFILES['TPUv2-core'], planner.PROFILES['TPUv3-core']
   print('Table 1, AmoebaNet-D on %s (%s per device), 224x224, batch %d, M = %d, 12 bytes per '
@@ -84,9 +89,7 @@ def Table1():
   paper = {'Naive-1': ((18, 208), '82M'), 'Pipeline-1': ((18, 416), '318M'),
            'Pipeline-2': ((18, 544), '542M'), 'Pipeline-4': ((36, 544), '1.05B'),
            'Pipeline-8': ((72, 512), '1.8B')}
-  configs = [('Naive-1', 1, 1, 'never'), ('Pipeline-1', 1, AMOEBA_M, 'always'),
-             ('Pipeline-2', 2, AMOEBA_M, 'always'), ('Pipeline-4', 4, AMOEBA_M, 'always'),
-             ('Pipeline-8', 8, AMOEBA_M, 'always')]
+  configs = _Configs((1, 2, 4, 8), AMOEBA_M)
   print('| config | the planner: (L, D) | parameters | peak per device | the paper |')
   print('|---|---|---:|---:|---|')
   for label, k, m, recompute in configs:
@@ -112,9 +115,7 @@ def Table1():
                            TRANSFORMER_M))
   paper_l = {'Naive-1': 3, 'Pipeline-1': 13, 'Pipeline-8': 103, 'Pipeline-32': 415,
              'Pipeline-128': 1663}
-  configs = [('Naive-1', 1, 1, 'never'), ('Pipeline-1', 1, TRANSFORMER_M, 'always'),
-             ('Pipeline-8', 8, TRANSFORMER_M, 'always'), ('Pipeline-32', 32, TRANSFORMER_M, 'always'),
-             ('Pipeline-128', 128, TRANSFORMER_M, 'always')]
+  configs = _Configs((1, 8, 32, 128), TRANSFORMER_M)
   print('| config | the planner: L | parameters | peak per device | the paper: L |')
   print('|---|---:|---:|---:|---:|')
   for label, k, m, recompute in configs:

@@ -71,6 +71,11 @@ class DeviceProfile:
     return self.peak_flops * self.efficiency
 
 
+_A100 = DeviceProfile(
+    'A100-40GB', 312e12, 40 * GIB, 300e9,
+    'https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/'
+    'nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (SXM: BF16 312 TFLOPS dense, 40 or 80 GB, '
+    'NVLink 600 GB/s both directions)')
 # Public figures, per device as TensorPipe uses it (one GPU; one TPU core). Peak: the dense
 # tensor-core / matrix-unit rate at the training precision the paper or common practice uses
 # (float32 on P100 and V100 without mixed precision, bfloat16 on A100, H100 and TPUs). Efficiency
@@ -87,16 +92,8 @@ PROFILES: Dict[str, DeviceProfile] = {
             'https://images.nvidia.com/content/technologies/volta/pdf/'
             'volta-v100-datasheet-update-us-1165301-r5.pdf (SXM2: FP32 15.7 TFLOPS, 16 GB, '
             'NVLink 300 GB/s both directions)'),
-        DeviceProfile(
-            'A100-40GB', 312e12, 40 * GIB, 300e9,
-            'https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/'
-            'nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (SXM: BF16 312 TFLOPS dense, '
-            'NVLink 600 GB/s both directions)'),
-        DeviceProfile(
-            'A100-80GB', 312e12, 80 * GIB, 300e9,
-            'https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/'
-            'nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (SXM: BF16 312 TFLOPS dense, '
-            'NVLink 600 GB/s both directions)'),
+        _A100,
+        dataclasses.replace(_A100, name='A100-80GB', memory=80 * GIB),
         DeviceProfile(
             'H100-80GB-SXM', 989e12, 80 * GIB, 450e9,
             'https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet '
