@@ -41,6 +41,7 @@ class LayerProfile:
   activation_elements: int = 0  # Elements of forward tensors its backward pass reads.
   forward_ops: int = 0  # Computing ops of its forward pass (each costs a launch, whatever size).
   backward_ops: int = 0  # Computing ops of its backward pass (tf.gradients).
+  gradient_elements: int = 0  # Elements of the gradients its largest backward op reads and writes.
 
 
 def _OutsideLayerStack(fn, *args):
@@ -143,11 +144,29 @@ _NOT_ACTIVATIONS = frozenset(['ReadVariableOp', 'Identity', 'IdentityN', 'Const'
                               'NoOp', 'Shape', 'Reshape', 'ExpandDims', 'Squeeze', 'StopGradient'])
 
 
-def _KeptElements(graph, first_forward_op, first_backward_op):
+def _Needed(graph, targets, first_op):
+  """The ops created from `first_op` on that compute `targets`: what a step runs of them (the
+  executor prunes the rest, e.g. the gradients of constants and masks that tf.gradients also
+  builds)."""
+  ops = graph.get_operations()
+  since = {op.name for op in ops[first_op:]}
+  needed, todo = set(), [t.op for t in targets]
+  while todo:
+    op = todo.pop()
+    if op.name in needed or op.name not in since:
+      continue
+    needed.add(op.name)
+    todo.extend(t.op for t in op.inputs)
+    todo.extend(op.control_inputs)
+  return [op for op in ops[first_op:] if op.name in needed]
+
+
+def _KeptElements(graph, first_forward_op, first_backward_op, gradients):
   """Elements of the float tensors of the forward ops (created from `first_forward_op` on) that the
-  backward ops (created from `first_backward_op` on) read: what backprop keeps alive."""
+  backward ops computing `gradients` (created from `first_backward_op` on) read: what backprop
+  keeps alive."""
   forward = graph.get_operations()[first_forward_op:first_backward_op]
-  backward = graph.get_operations()[first_backward_op:]
+  backward = _Needed(graph, gradients, first_backward_op)
   read = {t.name for op in backward for t in op.inputs}
   total = 0
   for op in forward:
@@ -159,37 +178,54 @@ def _KeptElements(graph, first_forward_op, first_backward_op):
   return total
 
 
+def _Elems(tensor):
+  if not tensor.dtype.is_floating or not tensor.shape.is_fully_defined():
+    return 0
+  return int(np.prod(tensor.shape.as_list()))
+
+
+def _GradientElements(backward):
+  """The most elements of gradients one of the `backward` ops reads and writes at once: its float
+  outputs and the inputs other backward ops made (e.g. a max-pool gradient writes a gradient of
+  the pool's input, larger than the layer's input or output)."""
+  made = {op.name for op in backward}
+  return max((sum(_Elems(t) for t in op.outputs) +
+              sum(_Elems(t) for t in op.inputs if t.op.name in made) for op in backward),
+             default=0)
+
+
 def _Facts(p, in_shapes):
-  """(trainable, other, activation elements or None, forward ops, backward ops) of one layer, from
-  a graph never run."""
+  """(trainable, other, activation elements or None, forward ops, backward ops, gradient elements)
+  of one layer, from a graph never run."""
   with tf.Graph().as_default() as graph:
     layer = p.Copy().Instantiate()
     trainable, other = _CountVariables(layer)
     if in_shapes is None:
-      return trainable, other, None, 0, 0
+      return trainable, other, None, 0, 0, 0
     inputs = [None if s is None else tf.zeros(_ToShape(s).ToTensorShape().as_list())
               for s in in_shapes]
     first = len(graph.get_operations())
     try:
       out = layer.FProp(layer.theta, *inputs)
     except (TypeError, ValueError):  # E.g. integer ids: fall back to the outputs' size.
-      return trainable, other, None, 0, 0
+      return trainable, other, None, 0, 0, 0
     ys = [y for y in tf.nest.flatten(out) if y is not None and y.dtype.is_floating]
     first_backward = len(graph.get_operations())
-    forward_ops = _ComputeOps(graph, first, first_backward)
+    forward_ops = len(_ComputeOps(graph.get_operations()[first:first_backward]))
     if not ys:
-      return trainable, other, None, forward_ops, 0
+      return trainable, other, None, forward_ops, 0, 0
     xs = [x for x in inputs if x is not None] + layer.theta.Flatten()
     losses = [tf.reduce_sum(y) for y in ys]
     first_gradient = len(graph.get_operations())
-    tf.gradients(losses, xs)
-    return (trainable, other, _KeptElements(graph, first, first_backward), forward_ops,
-            _ComputeOps(graph, first_gradient, len(graph.get_operations())))
+    grads = [g for g in tf.gradients(losses, xs) if g is not None]
+    backward = _ComputeOps(_Needed(graph, grads, first_gradient))
+    return (trainable, other, _KeptElements(graph, first, first_backward, grads), forward_ops,
+            len(backward), _GradientElements(backward))
 
 
-def _ComputeOps(graph, first, end):
-  """Ops created from `first` to `end` that compute (not reads, aliases or constants)."""
-  return sum(1 for op in graph.get_operations()[first:end] if op.type not in _NOT_ACTIVATIONS)
+def _ComputeOps(ops):
+  """The ops of `ops` that compute (not reads, aliases or constants)."""
+  return [op for op in ops if op.type not in _NOT_ACTIVATIONS]
 
 
 def _CachedFacts(p, in_shapes=None):
@@ -228,10 +264,10 @@ def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any],
   out_elements = [_Elements(s) for s in in_shapes[1:]] + [_Elements(out_shapes)]
   profiles = []
   for p, (flops, shapes), out in zip(layer_params, metas, out_elements):
-    params, state, activations, forward_ops, backward_ops = _CachedFacts(p, shapes)
+    params, state, activations, forward_ops, backward_ops, gradients = _CachedFacts(p, shapes)
     profiles.append(LayerProfile(p.name, flops, params, state, _Elements(shapes), out,
                                  out if activations is None else activations, forward_ops,
-                                 backward_ops))
+                                 backward_ops, gradients))
   return profiles
 
 
