@@ -85,9 +85,16 @@ def CheckModel(model, args, device):
   layer_times = None
   if args.cost == 'measured':
     layer_times = planner.MeasureLayerTimes(layers, p.cost_input_shapes, p.batch_dim)
+  overhead = 0.0
+  if layer_times is not None and args.micro_batch_cost:
+    overhead = planner.MeasureMicroBatchSeconds(layers, p.cost_input_shapes, layer_times,
+                                                device.call_overhead, p.batch_dim)
+  print('%s: each micro-batch after the first costs %.3f ms more (measured)' %
+        (model, 1e3 * overhead), flush=True)
   ranking = planner.PlanPipeline(profiles, batch, args.devices, device, schedules=('gpipe',),
                                  recomputes=args.recomputes, micro_batches=args.ms,
-                                 bytes_per_param=8, title=model, layer_times=layer_times)
+                                 bytes_per_param=8, title=model, layer_times=layer_times,
+                                 micro_batch_overhead=overhead)
   configs = [c for c in ranking.configurations
              if c.replicas == 1 and c.partitions in args.ks and c.fits]
   print('\n%s: batch %d, %d layers; %d configurations (S = 1) of %d ranked' %
@@ -148,6 +155,9 @@ def main(argv=None):
   parser.add_argument('--steps', type=int, default=3, help='Timed steps per config per round.')
   parser.add_argument('--cost', default='measured', choices=('measured', 'flops'),
                       help='Task times from measured per-layer times or from flops and op counts.')
+  parser.add_argument('--micro_batch_cost', type=int, default=1,
+                      help='1: measure what a micro-batch costs beyond its layers and add it to '
+                      'the predicted steps; 0: leave it out.')
   parser.add_argument('--warmup', type=int, default=3, help='Untimed steps when a step is built.')
   args = parser.parse_args(argv)
   args.ks = tuple(int(k) for k in args.ks.split(','))

@@ -28,6 +28,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tensorpipe.measure import simulator
+from tensorpipe.measure import training_step
 from tensorpipe.partition import balancing
 from tensorpipe.partition import cost_model
 from tensorpipe import schedule
@@ -257,7 +258,8 @@ def ScaledProfiles(profiles: Sequence[cost_model.LayerProfile], factor: float
   """The profiles for `factor` times the batch: flops and activation sizes scale, variables not."""
   return [dataclasses.replace(
       p, flops=p.flops * factor, in_elements=p.in_elements * factor,
-      out_elements=p.out_elements * factor, activation_elements=p.activation_elements * factor)
+      out_elements=p.out_elements * factor, activation_elements=p.activation_elements * factor,
+      gradient_elements=p.gradient_elements * factor)
           for p in profiles]
 
 
@@ -295,6 +297,41 @@ def MeasureLayerTimes(layer_params: Sequence[Any], input_shapes: Sequence[Sequen
   return out
 
 
+def MeasureMicroBatchSeconds(layer_params: Sequence[Any], input_shapes: Sequence[Sequence[int]],
+                             layer_times: Sequence[LayerTime], call_overhead: float,
+                             batch_dim: int = 0, rounds: int = 5, steps: int = 3) -> float:
+  """Seconds each micro-batch after the first costs a pipeline beyond its layers' and calls' times:
+  splitting the inputs, joining the outputs and adding its weight gradients to the others'.
+
+  Measured now: the layers as one partition (a measure.training_step.TrainingStep, one op at a
+  time as MeasureLayerTimes) at M = 1 and M = 2, timed interleaved for `rounds` rounds of `steps`
+  steps; the difference of the medians less what the planner already counts for the second
+  micro-batch (its layers' fixed seconds and two more task calls). At least 0.
+  """
+  if len(layer_times) != len(layer_params):
+    raise ValueError('planner: %d layer times for %d layers' % (len(layer_times),
+                                                                len(layer_params)))
+  if int(input_shapes[0][batch_dim]) < 2:
+    return 0.0
+
+  def Inputs():
+    from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
+    return tuple(tf.random.uniform(list(s), seed=i) for i, s in enumerate(input_shapes))
+
+  built = [training_step.TrainingStep('M=%d' % m, layer_params, [len(layer_params)], Inputs, m,
+                                      batch_dim, devices=1, intra_op_threads=1,
+                                      inter_op_threads=1, warmup=1) for m in (1, 2)]
+  try:
+    for r in range(rounds):
+      for step in (built if r % 2 == 0 else built[::-1]):
+        step.Time(steps)
+    extra = built[1].Median() - built[0].Median()
+  finally:
+    for step in built:
+      step.Close()
+  return max(0.0, extra - sum(t.fixed for t in layer_times) - 2 * call_overhead)
+
+
 def LayerSeconds(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
                  num_micro_batches: int, layer_times: Optional[Sequence[LayerTime]] = None,
                  batch: Optional[float] = None) -> List[Tuple[float, float]]:
@@ -317,18 +354,23 @@ def LayerSeconds(profiles: Sequence[cost_model.LayerProfile], device: DeviceProf
 
 def PartitionCosts(layer_seconds: Sequence[Tuple[float, float]], sizes: Sequence[int],
                    device: DeviceProfile, recompute: str, num_micro_batches: int,
-                   splits_backward: bool, backward_parallelism: float = 1.0
-                   ) -> List[simulator.PartitionCost]:
+                   splits_backward: bool, backward_parallelism: float = 1.0,
+                   micro_batch_overhead: float = 0.0,
+                   params: Optional[Sequence[float]] = None) -> List[simulator.PartitionCost]:
   """simulator.PartitionCosts (one micro-batch) of the partitions of `sizes`.
 
   A forward task is its layers' forward seconds plus one call; a backward task re-computes the
   forward pass (with 'except_last', all but the last micro-batch: its mean share), then takes its
   layers' backward seconds (work) plus a call, its ops `backward_parallelism` at a time. Where the
   schedule splits backward passes, the input-gradient and weight-gradient tasks each take half of
-  that, each with its call.
+  that, each with its call. Each micro-batch after the first costs the pipeline
+  `micro_batch_overhead` more (MeasureMicroBatchSeconds): mostly the addition of its weight
+  gradients, so each partition's backward tasks take the share of it that the partition's
+  parameters (`params`, per layer) are of all, (M - 1) / M of it per micro-batch.
   """
   out, start = [], 0
   m = num_micro_batches
+  total = float(sum(params)) if params else 0.0
   share = {'always': 1.0, 'except_last': (m - 1.0) / m, 'never': 0.0}[recompute]
   par = backward_parallelism
   for size in sizes:
@@ -336,6 +378,10 @@ def PartitionCosts(layer_seconds: Sequence[Tuple[float, float]], sizes: Sequence
     start += size
     forward = sum(f for f, _ in layers)
     backward = sum(b for _, b in layers)
+    if micro_batch_overhead and m > 1:
+      share_of_params = (sum(params[start - size:start]) / total if total else
+                         float(size) / len(layer_seconds))
+      backward += micro_batch_overhead * share_of_params * (m - 1.0) / m
     if splits_backward:
       half = backward / 2 / par + device.call_overhead
       out.append(simulator.PartitionCost(
@@ -374,9 +420,10 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
              replicas: int, partitions: int, micro_batches: int, schedule_name: str,
              recompute: str, bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM,
              bytes_per_activation: float = 4, layer_times: Optional[Sequence[LayerTime]] = None,
-             batch: Optional[float] = None) -> Configuration:
+             batch: Optional[float] = None, micro_batch_overhead: float = 0.0) -> Configuration:
   """The prediction for one configuration; `profiles` are for one replica's share of the batch
-  (`batch` examples, which measured `layer_times` need; see LayerSeconds).
+  (`batch` examples, which measured `layer_times` need; see LayerSeconds), `micro_batch_overhead`
+  the seconds each micro-batch after the first costs (see PartitionCosts).
 
   The split is the fastest (by predicted task times) that keeps every device within `memory`; if
   none does, the one that needs the least memory, marked as not fitting.
@@ -399,15 +446,17 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
     sizes = balancing.OptimalSplit(safe, k, where='planner')
   bounds = [0] + [sum(sizes[:i + 1]) for i in range(k)]
   # Besides what MemoryCost holds, a backward pass holds the gradients of the input and the output
-  # of the layer it differentiates, for one micro-batch.
+  # of the layer it differentiates, or more inside it (its largest backward op's), for one
+  # micro-batch.
   device_memory = [Memory(in_flight[i], awaiting[i]).Of(bounds[i], bounds[i + 1]) + max(
-      (p.in_elements + p.out_elements) * bytes_per_activation / m
+      max(p.in_elements + p.out_elements, p.gradient_elements) * bytes_per_activation / m
       for p in profiles[bounds[i]:bounds[i + 1]]) for i in range(k)]
   fits = max(device_memory) <= memory
   why = '' if fits else 'needs %s > %s' % (units.FormatBytes(max(device_memory)),
                                           units.FormatBytes(memory))
   costs = PartitionCosts(layer_seconds, sizes, device, recompute, m, sched.splits_backward,
-                         device.backward_parallelism)
+                         device.backward_parallelism, micro_batch_overhead,
+                         [p.params for p in profiles])
   boundary = max((profiles[b].in_elements * bytes_per_activation / m for b in bounds[1:-1]),
                  default=0.0)
   cores = None if device.cores is None else device.cores / replicas
@@ -430,7 +479,8 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
                  bytes_per_activation: float = 4, title: str = 'pipeline',
                  layer_times: Optional[Sequence[LayerTime]] = None,
                  partitions: Optional[Sequence[int]] = None,
-                 replicas: Optional[Sequence[int]] = None) -> Ranking:
+                 replicas: Optional[Sequence[int]] = None,
+                 micro_batch_overhead: float = 0.0) -> Ranking:
   """Ranks every configuration of the layers of `profiles` on `num_devices` devices.
 
   Args:
@@ -448,6 +498,8 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
     layer_times: measured per-layer times (MeasureLayerTimes) to use instead of flops.
     partitions: the K to try (default: every K that fits the devices and the layers).
     replicas: the S to try (default: every divisor of the batch up to the devices).
+    micro_batch_overhead: seconds each micro-batch after the first costs a pipeline beyond its
+      layers (MeasureMicroBatchSeconds; see PartitionCosts).
 
   Returns:
     A Ranking: fitting configurations by predicted step time (ties: fewer devices, then less
@@ -472,7 +524,7 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
         if name == 'zero_bubble' and mode != 'always':
           continue
         c = Evaluate(replica, device, memory, s, k, m, name, mode, bytes_per_param,
-                     bytes_per_activation, layer_times, batch / s)
+                     bytes_per_activation, layer_times, batch / s, micro_batch_overhead)
         c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
         configurations.append(c)
   if not configurations:

@@ -63,12 +63,13 @@ def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceP
               ) -> List[Tuple[str, planner.Ranking]]:
   """[(pipeline path, planner.Ranking)] for each TensorPipeLayer of model params `cfg`.
 
-  On this machine's CPU devices (a profile with shared `cores`) the layers' times are measured
-  (planner.MeasureLayerTimes); elsewhere they come from flops and the profile.
+  On this machine's CPU devices (a profile with shared `cores`) the layers' times and the cost of
+  a micro-batch beyond them are measured (planner.MeasureLayerTimes, MeasureMicroBatchSeconds);
+  elsewhere they come from flops and the profile.
   """
   out = []
   for path, p, layers, pipeline_batch, profiles in PipelineInputs(cfg, batch):
-    layer_times = None
+    layer_times, overhead = None, 0.0
     if device.cores is not None:
       shapes = [list(s) for s in p.cost_input_shapes]
       for s in shapes:
@@ -76,9 +77,13 @@ def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceP
           s[p.batch_dim] = pipeline_batch
       layer_times = planner.MeasureLayerTimes(layers, shapes, p.batch_dim,
                                               skips=_Skips(layers, p.skip_connections))
+      if not p.skip_connections:  # The measured step runs the layers in a plain chain.
+        overhead = planner.MeasureMicroBatchSeconds(layers, shapes, layer_times,
+                                                    device.call_overhead, p.batch_dim)
     ranking = planner.PlanPipeline(profiles, pipeline_batch, num_devices, device, memory,
                                    schedules=Schedules(p), bytes_per_param=p.bytes_per_param,
-                                   title='%s %s' % (title, path), layer_times=layer_times)
+                                   title='%s %s' % (title, path), layer_times=layer_times,
+                                   micro_batch_overhead=overhead)
     out.append((path, ranking))
   return out
 
