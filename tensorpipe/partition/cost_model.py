@@ -184,14 +184,28 @@ def _Elems(tensor):
   return int(np.prod(tensor.shape.as_list()))
 
 
+# Element-wise ops: TensorFlow's kernels write their output into an input's buffer of the same
+# shape when nothing else reads that input (e.g. a ReLU gradient into the incoming gradient).
+_IN_PLACE = frozenset(['ReluGrad', 'Relu6Grad', 'EluGrad', 'SeluGrad', 'TanhGrad', 'SigmoidGrad',
+                       'Mul', 'AddV2', 'Add', 'Sub', 'RealDiv', 'Neg', 'AddN', 'Square',
+                       'Select', 'SelectV2'])
+
+
 def _GradientElements(backward):
   """The most elements of gradients one of the `backward` ops reads and writes at once: its float
   outputs and the inputs other backward ops made (e.g. a max-pool gradient writes a gradient of
-  the pool's input, larger than the layer's input or output)."""
+  the pool's input, larger than the layer's input or output); an element-wise op's output that can
+  take the buffer of a gradient it reads counts once."""
   made = {op.name for op in backward}
-  return max((sum(_Elems(t) for t in op.outputs) +
-              sum(_Elems(t) for t in op.inputs if t.op.name in made) for op in backward),
-             default=0)
+  most = 0
+  for op in backward:
+    read = [_Elems(t) for t in op.inputs if t.op.name in made]
+    written = [_Elems(t) for t in op.outputs]
+    total = sum(read) + sum(written)
+    if op.type in _IN_PLACE:
+      total -= max((n for n in written if n in read), default=0)
+    most = max(most, total)
+  return most
 
 
 def _Facts(p, in_shapes):
