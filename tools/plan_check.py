@@ -2,10 +2,11 @@ r"""Checks the planner against measured steps on this machine's logical CPU devi
 
 For each model (--models, registered), the planner ranks the configurations of its TensorPipeLayer
 on --devices logical CPU devices (S = 1 replica: the measured step is one pipeline; K in --ks, M in
---ms, re-computation 'always' and 'never', schedule 'gpipe'; the CPU profile measured now). Each of
-those configurations is then built as a `measure.training_step.TrainingStep` with the planner's
-partition sizes (plain SGD: 8 bytes per parameter, weight and gradient, which the planner is told),
-and timed interleaved: --rounds rounds, each running every configuration --steps steps in a rotated
+--ms, re-computation 'always' and 'never', schedules --schedules; the CPU profile measured now).
+Each of those configurations is then built as a `measure.training_step.TrainingStep` with the
+planner's partition sizes and schedule (plain SGD: 8 bytes per parameter, weight and gradient, which
+the planner is told; the last partition ends with a per-example loss layer, so that the '1f1b' and
+'zero_bubble' schedules can run), and timed interleaved: --rounds rounds, each running every configuration --steps steps in a rotated
 order, so that the load of the shared machine hits all alike; the median step counts. One traced
 step per configuration gives each device's peak memory (its variables plus the peak of step
 allocations replayed from the trace, `profiling.Trace.PeakMemory`).
@@ -91,7 +92,7 @@ def CheckModel(model, args, device):
                                                 device.call_overhead, p.batch_dim)
   print('%s: each micro-batch after the first costs %.3f ms more (measured)' %
         (model, 1e3 * overhead), flush=True)
-  ranking = planner.PlanPipeline(profiles, batch, args.devices, device, schedules=('gpipe',),
+  ranking = planner.PlanPipeline(profiles, batch, args.devices, device, schedules=args.schedules,
                                  recomputes=args.recomputes, micro_batches=args.ms,
                                  bytes_per_param=8, title=model, layer_times=layer_times,
                                  micro_batch_overhead=overhead)
@@ -105,7 +106,7 @@ def CheckModel(model, args, device):
     steps.append(training_step.TrainingStep(
         c.Label(), layers, c.sizes, _InputsFn(p.cost_input_shapes), c.micro_batches, p.batch_dim,
         devices=c.partitions, recompute=c.recompute, intra_op_threads=1, inter_op_threads=2,
-        warmup=args.warmup))
+        warmup=args.warmup, schedule=c.schedule, per_example_loss=True))
   print('built in %.0f s' % (time.time() - start), flush=True)
   for r in range(args.rounds):
     shift = r % len(steps)
@@ -116,7 +117,7 @@ def CheckModel(model, args, device):
   for s in steps:
     s.Close()
   predicted = [c.step_time for c in configs]
-  print('%-30s %9s %9s %6s %6s  %-28s %-28s %s' % (
+  print('%-36s %9s %9s %6s %6s  %-28s %-28s %s' % (
       'configuration', 'pred ms', 'meas ms', 'p rank', 'm rank', 'pred MiB / device',
       'meas MiB / device', 'error, fullest'))
   pr, mr = Ranks(predicted), Ranks(measured)
@@ -124,7 +125,7 @@ def CheckModel(model, args, device):
   for i, c in enumerate(configs):
     err = c.peak_memory / max(memory[i]) - 1
     errors.append(err)
-    print('%-30s %9.2f %9.2f %6.1f %6.1f  %-28s %-28s %+.0f%%' % (
+    print('%-36s %9.2f %9.2f %6.1f %6.1f  %-28s %-28s %+.0f%%' % (
         c.Label(), 1e3 * predicted[i], 1e3 * measured[i], pr[i], mr[i],
         ' '.join('%.2f' % (b / MIB) for b in c.device_memory),
         ' '.join('%.2f' % (b / MIB) for b in memory[i]), 100 * err))
@@ -148,6 +149,9 @@ def main(argv=None):
   parser.add_argument('--devices', type=int, default=4, help='Logical CPU devices to plan for.')
   parser.add_argument('--ks', default='1,2,4', help='K values to measure.')
   parser.add_argument('--ms', default='1,2,4,8', help='M values to measure.')
+  parser.add_argument('--schedules', default='gpipe,1f1b,zero_bubble',
+                      help='Schedules to measure, comma-separated (zero_bubble with re-computation '
+                      'only).')
   parser.add_argument('--recomputes', default='always,never',
                       help='Re-computation modes to measure (model=modes;model=modes to differ, '
                       'e.g. amoebanet.TinyAmoebaNetD=always).')
@@ -162,6 +166,7 @@ def main(argv=None):
   args = parser.parse_args(argv)
   args.ks = tuple(int(k) for k in args.ks.split(','))
   args.ms = tuple(int(m) for m in args.ms.split(','))
+  args.schedules = tuple(args.schedules.split(','))
   default_modes, per_model = 'always,never', {}
   for part in args.recomputes.split(';'):
     if '=' in part:
