@@ -295,8 +295,9 @@ def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompu
   activations its backward pass holds (the forward tensors it reads, see Profiles): with
   re-computation those of the micro-batches a partition runs at once (two at most: two forward
   passes with forward_overlap; one more kept with 'except_last'), without it those of every
-  micro-batch waiting for its backward pass. At a partition's first layer: the inputs of the
-  micro-batches waiting for their backward pass, stashed until then.
+  micro-batch waiting for its backward pass; for a layer with weights, its input and output
+  gradient for each micro-batch waiting for a weight-gradient task. At a partition's first layer:
+  the inputs of the micro-batches waiting for their backward pass, stashed until then.
 
   Args:
     profiles: the layers' LayerProfiles for the whole mini-batch.
@@ -307,7 +308,9 @@ def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompu
     stashed: micro-batches waiting for their backward pass on the device at once: M (the default)
       for fill-drain, which runs every forward pass first; fewer for 1F1B (see
       `schedule.Schedule.InFlight`).
-    waiting: micro-batches whose activations wait for a later weight-gradient task (zero-bubble).
+    waiting: micro-batches waiting for a later weight-gradient task (zero-bubble): for each layer
+      with weights, its input and its output gradient are kept until then (that task re-runs the
+      layer from them; see partition_function's _Kept).
     running: with re-computation, micro-batches whose activations are held at once (default
       min(2, M): two forward passes with forward_overlap). A forward pass frees each activation
       once the next layer has read it, and a device runs one backward pass at a time, so 1 is
@@ -320,10 +323,11 @@ def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompu
   else:
     at_once = min(2, m) if running is None else min(running, m)
     held = at_once / m + (1.0 / m if recompute == 'except_last' and m > 1 else 0.0)
-  held += waiting / m
+  kept = waiting / m
   per_layer = [
       p.params * bytes_per_param +
-      (p.state + held * max(p.activation_elements, p.out_elements)) * bytes_per_activation
+      (p.state + held * max(p.activation_elements, p.out_elements) +
+       (kept * (p.in_elements + p.out_elements) if p.params else 0.0)) * bytes_per_activation
       for p in profiles
   ]
   at_start = [p.in_elements * bytes_per_activation * stashed / m for p in profiles]

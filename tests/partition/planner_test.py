@@ -101,6 +101,39 @@ class TestScheduleMemory:
       assert gpipe.device_memory[i] == pytest.approx(m * stash + gradients + outputs)
       assert ofob.device_memory[i] == pytest.approx((k - i) * stash + gradients + outputs)
 
+  def testMicroBatchOverheadGoesToBackwardTasksByParameterShare(self):
+    seconds = [(1.0, 2.0), (1.0, 2.0)]
+    device = planner.DeviceProfile('test', 1e9, 1e9, 1e18, 'constructed', call_overhead=0.0)
+    plain = planner.PartitionCosts(seconds, [1, 1], device, 'never', 4, False)
+    extra = planner.PartitionCosts(seconds, [1, 1], device, 'never', 4, False,
+                                   micro_batch_overhead=0.4, params=[3, 1])
+    # Per micro-batch (M - 1) / M of the overhead, so M micro-batches pay it M - 1 times; the
+    # partition with three quarters of the parameters (and their gradient additions) takes 3/4.
+    assert extra[0].backward - plain[0].backward == pytest.approx(0.4 * 0.75 * 0.75)
+    assert extra[1].backward - plain[1].backward == pytest.approx(0.4 * 0.25 * 0.75)
+    assert [c.forward for c in extra] == [c.forward for c in plain]
+    one = planner.PartitionCosts(seconds, [2], device, 'never', 1, False,
+                                 micro_batch_overhead=0.4, params=[3, 1])
+    assert one[0].backward == planner.PartitionCosts(seconds, [2], device, 'never', 1,
+                                                     False)[0].backward
+
+  def testMicroBatchMeasurementChecksItsArguments(self):
+    with pytest.raises(ValueError, match='planner: 1 layer times for 2 layers'):
+      planner.MeasureMicroBatchSeconds([None, None], [[8, 4]], [planner.LayerTime(0, 0)], 0.0)
+    # One example cannot be split into two micro-batches: nothing to measure.
+    assert planner.MeasureMicroBatchSeconds([None], [[1, 4]], [planner.LayerTime(0, 0)], 0.0) == 0
+
+  def testMicroBatchOverheadMakesMoreMicroBatchesSlower(self):
+    # One partition: its tasks run one after another, so the step is their sum.
+    times = [planner.LayerTime(0.0, 1e-3)] * 8
+    at = {}
+    for overhead in (0.0, 0.01):
+      ranking = _Plan(1e12, partitions=(1,), recomputes=('never',), schedules=('gpipe',),
+                      layer_times=times, micro_batch_overhead=overhead)
+      at[overhead] = {c.micro_batches: c.step_time for c in ranking.configurations}
+    for m in (1, 2, 4):
+      assert at[0.01][m] - at[0.0][m] == pytest.approx((m - 1) * 0.01)
+
   def testMemoryCostDefaultsToFillDrain(self):
     profiles = _Profiles()
     default = cost_model.MemoryCost(profiles, 8, 'never')
