@@ -6,16 +6,17 @@ on --devices logical CPU devices (S = 1 replica: the measured step is one pipeli
 Each of those configurations is then built as a `measure.training_step.TrainingStep` with the
 planner's partition sizes and schedule (plain SGD: 8 bytes per parameter, weight and gradient, which
 the planner is told; the last partition ends with a per-example loss layer, so that the '1f1b' and
-'zero_bubble' schedules can run), and timed interleaved: --rounds rounds, each running every configuration --steps steps in a rotated
-order, so that the load of the shared machine hits all alike; the median step counts. One traced
-step per configuration gives each device's peak memory (its variables plus the peak of step
-allocations replayed from the trace, `profiling.Trace.PeakMemory`).
+'zero_bubble' schedules can run), and timed interleaved: --rounds rounds, each running every
+configuration --steps steps in a rotated order, so that the load of the shared machine hits all
+alike; the median step counts. One traced step per configuration gives each device's peak memory
+(its variables plus the peak of step allocations replayed from the trace,
+`profiling.Trace.PeakMemory`).
 
 Printed per model: predicted and measured step times and ranks, predicted and measured per-device
 peak memory; the Spearman rank correlation of predicted and measured step times, how far the
 planner's first choice is from the fastest measured, and the largest memory errors.
 
-  .venv/bin/python -m tools.plan_check --recomputes='amoebanet.TinyAmoebaNetD=always'  # 15 min
+  .venv/bin/python -m tools.plan_check --recomputes='amoebanet.TinyAmoebaNetD=always'  # 20 min
   .venv/bin/python -m tools.plan_check --models=digits.TinyConvPipeline --rounds=3
 
 Results: docs/benchmarks.md.
@@ -88,7 +89,7 @@ def CheckModel(model, args, device):
     layer_times = planner.MeasureLayerTimes(layers, p.cost_input_shapes, p.batch_dim)
   overhead = 0.0
   if layer_times is not None and args.micro_batch_cost:
-    overhead = planner.MeasureMicroBatchSeconds(layers, p.cost_input_shapes, layer_times,
+    overhead = model_plan.MeasureMicroBatchSeconds(layers, p.cost_input_shapes, layer_times,
                                                 device.call_overhead, p.batch_dim)
   print('%s: each micro-batch after the first costs %.3f ms more (measured)' %
         (model, 1e3 * overhead), flush=True)

@@ -28,7 +28,6 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from tensorpipe.measure import simulator
-from tensorpipe.measure import training_step
 from tensorpipe.partition import balancing
 from tensorpipe.partition import cost_model
 from tensorpipe import schedule
@@ -297,41 +296,6 @@ def MeasureLayerTimes(layer_params: Sequence[Any], input_shapes: Sequence[Sequen
   return out
 
 
-def MeasureMicroBatchSeconds(layer_params: Sequence[Any], input_shapes: Sequence[Sequence[int]],
-                             layer_times: Sequence[LayerTime], call_overhead: float,
-                             batch_dim: int = 0, rounds: int = 5, steps: int = 3) -> float:
-  """Seconds each micro-batch after the first costs a pipeline beyond its layers' and calls' times:
-  splitting the inputs, joining the outputs and adding its weight gradients to the others'.
-
-  Measured now: the layers as one partition (a measure.training_step.TrainingStep, one op at a
-  time as MeasureLayerTimes) at M = 1 and M = 2, timed interleaved for `rounds` rounds of `steps`
-  steps; the difference of the medians less what the planner already counts for the second
-  micro-batch (its layers' fixed seconds and two more task calls). At least 0.
-  """
-  if len(layer_times) != len(layer_params):
-    raise ValueError('planner: %d layer times for %d layers' % (len(layer_times),
-                                                                len(layer_params)))
-  if int(input_shapes[0][batch_dim]) < 2:
-    return 0.0
-
-  def Inputs():
-    from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
-    return tuple(tf.random.uniform(list(s), seed=i) for i, s in enumerate(input_shapes))
-
-  built = [training_step.TrainingStep('M=%d' % m, layer_params, [len(layer_params)], Inputs, m,
-                                      batch_dim, devices=1, intra_op_threads=1,
-                                      inter_op_threads=1, warmup=1) for m in (1, 2)]
-  try:
-    for r in range(rounds):
-      for step in (built if r % 2 == 0 else built[::-1]):
-        step.Time(steps)
-    extra = built[1].Median() - built[0].Median()
-  finally:
-    for step in built:
-      step.Close()
-  return max(0.0, extra - sum(t.fixed for t in layer_times) - 2 * call_overhead)
-
-
 def LayerSeconds(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
                  num_micro_batches: int, layer_times: Optional[Sequence[LayerTime]] = None,
                  batch: Optional[float] = None) -> List[Tuple[float, float]]:
@@ -364,9 +328,10 @@ def PartitionCosts(layer_seconds: Sequence[Tuple[float, float]], sizes: Sequence
   layers' backward seconds (work) plus a call, its ops `backward_parallelism` at a time. Where the
   schedule splits backward passes, the input-gradient and weight-gradient tasks each take half of
   that, each with its call. Each micro-batch after the first costs the pipeline
-  `micro_batch_overhead` more (MeasureMicroBatchSeconds): mostly the addition of its weight
-  gradients, so each partition's backward tasks take the share of it that the partition's
-  parameters (`params`, per layer) are of all, (M - 1) / M of it per micro-batch.
+  `micro_batch_overhead` more (measured by trainer.model_plan.MeasureMicroBatchSeconds): mostly
+  the addition of its weight gradients, so each partition's backward tasks take the share of it
+  that the partition's parameters (`params`, per layer) are of all, (M - 1) / M of it per
+  micro-batch.
   """
   out, start = [], 0
   m = num_micro_batches
@@ -499,7 +464,7 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
     partitions: the K to try (default: every K that fits the devices and the layers).
     replicas: the S to try (default: every divisor of the batch up to the devices).
     micro_batch_overhead: seconds each micro-batch after the first costs a pipeline beyond its
-      layers (MeasureMicroBatchSeconds; see PartitionCosts).
+      layers (model_plan.MeasureMicroBatchSeconds; see PartitionCosts).
 
   Returns:
     A Ranking: fitting configurations by predicted step time (ties: fewer devices, then less

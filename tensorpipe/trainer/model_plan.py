@@ -3,11 +3,13 @@
 Used by `tools.plan` and by the trainer's --tensorpipe_plan flag (see `partition.planner`).
 """
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
+from lingvo import compat as tf
 from lingvo.core import hyperparams
 
 from tensorpipe import layer as layer_lib
+from tensorpipe.measure import training_step
 from tensorpipe.partition import cost_model
 from tensorpipe.partition import planner
 from tensorpipe import units
@@ -17,6 +19,40 @@ def _Skips(layers, skip_connections):
   index = {p.name: i for i, p in enumerate(layers)}
   return [(index[a], index[b]) for a, b in skip_connections or []
           if a in index and b in index and index[a] < index[b]]
+
+
+def MeasureMicroBatchSeconds(layer_params: Sequence[Any], input_shapes: Sequence[Sequence[int]],
+                             layer_times: Sequence[planner.LayerTime], call_overhead: float,
+                             batch_dim: int = 0, rounds: int = 5, steps: int = 3) -> float:
+  """Seconds each micro-batch after the first costs a pipeline beyond its layers' and calls' times:
+  splitting the inputs, joining the outputs and adding its weight gradients to the others'.
+
+  Measured now: the layers as one partition (a measure.training_step.TrainingStep, one op at a
+  time as planner.MeasureLayerTimes) at M = 1 and M = 2, timed interleaved for `rounds` rounds of
+  `steps` steps; the difference of the medians less what the planner already counts for the
+  second micro-batch (its layers' fixed seconds and two more task calls). At least 0.
+  """
+  if len(layer_times) != len(layer_params):
+    raise ValueError('model_plan: %d layer times for %d layers' %
+                     (len(layer_times), len(layer_params)))
+  if int(input_shapes[0][batch_dim]) < 2:
+    return 0.0
+
+  def Inputs():
+    return tuple(tf.random.uniform(list(s), seed=i) for i, s in enumerate(input_shapes))
+
+  built = [training_step.TrainingStep('M=%d' % m, layer_params, [len(layer_params)], Inputs, m,
+                                      batch_dim, devices=1, intra_op_threads=1,
+                                      inter_op_threads=1, warmup=1) for m in (1, 2)]
+  try:
+    for r in range(rounds):
+      for step in (built if r % 2 == 0 else built[::-1]):
+        step.Time(steps)
+    extra = built[1].Median() - built[0].Median()
+  finally:
+    for step in built:
+      step.Close()
+  return max(0.0, extra - sum(t.fixed for t in layer_times) - 2 * call_overhead)
 
 
 def PipelineInputs(cfg: hyperparams.Params, batch: Optional[int] = None
@@ -78,7 +114,7 @@ def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceP
       layer_times = planner.MeasureLayerTimes(layers, shapes, p.batch_dim,
                                               skips=_Skips(layers, p.skip_connections))
       if not p.skip_connections:  # The measured step runs the layers in a plain chain.
-        overhead = planner.MeasureMicroBatchSeconds(layers, shapes, layer_times,
+        overhead = MeasureMicroBatchSeconds(layers, shapes, layer_times,
                                                     device.call_overhead, p.batch_dim)
     ranking = planner.PlanPipeline(profiles, pipeline_batch, num_devices, device, memory,
                                    schedules=Schedules(p), bytes_per_param=p.bytes_per_param,

@@ -117,12 +117,6 @@ class TestScheduleMemory:
     assert one[0].backward == planner.PartitionCosts(seconds, [2], device, 'never', 1,
                                                      False)[0].backward
 
-  def testMicroBatchMeasurementChecksItsArguments(self):
-    with pytest.raises(ValueError, match='planner: 1 layer times for 2 layers'):
-      planner.MeasureMicroBatchSeconds([None, None], [[8, 4]], [planner.LayerTime(0, 0)], 0.0)
-    # One example cannot be split into two micro-batches: nothing to measure.
-    assert planner.MeasureMicroBatchSeconds([None], [[1, 4]], [planner.LayerTime(0, 0)], 0.0) == 0
-
   def testMicroBatchOverheadMakesMoreMicroBatchesSlower(self):
     # One partition: its tasks run one after another, so the step is their sum.
     times = [planner.LayerTime(0.0, 1e-3)] * 8

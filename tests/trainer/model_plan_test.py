@@ -35,3 +35,10 @@ def testMissingShapesNameTheFix():
   cfg.task.pipeline.cost_input_shapes = None
   with pytest.raises(ValueError, match='set task.pipeline.cost_input_shapes'):
     model_plan.PlanModel(cfg, 4, planner.PROFILES['V100-16GB'])
+
+
+def testMicroBatchMeasurementChecksItsArguments():
+  with pytest.raises(ValueError, match='model_plan: 1 layer times for 2 layers'):
+    model_plan.MeasureMicroBatchSeconds([None, None], [[8, 4]], [planner.LayerTime(0, 0)], 0.0)
+  # One example cannot be split into two micro-batches: nothing to measure.
+  assert model_plan.MeasureMicroBatchSeconds([None], [[1, 4]], [planner.LayerTime(0, 0)], 0.0) == 0
