@@ -395,7 +395,11 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
   """
   k, m = partitions, micro_batches
   sched = schedule.SCHEDULES[schedule_name](k, m, 2)
-  in_flight, awaiting = sched.InFlight(), sched.AwaitingWeights()
+  in_flight = sched.InFlight()
+  # A backward pass holds its micro-batch's activations before that micro-batch waits for its
+  # weight-gradient task, so at a device's peak (a backward pass running) one fewer waits than
+  # the most that ever do; after the pass, its kept tensors are fewer than its activations.
+  awaiting = [max(0, a - 1) for a in sched.AwaitingWeights()]
 
   def Memory(stashed, waiting):
     return cost_model.MemoryCost(profiles, m, recompute, bytes_per_param, bytes_per_activation,

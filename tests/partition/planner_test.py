@@ -128,6 +128,19 @@ class TestScheduleMemory:
     for m in (1, 2, 4):
       assert at[0.01][m] - at[0.0][m] == pytest.approx((m - 1) * 0.01)
 
+  def testZeroBubbleHoldsWhatWeightGradientTasksKeep(self):
+    k, m = 4, 8
+    ofob = planner.Evaluate(_Profiles(), _DEVICE, 1e12, 1, k, m, '1f1b', 'always')
+    zb = planner.Evaluate(_Profiles(), _DEVICE, 1e12, 1, k, m, 'zero_bubble', 'always')
+    assert zb.sizes == ofob.sizes == [2, 2, 2, 2]
+    # Both keep K - k micro-batches in flight; zero-bubble adds, for each micro-batch waiting for
+    # its weight-gradient task while a backward pass runs (one fewer than the k + 1 that wait at
+    # most), each weighted layer's input and output gradient: 2 layers x (10000 + 10000) x 4 / M.
+    for i in range(k):
+      kept = min(i + 1, m) - 1
+      assert zb.device_memory[i] - ofob.device_memory[i] == pytest.approx(
+          kept * 2 * 20000 * 4 / m)
+
   def testMemoryCostDefaultsToFillDrain(self):
     profiles = _Profiles()
     default = cost_model.MemoryCost(profiles, 8, 'never')
