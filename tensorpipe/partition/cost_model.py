@@ -270,8 +270,10 @@ def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any],
   """A LayerProfile per layer: FPropMeta flops and shapes, variable counts, activation sizes.
 
   Activation sizes come from building each layer's forward and backward pass on inputs of its
-  shapes in a graph that never runs, and adding up the forward tensors the backward ops read (what
-  backprop keeps alive), so the insides of composite layers count, not only their outputs.
+  shapes in a graph that never runs, and adding up the forward tensors read by the backward ops
+  that compute the input and weight gradients (what backprop keeps alive; tf.gradients also builds
+  gradients of constants and masks, which a step never runs), so the insides of composite layers
+  count, not only their outputs. Gradient sizes: the most one backward op reads and writes.
   """
   metas, out_shapes = ChainMeta(layer_params, input_shapes, skips)
   in_shapes = [shapes for _, shapes in metas]
