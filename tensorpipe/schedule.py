@@ -172,6 +172,7 @@ class Schedule:
           raise ValueError('%s: edge %s -> %s names an unknown action' %
                            (self.name, edge.before, edge.after))
       self._waits.setdefault(edge.after, []).append(edge)
+    self._ticks = None
     self.DryRun()  # Raises on a cycle.
 
   @property
@@ -208,6 +209,11 @@ class Schedule:
     Raises:
       ValueError: if no action can start (a cycle between edges and device orders).
     """
+    if self._ticks is None:
+      self._ticks = self._DryRun()
+    return dict(self._ticks)
+
+  def _DryRun(self) -> Dict[Action, int]:
     start: Dict[Action, int] = {}
     free, nxt = [0] * self.num_partitions, [0] * self.num_partitions
     remaining = sum(len(actions) for actions in self._device_actions)
@@ -254,6 +260,31 @@ class Schedule:
     """Idle share of the devices in the dry run (equal action costs)."""
     ticks = self.Ticks()
     return 1.0 - sum(len(tick) for tick in ticks) / float(self.num_partitions * len(ticks))
+
+  def _MostAtOnce(self, first_kind, last_kind):
+    """Per device: the most micro-batches at one tick of the dry run between their `first_kind`
+    action's tick and their `last_kind` action's tick, both included."""
+    ticks = self.DryRun()
+    out = []
+    for k in range(self.num_partitions):
+      spans = [(ticks[Action(first_kind, k, t)], ticks[Action(last_kind, k, t)])
+               for t in range(self.num_micro_batches) if Action(last_kind, k, t) in ticks]
+      out.append(max((sum(1 for a, b in spans if a <= c <= b) for c in {a for a, _ in spans}),
+                     default=0))
+    return out
+
+  def InFlight(self) -> List[int]:
+    """Per device: the most micro-batches whose forward pass has run and whose backward pass has
+    not ended, at once in the dry run; each holds its stashed boundary input (and, without
+    re-computation, its activations). M on every device for fill-drain, K - k for 1F1B."""
+    return self._MostAtOnce(FORWARD, BACKWARD)
+
+  def AwaitingWeights(self) -> List[int]:
+    """Per device: the most micro-batches between their input-gradient task B and their
+    weight-gradient task W at once in the dry run (each holds what W reads); 0 without W tasks."""
+    if not self.splits_backward:
+      return [0] * self.num_partitions
+    return self._MostAtOnce(BACKWARD, WEIGHT)
 
   def Render(self) -> str:
     """The dry run as a grid: a row per partition, a column per tick, '.' where it idles."""

@@ -14,6 +14,7 @@ import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
+from lingvo.core import base_layer
 from lingvo.core import cluster_factory
 from lingvo.core import hyperparams
 
@@ -22,6 +23,32 @@ from tensorpipe.measure import profiling
 from tensorpipe import placement
 
 PIPELINE_SCOPE = 'net'  # The TensorPipeLayer's name: its own ops are the trace's 'setup'.
+PER_EXAMPLE_LOSS = 'per_example_loss'  # The name of the layer PerExampleSquare appends.
+
+
+class PerExampleSquare(base_layer.BaseLayer):
+  """Per-example losses: the mean square of each example's float outputs, summed over outputs.
+
+  The step's loss (mean square of the outputs) computed per example inside the pipeline, so that
+  the '1f1b' and 'zero_bubble' schedules can run a micro-batch's backward pass before later forward
+  passes.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('batch_dim', 0, 'The outputs\' batch dimension.')
+    return p
+
+  def FProp(self, theta, *outputs):
+    del theta
+    losses = []
+    for y in tf.nest.flatten(outputs):
+      if y is None or not y.dtype.is_floating:
+        continue
+      axes = [a for a in range(y.shape.rank) if a != self.params.batch_dim]
+      losses.append(tf.reduce_mean(tf.square(y), axis=axes))
+    return tf.add_n(losses)
 
 
 class TrainingStep:
@@ -39,13 +66,18 @@ class TrainingStep:
     intra_op_threads, inter_op_threads: the session's thread pools.
     warmup: untimed steps run when the step is built.
     learning_rate: of the SGD update.
+    schedule: the TensorPipeLayer's schedule; '1f1b' and 'zero_bubble' need per_example_loss.
+    per_example_loss: True: the last partition ends with a PerExampleSquare layer and the loss is
+      the mean of its per-example values; False: the loss is the mean square of the pipeline's
+      outputs, computed after it.
   """
 
   def __init__(self, name: str, layers: Sequence[hyperparams.InstantiableParams],
                sizes: Sequence[int], inputs_fn: Callable[[], Tuple[tf.Tensor, ...]],
                num_micro_batches: int, batch_dim: int = 0, devices: Optional[int] = None,
                recompute: str = 'always', intra_op_threads: int = 1, inter_op_threads: int = 2,
-               warmup: int = 3, learning_rate: float = 1e-4):
+               warmup: int = 3, learning_rate: float = 1e-4, schedule: str = 'gpipe',
+               per_example_loss: bool = False):
     if sum(sizes) != len(layers):
       raise ValueError('TrainingStep %s: partition sizes %s do not add up to %d layers' %
                        (name, list(sizes), len(layers)))
@@ -61,13 +93,19 @@ class TrainingStep:
       for size in self.sizes:
         partitions.append([l.Copy() for l in layers[start:start + size]])
         start += size
+      if per_example_loss:
+        partitions[-1].append(PerExampleSquare.Params().Set(name=PER_EXAMPLE_LOSS,
+                                                           batch_dim=batch_dim))
       net = tensorpipe_layer.TensorPipeLayer.Params().Set(
           name=PIPELINE_SCOPE, partitions=partitions, num_micro_batches=num_micro_batches,
-          batch_dim=batch_dim, recompute=recompute).Instantiate()
+          batch_dim=batch_dim, recompute=recompute, schedule=schedule).Instantiate()
       out = [y for y in tf.nest.flatten(net.FPropDefaultTheta(*inputs))
              if y is not None and y.dtype.is_floating]
       with tf.device(out[0].device):
-        loss = tf.add_n([tf.reduce_mean(tf.square(y)) for y in out])
+        if per_example_loss:
+          loss = tf.reduce_mean(out[0])
+        else:
+          loss = tf.add_n([tf.reduce_mean(tf.square(y)) for y in out])
       variables = tf.trainable_variables()
       grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
       updates = []

@@ -39,6 +39,9 @@ class LayerProfile:
   in_elements: int  # Elements of the layer's inputs (the stash if a partition starts here).
   out_elements: int  # Elements of the layer's outputs.
   activation_elements: int = 0  # Elements of forward tensors its backward pass reads.
+  forward_ops: int = 0  # Computing ops of its forward pass (each costs a launch, whatever size).
+  backward_ops: int = 0  # Computing ops of its backward pass (tf.gradients).
+  gradient_elements: int = 0  # Elements of the gradients its largest backward op reads and writes.
 
 
 def _OutsideLayerStack(fn, *args):
@@ -141,11 +144,29 @@ _NOT_ACTIVATIONS = frozenset(['ReadVariableOp', 'Identity', 'IdentityN', 'Const'
                               'NoOp', 'Shape', 'Reshape', 'ExpandDims', 'Squeeze', 'StopGradient'])
 
 
-def _KeptElements(graph, first_forward_op, first_backward_op):
+def _Needed(graph, targets, first_op):
+  """The ops created from `first_op` on that compute `targets`: what a step runs of them (the
+  executor prunes the rest, e.g. the gradients of constants and masks that tf.gradients also
+  builds)."""
+  ops = graph.get_operations()
+  since = {op.name for op in ops[first_op:]}
+  needed, todo = set(), [t.op for t in targets]
+  while todo:
+    op = todo.pop()
+    if op.name in needed or op.name not in since:
+      continue
+    needed.add(op.name)
+    todo.extend(t.op for t in op.inputs)
+    todo.extend(op.control_inputs)
+  return [op for op in ops[first_op:] if op.name in needed]
+
+
+def _KeptElements(graph, first_forward_op, first_backward_op, gradients):
   """Elements of the float tensors of the forward ops (created from `first_forward_op` on) that the
-  backward ops (created from `first_backward_op` on) read: what backprop keeps alive."""
+  backward ops computing `gradients` (created from `first_backward_op` on) read: what backprop
+  keeps alive."""
   forward = graph.get_operations()[first_forward_op:first_backward_op]
-  backward = graph.get_operations()[first_backward_op:]
+  backward = _Needed(graph, gradients, first_backward_op)
   read = {t.name for op in backward for t in op.inputs}
   total = 0
   for op in forward:
@@ -157,27 +178,68 @@ def _KeptElements(graph, first_forward_op, first_backward_op):
   return total
 
 
+def _Elems(tensor):
+  if not tensor.dtype.is_floating or not tensor.shape.is_fully_defined():
+    return 0
+  return int(np.prod(tensor.shape.as_list()))
+
+
+# Element-wise ops: TensorFlow's kernels write their output into an input's buffer of the same
+# shape when nothing else reads that input (e.g. a ReLU gradient into the incoming gradient).
+_IN_PLACE = frozenset(['ReluGrad', 'Relu6Grad', 'EluGrad', 'SeluGrad', 'TanhGrad', 'SigmoidGrad',
+                       'Mul', 'AddV2', 'Add', 'Sub', 'RealDiv', 'Neg', 'AddN', 'Square',
+                       'Select', 'SelectV2'])
+
+
+def _GradientElements(backward):
+  """The most elements of gradients one of the `backward` ops reads and writes at once: its float
+  outputs and the inputs other backward ops made (e.g. a max-pool gradient writes a gradient of
+  the pool's input, larger than the layer's input or output); an element-wise op's output that can
+  take the buffer of a gradient it reads counts once."""
+  made = {op.name for op in backward}
+  most = 0
+  for op in backward:
+    read = [_Elems(t) for t in op.inputs if t.op.name in made]
+    written = [_Elems(t) for t in op.outputs]
+    total = sum(read) + sum(written)
+    if op.type in _IN_PLACE:
+      total -= max((n for n in written if n in read), default=0)
+    most = max(most, total)
+  return most
+
+
 def _Facts(p, in_shapes):
-  """(trainable, other, activation elements or None) of one layer, from a graph never run."""
+  """(trainable, other, activation elements or None, forward ops, backward ops, gradient elements)
+  of one layer, from a graph never run."""
   with tf.Graph().as_default() as graph:
     layer = p.Copy().Instantiate()
     trainable, other = _CountVariables(layer)
     if in_shapes is None:
-      return trainable, other, None
+      return trainable, other, None, 0, 0, 0
     inputs = [None if s is None else tf.zeros(_ToShape(s).ToTensorShape().as_list())
               for s in in_shapes]
     first = len(graph.get_operations())
     try:
       out = layer.FProp(layer.theta, *inputs)
     except (TypeError, ValueError):  # E.g. integer ids: fall back to the outputs' size.
-      return trainable, other, None
+      return trainable, other, None, 0, 0, 0
     ys = [y for y in tf.nest.flatten(out) if y is not None and y.dtype.is_floating]
-    if not ys:
-      return trainable, other, None
     first_backward = len(graph.get_operations())
+    forward_ops = len(_ComputeOps(graph.get_operations()[first:first_backward]))
+    if not ys:
+      return trainable, other, None, forward_ops, 0, 0
     xs = [x for x in inputs if x is not None] + layer.theta.Flatten()
-    tf.gradients([tf.reduce_sum(y) for y in ys], xs)
-    return trainable, other, _KeptElements(graph, first, first_backward)
+    losses = [tf.reduce_sum(y) for y in ys]
+    first_gradient = len(graph.get_operations())
+    grads = [g for g in tf.gradients(losses, xs) if g is not None]
+    backward = _ComputeOps(_Needed(graph, grads, first_gradient))
+    return (trainable, other, _KeptElements(graph, first, first_backward, grads), forward_ops,
+            len(backward), _GradientElements(backward))
+
+
+def _ComputeOps(ops):
+  """The ops of `ops` that compute (not reads, aliases or constants)."""
+  return [op for op in ops if op.type not in _NOT_ACTIVATIONS]
 
 
 def _CachedFacts(p, in_shapes=None):
@@ -208,43 +270,69 @@ def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any],
   """A LayerProfile per layer: FPropMeta flops and shapes, variable counts, activation sizes.
 
   Activation sizes come from building each layer's forward and backward pass on inputs of its
-  shapes in a graph that never runs, and adding up the forward tensors the backward ops read (what
-  backprop keeps alive), so the insides of composite layers count, not only their outputs.
+  shapes in a graph that never runs, and adding up the forward tensors read by the backward ops
+  that compute the input and weight gradients (what backprop keeps alive; tf.gradients also builds
+  gradients of constants and masks, which a step never runs), so the insides of composite layers
+  count, not only their outputs. Gradient sizes: the most one backward op reads and writes.
   """
   metas, out_shapes = ChainMeta(layer_params, input_shapes, skips)
   in_shapes = [shapes for _, shapes in metas]
   out_elements = [_Elements(s) for s in in_shapes[1:]] + [_Elements(out_shapes)]
   profiles = []
   for p, (flops, shapes), out in zip(layer_params, metas, out_elements):
-    params, state, activations = _CachedFacts(p, shapes)
+    params, state, activations, forward_ops, backward_ops, gradients = _CachedFacts(p, shapes)
     profiles.append(LayerProfile(p.name, flops, params, state, _Elements(shapes), out,
-                                 out if activations is None else activations))
+                                 out if activations is None else activations, forward_ops,
+                                 backward_ops, gradients))
   return profiles
 
 
 def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompute: str = 'always',
                bytes_per_param: float = DEFAULT_BYTES_PER_PARAM,
-               bytes_per_activation: float = 4) -> balancing.PartitionCost:
+               bytes_per_activation: float = 4, stashed: Optional[float] = None,
+               waiting: float = 0.0, running: Optional[float] = None) -> balancing.PartitionCost:
   """A partition's per-device bytes as a balancing.PartitionCost (an estimate for budgets, balance).
 
   Per layer: parameters x bytes_per_param (weights and optimizer slots), other variables, and the
   activations its backward pass holds (the forward tensors it reads, see Profiles): with
   re-computation those of the micro-batches a partition runs at once (two at most: two forward
-  passes with forward_overlap; one more kept with 'except_last'), without it those of the whole
-  mini-batch. At a partition's first layer: its input for the whole mini-batch, stashed until the
-  backward pass.
+  passes with forward_overlap; one more kept with 'except_last'), without it those of every
+  micro-batch waiting for its backward pass; for a layer with weights, its input and output
+  gradient for each micro-batch waiting for a weight-gradient task. At a partition's first layer:
+  the inputs of the micro-batches waiting for their backward pass, stashed until then.
+
+  Args:
+    profiles: the layers' LayerProfiles for the whole mini-batch.
+    num_micro_batches: M.
+    recompute: the TensorPipeLayer's recompute mode.
+    bytes_per_param: bytes per trainable parameter with its optimizer slots.
+    bytes_per_activation: bytes per activation element (4 for float32).
+    stashed: micro-batches waiting for their backward pass on the device at once: M (the default)
+      for fill-drain, which runs every forward pass first; fewer for 1F1B (see
+      `schedule.Schedule.InFlight`).
+    waiting: micro-batches waiting for a later weight-gradient task (zero-bubble): for each layer
+      with weights, its input and its output gradient are kept until then (that task re-runs the
+      layer from them; see partition_function's _Kept).
+    running: with re-computation, micro-batches whose activations are held at once (default
+      min(2, M): two forward passes with forward_overlap). A forward pass frees each activation
+      once the next layer has read it, and a device runs one backward pass at a time, so 1 is
+      closer where the whole partition's activations matter (the planner's estimate).
   """
   m = num_micro_batches
+  stashed = m if stashed is None else min(stashed, m)
   if recompute == 'never':
-    held = 1.0
+    held = stashed / m
   else:
-    held = min(2, m) / m + (1.0 / m if recompute == 'except_last' and m > 1 else 0.0)
+    at_once = min(2, m) if running is None else min(running, m)
+    held = at_once / m + (1.0 / m if recompute == 'except_last' and m > 1 else 0.0)
+  kept = waiting / m
   per_layer = [
       p.params * bytes_per_param +
-      (p.state + held * max(p.activation_elements, p.out_elements)) * bytes_per_activation
+      (p.state + held * max(p.activation_elements, p.out_elements) +
+       (kept * (p.in_elements + p.out_elements) if p.params else 0.0)) * bytes_per_activation
       for p in profiles
   ]
-  at_start = [p.in_elements * bytes_per_activation for p in profiles]
+  at_start = [p.in_elements * bytes_per_activation * stashed / m for p in profiles]
   return balancing.PartitionCost(per_layer, at_start, what='memory')
 
 
@@ -269,7 +357,8 @@ def MeasureSeconds(layer_params: Sequence[Any], input_shapes: Optional[Sequence[
                    device: Optional[str] = None, repeats: int = 5,
                    input_fn: Optional[Callable[[], Any]] = None,
                    timer: Optional[Callable[[Any, Any, int], float]] = None,
-                   skips: Sequence[Tuple[int, int]] = ()) -> List[float]:
+                   skips: Sequence[Tuple[int, int]] = (),
+                   config: Optional[Any] = None) -> List[float]:
   """Median seconds of each layer's forward + backward pass, each layer run alone.
 
   Each layer's inputs are what the layers before it produce from random inputs, stored in variables
@@ -285,15 +374,17 @@ def MeasureSeconds(layer_params: Sequence[Any], input_shapes: Optional[Sequence[
     timer: `timer(session, step, repeats)` -> the cost of one layer's step; default StepSeconds
       (wall clock). Tests inject a deterministic cost here.
     skips: (source, destination) layer indices of skip connections (see ChainMeta).
+    config: the session's ConfigProto (e.g. one thread, to time work rather than span); default:
+      TensorFlow's thread pools, soft placement off.
 
   Returns:
     L floats (seconds, or the timer's unit).
   """
   return _OutsideLayerStack(_MeasureSeconds, layer_params, input_shapes, device, repeats, input_fn,
-                            timer or StepSeconds, skips)
+                            timer or StepSeconds, skips, config)
 
 
-def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer, skips):
+def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer, skips, config):
   graph = tf.Graph()
   with graph.as_default(), tf.device(_LocalDevice(device)):
     if input_fn is not None:
@@ -323,7 +414,7 @@ def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer
       args = out if isinstance(out, tuple) else (out,)
       outs.append(out)
     init = tf.global_variables_initializer()
-  config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
+  config = config or tf.compat.v1.ConfigProto(allow_soft_placement=False)
   seconds = []
   with tf.compat.v1.Session(graph=graph, config=config) as sess:
     sess.run(init)

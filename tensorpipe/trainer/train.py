@@ -37,6 +37,9 @@ Extra flags:
                    seconds.
   --list_models    prints the registered models and exits: each marked tiny (trains on 2 CPU cores
                    in minutes) or paper-scale, with its K and its description.
+  --tensorpipe_plan=N (with --tensorpipe_plan_device, --tensorpipe_plan_memory)
+                   logs the planner's ranked configurations of the model for N devices at
+                   start-up, and the flags that apply the best (see tools.plan).
   --tensorpipe_profile_every_n_steps=N (default 100; 0: off)
                    the trainer traces step 2 and every N-th step, and logs and summarises
                    per-partition forward/backward/re-computation times and per-device busy time and
@@ -65,6 +68,7 @@ from lingvo.core import py_utils
 
 from tensorpipe.trainer import cpu_devices
 from tensorpipe.trainer import liveness
+from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
 from tensorpipe.trainer import startup
@@ -86,6 +90,18 @@ flags.DEFINE_integer(
     'the partitions of a TensorPipeLayer run in separate processes; the worker tasks of '
     '--cluster_spec then hold (number of tasks) / N data-parallel replicas. Unset: Lingvo\'s '
     'default, one replica per worker task.', lower_bound=1)
+flags.DEFINE_integer(
+    'tensorpipe_plan', 0,
+    'Log the planner\'s ranked configurations (replicas x partitions, M, schedule, '
+    're-computation) of the model\'s TensorPipeLayers for this many devices at start-up, with '
+    'the flags that apply the best; 0: off. See --tensorpipe_plan_device.', lower_bound=0)
+flags.DEFINE_string(
+    'tensorpipe_plan_device', 'cpu',
+    'Device profile --tensorpipe_plan plans for: cpu (this machine, measured) or a named '
+    'accelerator (python -m tools.plan --list_devices).')
+flags.DEFINE_string(
+    'tensorpipe_plan_memory', '',
+    'Memory per device for --tensorpipe_plan, e.g. 16GiB; empty: the profile\'s.')
 flags.DEFINE_integer(
     'startup_timeout_s', 120,
     'With --cluster_spec: seconds the controller and trainer client wait for every worker task to '
@@ -354,6 +370,21 @@ def Validate():
             (FLAGS.model, k, name, path, k, split, k, k, k))
   if jobs and all(_IsEvalOnlyJob(j) for j in jobs):
     _CheckEvalCheckpoints(jobs, cfg)
+  if FLAGS.tensorpipe_plan and datasets:
+    LogModelPlan(registry.ModelParams(FLAGS.model, 'Train'))
+
+
+def LogModelPlan(cfg):
+  """Logs the plan of model params `cfg` for --tensorpipe_plan devices (registry.UsageError on a
+  bad profile or memory, or a model that fits no configuration)."""
+  try:
+    text = model_plan.PlanText(cfg, FLAGS.tensorpipe_plan, FLAGS.tensorpipe_plan_device,
+                               FLAGS.tensorpipe_plan_memory or None, FLAGS.model)
+  except ValueError as e:
+    raise registry.UsageError('--tensorpipe_plan: %s' % e) from e
+  for line in text.splitlines():
+    _Log('plan: %s', line)
+  return text
 
 
 def _CheckEvalCheckpoints(jobs, cfg):

@@ -36,6 +36,27 @@ class TrainingStepTest(test_utils.TestCase):
     self.assertEqual(matmuls['CPU:0'], 3 * matmuls['CPU:1'])
     self.assertTrue(all(t >= 0 for t in trace.Busy().values()))
 
+  def testPerExampleLossRunsTheOneFOneBSchedule(self):
+    layers = helpers.DenseLayers(2, dim=8)
+    with tf.Graph().as_default():
+      loss = training_step.PerExampleSquare.Params().Set(name='l').Instantiate()
+      y = tf.constant([[1.0, 3.0], [2.0, 2.0]])
+      per_example = loss.FProp(loss.theta, y, 2 * y)
+      with self.session():
+        self.assertAllClose(self.evaluate(per_example), [5.0 + 20.0, 4.0 + 16.0])
+    step = training_step.TrainingStep('1f1b', layers, [1, 1], lambda: (tf.random.uniform([8, 8], seed=1),), 4,
+                                      devices=2,
+                                      warmup=0, learning_rate=0.1, schedule='1f1b',
+                                      per_example_loss=True)
+    try:
+      first = step.Run()
+      self.assertLess(step.Run(), first)  # The SGD updates lower the loss.
+      trace = step.Trace()
+    finally:
+      step.Close()
+    # Partition 1 runs the loss layer on each micro-batch.
+    self.assertEqual({op.micro_batch for op in trace.ops if op.partition == 1}, {0, 1, 2, 3})
+
   def testErrorsNameTheValues(self):
     with self.assertRaisesRegex(ValueError, r'TrainingStep s: partition sizes \[2, 1\] do not add '
                                 'up to 4 layers'):

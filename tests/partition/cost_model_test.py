@@ -21,6 +21,22 @@ class _WithState(helpers.Dense):
                         trainable=False)
 
 
+class _MaskedProjection(base_layer.BaseLayer):
+  """x @ w times a constant mask: tf.gradients also builds the mask's gradient, which reads the
+  product; a step prunes it, since nobody asks for a constant's gradient."""
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateVariable('w', py_utils.WeightParams([4, 4]))
+
+  def FProp(self, theta, x):
+    return tf.matmul(x, theta.w) * tf.constant(0.5, shape=[2, 4])
+
+  @classmethod
+  def FPropMeta(cls, p, x):
+    return py_utils.NestedMap(flops=2 * x.num_elements() * 4, out_shapes=(x,))
+
+
 class CostModelTest(test_utils.TestCase):
 
   def testProfilesChainShapesAndCountVariables(self):
@@ -41,6 +57,24 @@ class CostModelTest(test_utils.TestCase):
     self.assertEqual(profiles[0].activation_elements, 512 + 128)
     self.assertEqual(profiles[1].activation_elements, 128)
 
+  def testActivationsAreWhatTheNeededGradientsRead(self):
+    profile, = cost_model.Profiles([_MaskedProjection.Params().Set(name='masked')], [[2, 4]])
+    # The input and weight gradients read the mask and the input and weight, none of which the
+    # layer's forward ops made; only the pruned mask gradient reads the product.
+    self.assertEqual(profile.activation_elements, 0)
+    # The needed backward ops: the summed output's gradient (Fill, Tile), the mask multiplication
+    # and the two MatMuls (input and weight); not the mask gradient's multiplication.
+    self.assertEqual(profile.backward_ops, 5)
+
+  def testGradientElementsAreTheLargestBackwardOp(self):
+    conv = classifier.ConvBlock.Params().Set(name='conv', filter_shape=(3, 3, 1, 4), pool=True)
+    profile, = cost_model.Profiles([conv], [[2, 8, 8, 1]])
+    # The max-pool gradient reads the pooled gradient (2 x 4 x 4 x 4) and writes one of the relu
+    # output (2 x 8 x 8 x 4); the relu gradient writes into the gradient it reads (counted once);
+    # the conv's input gradient reads 512 and writes 128.
+    self.assertEqual(profile.gradient_elements, 512 + 128)
+    self.assertGreater(profile.gradient_elements, profile.in_elements + profile.out_elements)
+
   def testBillionParameterLayerIsCountedWithoutAllocating(self):
     huge = helpers.Dense.Params().Set(name='huge', dim=40000)  # 1.6e9 weights, 6.4 GB as float32.
     self.assertEqual(cost_model.ParamCounts([huge]), [(1600000000, 0)])
@@ -56,6 +90,18 @@ class CostModelTest(test_utils.TestCase):
     self.assertEqual(last.Of(0, 1), 10 * 12 + 2 * 4 + 400 * 3 / 8 * 4 + 100 * 4)
     single = cost_model.MemoryCost([profile], 1, 'always', bytes_per_param=12)
     self.assertEqual(single.Of(0, 1), 10 * 12 + 2 * 4 + 400 * 4 + 100 * 4)
+
+  def testWeightGradientTasksKeepInputsAndOutputGradients(self):
+    weighted = cost_model.LayerProfile('w', 1.0, params=10, state=0, in_elements=100,
+                                       out_elements=50, activation_elements=400)
+    plain = cost_model.LayerProfile('p', 1.0, params=0, state=0, in_elements=100,
+                                    out_elements=50, activation_elements=400)
+    for profile, kept in ((weighted, 2 / 8 * (100 + 50) * 4), (plain, 0.0)):
+      base = cost_model.MemoryCost([profile], 8, 'always', stashed=4, running=1)
+      waiting = cost_model.MemoryCost([profile], 8, 'always', stashed=4, waiting=2, running=1)
+      # Two micro-batches waiting for a weight-gradient task keep a weighted layer's input and
+      # output gradient, not its activations; a layer without weights has no such task.
+      self.assertAlmostEqual(waiting.Of(0, 1) - base.Of(0, 1), kept)
 
   def testMeasureSecondsTakesIntegerInputs(self):
     emb = lingvo_layers.SimpleEmbeddingLayer.Params().Set(name='emb', vocab_size=50,

@@ -82,6 +82,27 @@ class ValidateTest(test_utils.TestCase):
   def testValidConfiguration(self):
     self._Validate()
 
+  def testPlanIsLoggedAndItsFlagsApply(self):
+    with mock.patch.object(train, '_Log') as log:
+      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V100-16GB')
+    lines = [call.args[1] for call in log.call_args_list if call.args[0] == 'plan: %s']
+    self.assertIn('rank', lines[1])
+    best = re.search(r'best: S=(\d+) K=(\d+) M=(\d+) (\S+) (\S+); train it with: '
+                     r'--worker_gpus=(\d+) --worker_split_size=(\d+) '
+                     r'--model_params_override="(.*)"', lines[-1])
+    s, k, m, sched, recompute, gpus, split, override = best.groups()
+    self.assertEqual((int(gpus), int(split)), (int(s) * int(k), int(k)))
+    with flagsaver.flagsaver(model_params_override=override):
+      cfg = registry.ModelParams(MODEL, 'Train')
+    p = cfg.task.pipeline
+    self.assertEqual((p.num_partitions, p.num_micro_batches, p.schedule, p.recompute),
+                     (int(k), int(m), sched, recompute))
+
+  def testPlanWithAnUnknownProfile(self):
+    with self.assertRaisesRegex(registry.UsageError, r"--tensorpipe_plan: unknown device profile "
+                                r"'V200'; known profiles: cpu, A100-40GB"):
+      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V200')
+
   def testTooFewCpuDevices(self):
     with self.assertRaisesRegex(registry.UsageError, r'needs 4 devices per model split.*'
                                 r'--cpu_devices=2'):

@@ -1,0 +1,558 @@
+"""Planner: which data parallelism, K, M, schedule and re-computation to train a pipeline with.
+
+Given a pipeline's layers, its mini-batch and N devices of a `DeviceProfile`, `PlanPipeline` tries
+every configuration: S data-parallel replicas of K partitions (S x K <= N), M micro-batches,
+schedule ('gpipe', '1f1b', 'zero_bubble') and re-computation mode, and ranks them by predicted step
+time, marking those whose fullest device would not fit the device memory. It only combines the
+existing parts:
+- `cost_model.Profiles`: each layer's forward flops, its ops, parameters and activation sizes for
+  the mini-batch; a replica's share of the batch scales flops and activations linearly.
+- task times: flops / the device's rate plus a launch cost per op (`DeviceProfile.op_overhead`)
+  and per partition call (`call_overhead`): small micro-batches do not make ops cheaper than that.
+- `balancing.OptimalSplit`: K partitions balanced by predicted time, every device within memory.
+- `cost_model.MemoryCost`: per-device bytes, with the micro-batches each device holds at once as
+  the schedule's own dry run counts them (`schedule.Schedule.InFlight`: M for fill-drain, K - k
+  for 1F1B; plus `AwaitingWeights` for zero-bubble).
+- `simulator.Simulate`: plays the schedule's action lists with those times; logical CPU devices
+  share their cores (`DeviceProfile.cores`), accelerators are independent.
+Data-parallel replicas add a ring all-reduce of the fullest partition's gradients over the link.
+
+Device profiles: `PROFILES` holds public spec-sheet figures of accelerators (with their sources);
+`MeasureCpu` measures this machine's CPU devices on the spot (a matmul rate, the launch cost of an
+op and of a graph-function call, a copy rate) as TensorPipe's CPU sessions run ops.
+"""
+
+import dataclasses
+import os
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from tensorpipe.measure import simulator
+from tensorpipe.partition import balancing
+from tensorpipe.partition import cost_model
+from tensorpipe import schedule
+from tensorpipe import units
+
+RECOMPUTE_MODES = ('always', 'except_last', 'never')
+MICRO_BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
+GIB = 2.0**30
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProfile:
+  """What the planner needs to know of one device.
+
+  peak_flops: floating-point operations per second at the precision trained in (dense).
+  memory: bytes of device memory.
+  link_bandwidth: bytes per second between two neighbouring devices (one direction).
+  source: where the figures come from.
+  efficiency: the share of peak_flops a training step's ops reach.
+  op_overhead: seconds each op costs whatever its size (launch, scheduling).
+  call_overhead: seconds each task (one call of a partition's graph function) costs.
+  cores: for logical devices sharing a processor (CPU devices of one process), the ops that run at
+    once over all of them; None for independent devices (accelerators).
+  backward_parallelism: ops of a backward task that run at once (2 where a layer's input and weight
+    gradient products run on two threads; 1 on a device with one stream).
+  """
+  name: str
+  peak_flops: float
+  memory: float
+  link_bandwidth: float
+  source: str
+  efficiency: float = 0.5
+  op_overhead: float = 5e-6
+  call_overhead: float = 1e-5
+  cores: Optional[float] = None
+  backward_parallelism: float = 1.0
+
+  @property
+  def rate(self) -> float:
+    """Flops per second the planner expects of a training step's ops."""
+    return self.peak_flops * self.efficiency
+
+
+_A100 = DeviceProfile(
+    'A100-40GB', 312e12, 40 * GIB, 300e9,
+    'https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/'
+    'nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf (SXM: BF16 312 TFLOPS dense, 40 or 80 GB, '
+    'NVLink 600 GB/s both directions)')
+# Public figures, per device as TensorPipe uses it (one GPU; one TPU core). Peak: the dense
+# tensor-core / matrix-unit rate at the training precision the paper or common practice uses
+# (float32 on P100 and V100 without mixed precision, bfloat16 on A100, H100 and TPUs). Efficiency
+# 0.5 and 5 us per kernel launch are assumptions, not spec-sheet figures; TPUs run a step compiled
+# by XLA as a whole, so no per-op launch cost.
+PROFILES: Dict[str, DeviceProfile] = {
+    p.name: p for p in [
+        DeviceProfile(
+            'P100-16GB-PCIe', 9.3e12, 16 * GIB, 15.75e9,
+            'https://images.nvidia.com/content/tesla/pdf/nvidia-tesla-p100-PCIe-datasheet.pdf '
+            '(FP32 9.3 TFLOPS, 16 GB HBM2, PCIe 3.0 x16; the paper\'s GPUs without NVLink)'),
+        DeviceProfile(
+            'V100-16GB', 15.7e12, 16 * GIB, 150e9,
+            'https://images.nvidia.com/content/technologies/volta/pdf/'
+            'volta-v100-datasheet-update-us-1165301-r5.pdf (SXM2: FP32 15.7 TFLOPS, 16 GB, '
+            'NVLink 300 GB/s both directions)'),
+        _A100,
+        dataclasses.replace(_A100, name='A100-80GB', memory=80 * GIB),
+        DeviceProfile(
+            'H100-80GB-SXM', 989e12, 80 * GIB, 450e9,
+            'https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet '
+            '(SXM: BF16 1979 TFLOPS with sparsity = 989 dense, 80 GB, NVLink 900 GB/s both '
+            'directions)'),
+        DeviceProfile(
+            'TPUv2-core', 22.5e12, 8 * GIB, 62e9,
+            'https://cloud.google.com/tpu/docs/system-architecture-tpu-vm (v2: 45 TFLOPS and '
+            '16 GiB HBM per chip of 2 cores); ICI 496 Gbit/s per link: Jouppi et al., ISCA 2021, '
+            'https://doi.org/10.1109/ISCA52012.2021.00010 (the paper\'s Table 1 AmoebaNet runs)',
+            op_overhead=0.0),
+        DeviceProfile(
+            'TPUv3-core', 61.5e12, 16 * GIB, 82e9,
+            'https://cloud.google.com/tpu/docs/system-architecture-tpu-vm (v3: 123 TFLOPS bf16 '
+            'and 32 GiB HBM per chip of 2 cores); ICI 656 Gbit/s per link: Jouppi et al., ISCA '
+            '2021, https://doi.org/10.1109/ISCA52012.2021.00010 (the paper\'s Cloud TPUv3)',
+            op_overhead=0.0),
+    ]
+}
+CPU = 'cpu'  # The profile name of this machine's CPU devices, measured by `MeasureCpu`.
+
+
+def KnownProfiles() -> List[str]:
+  return [CPU] + sorted(PROFILES)
+
+
+def Profile(name: str) -> DeviceProfile:
+  """The named profile of PROFILES, or this machine's CPU devices measured now for 'cpu'.
+
+  Raises:
+    ValueError: for an unknown name, listing the known ones.
+  """
+  if name == CPU:
+    return MeasureCpu()
+  if name not in PROFILES:
+    raise ValueError('unknown device profile %r; known profiles: %s' %
+                     (name, ', '.join(KnownProfiles())))
+  return PROFILES[name]
+
+
+def _SessionConfig(intra_op_threads, inter_op_threads):
+  """A one-device session's ConfigProto with these thread pools (as placement.SessionConfig)."""
+  from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
+  config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
+  config.intra_op_parallelism_threads = intra_op_threads
+  config.inter_op_parallelism_threads = inter_op_threads
+  return config
+
+
+def _Seconds(fn, repeats):
+  fn()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return sorted(times)[len(times) // 2]
+
+
+def MeasureCpu(intra_op_threads: int = 1, inter_op_threads: int = 2, repeats: int = 5,
+               memory: Optional[float] = None) -> DeviceProfile:
+  """This machine's logical CPU devices as TensorPipe's CPU sessions run them, measured now.
+
+  Sessions with `intra_op_threads` threads per op and `inter_op_threads` ops at once (as the
+  benchmarks' and the trainer's CPU runs); peak_flops: a 256^3 float32 matmul's rate (efficiency
+  1: the ops of a step are taken to run as fast); op_overhead: a chain of 200 tiny ops per op;
+  call_overhead: a chain of 50 graph-function calls per call, less the op inside; link bandwidth:
+  a 16 MiB copy's rate; memory: `memory` or the machine's RAM. A few seconds; the result varies
+  with the machine's load.
+  """
+  from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
+  config = _SessionConfig(intra_op_threads, inter_op_threads)
+  with tf.Graph().as_default() as graph:
+    a = tf.Variable(tf.random.uniform([256, 256], -0.1, 0.1), name='a')
+    chain = a
+    for _ in range(8):  # Dependent matmuls: one at a time, each on one thread.
+      chain = tf.matmul(chain, a)
+    matmuls = tf.reduce_sum(chain)
+    x = tf.Variable(1.0, name='x')
+    y = x
+    for _ in range(200):
+      y = y * 1.0001
+    big = tf.Variable(tf.zeros([4 << 20]), name='big')
+    copy = tf.reduce_sum(tf.identity(big) + 1.0)
+
+    # A call of a graph function that is never inlined, as TensorPipeLayer's tasks are.
+    tiny = tf.function(lambda v: v * 1.0001, autograph=False,
+                       experimental_attributes={'_noinline': True}).get_concrete_function(
+                           tf.TensorSpec([], tf.float32))
+    z = x
+    for _ in range(50):
+      z = tiny(z)
+    init = tf.global_variables_initializer()
+  with tf.Session(graph=graph, config=config) as sess:
+    sess.run(init)
+    matmul_s = _Seconds(lambda: sess.run(matmuls), repeats)
+    chain_s = _Seconds(lambda: sess.run(y), repeats)
+    calls_s = _Seconds(lambda: sess.run(z), repeats)
+    copy_s = _Seconds(lambda: sess.run(copy), repeats)
+  op_overhead = chain_s / 200
+  if memory is None:
+    memory = float(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES'))
+  return DeviceProfile(
+      CPU, peak_flops=8 * 2 * 256**3 / max(matmul_s - 9 * op_overhead, 1e-9), memory=memory,
+      link_bandwidth=3 * 16 * 2**20 / max(copy_s, 1e-9),
+      source='measured on this machine (%d cores, %d inter-op threads)' %
+      (os.cpu_count() or 1, inter_op_threads),
+      efficiency=1.0, op_overhead=op_overhead,
+      call_overhead=max(0.0, calls_s / 50 - op_overhead),
+      cores=float(min(os.cpu_count() or 1, inter_op_threads)), backward_parallelism=2.0)
+
+
+@dataclasses.dataclass
+class Configuration:
+  """One configuration and what the planner predicts for it."""
+  replicas: int  # S
+  partitions: int  # K
+  micro_batches: int  # M
+  schedule: str
+  recompute: str
+  sizes: List[int]  # Layers per partition.
+  step_time: float  # Seconds per mini-batch (all replicas together).
+  examples_per_second: float
+  bubble: float  # Idle share of the devices in the simulated step.
+  device_memory: List[float]  # Predicted peak bytes of each partition's device.
+  fits: bool
+  why: str = ''  # Why it does not fit (empty if it does).
+
+  @property
+  def peak_memory(self) -> float:
+    return max(self.device_memory)
+
+  @property
+  def devices(self) -> int:
+    return self.replicas * self.partitions
+
+  def Label(self) -> str:
+    return 'S=%d K=%d M=%d %s %s' % (self.replicas, self.partitions, self.micro_batches,
+                                     self.schedule, self.recompute)
+
+
+@dataclasses.dataclass
+class Ranking:
+  """Configurations, best first: those that fit by predicted step time, then those that do not."""
+  title: str
+  profile: DeviceProfile
+  memory: float
+  batch: int
+  configurations: List[Configuration]
+
+  @property
+  def best(self) -> Configuration:
+    return self.configurations[0]
+
+  def __str__(self) -> str:
+    return Format(self)
+
+
+def ScaledProfiles(profiles: Sequence[cost_model.LayerProfile], factor: float
+                   ) -> List[cost_model.LayerProfile]:
+  """The profiles for `factor` times the batch: flops and activation sizes scale, variables not."""
+  return [dataclasses.replace(
+      p, flops=p.flops * factor, in_elements=p.in_elements * factor,
+      out_elements=p.out_elements * factor, activation_elements=p.activation_elements * factor,
+      gradient_elements=p.gradient_elements * factor)
+          for p in profiles]
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerTime:
+  """A layer's measured forward + backward seconds as fixed + per_example x examples."""
+  fixed: float
+  per_example: float
+
+
+def MeasureLayerTimes(layer_params: Sequence[Any], input_shapes: Sequence[Sequence[int]],
+                      batch_dim: int = 0, device: Optional[str] = None, small: int = 8,
+                      skips: Sequence[Tuple[int, int]] = ()) -> List[LayerTime]:
+  """Each layer's forward + backward time, measured alone at the full batch and at 1/`small` of it
+  (cost_model.MeasureSeconds) and fitted as fixed + per-example seconds.
+
+  Measured one op at a time (one thread), so the times are work (core-seconds), as flops give;
+  the simulator spreads a backward task over the device's backward_parallelism. The fixed part is
+  what a micro-batch costs however small (op launches, kernel set-up), which flops alone miss on
+  CPUs; the fit holds between the two batch sizes measured.
+  """
+  batch = int(input_shapes[0][batch_dim])
+  low = max(1, batch // small)
+
+  def Shapes(b):
+    return [[b if i == batch_dim else d for i, d in enumerate(s)] for s in input_shapes]
+
+  config = _SessionConfig(1, 1)
+  full = cost_model.MeasureSeconds(layer_params, Shapes(batch), device, skips=skips, config=config)
+  part = cost_model.MeasureSeconds(layer_params, Shapes(low), device, skips=skips, config=config)
+  out = []
+  for t_full, t_low in zip(full, part):
+    per_example = max(0.0, (t_full - t_low) / (batch - low)) if batch > low else 0.0
+    out.append(LayerTime(max(0.0, t_low - per_example * low), per_example))
+  return out
+
+
+def LayerSeconds(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
+                 num_micro_batches: int, layer_times: Optional[Sequence[LayerTime]] = None,
+                 batch: Optional[float] = None) -> List[Tuple[float, float]]:
+  """Per layer, for one micro-batch: (forward, backward) seconds.
+
+  From flops: compute is flops / M / rate and a backward pass computes twice its forward flops (the
+  input and the weight gradients), plus op counts x op_overhead, which do not shrink with M. From
+  measured `layer_times` (for `batch` examples): fixed + per_example x batch / M, a third of it
+  forward and two thirds backward.
+  """
+  m = num_micro_batches
+  if layer_times is not None:
+    if len(layer_times) != len(profiles):
+      raise ValueError('planner: %d layer times for %d layers' % (len(layer_times), len(profiles)))
+    totals = [t.fixed + t.per_example * batch / m for t in layer_times]
+    return [(t / 3, 2 * t / 3) for t in totals]
+  return [(p.flops / m / device.rate + p.forward_ops * device.op_overhead,
+           2 * p.flops / m / device.rate + p.backward_ops * device.op_overhead) for p in profiles]
+
+
+def PartitionCosts(layer_seconds: Sequence[Tuple[float, float]], sizes: Sequence[int],
+                   device: DeviceProfile, recompute: str, num_micro_batches: int,
+                   splits_backward: bool, backward_parallelism: float = 1.0,
+                   micro_batch_overhead: float = 0.0,
+                   params: Optional[Sequence[float]] = None) -> List[simulator.PartitionCost]:
+  """simulator.PartitionCosts (one micro-batch) of the partitions of `sizes`.
+
+  A forward task is its layers' forward seconds plus one call; a backward task re-computes the
+  forward pass (with 'except_last', all but the last micro-batch: its mean share), then takes its
+  layers' backward seconds (work) plus a call, its ops `backward_parallelism` at a time. Where the
+  schedule splits backward passes, the input-gradient and weight-gradient tasks each take half of
+  that, each with its call. Each micro-batch after the first costs the pipeline
+  `micro_batch_overhead` more (measured by trainer.model_plan.MeasureMicroBatchSeconds): mostly
+  the addition of its weight gradients, so each partition's backward tasks take the share of it
+  that the partition's parameters (`params`, per layer) are of all, (M - 1) / M of it per
+  micro-batch.
+  """
+  out, start = [], 0
+  m = num_micro_batches
+  total = float(sum(params)) if params else 0.0
+  share = {'always': 1.0, 'except_last': (m - 1.0) / m, 'never': 0.0}[recompute]
+  par = backward_parallelism
+  for size in sizes:
+    layers = layer_seconds[start:start + size]
+    start += size
+    forward = sum(f for f, _ in layers)
+    backward = sum(b for _, b in layers)
+    if micro_batch_overhead and m > 1:
+      share_of_params = (sum(params[start - size:start]) / total if total else
+                         float(size) / len(layer_seconds))
+      backward += micro_batch_overhead * share_of_params * (m - 1.0) / m
+    if splits_backward:
+      half = backward / 2 / par + device.call_overhead
+      out.append(simulator.PartitionCost(
+          forward + device.call_overhead, half, share * forward, backward_parallelism=par,
+          weight=half, weight_parallelism=par))
+    else:
+      out.append(simulator.PartitionCost(forward + device.call_overhead,
+                                         backward / par + device.call_overhead, share * forward,
+                                         backward_parallelism=par))
+  return out
+
+
+def _Divisors(n):
+  return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _Check(num_devices, memory, batch, schedules, recomputes):
+  if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
+    raise ValueError('planner: the number of devices must be a positive integer, got %r' %
+                     (num_devices,))
+  if not memory or memory <= 0:
+    raise ValueError('planner: device memory must be a positive number of bytes, got %r' %
+                     (memory,))
+  if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+    raise ValueError('planner: the batch must be a positive integer, got %r (give --batch or '
+                     'cost_input_shapes)' % (batch,))
+  for name in schedules:
+    if name not in schedule.SCHEDULES:
+      raise ValueError('planner: schedule %r is not one of %s' % (name, tuple(schedule.SCHEDULES)))
+  for mode in recomputes:
+    if mode not in RECOMPUTE_MODES:
+      raise ValueError('planner: recompute %r is not one of %s' % (mode, RECOMPUTE_MODES))
+
+
+def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile, memory: float,
+             replicas: int, partitions: int, micro_batches: int, schedule_name: str,
+             recompute: str, bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM,
+             bytes_per_activation: float = 4, layer_times: Optional[Sequence[LayerTime]] = None,
+             batch: Optional[float] = None, micro_batch_overhead: float = 0.0) -> Configuration:
+  """The prediction for one configuration; `profiles` are for one replica's share of the batch
+  (`batch` examples, which measured `layer_times` need; see LayerSeconds), `micro_batch_overhead`
+  the seconds each micro-batch after the first costs (see PartitionCosts).
+
+  The split is the fastest (by predicted task times) that keeps every device within `memory`; if
+  none does, the one that needs the least memory, marked as not fitting.
+  """
+  k, m = partitions, micro_batches
+  sched = schedule.SCHEDULES[schedule_name](k, m, 2)
+  in_flight = sched.InFlight()
+  # A backward pass holds its micro-batch's activations before that micro-batch waits for its
+  # weight-gradient task, so at a device's peak (a backward pass running) one fewer waits than
+  # the most that ever do; after the pass, its kept tensors are fewer than its activations.
+  awaiting = [max(0, a - 1) for a in sched.AwaitingWeights()]
+
+  def Memory(stashed, waiting):
+    return cost_model.MemoryCost(profiles, m, recompute, bytes_per_param, bytes_per_activation,
+                                 stashed=stashed, waiting=waiting, running=1)
+
+  layer_seconds = LayerSeconds(profiles, device, m, layer_times, batch)
+  times = balancing.PartitionCost([f + b for f, b in layer_seconds], where='planner')
+  # The split holds every device to the most any device of the schedule holds: safe for all.
+  safe = Memory(max(in_flight), max(awaiting))
+  try:
+    sizes = balancing.OptimalSplit(times, k, safe, memory, where='planner')
+  except ValueError:
+    sizes = balancing.OptimalSplit(safe, k, where='planner')
+  bounds = [0] + [sum(sizes[:i + 1]) for i in range(k)]
+  # Besides what MemoryCost holds, a backward pass holds the gradients of the input and the output
+  # of the layer it differentiates, or more inside it (its largest backward op's), for one
+  # micro-batch.
+  device_memory = [Memory(in_flight[i], awaiting[i]).Of(bounds[i], bounds[i + 1]) + max(
+      max(p.in_elements + p.out_elements, p.gradient_elements) * bytes_per_activation / m
+      for p in profiles[bounds[i]:bounds[i + 1]]) for i in range(k)]
+  fits = max(device_memory) <= memory
+  why = '' if fits else 'needs %s > %s' % (units.FormatBytes(max(device_memory)),
+                                          units.FormatBytes(memory))
+  costs = PartitionCosts(layer_seconds, sizes, device, recompute, m, sched.splits_backward,
+                         device.backward_parallelism, micro_batch_overhead,
+                         [p.params for p in profiles])
+  boundary = max((profiles[b].in_elements * bytes_per_activation / m for b in bounds[1:-1]),
+                 default=0.0)
+  cores = None if device.cores is None else device.cores / replicas
+  result = simulator.Simulate(costs, sched, transfer=boundary / device.link_bandwidth,
+                              cores=cores)
+  step = result.step_time
+  if replicas > 1:  # Ring all-reduce of the fullest partition's float32 gradients.
+    grads = max(sum(p.params for p in profiles[bounds[i]:bounds[i + 1]]) for i in range(k)) * 4
+    step += 2.0 * (replicas - 1) / replicas * grads / device.link_bandwidth
+  return Configuration(replicas, k, m, schedule_name, recompute, list(sizes), step, 0.0,
+                       result.idle_fraction, device_memory, fits, why)
+
+
+def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_devices: int,
+                 device: DeviceProfile, memory: Optional[float] = None,
+                 schedules: Sequence[str] = ('gpipe',),
+                 recomputes: Sequence[str] = RECOMPUTE_MODES,
+                 micro_batches: Sequence[int] = MICRO_BATCH_CHOICES,
+                 bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM,
+                 bytes_per_activation: float = 4, title: str = 'pipeline',
+                 layer_times: Optional[Sequence[LayerTime]] = None,
+                 partitions: Optional[Sequence[int]] = None,
+                 replicas: Optional[Sequence[int]] = None,
+                 micro_batch_overhead: float = 0.0) -> Ranking:
+  """Ranks every configuration of the layers of `profiles` on `num_devices` devices.
+
+  Args:
+    profiles: cost_model.Profiles of the layers for a mini-batch of `batch` examples.
+    batch: the global mini-batch; S replicas each get batch / S (S must divide it).
+    num_devices: N; configurations use S x K <= N devices.
+    device: the devices' DeviceProfile.
+    memory: bytes per device (default: the profile's).
+    schedules: the schedules to try ('1f1b' and 'zero_bubble' need per-example losses).
+    recomputes: the re-computation modes to try ('zero_bubble' takes 'always' only).
+    micro_batches: the M to try (at most a replica's batch).
+    bytes_per_param: bytes per trainable parameter with its optimizer slots.
+    bytes_per_activation: bytes per activation element.
+    title: names the model in the table.
+    layer_times: measured per-layer times (MeasureLayerTimes) to use instead of flops.
+    partitions: the K to try (default: every K that fits the devices and the layers).
+    replicas: the S to try (default: every divisor of the batch up to the devices).
+    micro_batch_overhead: seconds each micro-batch after the first costs a pipeline beyond its
+      layers (model_plan.MeasureMicroBatchSeconds; see PartitionCosts).
+
+  Returns:
+    A Ranking: fitting configurations by predicted step time (ties: fewer devices, then less
+    memory), then the others by the memory they need.
+
+  Raises:
+    ValueError: bad arguments, or no configuration fits: the message names the least memory per
+      device that one would fit in.
+  """
+  memory = device.memory if memory is None else float(memory)
+  _Check(num_devices, memory, batch, schedules, recomputes)
+  shapes = [(s, k, m) for s in _Divisors(batch)
+            if s <= num_devices and (replicas is None or s in replicas)
+            for k in range(1, min(num_devices // s, len(profiles)) + 1)
+            if partitions is None or k in partitions
+            for m in micro_batches if m <= batch // s]
+  configurations = []
+  for s, k, m in shapes:
+    replica = ScaledProfiles(profiles, 1.0 / s)
+    for name in schedules:
+      for mode in recomputes:
+        if name == 'zero_bubble' and mode != 'always':
+          continue
+        c = Evaluate(replica, device, memory, s, k, m, name, mode, bytes_per_param,
+                     bytes_per_activation, layer_times, batch / s, micro_batch_overhead)
+        c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
+        configurations.append(c)
+  if not configurations:
+    raise ValueError('planner: no configuration to try with %d devices, batch %d and M in %s' %
+                     (num_devices, batch, list(micro_batches)))
+  if not any(c.fits for c in configurations):
+    least = min(configurations, key=lambda c: c.peak_memory)
+    raise ValueError(
+        '%s fits no configuration on %d devices of %s: the least memory one needs is %s per '
+        'device (%s); give devices of at least that much memory, more devices, or a smaller '
+        'batch' % (title, num_devices, units.FormatBytes(memory),
+                   units.FormatBytes(least.peak_memory), least.Label()))
+  configurations.sort(key=lambda c: (not c.fits, c.step_time if c.fits else c.peak_memory,
+                                     c.devices, c.peak_memory))
+  return Ranking(title, device, memory, batch, configurations)
+
+
+def Overrides(config: Configuration, pipeline_path: str = 'task.pipeline') -> str:
+  """The --model_params_override text that sets `config` on the TensorPipeLayer at the path."""
+  return '; '.join('%s.%s: %s' % (pipeline_path, key, value) for key, value in (
+      ('num_partitions', config.partitions), ('num_micro_batches', config.micro_batches),
+      ('schedule', config.schedule), ('recompute', config.recompute)))
+
+
+def TrainerFlags(config: Configuration, device: DeviceProfile,
+                 pipeline_path: str = 'task.pipeline') -> str:
+  """Trainer flags that run `config`: devices, split size and the params override."""
+  n, k = config.devices, config.partitions
+  if device.cores is not None:
+    where = '--cpu_devices=%d --worker_split_size=%d' % (n, k)
+  elif device.name.startswith('TPU'):
+    where = '--worker_tpus=%d --worker_split_size=%d' % (n, k)
+  else:
+    where = '--worker_gpus=%d --worker_split_size=%d' % (n, k)
+  return '%s --model_params_override="%s"' % (where, Overrides(config, pipeline_path))
+
+
+def Format(ranking: Ranking, limit: Optional[int] = 20) -> str:
+  """The ranking as a table (the first `limit` rows, and the best of those that do not fit)."""
+  p = ranking.profile
+  lines = ['%s: batch %d, devices %s (%s), %s each; %.3g Tflop/s, link %.3g GB/s' % (
+      ranking.title, ranking.batch, p.name, 'shared %g cores' % p.cores if p.cores else
+      'independent', units.FormatBytes(ranking.memory), p.rate / 1e12, p.link_bandwidth / 1e9)]
+  header = ('rank', 'S', 'K', 'M', 'schedule', 'recompute', 'step ms', 'examples/s', 'bubble',
+            'peak/device', 'fits')
+  rows = [header]
+  shown = ranking.configurations if limit is None else ranking.configurations[:limit]
+  not_shown = [c for c in ranking.configurations[len(shown):] if not c.fits][:3]
+  for i, c in enumerate(shown + not_shown):
+    rank = str(i + 1) if i < len(shown) else str(ranking.configurations.index(c) + 1)
+    rows.append((rank, str(c.replicas), str(c.partitions), str(c.micro_batches), c.schedule,
+                 c.recompute, '%.3f' % (1e3 * c.step_time), '%.1f' % c.examples_per_second,
+                 '%.1f%%' % (100 * c.bubble), units.FormatBytes(c.peak_memory),
+                 'yes' if c.fits else 'no: ' + c.why))
+  widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+  for r in rows:
+    lines.append('  '.join(v.ljust(w) if i in (4, 5, 10) else v.rjust(w)
+                           for i, (v, w) in enumerate(zip(r, widths))).rstrip())
+  hidden = len(ranking.configurations) - len(shown) - len(not_shown)
+  if hidden > 0:
+    lines.append('(%d more configurations not shown)' % hidden)
+  return '\n'.join(lines)

@@ -1,0 +1,197 @@
+"""Planner: rankings on constructed costs, schedule-aware memory, profiles and errors."""
+
+import functools
+
+import pytest
+
+from tensorpipe.partition import cost_model
+from tensorpipe.partition import planner
+from tensorpipe import schedule
+from tensorpipe import units
+
+# An accelerator-like device: 1 Gflop/s, no per-op or per-call costs, a link so fast that
+# transfers cost nothing.
+_DEVICE = planner.DeviceProfile('test', peak_flops=1e9, memory=1e9, link_bandwidth=1e18,
+                                source='constructed', efficiency=1.0, op_overhead=0.0,
+                                call_overhead=0.0)
+
+
+def _Profiles(num_layers=8, flops=1e9, params=1000, activations=100000, boundary=10000):
+  """Equal layers for a mini-batch: `flops` each, `activations` held, `boundary` in and out."""
+  return [cost_model.LayerProfile('l%d' % i, flops, params, 0, boundary, boundary, activations,
+                                  forward_ops=10, backward_ops=20) for i in range(num_layers)]
+
+
+def _Plan(memory=1e9, **kwargs):
+  args = dict(schedules=('gpipe', '1f1b', 'zero_bubble'), micro_batches=(1, 2, 4), replicas=(1,))
+  args.update(kwargs)
+  return planner.PlanPipeline(_Profiles(), 16, 4, _DEVICE, memory, **args)
+
+
+@functools.lru_cache(maxsize=None)
+def _Least():
+  """The least per-device memory any configuration of _Plan needs."""
+  return min(c.peak_memory for c in _Plan(memory=1e12).configurations)
+
+
+class TestRanking:
+
+  def testFittingFirstByStepTimeThenTheRestMarked(self):
+    memory = 1.5 * _Least()
+    ranking = _Plan(memory=memory)
+    configs = ranking.configurations
+    fits = [c.fits for c in configs]
+    assert fits[0] and not all(fits)
+    assert fits == sorted(fits, reverse=True)  # Every fitting one before every other.
+    times = [c.step_time for c in configs if c.fits]
+    assert times == sorted(times)
+    for c in configs:
+      assert c.fits == (c.peak_memory <= memory)
+      if not c.fits:
+        assert c.why == 'needs %s > %s' % (units.FormatBytes(c.peak_memory),
+                                          units.FormatBytes(memory))
+    assert 'no: needs' in str(ranking)
+
+  def testMoreMemoryNeverMakesTheBestWorse(self):
+    best = [_Plan(memory=_Least() * f).best.step_time for f in (1.0, 1.3, 2.0, 100.0)]
+    assert best == sorted(best, reverse=True) and best[-1] < best[0]
+
+  def testEqualStagesGiveTheTextbookBubble(self):
+    for k, m in ((2, 4), (4, 4), (4, 8)):
+      c = planner.Evaluate(_Profiles(), _DEVICE, 1e12, 1, k, m, 'gpipe', 'always')
+      assert c.bubble == pytest.approx(schedule.BubbleFraction(k, m))
+      # Re-computation: each micro-batch's task takes forward + (forward + 2 x forward) flops.
+      per_stage = 8 / k * 1.0 * 4 / m
+      assert c.step_time == pytest.approx((m + k - 1) * per_stage)
+
+  def testPipeliningBeatsOneDeviceAndReplicasAddTheirAllReduce(self):
+    one = planner.Evaluate(_Profiles(), _DEVICE, 1e12, 1, 1, 8, 'gpipe', 'never')
+    four = planner.Evaluate(_Profiles(), _DEVICE, 1e12, 1, 4, 8, 'gpipe', 'never')
+    assert four.step_time < one.step_time / 2
+    slow = planner.DeviceProfile('slow link', 1e9, 1e9, 1e3, 'constructed', efficiency=1.0,
+                                 op_overhead=0.0, call_overhead=0.0)
+    half = planner.ScaledProfiles(_Profiles(), 0.5)
+    alone = planner.Evaluate(half, _DEVICE, 1e12, 1, 1, 1, 'gpipe', 'never')
+    two = planner.Evaluate(half, slow, 1e12, 2, 1, 1, 'gpipe', 'never')
+    # Ring all-reduce of 8000 float32 gradients over 1 kB/s: 2 (S - 1) / S x 32 kB = 32 s.
+    assert two.step_time == pytest.approx(alone.step_time + 32.0)
+
+
+class TestScheduleMemory:
+
+  @pytest.mark.parametrize('k,m', [(2, 3), (4, 8), (4, 2), (3, 16)])
+  def testInFlightCountsAreTheClosedForms(self, k, m):
+    assert schedule.FillDrainSchedule(k, m, 2).InFlight() == [m] * k
+    assert schedule.OneFOneBSchedule(k, m, 2).InFlight() == [min(k - i, m) for i in range(k)]
+    zb = schedule.ZeroBubbleSchedule(k, m, 2)
+    assert zb.InFlight() == [min(k - i, m) for i in range(k)]
+    assert zb.AwaitingWeights() == [min(i + 1, m) for i in range(k)]
+    assert schedule.FillDrainSchedule(k, m).AwaitingWeights() == [0] * k
+
+  def testDeviceMemoryFollowsTheSchedule(self):
+    profiles = _Profiles(activations=0, params=0)  # Only stashed boundary inputs and gradients.
+    k, m = 4, 8
+    gpipe = planner.Evaluate(profiles, _DEVICE, 1e12, 1, k, m, 'gpipe', 'always')
+    ofob = planner.Evaluate(profiles, _DEVICE, 1e12, 1, k, m, '1f1b', 'always')
+    gradients = 2 * 10000 * 4 / m  # One micro-batch's input and output gradient of a layer.
+    stash = 10000 * 4 / m  # One micro-batch's boundary input.
+    # Re-computed outputs of the one micro-batch a device back-propagates, for its 2 layers.
+    outputs = 2 * 10000 * 4 / m
+    for i in range(k):
+      assert gpipe.device_memory[i] == pytest.approx(m * stash + gradients + outputs)
+      assert ofob.device_memory[i] == pytest.approx((k - i) * stash + gradients + outputs)
+
+  def testMicroBatchOverheadGoesToBackwardTasksByParameterShare(self):
+    seconds = [(1.0, 2.0), (1.0, 2.0)]
+    device = planner.DeviceProfile('test', 1e9, 1e9, 1e18, 'constructed', call_overhead=0.0)
+    plain = planner.PartitionCosts(seconds, [1, 1], device, 'never', 4, False)
+    extra = planner.PartitionCosts(seconds, [1, 1], device, 'never', 4, False,
+                                   micro_batch_overhead=0.4, params=[3, 1])
+    # Per micro-batch (M - 1) / M of the overhead, so M micro-batches pay it M - 1 times; the
+    # partition with three quarters of the parameters (and their gradient additions) takes 3/4.
+    assert extra[0].backward - plain[0].backward == pytest.approx(0.4 * 0.75 * 0.75)
+    assert extra[1].backward - plain[1].backward == pytest.approx(0.4 * 0.25 * 0.75)
+    assert [c.forward for c in extra] == [c.forward for c in plain]
+    one = planner.PartitionCosts(seconds, [2], device, 'never', 1, False,
+                                 micro_batch_overhead=0.4, params=[3, 1])
+    assert one[0].backward == planner.PartitionCosts(seconds, [2], device, 'never', 1,
+                                                     False)[0].backward
+
+  def testMicroBatchOverheadMakesMoreMicroBatchesSlower(self):
+    # One partition: its tasks run one after another, so the step is their sum.
+    times = [planner.LayerTime(0.0, 1e-3)] * 8
+    at = {}
+    for overhead in (0.0, 0.01):
+      ranking = _Plan(1e12, partitions=(1,), recomputes=('never',), schedules=('gpipe',),
+                      layer_times=times, micro_batch_overhead=overhead)
+      at[overhead] = {c.micro_batches: c.step_time for c in ranking.configurations}
+    for m in (1, 2, 4):
+      assert at[0.01][m] - at[0.0][m] == pytest.approx((m - 1) * 0.01)
+
+  def testZeroBubbleHoldsWhatWeightGradientTasksKeep(self):
+    k, m = 4, 8
+    ofob = planner.Evaluate(_Profiles(), _DEVICE, 1e12, 1, k, m, '1f1b', 'always')
+    zb = planner.Evaluate(_Profiles(), _DEVICE, 1e12, 1, k, m, 'zero_bubble', 'always')
+    assert zb.sizes == ofob.sizes == [2, 2, 2, 2]
+    # Both keep K - k micro-batches in flight; zero-bubble adds, for each micro-batch waiting for
+    # its weight-gradient task while a backward pass runs (one fewer than the k + 1 that wait at
+    # most), each weighted layer's input and output gradient: 2 layers x (10000 + 10000) x 4 / M.
+    for i in range(k):
+      kept = min(i + 1, m) - 1
+      assert zb.device_memory[i] - ofob.device_memory[i] == pytest.approx(
+          kept * 2 * 20000 * 4 / m)
+
+  def testMemoryCostDefaultsToFillDrain(self):
+    profiles = _Profiles()
+    default = cost_model.MemoryCost(profiles, 8, 'never')
+    explicit = cost_model.MemoryCost(profiles, 8, 'never', stashed=8)
+    assert default.Partitions([4, 4]) == explicit.Partitions([4, 4])
+    fewer = cost_model.MemoryCost(profiles, 8, 'never', stashed=2)
+    assert fewer.Partitions([8])[0] < default.Partitions([8])[0]
+
+
+class TestErrors:
+
+  def testFitsNothingNamesTheLeastMemory(self):
+    least = _Least()
+    with pytest.raises(ValueError, match='least memory one needs is %s per device' %
+                       units.FormatBytes(least)):
+      _Plan(memory=least * 0.99)
+    assert _Plan(memory=least).best.peak_memory == least
+
+  def testUnknownProfileListsTheKnownOnes(self):
+    with pytest.raises(ValueError, match="unknown device profile 'V200'; known profiles: cpu, "
+                       'A100-40GB'):
+      planner.Profile('V200')
+    assert planner.Profile('TPUv3-core').memory == 16 * 2**30
+
+  @pytest.mark.parametrize('kwargs,message', [
+      (dict(num_devices=0), 'number of devices must be a positive integer, got 0'),
+      (dict(batch=0), 'batch must be a positive integer, got 0'),
+      (dict(schedules=('fifo',)), "schedule 'fifo' is not one of"),
+      (dict(recomputes=('sometimes',)), "recompute 'sometimes' is not one of"),
+  ])
+  def testBadArguments(self, kwargs, message):
+    args = dict(profiles=_Profiles(), batch=16, num_devices=4, device=_DEVICE)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+      planner.PlanPipeline(**args)
+
+  def testProfilesHaveSources(self):
+    for p in planner.PROFILES.values():
+      assert p.source.startswith('https://') and p.peak_flops > 0 and p.memory > 0
+
+
+class TestFlags:
+
+  def testOverridesAndTrainerFlags(self):
+    best = _Plan().best
+    text = planner.Overrides(best, 'task.encoder')
+    assert text == ('task.encoder.num_partitions: %d; task.encoder.num_micro_batches: %d; '
+                    'task.encoder.schedule: %s; task.encoder.recompute: %s' %
+                    (best.partitions, best.micro_batches, best.schedule, best.recompute))
+    cpu = planner.DeviceProfile('cpu', 1e9, 1e9, 1e9, 'constructed', cores=2.0)
+    assert planner.TrainerFlags(best, cpu).startswith(
+        '--cpu_devices=%d --worker_split_size=%d ' % (best.devices, best.partitions))
+    assert planner.TrainerFlags(best, _DEVICE).startswith('--worker_gpus=')
+    assert planner.TrainerFlags(best, planner.PROFILES['TPUv3-core']).startswith('--worker_tpus=')
