@@ -2,7 +2,7 @@ r"""Plans a registered model: S replicas x K partitions, M, schedule and re-comp
 
 For each TensorPipeLayer of the model's training params, every configuration on N devices of a
 device profile is predicted (step time, examples/s, bubble, per-device peak memory) and ranked,
-those that do not fit the device memory marked with what they need (`tensorpipe.partition.planner`).
+those that do not fit the device memory marked with what they need (`tensorpipe.measure.planner`).
 The last line gives the trainer flags that apply the best one.
 
   .venv/bin/python -m tools.plan --model=digits.TinyConvPipeline --devices=4
@@ -22,7 +22,7 @@ import argparse  # pylint: disable=g-import-not-at-top
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 
-from tensorpipe.partition import planner  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import planner  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import model_plan  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
 from tensorpipe import units  # pylint: disable=g-import-not-at-top

@@ -38,7 +38,7 @@ from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
 
 from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import training_step  # pylint: disable=g-import-not-at-top
-from tensorpipe.partition import planner  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import planner  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import model_plan  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
 

@@ -1,6 +1,6 @@
 """The planner for a registered model: its TensorPipeLayers' layers, shapes and batch, planned.
 
-Used by `tools.plan` and by the trainer's --tensorpipe_plan flag (see `partition.planner`).
+Used by `tools.plan` and by the trainer's --tensorpipe_plan flag (see `measure.planner`).
 """
 
 from typing import Any, List, Optional, Sequence, Tuple
@@ -11,7 +11,7 @@ from lingvo.core import hyperparams
 from tensorpipe import layer as layer_lib
 from tensorpipe.measure import training_step
 from tensorpipe.partition import cost_model
-from tensorpipe.partition import planner
+from tensorpipe.measure import planner
 from tensorpipe import units
 
 

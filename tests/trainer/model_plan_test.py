@@ -3,7 +3,7 @@
 import pytest
 from absl import flags
 
-from tensorpipe.partition import planner
+from tensorpipe.measure import planner
 from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import registry
 

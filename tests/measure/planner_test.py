@@ -5,7 +5,7 @@ import functools
 import pytest
 
 from tensorpipe.partition import cost_model
-from tensorpipe.partition import planner
+from tensorpipe.measure import planner
 from tensorpipe import schedule
 from tensorpipe import units
 
