@@ -78,6 +78,13 @@ def _Checkpoints(logdir):
                 for f in glob.glob(os.path.join(logdir, 'train', 'ckpt-*.index')))
 
 
+def _LatestStep(logdir):
+  """The step of the checkpoint that the checkpoint state file names, or -1. A save writes that
+  file last (atomically), so a step named there is a save that has ended."""
+  path = tf.train.latest_checkpoint(os.path.join(logdir, 'train'))
+  return -1 if path is None else int(re.search(r'ckpt-(\d+)$', path).group(1))
+
+
 def _CheckpointStep(logdir):
   """The global step inside the latest checkpoint (what a restart restores)."""
   path = tf.train.latest_checkpoint(os.path.join(logdir, 'train'))
@@ -154,8 +161,11 @@ class MultiHostTrainingTest(test_utils.TestCase):
     return out
 
   def _WaitForCheckpointAfter(self, logdir, step, job):
+    """Waits (bounded) until a save after `step` has ended; its step. The controller saves at most
+    once per loop of 10 s, so a fault made right after meets no save in progress (a SIGTERM during
+    one could leave the state file naming the controller's checkpoint, not the trainer client's)."""
     deadline = time.monotonic() + _WAIT_S
-    while not [s for s in _Checkpoints(logdir) if s > step]:
+    while _LatestStep(logdir) <= step:
       for name, (proc, log) in job.items():
         self.assertIsNone(proc.poll(), '%s ended: %s' % (name, _Read(log)[-3000:]))
       self.assertLess(time.monotonic(), deadline, 'no checkpoint after step %d' % step)
