@@ -92,6 +92,9 @@ def _CheckpointStep(logdir):
 
 
 @pytest.mark.slow
+# A hang guard above pytest.ini's: five cold starts of six processes and 800 steps take about 4
+# minutes idle, and several times that on a loaded machine.
+@pytest.mark.timeout(1800)
 class MultiHostTrainingTest(test_utils.TestCase):
   """S = 2 replicas x K = 2 partitions of the digits model on 4 worker hosts, the controller and
   the trainer client on a fifth; faults one after another, each followed by a restart of the same
