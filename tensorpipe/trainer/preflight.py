@@ -8,11 +8,11 @@ reads (`UnusedTaskTrainOverrides`), and the worker tasks of a multi-process job 
 
 import os
 import re
-import socket
 import time
 
 from tensorpipe import layer as layer_lib
 from tensorpipe import nested_params
+from tensorpipe.trainer import liveness
 from tensorpipe.trainer import registry
 
 
@@ -134,14 +134,12 @@ def WaitForWorkers(spec, timeout_s, poll_s=0.5, clock=time.monotonic, sleep=time
     if job != 'worker':
       continue
     for task, address in enumerate(addresses):
-      host, _, port = address.rpartition(':')
       while True:
-        try:
-          with socket.create_connection((host, int(port)), timeout=poll_s):
-            break
-        except (OSError, ValueError) as e:
-          if clock() > deadline:
-            raise registry.UsageError(
-                'task %s:%d at %s is not reachable after %d s (%s); start it, or fix its address '
-                'in --cluster_spec' % (job, task, address, timeout_s, e)) from e
-          sleep(poll_s)
+        ok, why = liveness.CanConnect(address, poll_s)
+        if ok:
+          break
+        if clock() > deadline:
+          raise registry.UsageError(
+              'task %s:%d at %s is not reachable after %d s (%s); start it, or fix its address '
+              'in --cluster_spec' % (job, task, address, timeout_s, why))
+        sleep(poll_s)
