@@ -15,15 +15,13 @@ functions".
 from typing import ContextManager, Optional, Union
 
 from lingvo import compat as tf
-from tensorflow.core.framework import attr_value_pb2
-from tensorflow.python.ops import gen_array_ops
 
-_DO_NOT_REMOVE = {'_grappler_do_not_remove': attr_value_pb2.AttrValue(b=True)}
+from tensorpipe import tf_internals
 
 
 def Kept() -> ContextManager[None]:
   """Scope in which new ops carry the attribute that stops grappler removing or fusing them."""
-  return tf.get_default_graph()._attr_scope(_DO_NOT_REMOVE)  # pylint: disable=protected-access
+  return tf_internals.KeptByGrappler(tf.get_default_graph())
 
 
 def Dense(grad: Union[None, tf.Tensor, tf.IndexedSlices]) -> Optional[tf.Tensor]:
@@ -53,5 +51,6 @@ def AddInPlace(total: tf.Tensor, grad: Optional[tf.Tensor]) -> tf.Tensor:
     raise ValueError('AddInPlace: no running sum to add to')
   shape = tf.shape(total)
   flat = tf.reshape(total, [1, -1])
-  summed = gen_array_ops.inplace_add(flat, [0], tf.reshape(tf.cast(grad, total.dtype), [1, -1]))
+  summed = tf.raw_ops.InplaceAdd(
+      x=flat, i=[0], v=tf.reshape(tf.cast(grad, total.dtype), [1, -1]))
   return tf.reshape(summed, shape)

@@ -21,6 +21,8 @@ from typing import Callable, Dict, List, Sequence
 
 from lingvo import compat as tf
 
+from tensorpipe import tf_internals
+
 # Ops that read only their input's shape (and dtype), never its values.
 SHAPE_READS = frozenset(['Shape', 'ShapeN', 'Size', 'Rank', 'ZerosLike', 'OnesLike'])
 # Ops whose output shape depends on their input's values: zeros would give another shape.
@@ -123,7 +125,7 @@ class _Copier:
     reason = None
     if op.type in _VALUE_SHAPED:
       reason = 'its output shape depends on the values'
-    elif op._is_stateful:  # pylint: disable=protected-access
+    elif tf_internals.IsStateful(op):
       reason = 'it is stateful'
     elif any(op.node_def.attr[a].HasField('func') for a in op.node_def.attr):
       reason = 'it calls a function'
@@ -164,7 +166,7 @@ def Detach(grads: Sequence[tf.Tensor], stand_ins: Dict[tf.Tensor, Callable[[], t
       if not late(x.op):
         continue
       stand_in = copier.StandIn(x)
-      op._update_input(index, stand_in)  # pylint: disable=protected-access
+      tf_internals.UpdateInput(op, index, stand_in)
       with tf.device(x.device):
         checks.append(tf.compat.v1.debugging.assert_equal(
             tf.shape(x), tf.shape(stand_in),

@@ -41,6 +41,7 @@ from tensorpipe import early_shapes
 from tensorpipe import leaves
 from tensorpipe import micro_batching
 from tensorpipe import schedule as schedule_lib
+from tensorpipe import tf_internals
 
 
 def _Token():
@@ -131,7 +132,7 @@ class PipelineStep:
     self._ops[action] = ops
     for waiting in self._late.pop(action, []):
       for op in self._ops[waiting]:
-        op._add_control_inputs(ops)  # pylint: disable=protected-access
+        tf_internals.AddControlInputs(op, ops)
 
   def Run(self, partition_theta: Sequence[py_utils.NestedMap], args: Any,
           sizes: Sequence[Union[int, tf.Tensor]], offsets: Sequence[Union[int, tf.Tensor]],

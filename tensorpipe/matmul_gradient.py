@@ -14,7 +14,8 @@ BatchMatMul ops keep TF's gradient. TensorPipeLayer traces its partitions under 
 from typing import ContextManager
 
 from lingvo import compat as tf
-from tensorflow.python.framework import ops
+
+from tensorpipe import tf_internals
 
 _GRADIENT_NAME = 'TensorPipeBroadcastMatMul'
 _OP_TYPES = ('BatchMatMulV2', 'BatchMatMulV3')
@@ -30,7 +31,7 @@ def _IsBroadcastProjection(op):
 @tf.RegisterGradient(_GRADIENT_NAME)
 def _Gradient(op, grad):
   if not _IsBroadcastProjection(op):
-    return ops.gradient_registry.lookup(op.type)(op, grad)
+    return tf_internals.RegisteredGradient(op.type)(op, grad)
   x, w = op.inputs[0], op.inputs[1]
   n, m = tf.shape(w)[0], tf.shape(w)[1]
   dy2 = tf.reshape(grad, [-1, m])

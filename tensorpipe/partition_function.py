@@ -41,8 +41,6 @@ import weakref
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf2
-from tensorflow.core.framework import attr_value_pb2
-from tensorflow.python.eager.polymorphic_function import atomic_function
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
 from lingvo.core import py_utils
@@ -53,6 +51,7 @@ from tensorpipe import leaves
 from tensorpipe import matmul_gradient
 from tensorpipe import randomness
 from tensorpipe import stateful_ops
+from tensorpipe import tf_internals
 
 
 # A partition's layers: (layer name, function (theta NestedMap, inputs structure) -> outputs).
@@ -92,8 +91,7 @@ def _Spec(t):
 # gets its own constant example offset): either way the graph TensorFlow optimises and runs would
 # grow with M. Not inlining also keeps grappler from merging re-computed ops with the forward
 # pass's, which would keep the forward activations alive.
-_FUNCTION_ATTRS = {'_noinline': attr_value_pb2.AttrValue(b=True),
-                   '_nospecialize': attr_value_pb2.AttrValue(b=True)}
+_FUNCTION_ATTRS = {'_noinline': True, '_nospecialize': True}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,9 +119,8 @@ class GraphFunction:
     Body.__name__ = name
     concrete = tf2.function(Body, input_signature=list(specs), autograph=False,
                             experimental_attributes={'_noinline': True}).get_concrete_function()
-    graph = concrete.graph
-    atomic = atomic_function.from_func_graph(
-        concrete.name.decode() + '_call', graph, graph.inputs, graph.outputs, _FUNCTION_ATTRS)
+    atomic = tf_internals.FunctionFromGraph(concrete.name.decode() + '_call', concrete.graph,
+                                            _FUNCTION_ATTRS)
     return cls(concrete, atomic)
 
   @property
@@ -154,22 +151,8 @@ def Call(function: GraphFunction, args: Sequence[Any], name: str = 'call') -> Li
   shape inference over the function's body again for every call (which would make building the
   graph grow with M).
   """
-  graph = tf.get_default_graph()
-  atomic = function.atomic
-  graph._add_function_recursive(atomic)  # pylint: disable=protected-access
-  call = atomic.graph_call_attrs
   args = [tf.convert_to_tensor(x) for x in list(args) + list(function.captured_inputs)]
-  attrs = {
-      'Tin': attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(
-          type=[x.dtype.as_datatype_enum for x in args])),
-      'Tout': attr_value_pb2.AttrValue(list=attr_value_pb2.AttrValue.ListValue(type=call['tout'])),
-      'f': attr_value_pb2.AttrValue(func=attr_value_pb2.NameAttrList(name=atomic.name)),
-      'config_proto': attr_value_pb2.AttrValue(s=call['config_proto']),
-      'executor_type': attr_value_pb2.AttrValue(s=tf.compat.as_bytes(call['executor_type'])),
-      '_disable_call_shape_inference': attr_value_pb2.AttrValue(b=True),
-  }
-  op = graph.create_op('StatefulPartitionedCall' if call['is_stateful'] else 'PartitionedCall',
-                       args, call['tout'], name=name, attrs=attrs)
+  op = tf_internals.AddFunctionCall(tf.get_default_graph(), function.atomic, args, name)
   for out, traced in zip(op.outputs, function.outputs):
     out.set_shape(traced.shape)
   return list(op.outputs)

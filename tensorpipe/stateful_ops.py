@@ -47,11 +47,10 @@ from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import bn_layers
 from lingvo.core import py_utils
-from tensorflow.python.framework import op_def_registry
-from tensorflow.python.ops import nn_ops
 
 from tensorpipe import batch_norm
 from tensorpipe import randomness
+from tensorpipe import tf_internals
 
 _STATE = threading.local()
 
@@ -112,7 +111,8 @@ def _Routes():
   routes = [(py_utils, 'UpdateBatchNormVars', _UpdateBatchNormVars),  # Route 1.
             (bn_layers, 'ComputeMoments', _MomentsWithCount(bn_layers.ComputeMoments)),  # Route 2.
             (py_utils, 'DeterministicDropout', _DeterministicDropout),  # Route 3.
-            (nn_ops, 'dropout_v2', _DropoutV2), (nn_ops, 'dropout', _DropoutV1)]
+            (tf_internals.nn_ops, 'dropout_v2', _DropoutV2),
+            (tf_internals.nn_ops, 'dropout', _DropoutV1)]
   homes = set()
   for homes_of, function in ((_DROPOUT_V2_HOMES, _DropoutV2), (_DROPOUT_V1_HOMES, _DropoutV1)):
     for module in homes_of:
@@ -268,7 +268,7 @@ def _DeterministicDropout(x, keep_prob, seeds, noise_shape=None, name=None):
 
 def _Kind(op_type):
   """'random', 'write' or None for an op type."""
-  op_def = op_def_registry.get(op_type)
+  op_def = tf_internals.OpDef(op_type)
   if op_def is None or not op_def.is_stateful:
     return None
   if op_type in _WRITE_TYPES or op_type.startswith(_WRITE_PREFIXES):
@@ -300,8 +300,7 @@ class _Library:
     self._graph = graph
 
   def _Definition(self, name):
-    function = self._graph._get_function(name)  # pylint: disable=protected-access
-    return getattr(function, 'definition', None) if function is not None else None
+    return tf_internals.GraphFunctionDefinition(self._graph, name)
 
   def Nodes(self, name, seen):
     """The nodes of function `name` and of the functions they call (each function once)."""

@@ -1,0 +1,127 @@
+"""The one door to TensorFlow's private APIs: every use of one goes through a function here.
+
+TensorPipe needs a few things TensorFlow 2.13's public API does not offer: a graph function called
+from a TF1 graph without being inlined, specialised or shape-inferred again per call (see
+`graph_function`); control inputs added to an op already built (`executor`, rule edges into forward
+actions); an op's input rewired (`early_shapes`); a graph's function library and the op registry
+(`stateful_ops`); the module attributes TensorFlow's dropout lives in (`stateful_ops` routes them);
+a scope that marks new ops for grappler to keep (`accumulation`); and the gradient registry
+(`matmul_gradient`). Keeping them here means a TensorFlow upgrade that moves one breaks one module,
+and `Missing()` (run by the tests) names what moved and the TensorFlow version.
+"""
+
+import types
+from typing import Any, Dict, List, Sequence
+
+import tensorflow as tf2
+from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.eager.polymorphic_function import atomic_function
+from tensorflow.python.framework import op_def_registry
+from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.ops import nn_ops as _nn_ops
+
+# The module whose `dropout` and `dropout_v2` code may call directly (stateful_ops replaces them).
+nn_ops: types.ModuleType = _nn_ops
+
+# (what, how to find it): every private name used here, for `Missing`.
+_USED = (
+    ('atomic_function.from_func_graph', lambda: atomic_function.from_func_graph),
+    ('AtomicFunction.graph_call_attrs', lambda: atomic_function.AtomicFunction.graph_call_attrs),
+    ('Graph._add_function_recursive', lambda: tf_ops.Graph._add_function_recursive),
+    ('Graph._get_function', lambda: tf_ops.Graph._get_function),
+    ('Graph._attr_scope', lambda: tf_ops.Graph._attr_scope),
+    ('Operation._add_control_inputs', lambda: tf_ops.Operation._add_control_inputs),
+    ('Operation._update_input', lambda: tf_ops.Operation._update_input),
+    ('Operation._is_stateful', lambda: tf_ops.Operation._is_stateful),
+    ('op_def_registry.get', lambda: op_def_registry.get),
+    ('gradient_registry.lookup', lambda: tf_ops.gradient_registry.lookup),
+    ('nn_ops.dropout', lambda: _nn_ops.dropout),
+    ('nn_ops.dropout_v2', lambda: _nn_ops.dropout_v2),
+)
+
+
+def Missing() -> List[str]:
+  """The private names this module uses that this TensorFlow does not have (empty if none)."""
+  missing = []
+  for name, find in _USED:
+    try:
+      find()
+    except AttributeError:
+      missing.append(name)
+  return missing
+
+
+def Version() -> str:
+  """The TensorFlow version, for messages about moved private APIs."""
+  return tf2.__version__
+
+
+def _Bool(value):
+  return attr_value_pb2.AttrValue(b=value)
+
+
+def FunctionFromGraph(name: str, func_graph: Any, attributes: Dict[str, bool]) -> Any:
+  """An atomic function (what a call op calls) of a traced FuncGraph, with boolean `attributes`."""
+  return atomic_function.from_func_graph(
+      name, func_graph, func_graph.inputs, func_graph.outputs,
+      {key: _Bool(value) for key, value in attributes.items()})
+
+
+def AddFunctionCall(graph: tf2.Graph, function: Any, args: Sequence[tf2.Tensor],
+                    name: str) -> tf2.Operation:
+  """A call op of `function` (from FunctionFromGraph) on `args` in `graph`, without shape inference.
+
+  The op is the one TensorFlow's own graph call makes, plus `_disable_call_shape_inference`: graph
+  construction would otherwise run shape inference over the function's body for every call.
+  """
+  graph._add_function_recursive(function)  # pylint: disable=protected-access
+  call = function.graph_call_attrs
+  list_value = attr_value_pb2.AttrValue.ListValue
+  attrs = {
+      'Tin': attr_value_pb2.AttrValue(list=list_value(
+          type=[x.dtype.as_datatype_enum for x in args])),
+      'Tout': attr_value_pb2.AttrValue(list=list_value(type=call['tout'])),
+      'f': attr_value_pb2.AttrValue(func=attr_value_pb2.NameAttrList(name=function.name)),
+      'config_proto': attr_value_pb2.AttrValue(s=call['config_proto']),
+      'executor_type': attr_value_pb2.AttrValue(s=tf2.compat.as_bytes(call['executor_type'])),
+      '_disable_call_shape_inference': _Bool(True),
+  }
+  return graph.create_op('StatefulPartitionedCall' if call['is_stateful'] else 'PartitionedCall',
+                         list(args), call['tout'], name=name, attrs=attrs)
+
+
+def AddControlInputs(op: tf2.Operation, control_ops: Sequence[tf2.Operation]) -> None:
+  """Makes `op`, already built, run after `control_ops`."""
+  op._add_control_inputs(control_ops)  # pylint: disable=protected-access
+
+
+def UpdateInput(op: tf2.Operation, index: int, tensor: tf2.Tensor) -> None:
+  """Rewires input `index` of `op`, already built, to `tensor`."""
+  op._update_input(index, tensor)  # pylint: disable=protected-access
+
+
+def IsStateful(op: tf2.Operation) -> bool:
+  """Whether TensorFlow treats `op` as stateful (never folded, pruned or merged)."""
+  return op._is_stateful  # pylint: disable=protected-access
+
+
+def GraphFunctionDefinition(graph: tf2.Graph, name: str) -> Any:
+  """The FunctionDef of function `name` in `graph`'s library, or None."""
+  function = graph._get_function(name)  # pylint: disable=protected-access
+  return getattr(function, 'definition', None) if function is not None else None
+
+
+def OpDef(op_type: str) -> Any:
+  """The registered OpDef of `op_type`, or None."""
+  return op_def_registry.get(op_type)
+
+
+def KeptByGrappler(graph: tf2.Graph) -> Any:
+  """A scope in which new ops of `graph` carry the attribute that stops grappler removing them."""
+  return graph._attr_scope(  # pylint: disable=protected-access
+      {'_grappler_do_not_remove': _Bool(True)})
+
+
+def RegisteredGradient(op_type: str) -> Any:
+  """The gradient function TensorFlow registered for `op_type`."""
+  return tf_ops.gradient_registry.lookup(op_type)
