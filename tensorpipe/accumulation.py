@@ -1,16 +1,15 @@
 """Gradient accumulation: a partition's weight gradients summed over micro-batches, one buffer each.
 
 Each backward (or weight-gradient) action adds its weight gradients to the running sum that the
-device's previous such action hands it (schedule rules 5, 7 and 11), and hands the sum on. Summing
-inside the backward function frees each layer's weight gradient as soon as it is added, so a device
-holds one sum per weight plus one layer's gradient, instead of every micro-batch's partial
-gradients (what one M-input AddN over separate calls would hold). The add writes into the running
-sum's own buffer (`AddInPlace`): a graph function cannot hand its input buffers on to its outputs,
-so an ordinary add would allocate a second copy of every sum while the call runs. That is safe
-because the sum an action receives has no other reader: it comes from the previous action, or for
-the first one from `Zeros`, and goes only to this one. See docs/design.md, "Inside a partition's
-functions".
-"""
+device's previous such action hands it (schedule rules SUM_IN_REVERSE, SUM_IN_ORDER and
+WEIGHT_SUM_ORDER), and hands the sum on. Summing inside the backward function frees each layer's
+weight gradient as soon as it is added, so a device holds one sum per weight plus one layer's
+gradient, instead of every micro-batch's partial gradients (what one M-input AddN over separate
+calls would hold). The add writes into the running sum's own buffer (`AddInPlace`): a graph function
+cannot hand its input buffers on to its outputs, so an ordinary add would allocate a second copy of
+every sum while the call runs. That is safe because the sum an action receives has no other reader:
+it comes from the previous action, or for the first one from `Zeros`, and goes only to this one. See
+docs/design.md, "Inside a partition's functions". """
 
 from typing import ContextManager, Optional, Union
 

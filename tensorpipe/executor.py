@@ -24,10 +24,12 @@ When tf.gradients reaches Exit:
 Entry and each anchor hand Exit a scalar token, so tf.gradients reaches Exit's gradient (5) before
 theirs (6); Exit's gradient gives the calls' outputs none, so tf.gradients never differentiates the
 calls (3) itself. The order of the step lives in the schedule only: `_After` turns its edges into
-control dependencies, the one place where actions are ordered. An edge into a forward action from a
-backward one (rule 8, in 1F1B and zero-bubble) is added to the forward call once step (5) has built
-the backward action, which needs a loss gradient that does not wait for the forward passes (checked
-in (5)).
+control dependencies, the one place where actions are ordered. Each action is built by the handler
+of its task (`schedule.Task`; `_HANDLERS`), and each handler calls the one function of its partition
+for that task (see `partition_function`). An edge into a forward action from a backward one (rule
+IN_FLIGHT, in 1F1B and zero-bubble) is added to the forward call once step (5) has built the
+backward action, which needs a loss gradient that does not wait for the forward passes (checked in
+(5)).
 """
 
 import dataclasses
@@ -48,13 +50,16 @@ def _Token():
   return tf.zeros([], tf.float32, name='token')
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class _Call:
   """One forward action's call: what its backward actions re-run and differentiate.
 
+  ys: the forward call's output tensors (set by the forward handler).
   origins: per input leaf, (the partition whose output it is, or -1 for the mini-batch's piece, and
     the index of the leaf among that output's leaves), so input gradients go back to their source.
   """
+  k: int  # The partition's index.
+  t: int  # The micro-batch's.
   partition: Any  # partition_function.PartitionFunctions
   theta: List[tf.Tensor]
   x_leaves: List[tf.Tensor]
@@ -77,7 +82,6 @@ class PipelineStep:
       partition_function.PartitionFunctions (the same object for micro-batches of one shape).
     devices: the K device strings.
     batch_dim: the batch dimension of the inputs.
-    recompute: (t) -> True if micro-batch t's backward passes re-compute their partitions.
     where: names the pipeline in error messages.
     route: (k, micro-batch t's piece of the inputs, the outputs of partitions 0 .. k-1 for t) ->
       partition k's inputs for t, made of those tensors. Default: the piece for partition 0, else
@@ -90,15 +94,14 @@ class PipelineStep:
 
   def __init__(self, sched: schedule_lib.Schedule,
                make_partition: Callable[[int, int, py_utils.NestedMap, Any], Any],
-               devices: Sequence[str], batch_dim: int, recompute: Callable[[int], bool],
-               where: str, route: Optional[Callable[[int, Any, List[Any]], Any]] = None,
+               devices: Sequence[str], batch_dim: int, where: str,
+               route: Optional[Callable[[int, Any, List[Any]], Any]] = None,
                output_batch_dim: Optional[int] = None, check_batch_dim: bool = False):
     self._sched = sched
     self._make_partition = make_partition
     self._devices = devices
     self._batch_dim = batch_dim
     self._output_batch_dim = batch_dim if output_batch_dim is None else output_batch_dim
-    self._recompute = recompute
     self._check_batch_dim = check_batch_dim
     self._where = where
     self._route = route or (lambda k, piece, earlier: earlier[-1] if k else piece)
@@ -115,6 +118,11 @@ class PipelineStep:
     self._exit_outputs = None  # The joined outputs, as FProp returns them.
     self._output_names = None
     self._checks = []  # Ops every step's weight gradients wait for.
+    # Step (5)'s state: per partition its running weight-gradient sums and which weights got a
+    # gradient; (k, t) -> (the output gradients B(k, t) got, what it kept for W(k, t), its scope).
+    self._sums = None
+    self._got = None
+    self._kept = {}
 
   def _After(self, action):
     """Ops built in this context run after what `action` waits for: its edges in the schedule.
@@ -173,20 +181,19 @@ class PipelineStep:
     for action in self._sched.BuildOrder((schedule_lib.FORWARD,)):  # Step (3).
       k, t = action.partition, action.micro_batch
       inputs = self._route(k, pieces[t], [outputs[j][t] for j in range(k)])
-      partition = self._make_partition(k, t, partition_theta[k], inputs)
       x_leaves = leaves.Present(inputs)
-      # Schedule rules 1 and 2: after F(k-1, t) and the device's forward pass before it. Rule 8's
-      # edge from B(k, t - (K - k)) is added by `_Built` once that action is built in step (5).
-      with tf.name_scope('partition%d_mb%d' % (k, t)), self._After(action):
-        out, records, ys = partition.Forward(
-            step, offsets[t], thetas[k], x_leaves,
-            differentiable=training and not self._recompute(t))
-      self._Built(action, [ys[0].op])
-      self._calls[action] = _Call(partition, thetas[k], x_leaves, ys, step, offsets[t],
+      self._calls[action] = _Call(k, t, self._make_partition(k, t, partition_theta[k], inputs),
+                                  thetas[k], x_leaves, [], step, offsets[t],
                                   self._Origins(k, t, x_leaves, pieces[t]))
+      # Rules FORWARD_INPUT and FORWARD_ORDER: after F(k-1, t) and the device's forward pass
+      # before it. Rule IN_FLIGHT's edge from a backward action is added by `_Built` once that
+      # action is built in step (5).
+      with tf.name_scope('partition%d_mb%d' % (k, t)), self._After(action):
+        outputs[k][t], records, ops = self._HANDLERS[self._sched.Task(action)](
+            self, self._calls[action], training)
+      self._Built(action, ops)
       for update in records:
         collector.Add(update)
-      outputs[k][t] = out
     last = outputs[-1]
     with tf.device(self._devices[-1]):
       if not training:
@@ -310,7 +317,7 @@ class PipelineStep:
     return leaves.Fill(last[0], joined)
 
   def _EarlyShapes(self, out_grads, last_ys):
-    """Step (5), in a schedule where forward actions wait for backward ones (rule 8): the loss
+    """Step (5), in a schedule where forward actions wait for backward ones (IN_FLIGHT): the loss
     gradient's reads of the outputs' shapes are answered without waiting for every forward pass
     (see `early_shapes`), and a loss gradient that depends on their values is refused: the step
     could never finish."""
@@ -375,48 +382,33 @@ class PipelineStep:
         pieces = micro_batching.SplitGradient(grad, column, self._output_batch_dim)
       for t in range(num_micro):
         dys[(num_partitions - 1, t)][j] = pieces[t]
-    sums = [None] * num_partitions
+    self._sums = [None] * num_partitions
+    self._got = [None] * num_partitions
     input_grads = [[None] * self._num_inputs for _ in range(num_micro)]
-    kept = {}  # (k, t) -> (output gradients, what B(k, t) kept for W(k, t), its name scope)
-    split = self._sched.splits_backward
     # Lingvo builds gradients with colocate_gradients_with_ops, which would pin every op built here
     # to Exit's device; each action is placed on its partition's device instead.
     with tf.compat.v1.colocate_with(None, ignore_existing=True):
       for action in self._sched.BuildOrder((schedule_lib.BACKWARD, schedule_lib.WEIGHT)):
         k, t = action.partition, action.micro_batch
         call = self._calls[self._Forward(k, t)]
-        partition = call.partition
-        if action.kind == schedule_lib.WEIGHT:
-          if (k, t) in kept:
-            grads, tensors, scope = kept.pop((k, t))
-            # Schedule rules 10 to 12: after B(k, t), W(k, t-1) and B(k, t+k).
-            with tf.device(self._devices[k]), tf.name_scope(scope), self._After(action):
-              sums[k], ops = partition.WeightBackward(call.step, call.offset, call.theta,
-                                                      call.x_leaves, grads, tensors, sums[k])
-            self._Built(action, ops)
-          continue
-        grads = dys.pop((k, t), None) or [None] * len(call.ys)
-        if all(g is None for g in grads):
-          dx = [None] * len(call.x_leaves)
+        task = self._sched.Task(action)
+        if task == schedule_lib.Task.WEIGHT_GRADIENT:
+          if (k, t) not in self._kept:
+            continue  # B(k, t) had no output gradient: nothing to add.
+          grads, _, scope = self._kept[(k, t)]
         else:
-          # Schedule rules 3 to 7, 9 and 13: after the loss's inputs, B(k+1, t), the device's
-          # backward pass before it and, in zero-bubble, its weight-gradient pass k + 1 before.
-          with tf.device(self._devices[k]), tf.name_scope('partition%d_mb%d' % (k, t)) as scope, (
-              self._After(action)):
-            if split:
-              if not self._recompute(t):
-                raise AssertionError('%s: the %s schedule needs re-computation' %
-                                     (self._where, self._sched.name))
-              dx, tensors, ops = partition.InputBackward(call.step, call.offset, call.theta,
-                                                         call.x_leaves, grads)
-              kept[(k, t)] = (grads, tensors, scope)  # W(k, t) is named in the same scope.
-            elif self._recompute(t):
-              dx, sums[k], ops = partition.Backward(call.step, call.offset, call.theta,
-                                                    call.x_leaves, grads, sums[k])
-            else:
-              dx, sums[k], ops = partition.NeverRecomputeBackward(call.ys, call.theta,
-                                                                   call.x_leaves, grads, sums[k])
-          self._Built(action, ops)
+          grads = dys.pop((k, t), None) or [None] * len(call.ys)
+          if all(g is None for g in grads):
+            continue
+          scope = None
+        # Backward tasks: rules LOSS_OF_EVERY_OUTPUT or PER_EXAMPLE_LOSS, BACKWARD_INPUT,
+        # SUM_IN_REVERSE, SUM_IN_ORDER or INPUT_GRADIENT_ORDER, and AWAITING_WEIGHTS. Weight-
+        # gradient tasks: WEIGHT_READS_KEPT, WEIGHT_SUM_ORDER and INPUT_GRADIENTS_FIRST. W(k, t)
+        # is named in the scope of B(k, t).
+        with tf.device(self._devices[k]), tf.name_scope(
+            scope or 'partition%d_mb%d' % (k, t)) as scope, self._After(action):
+          dx, ops = self._HANDLERS[task](self, call, grads, scope)
+        self._Built(action, ops)
         # Each input gradient goes back to the output (or input piece) it came from.
         for g, (source, i) in zip(dx, call.origins):
           if g is None:
@@ -430,9 +422,59 @@ class PipelineStep:
     self._weight_grads = []
     for k in range(num_partitions):
       call = self._calls[self._Forward(k, 0)]
-      self._weight_grads.append([None] * len(call.theta) if sums[k] is None else
-                                call.partition.WeightGradients(sums[k]))
+      self._weight_grads.append([None] * len(call.theta) if self._sums[k] is None else
+                                call.partition.WeightGradients(self._sums[k], self._got[k]))
     self._input_grads = input_grads
+
+  # ------------------------------------------------------------------------------------------------
+  # The handlers: one per task (schedule.Task), each building one action's call; `_HANDLERS` maps
+  # tasks to them. A forward handler returns (outputs, batch-norm records, ops); a backward one
+  # (input gradients per input leaf, none for a weight-gradient task; ops).
+
+  def _RunForward(self, call, training):
+    out, records, call.ys = call.partition.Forward(
+        call.step, call.offset, call.theta, call.x_leaves,
+        differentiable=training and not self._sched.Recomputes(call.t))
+    return out, records, [call.ys[0].op]
+
+  def _Summed(self, k, result):
+    """Takes a backward task's running sums for partition k; every task of a partition gives the
+    same weights a gradient."""
+    if self._got[k] is not None and self._got[k] != result.got:
+      raise AssertionError('%s: partition %d: weights with gradients differ between backward tasks'
+                           % (self._where, k))
+    self._sums[k], self._got[k] = result.sums, result.got
+    return result.ops
+
+  def _RunBackward(self, call, grads, unused_scope):
+    result = call.partition.Backward(call.step, call.offset, call.theta, call.x_leaves, grads,
+                                     self._sums[call.k])
+    return result.dx, self._Summed(call.k, result)
+
+  def _RunBackwardFromKept(self, call, grads, unused_scope):
+    result = call.partition.BackwardFromKept(call.ys, call.theta, call.x_leaves, grads,
+                                             self._sums[call.k])
+    return result.dx, self._Summed(call.k, result)
+
+  def _RunInputGradient(self, call, grads, scope):
+    dx, kept, ops = call.partition.InputGradient(call.step, call.offset, call.theta,
+                                                 call.x_leaves, grads)
+    self._kept[(call.k, call.t)] = (grads, kept, scope)
+    return dx, ops
+
+  def _RunWeightGradient(self, call, unused_grads, unused_scope):
+    grads, kept, _ = self._kept.pop((call.k, call.t))
+    result = call.partition.WeightGradient(call.step, call.offset, call.theta, call.x_leaves,
+                                           grads, kept, self._sums[call.k])
+    return [], self._Summed(call.k, result)
+
+  _HANDLERS = {
+      schedule_lib.Task.FORWARD: _RunForward,
+      schedule_lib.Task.BACKWARD: _RunBackward,
+      schedule_lib.Task.BACKWARD_FROM_KEPT: _RunBackwardFromKept,
+      schedule_lib.Task.INPUT_GRADIENT: _RunInputGradient,
+      schedule_lib.Task.WEIGHT_GRADIENT: _RunWeightGradient,
+  }
 
   @staticmethod
   def _Forward(k, t):

@@ -31,13 +31,13 @@ from tensorpipe.partition import cost_model
 from tensorpipe.partition import partition_report
 from tensorpipe.partition import partitioning
 from tensorpipe import partition_function
+from tensorpipe import partition_trace
 from tensorpipe import placement
 from tensorpipe import randomness
 from tensorpipe import schedule
 from tensorpipe import shared_layer
 from tensorpipe import stateful_ops
 
-RECOMPUTE_MODES = ('always', 'except_last', 'never')
 
 
 def _ToTuple(x):
@@ -54,6 +54,9 @@ def _SkipIndices(layer_params, skip_connections):
       if index[pair[0]] < index[pair[1]]:
         pairs.append((index[pair[0]], index[pair[1]]))
   return pairs
+
+
+RECOMPUTE_MODES = schedule.RECOMPUTE_MODES
 
 
 class TensorPipeLayer(base_layer.BaseLayer):
@@ -155,16 +158,14 @@ class TensorPipeLayer(base_layer.BaseLayer):
     super().__init__(params)
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
-    if p.recompute not in RECOMPUTE_MODES:
-      raise ValueError('%s: recompute=%r is not one of %s' % (where, p.recompute, RECOMPUTE_MODES))
     if p.schedule not in schedule.SCHEDULES:
       raise ValueError('%s: schedule=%r is not one of %s' % (where, p.schedule,
                                                             tuple(schedule.SCHEDULES)))
-    if p.schedule == 'zero_bubble' and p.recompute != 'always':
-      raise ValueError(
-          "%s: schedule='zero_bubble' needs recompute='always', got recompute=%r: its "
-          "weight-gradient tasks re-run each layer from the inputs its input-gradient task kept. "
-          "Use recompute='always', or schedule='1f1b' to keep activations" % (where, p.recompute))
+    try:
+      schedule.CheckRecompute('schedule=%r' % p.schedule, p.recompute,
+                              schedule.SCHEDULES[p.schedule](1, 1).splits_backward)
+    except ValueError as e:
+      raise ValueError('%s: %s' % (where, e)) from None
     if not isinstance(p.batch_dim, int) or p.batch_dim < 0:
       raise ValueError('%s: batch_dim must be a non-negative integer, got %r' %
                        (where, p.batch_dim))
@@ -437,7 +438,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     p = self.params
     lag = 2 if p.forward_overlap else 1
     return schedule.SCHEDULES[p.schedule](self.num_partitions, self.NumMicroBatches(batch_size),
-                                          lag)
+                                          lag, p.recompute)
 
   def FProp(self, theta, *args):
     """Runs the pipeline on `args` (tensors, tuples or NestedMaps): the last partition's outputs.
@@ -481,11 +482,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def _FPropPipelined(self, partition_theta, args, batch, devices, sizes, offsets, collector):
     p = self.params
     num_micro = len(sizes)
-
-    def Recompute(t):
-      return p.recompute == 'always' or (p.recompute == 'except_last' and t < num_micro - 1)
-
-    recomputes = not self.do_eval and any(Recompute(t) for t in range(num_micro))
+    sched = self.Schedule(batch)
+    recomputes = not self.do_eval and any(sched.Recomputes(t) for t in range(num_micro))
 
     def MakePartition(k, t, theta, inputs):
       count = sizes[t] if isinstance(sizes[t], int) else None
@@ -493,7 +491,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
 
     # Steps (1)-(6) (see `executor`).
     step = executor.PipelineStep(
-        self.Schedule(batch), MakePartition, devices, p.batch_dim, Recompute,
+        sched, MakePartition, devices, p.batch_dim,
         'TensorPipeLayer %r' % p.name, route=self._PartitionInputs,
         output_batch_dim=p.batch_dim if p.output_batch_dim is None else p.output_batch_dim,
         check_batch_dim=p.check_batch_dim)
@@ -506,7 +504,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     state = self._PartitionInputs(0, args, [])
     for k, names in enumerate(self._partition_layers):
       with tf.device(devices[k]):
-        state = partition_function.RunInline(
+        state = partition_trace.RunInline(
             self._LayerFunctions(names), partition_theta[k], state,
             None if step is None else tf.cast(step, tf.int64), collector,
             site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,

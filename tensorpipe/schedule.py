@@ -11,7 +11,7 @@ TensorPipeLayer builds one op per action and turns every edge into a control dep
 with unit costs, one action per device per tick.
 
 Why each rule exists (the memory, determinism and deadlock reasons) is in docs/design.md, "The
-ordering rules and why"; `RULES` gives each in one line.
+ordering rules and why"; `Rule` names each and gives it in one line.
 
 GPipe's fill-drain for K = 2 partitions and M = 3 micro-batches
 (`FillDrainSchedule(2, 3).Render()`):
@@ -20,16 +20,17 @@ GPipe's fill-drain for K = 2 partitions and M = 3 micro-batches
   partition 0 | F0,0 F0,1 F0,2 .    .    B0,2 B0,1 B0,0
   partition 1 | .    F1,0 F1,1 F1,2 B1,2 B1,1 B1,0 .
 
-The rules (the code cites them by number):
-  1. F(k, t) after F(k-1, t): its input is that output (data).
-  2. F(k, t) after F(k, t - lag) on the same device: a device runs its forward passes in micro-batch
-     order; lag 2 lets two neighbouring micro-batches of a partition overlap, so a device whose
-     neighbour is idle can use a second core (order).
-  3. B(K-1, M-1) after every F(K-1, u): the loss over the whole mini-batch needs every micro-batch's
-     output (data, through the loss).
-  4. B(k, t) after B(k+1, t): its output gradient is that input gradient (data).
-  5. B(k, t) after B(k, t+1): it adds its weight gradients to that running sum, so a device runs its
-     backward passes in reverse micro-batch order and holds one sum per weight (data).
+The rules (`Rule` holds each, with its name, number and one line; the code cites them by name):
+  1. FORWARD_INPUT: F(k, t) after F(k-1, t): its input is that output (data).
+  2. FORWARD_ORDER: F(k, t) after F(k, t - lag) on the same device: a device runs its forward passes
+     in micro-batch order; lag 2 lets two neighbouring micro-batches of a partition overlap, so a
+     device whose neighbour is idle can use a second core (order).
+  3. LOSS_OF_EVERY_OUTPUT: B(K-1, M-1) after every F(K-1, u): the loss over the whole mini-batch
+     needs every micro-batch's output (data, through the loss).
+  4. BACKWARD_INPUT: B(k, t) after B(k+1, t): its output gradient is that input gradient (data).
+  5. SUM_IN_REVERSE: B(k, t) after B(k, t+1): it adds its weight gradients to that running sum, so a
+     device runs its backward passes in reverse micro-batch order and holds one sum per weight
+     (data).
 Every device idles a fraction (K - 1) / (M + K - 1) of a step with equal costs (the bubble),
 negligible once M >= 4K.
 
@@ -43,10 +44,12 @@ O(K) micro-batches instead of M); same bubble, same gradients. For K = 2, M = 3:
   partition 0 | F0,0 F0,1 .    B0,0 F0,2 B0,1 .    B0,2
   partition 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 B1,2 .
 
-  6. B(K-1, t) after F(K-1, t): a per-example loss needs only that micro-batch's output (data).
-  7. B(k, t) after B(k, t-1): it adds to that running weight-gradient sum, so a device runs its
-     backward passes in micro-batch order (data).
-  8. F(k, t + K - k) after B(k, t): at most K - k micro-batches in flight on device k (order).
+  6. PER_EXAMPLE_LOSS: B(K-1, t) after F(K-1, t): a per-example loss needs only that micro-batch's
+     output (data).
+  7. SUM_IN_ORDER: B(k, t) after B(k, t-1): it adds to that running weight-gradient sum, so a device
+     runs its backward passes in micro-batch order (data).
+  8. IN_FLIGHT: F(k, t + K - k) after B(k, t): at most K - k micro-batches in flight on device k
+     (order).
 
 Zero-bubble (`ZeroBubbleSchedule`, ZB-H1 of Qi et al., "Zero Bubble Pipeline Parallelism") splits
 each backward pass in two: B(k, t) computes only the input gradient, which the device before waits
@@ -60,36 +63,68 @@ M >= K: a third of 1F1B's. For K = 2, M = 3:
   partition 0 | F0,0 F0,1 .    B0,0 F0,2 W0,0 B0,1 W0,1 B0,2 W0,2
   partition 1 | .    F1,0 B1,0 F1,1 B1,1 F1,2 W1,0 B1,2 W1,1 W1,2
 
-  9. B(k, t) after B(k, t-1): input gradients in micro-batch order on a device (order).
-  10. W(k, t) after B(k, t): it reads the layer inputs and output gradients B(k, t) kept (data).
-  11. W(k, t) after W(k, t-1): it adds to that running weight-gradient sum (data).
-  12. W(k, t) after B(k, t + k): a device's input gradients, on the critical path, go first (order).
-  13. B(k, t + k + 1) after W(k, t): at most k + 1 micro-batches wait for their weight gradients on
-      device k, each holding its layers' inputs and output gradients (order).
+  9. INPUT_GRADIENT_ORDER: B(k, t) after B(k, t-1): input gradients in micro-batch order on a device
+     (order).
+  10. WEIGHT_READS_KEPT: W(k, t) after B(k, t): it reads the layer inputs and output gradients B(k,
+      t) kept (data).
+  11. WEIGHT_SUM_ORDER: W(k, t) after W(k, t-1): it adds to that running weight-gradient sum (data).
+  12. INPUT_GRADIENTS_FIRST: W(k, t) after B(k, t + k): a device's input gradients, on the critical
+      path, go first (order).
+  13. AWAITING_WEIGHTS: B(k, t + k + 1) after W(k, t): at most k + 1 micro-batches wait for their
+      weight gradients on device k, each holding its layers' inputs and output gradients (order).
 """
 
 import dataclasses
+import enum
 from typing import Callable, Dict, List, Optional, Sequence
 
 FORWARD = 'F'
 BACKWARD = 'B'
 WEIGHT = 'W'
 
-RULES = {
-    1: 'F(k, t) after F(k-1, t): its input is that output',
-    2: 'F(k, t) after F(k, t - lag): forward passes in micro-batch order on a device',
-    3: 'B(K-1, M-1) after every F(K-1, u): the loss needs every output',
-    4: 'B(k, t) after B(k+1, t): its output gradient is that input gradient',
-    5: 'B(k, t) after B(k, t+1): it adds to that running weight-gradient sum',
-    6: 'B(K-1, t) after F(K-1, t): a per-example loss needs only that output',
-    7: 'B(k, t) after B(k, t-1): it adds to that running weight-gradient sum',
-    8: 'F(k, t + K - k) after B(k, t): at most K - k micro-batches in flight on device k',
-    9: 'B(k, t) after B(k, t-1): input gradients in micro-batch order on a device',
-    10: 'W(k, t) after B(k, t): it reads the layer inputs and output gradients B(k, t) kept',
-    11: 'W(k, t) after W(k, t-1): it adds to that running weight-gradient sum',
-    12: 'W(k, t) after B(k, t + k): a device\'s input gradients, on the critical path, go first',
-    13: 'B(k, t + k + 1) after W(k, t): at most k + 1 micro-batches wait for weight gradients',
-}
+RECOMPUTE_MODES = ('always', 'except_last', 'never')
+
+
+class Rule(enum.IntEnum):
+  """An ordering rule: its number (the module docstring and docs/design.md list them) and `text`,
+  its one line. Code that adds or relies on an edge names its rule."""
+
+  def __new__(cls, number: int, text: str) -> 'Rule':
+    rule = int.__new__(cls, number)
+    rule._value_ = number
+    rule.text = text
+    return rule
+
+  FORWARD_INPUT = 1, 'F(k, t) after F(k-1, t): its input is that output'
+  FORWARD_ORDER = 2, 'F(k, t) after F(k, t - lag): forward passes in micro-batch order on a device'
+  LOSS_OF_EVERY_OUTPUT = 3, 'B(K-1, M-1) after every F(K-1, u): the loss needs every output'
+  BACKWARD_INPUT = 4, 'B(k, t) after B(k+1, t): its output gradient is that input gradient'
+  SUM_IN_REVERSE = 5, 'B(k, t) after B(k, t+1): it adds to that running weight-gradient sum'
+  PER_EXAMPLE_LOSS = 6, 'B(K-1, t) after F(K-1, t): a per-example loss needs only that output'
+  SUM_IN_ORDER = 7, 'B(k, t) after B(k, t-1): it adds to that running weight-gradient sum'
+  IN_FLIGHT = 8, ('F(k, t + K - k) after B(k, t): at most K - k micro-batches in flight on '
+                  'device k')
+  INPUT_GRADIENT_ORDER = 9, ('B(k, t) after B(k, t-1): input gradients in micro-batch order on a '
+                            'device')
+  WEIGHT_READS_KEPT = 10, ('W(k, t) after B(k, t): it reads the layer inputs and output gradients '
+                           'B(k, t) kept')
+  WEIGHT_SUM_ORDER = 11, 'W(k, t) after W(k, t-1): it adds to that running weight-gradient sum'
+  INPUT_GRADIENTS_FIRST = 12, ("W(k, t) after B(k, t + k): a device's input gradients, on the "
+                               'critical path, go first')
+  AWAITING_WEIGHTS = 13, ('B(k, t + k + 1) after W(k, t): at most k + 1 micro-batches wait for '
+                          'weight gradients')
+
+
+class Task(enum.Enum):
+  """What an action computes, and so which of its partition's functions it calls: the forward
+  pass; a backward pass that re-computes the partition; a backward pass from the activations its
+  forward pass kept (no re-computation); the input-gradient half and the weight-gradient half of a
+  split backward pass."""
+  FORWARD = 'forward'
+  BACKWARD = 'backward'
+  BACKWARD_FROM_KEPT = 'backward_from_kept'
+  INPUT_GRADIENT = 'input_gradient'
+  WEIGHT_GRADIENT = 'weight_gradient'
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -105,15 +140,30 @@ class Action:
 
 @dataclasses.dataclass(frozen=True)
 class Edge:
-  """`after` runs once `before` is done, by rule `rule` (see RULES)."""
+  """`after` runs once `before` is done, by rule `rule`."""
   before: Action
   after: Action
-  rule: int
+  rule: Rule
 
   @property
   def crosses_devices(self) -> bool:
     """Whether the edge joins two devices (rules 1 and 4): a transfer, for the simulator."""
     return self.before.partition != self.after.partition
+
+
+def CheckRecompute(what: str, recompute: str, splits_backward: bool) -> None:
+  """Refuses a re-computation mode the schedule `what` names cannot run.
+
+  A schedule that splits backward passes needs 'always': its weight-gradient tasks re-run each
+  layer from the inputs its input-gradient task kept.
+  """
+  if recompute not in RECOMPUTE_MODES:
+    raise ValueError('recompute=%r is not one of %s' % (recompute, RECOMPUTE_MODES))
+  if splits_backward and recompute != 'always':
+    raise ValueError(
+        "%s needs recompute='always', got recompute=%r: its weight-gradient tasks re-run each "
+        "layer from the inputs its input-gradient task kept. Use recompute='always', or "
+        "schedule='1f1b' to keep activations" % (what, recompute))
 
 
 def _CheckSizes(num_partitions, num_micro_batches):
@@ -131,18 +181,23 @@ class Schedule:
     device_actions: K lists; list k holds the actions partition k runs, in order.
     edges: Edges between those actions.
     name: a short name for messages.
+    recompute: which backward passes re-compute their partition, one of RECOMPUTE_MODES: 'always',
+      'except_last' (not the last micro-batch's) or 'never'.
 
   Raises:
     ValueError: if an action is missing, repeated or on the wrong device, if an edge names an action
-      not in the lists, or if the edges and device orders form a cycle (the step could never end).
+      not in the lists, if the edges and device orders form a cycle (the step could never end), or
+      if the schedule splits backward passes and `recompute` is not 'always'.
   """
 
   def __init__(self, num_partitions: int, num_micro_batches: int,
-               device_actions: Sequence[Sequence[Action]], edges: Sequence[Edge], name: str):
+               device_actions: Sequence[Sequence[Action]], edges: Sequence[Edge], name: str,
+               recompute: str = 'always'):
     _CheckSizes(num_partitions, num_micro_batches)
     self.num_partitions = num_partitions
     self.num_micro_batches = num_micro_batches
     self.name = name
+    self.recompute = recompute
     self._device_actions = [list(actions) for actions in device_actions]
     self._edges = list(edges)
     self._waits: Dict[Action, List[Edge]] = {}
@@ -172,8 +227,24 @@ class Schedule:
           raise ValueError('%s: edge %s -> %s names an unknown action' %
                            (self.name, edge.before, edge.after))
       self._waits.setdefault(edge.after, []).append(edge)
+    CheckRecompute('the %s schedule' % self.name, self.recompute, self.splits_backward)
     self._ticks = None
     self.DryRun()  # Raises on a cycle.
+
+  def Recomputes(self, micro_batch: int) -> bool:
+    """Whether micro-batch `micro_batch`'s backward passes re-compute their partitions."""
+    return self.recompute == 'always' or (self.recompute == 'except_last' and
+                                          micro_batch < self.num_micro_batches - 1)
+
+  def Task(self, action: Action) -> 'Task':
+    """What `action` computes (see `Task`): one per action, the executor's dispatch key."""
+    if action.kind == FORWARD:
+      return Task.FORWARD
+    if action.kind == WEIGHT:
+      return Task.WEIGHT_GRADIENT
+    if self.splits_backward:
+      return Task.INPUT_GRADIENT
+    return Task.BACKWARD if self.Recomputes(action.micro_batch) else Task.BACKWARD_FROM_KEPT
 
   @property
   def splits_backward(self) -> bool:
@@ -309,16 +380,17 @@ def _DataAndOrderEdges(k, t, num_partitions, forward_lag):
   """The edges into F(k, t) and B(k, t) that every schedule has: rules 1, 2 and 4."""
   edges = []
   if k:
-    edges.append(Edge(Action(FORWARD, k - 1, t), Action(FORWARD, k, t), 1))
+    edges.append(Edge(Action(FORWARD, k - 1, t), Action(FORWARD, k, t), Rule.FORWARD_INPUT))
   if t >= forward_lag:
-    edges.append(Edge(Action(FORWARD, k, t - forward_lag), Action(FORWARD, k, t), 2))
+    edges.append(Edge(Action(FORWARD, k, t - forward_lag), Action(FORWARD, k, t),
+                      Rule.FORWARD_ORDER))
   if k < num_partitions - 1:
-    edges.append(Edge(Action(BACKWARD, k + 1, t), Action(BACKWARD, k, t), 4))
+    edges.append(Edge(Action(BACKWARD, k + 1, t), Action(BACKWARD, k, t), Rule.BACKWARD_INPUT))
   return edges
 
 
-def FillDrainSchedule(num_partitions: int, num_micro_batches: int,
-                      forward_lag: int = 1) -> Schedule:
+def FillDrainSchedule(num_partitions: int, num_micro_batches: int, forward_lag: int = 1,
+                      recompute: str = 'always') -> Schedule:
   """GPipe's schedule: every forward pass, then every backward pass in reverse (rules 1-5).
 
   Args:
@@ -326,6 +398,7 @@ def FillDrainSchedule(num_partitions: int, num_micro_batches: int,
     num_micro_batches: M.
     forward_lag: rule 2's lag: 1 keeps a device on one forward pass at a time; 2 lets F(k, t) run
       beside F(k, t - 1).
+    recompute: which backward passes re-compute (see Schedule).
   """
   _CheckSizes(num_partitions, num_micro_batches)
   _CheckLag(forward_lag)
@@ -337,12 +410,13 @@ def FillDrainSchedule(num_partitions: int, num_micro_batches: int,
     for t in range(m):
       edges.extend(_DataAndOrderEdges(k, t, k_partitions, forward_lag))
       if t < m - 1:
-        edges.append(Edge(b(k, t + 1), b(k, t), 5))
-  edges.extend(Edge(f(k_partitions - 1, u), b(k_partitions - 1, m - 1), 3) for u in range(m))
+        edges.append(Edge(b(k, t + 1), b(k, t), Rule.SUM_IN_REVERSE))
+  edges.extend(Edge(f(k_partitions - 1, u), b(k_partitions - 1, m - 1), Rule.LOSS_OF_EVERY_OUTPUT)
+               for u in range(m))
   device_actions = [[f(k, t) for t in range(m)] + [b(k, t) for t in reversed(range(m))]
                     for k in range(k_partitions)]
   return Schedule(k_partitions, m, device_actions, edges,
-                  'fill-drain K=%d, M=%d' % (k_partitions, m))
+                  'fill-drain K=%d, M=%d' % (k_partitions, m), recompute)
 
 
 def _Interleaved(num_partitions, num_micro_batches, forward_lag, split):
@@ -360,20 +434,21 @@ def _Interleaved(num_partitions, num_micro_batches, forward_lag, split):
     for t in range(m):
       edges.extend(_DataAndOrderEdges(k, t, k_partitions, forward_lag))
       if k == k_partitions - 1:
-        edges.append(Edge(f(k, t), b(k, t), 6))
+        edges.append(Edge(f(k, t), b(k, t), Rule.PER_EXAMPLE_LOSS))
       if t + in_flight < m:
-        edges.append(Edge(b(k, t), f(k, t + in_flight), 8))
+        edges.append(Edge(b(k, t), f(k, t + in_flight), Rule.IN_FLIGHT))
       if t:
-        edges.append(Edge(b(k, t - 1), b(k, t), 9 if split else 7))
+        edges.append(Edge(b(k, t - 1), b(k, t),
+                          Rule.INPUT_GRADIENT_ORDER if split else Rule.SUM_IN_ORDER))
       if not split:
         continue
-      edges.append(Edge(b(k, t), w(k, t), 10))
+      edges.append(Edge(b(k, t), w(k, t), Rule.WEIGHT_READS_KEPT))
       if t:
-        edges.append(Edge(w(k, t - 1), w(k, t), 11))
+        edges.append(Edge(w(k, t - 1), w(k, t), Rule.WEIGHT_SUM_ORDER))
       if k and t + k < m:
-        edges.append(Edge(b(k, t + k), w(k, t), 12))
+        edges.append(Edge(b(k, t + k), w(k, t), Rule.INPUT_GRADIENTS_FIRST))
       if t + k + 1 < m:
-        edges.append(Edge(w(k, t), b(k, t + k + 1), 13))
+        edges.append(Edge(w(k, t), b(k, t + k + 1), Rule.AWAITING_WEIGHTS))
     actions = [f(k, t) for t in range(in_flight)]
     for t in range(m):
       actions.append(b(k, t))
@@ -387,8 +462,8 @@ def _Interleaved(num_partitions, num_micro_batches, forward_lag, split):
   return device_actions, edges
 
 
-def OneFOneBSchedule(num_partitions: int, num_micro_batches: int,
-                     forward_lag: int = 1) -> Schedule:
+def OneFOneBSchedule(num_partitions: int, num_micro_batches: int, forward_lag: int = 1,
+                     recompute: str = 'always') -> Schedule:
   """1F1B: a warm-up of K - k forward passes on device k, then one backward, one forward (rules 1,
   2, 4 and 6-8). Needs a pipeline whose output is per-example losses (see the module docstring).
 
@@ -396,14 +471,15 @@ def OneFOneBSchedule(num_partitions: int, num_micro_batches: int,
     num_partitions: K.
     num_micro_batches: M.
     forward_lag: rule 2's lag, as for FillDrainSchedule.
+    recompute: as for FillDrainSchedule.
   """
   device_actions, edges = _Interleaved(num_partitions, num_micro_batches, forward_lag, split=False)
   return Schedule(num_partitions, num_micro_batches, device_actions, edges,
-                  '1F1B K=%d, M=%d' % (num_partitions, num_micro_batches))
+                  '1F1B K=%d, M=%d' % (num_partitions, num_micro_batches), recompute)
 
 
-def ZeroBubbleSchedule(num_partitions: int, num_micro_batches: int,
-                       forward_lag: int = 1) -> Schedule:
+def ZeroBubbleSchedule(num_partitions: int, num_micro_batches: int, forward_lag: int = 1,
+                       recompute: str = 'always') -> Schedule:
   """ZB-H1: 1F1B with each backward pass split into B (input gradient) and W (weight gradient), and
   device k's W passes k micro-batches late (rules 1, 2, 4, 6, 8-13; see the module docstring).
 
@@ -411,10 +487,11 @@ def ZeroBubbleSchedule(num_partitions: int, num_micro_batches: int,
     num_partitions: K.
     num_micro_batches: M.
     forward_lag: rule 2's lag, as for FillDrainSchedule.
+    recompute: as for FillDrainSchedule.
   """
   device_actions, edges = _Interleaved(num_partitions, num_micro_batches, forward_lag, split=True)
   return Schedule(num_partitions, num_micro_batches, device_actions, edges,
-                  'zero-bubble K=%d, M=%d' % (num_partitions, num_micro_batches))
+                  'zero-bubble K=%d, M=%d' % (num_partitions, num_micro_batches), recompute)
 
 
 SCHEDULES: Dict[str, Callable[..., Schedule]] = {

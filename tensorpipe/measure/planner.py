@@ -33,7 +33,7 @@ from tensorpipe.partition import cost_model
 from tensorpipe import schedule
 from tensorpipe import units
 
-RECOMPUTE_MODES = ('always', 'except_last', 'never')
+RECOMPUTE_MODES = schedule.RECOMPUTE_MODES
 MICRO_BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
 GIB = 2.0**30
 

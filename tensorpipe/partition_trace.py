@@ -1,0 +1,240 @@
+"""A partition's layers run inside a trace: the context they see, and the checks on what they use.
+
+`PartitionBody` runs a partition's layers, in order, inside the body of one of its graph functions
+(see `partition_function`): under the context of `_LayerContext` (no Lingvo asserts or summaries,
+the global step and example offset of the call, batch-norm statistics to a collector, stateful
+entry points routed, 2-D weight gradients), each layer with the same dropout masks and seeds
+whenever it runs. Every layer is checked for shortcuts: a tensor an earlier layer computed used
+other than through the layer's inputs, whose gradient the layer-by-layer backward pass would lose.
+`RunInline` runs the same layers on a whole mini-batch outside any function, as an unpipelined
+reference.
+"""
+
+import contextlib
+import copy
+import weakref
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+from lingvo import compat as tf
+from lingvo.core import cluster_factory
+from lingvo.core import py_utils
+
+from tensorpipe import batch_norm
+from tensorpipe import layer_gradients
+from tensorpipe import leaves
+from tensorpipe import matmul_gradient
+from tensorpipe import randomness
+from tensorpipe import stateful_ops
+
+# A partition's layers: (layer name, function (theta NestedMap, inputs structure) -> outputs).
+LayerFunctions = Sequence[Tuple[str, Callable[[py_utils.NestedMap, Any], Any]]]
+# (layer name, the ops its trace made), per layer of one run.
+LayerOps = List[Tuple[str, List[tf.Operation]]]
+
+# Per traced function graph: {op name: the layer whose trace made it}, to name a shortcut's source.
+_PRODUCERS = weakref.WeakKeyDictionary()
+
+
+def _DependsOn(op, sources):
+  """Whether `op` is computed (by data) from any of the ops `sources`."""
+  seen, todo = set(), [op]
+  while todo:
+    top = todo.pop()
+    if top in sources:
+      return True
+    if top in seen:
+      continue
+    seen.add(top)
+    todo.extend(x.op for x in top.inputs)
+  return False
+
+
+def _PartitionCluster(check_numerics):
+  """The current cluster as partitions run in it: no Lingvo runtime asserts or summaries, and no
+  CheckNumerics unless `check_numerics` (a re-computation repeats values already checked).
+
+  An Assert op would make the partition's function stateful, and TensorFlow instantiates a stateful
+  function once per call op, so the time to start the first step and every step's overhead would
+  grow with M. Lingvo's asserts check shapes the traced function already fixes. Summaries made
+  in a function body never reach the session's summary writer (and some read variables, which makes
+  the function stateful too).
+  """
+  cluster = copy.deepcopy(cluster_factory.Current())
+  cluster.params.enable_asserts = False
+  cluster.params.add_summary = False
+  if not check_numerics:
+    cluster.params.enable_check_numerics = False
+  return cluster
+
+
+@contextlib.contextmanager
+def _LayerContext(step, offset, collector, check_numerics, example_axis, example_count, two_d):
+  """What a partition's layers run in: no Lingvo asserts or summaries (see `_PartitionCluster`), the
+  global step and example offset as given, batch-norm statistics into `collector`, stateful entry
+  points routed (see `stateful_ops`) and, with `two_d`, 2-D weight gradients."""
+  # The parenthesised managers are not a tuple.
+  # pylint: disable-next=confusing-with-statement
+  with _PartitionCluster(check_numerics), py_utils.GlobalStepContext(step), (
+      randomness.ExampleOffset(offset)), collector.Collecting(), stateful_ops.Replacing(
+          example_axis, example_count) as notes, (
+              matmul_gradient.Scope() if two_d else contextlib.nullcontext()):
+    yield notes
+
+
+def _RunLayer(layer, site_prefix, theta, inputs, place):
+  """One layer (name, function) on `inputs`: the same dropout masks and seeds whenever it runs.
+
+  An error raised inside the layer gets a note naming the layer and `place` (the partition), which
+  Python prints under the error's own message.
+  """
+  name, fn = layer
+  with stateful_ops.LayerScope('%s/%s' % (site_prefix, name)):
+    try:
+      return fn(theta, inputs)
+    except Exception as e:  # pylint: disable=broad-except
+      e.add_note('(raised by layer %r while %s was traced)' % (name, place))
+      raise
+
+
+def RunInline(layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any,
+              step: Optional[tf.Tensor], collector: batch_norm.StatsCollector,
+              site_prefix: str = '', example_axis: int = 0, example_count: Optional[int] = None,
+              two_d_weight_gradients: bool = True) -> Any:
+  """Runs `layers` in order on one whole mini-batch in the current graph, as a partition's forward
+  function would run them on a micro-batch starting at example 0: the same dropout masks, seeds
+  and batch-norm records, with TensorFlow's own gradients (an unpipelined reference)."""
+  out = inputs
+  with _LayerContext(step, tf.constant(0, tf.int64), collector, True, example_axis, example_count,
+                     two_d_weight_gradients):
+    for layer in layers:
+      out = _RunLayer(layer, site_prefix, theta, out, 'the unpipelined %s' % site_prefix)
+  return out
+
+
+class PartitionBody:
+  """A partition's layers as its graph functions' bodies run them.
+
+  Args:
+    layers: (layer name, function (theta NestedMap, inputs structure) -> outputs structure), one
+      per layer, applied in order. They must read the weights from theta only and get every tensor
+      they use from their inputs or theta.
+    theta: NestedMap of the partition's weights (only its structure counts).
+    inputs: the inputs of a micro-batch (only its structure counts).
+    name: the partition's function name prefix, for messages.
+    where: names the pipeline in error messages.
+    site_prefix: names the pipeline in dropout sites and step seeds (the same whatever K is).
+    example_axis: the batch dimension of the partition's inputs.
+    example_count: examples per micro-batch (None if unknown when the graph is built).
+    two_d: trace under matmul_gradient.Scope().
+  """
+
+  def __init__(self, layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any, name: str,
+               where: str, site_prefix: str, example_axis: int, example_count: Optional[int],
+               two_d: bool):
+    self.layers = list(layers)
+    self._theta = theta
+    self._in_template = inputs
+    self._name = name
+    self._where = where
+    self._site_prefix = site_prefix
+    self._example_axis = example_axis
+    self._example_count = example_count
+    self._two_d = two_d
+
+  def Pack(self, theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor]
+           ) -> Tuple[Any, Any]:
+    """(theta NestedMap, inputs structure) from their leaves (the inputs' present leaves)."""
+    return self._theta.Pack(list(theta_leaves)), leaves.Fill(self._in_template, x_leaves)
+
+  def Tracing(self, step, offset, collector, check_numerics):
+    """The context the partition's layers are traced in, inside a function body."""
+    return _LayerContext(step, offset, collector, check_numerics, self._example_axis,
+                         self._example_count, self._two_d)
+
+  def RunLayer(self, j: int, theta: py_utils.NestedMap, inputs: Any) -> Any:
+    """Layer j on `inputs`, within `Tracing`: the same dropout masks and seeds whenever it runs."""
+    return _RunLayer(self.layers[j], self._site_prefix, theta, inputs,
+                     '%s, partition function %s' % (self._where, self._name))
+
+  def Run(self, step: Optional[tf.Tensor], offset: tf.Tensor, theta_leaves: Sequence[tf.Tensor],
+          x_leaves: Sequence[tf.Tensor], collector: batch_norm.StatsCollector,
+          boundaries: Optional[list] = None) -> Tuple[Any, LayerOps, List[str]]:
+    """Runs the partition inside a function body.
+
+    `boundaries`, if given, gets every layer's inputs and then the outputs: a re-computation, which
+    skips Lingvo's CheckNumerics. Every layer is checked for shortcuts (`_CheckShortcuts`).
+
+    Returns:
+      (the outputs, each layer's ops, the layers whose dropout masks have no example axis).
+    """
+    theta, out = self.Pack(theta_leaves, x_leaves)
+    graph = tf.get_default_graph()
+    layer_ops = []
+    producers = _PRODUCERS.setdefault(graph, {})
+    with self.Tracing(step, offset, collector, check_numerics=boundaries is None) as notes:
+      for j, (name, _) in enumerate(self.layers):
+        if boundaries is not None:
+          if boundaries:
+            # LayerGradients stops each layer's differentiation at its inputs. tf.gradients
+            # ignores stop_gradients at the outputs of a function call op (e.g. the layer norm of
+            # Lingvo's py_utils.CallDefun) and would differentiate the layer before this one too.
+            out = tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), out)
+          boundaries.append(out)
+        first, captured = len(graph.get_operations()), len(graph.external_captures)
+        inputs = out
+        out = self.RunLayer(j, theta, out)
+        ops = graph.get_operations()[first:]
+        self._CheckShortcuts(graph, j, ops, inputs, graph.external_captures[captured:], producers)
+        producers.update((op.name, name) for op in ops)
+        layer_ops.append((name, ops))
+      masks = list(notes.whole_micro_batch_masks)
+    if boundaries is not None:
+      boundaries.append(out)
+    return out, layer_ops, masks
+
+  def _CheckShortcuts(self, graph, j, ops, inputs, captures, producers):
+    """Refuses a layer that uses a tensor an earlier layer computed other than through its inputs.
+
+    Its gradient would be lost (tf.gradients is taken layer by layer, from each layer's inputs), and
+    across partitions the tensor lives in another function's graph (TensorFlow fails later with an
+    unreadable error). Declared skip connections arrive as inputs, so they pass.
+    """
+    name = self.layers[j][0]
+    outer = []
+    g = graph
+    while g is not None:
+      outer.append(g)
+      g = getattr(g, 'outer_graph', None)
+    for tensor in captures:
+      if tensor.graph not in outer:
+        source = _PRODUCERS.get(tensor.graph, {}).get(tensor.op.name)
+        self._RaiseShortcut(name, tensor, source, 'another partition\'s function (%s)' %
+                            tensor.graph.name)
+    allowed = {x.ref() for x in leaves.Present(inputs)}
+    arguments = {x.op for x in graph.inputs} - {x.op for x in graph.internal_captures}
+    for op in ops:
+      for x in op.inputs:
+        source = producers.get(x.op.name)
+        if (source is None or source == name or x.ref() in allowed or
+            not layer_gradients.IsDifferentiable(x) or not _DependsOn(x.op, arguments)):
+          continue
+        self._RaiseShortcut(name, x, source, 'this partition')
+
+  def _RaiseShortcut(self, name, tensor, source, place):
+    raise ValueError(
+        '%s: layer %r (in %s) uses tensor %r, which %s computed in %s, but not through its '
+        'inputs: a shortcut the pipeline does not know of, whose gradient would be lost. Declare '
+        'it as a skip connection, skip_connections=[(%r, %r)], and take it as the last argument '
+        'of %r\'s FProp' % (self._where, name, self._name, tensor.name,
+                              'layer %r' % source if source else 'an earlier layer', place,
+                              source or 'SOURCE', name, name))
+
+  def CheckCaptures(self, captured_inputs: Sequence[tf.Tensor]) -> None:
+    """Refuses a trace that read trainable variables directly (their gradients would be lost)."""
+    captured = {id(c) for c in captured_inputs}
+    direct = [v.op.name for v in tf.trainable_variables() if id(v.handle) in captured]
+    if direct:
+      raise ValueError(
+          '%s: a layer of %s reads trainable variables %s directly instead of through theta; '
+          'their gradients would be lost. Use the theta passed to FProp.' %
+          (self._where, self._name, direct))
