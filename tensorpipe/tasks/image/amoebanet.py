@@ -344,7 +344,7 @@ class Cell(base_layer.BaseLayer):
     return py_utils.NestedMap(flops=flops, out_shapes=(out, x, aux))
 
 
-class Stem(base_layer.BaseLayer):
+class AmoebaNetStem(base_layer.BaseLayer):
   """images [B, H, W, 3] -> (3x3 VALID convolution + batch norm, None, None)."""
 
   @classmethod
@@ -485,8 +485,9 @@ def AmoebaNetLayers(genotype='D', num_cells=18, filters=256, num_classes=1000, i
   size = conv_layers.OutSize(image_size, 3, stem_stride, 'VALID')
   if size < 1:
     raise ValueError('AmoebaNet: image_size %d is too small for the stem' % image_size)
-  layers = [Stem.Params().Set(name='stem', input_dim=image_channels, filters=stem_filters,
-                              stride=stem_stride, bn_decay=bn_decay)]
+  layers = [AmoebaNetStem.Params().Set(name='stem', input_dim=image_channels,
+                                       filters=stem_filters, stride=stem_stride,
+                                       bn_decay=bn_decay)]
   state = dict(dim=stem_filters, size=(size, size), prev_dim=None, prev_size=None)
   cell_index = [0]
 

@@ -34,7 +34,7 @@ def _Chain(param_list, x):
   return flops, x
 
 
-class Stem(base_layer.BaseLayer):
+class ResNetStem(base_layer.BaseLayer):
   """7x7/2 convolution to `filters` channels, batch norm, relu, 3x3/2 max pooling."""
 
   @classmethod
@@ -134,8 +134,9 @@ def ResNetLayers(depth=101, num_classes=1000, image_channels=3, base_width=64, s
     if depth not in DEPTHS:
       raise ValueError('ResNet depth must be one of %s, got %r' % (sorted(DEPTHS), depth))
     blocks = DEPTHS[depth]
-  layers = [Stem.Params().Set(name='stem', input_dim=image_channels, filters=base_width,
-                              kernel=stem_kernel, stride=stem_stride, max_pool=stem_max_pool)]
+  layers = [ResNetStem.Params().Set(name='stem', input_dim=image_channels, filters=base_width,
+                                    kernel=stem_kernel, stride=stem_stride,
+                                    max_pool=stem_max_pool)]
   dim = base_width
   for stage, num in enumerate(blocks):
     width = base_width * 2**stage
