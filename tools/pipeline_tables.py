@@ -131,7 +131,7 @@ def _Step(name, layers, sizes, inputs_fn, m, batch_dim, k, warmup):
 
 
 def TracedCosts(layers, inputs_fn, batch_dim, m, warmup=2, traces=2):
-  """(per layer simulator.PartitionCost of the whole mini-batch, the profiling.Trace) of K=1.
+  """(per layer simulator.TaskTimes of the whole mini-batch, the profiling.Trace) of K=1.
 
   Of `traces` traced steps the fastest is used: the least disturbed (a process's first trace also
   starts the profiler).
@@ -143,7 +143,7 @@ def TracedCosts(layers, inputs_fn, batch_dim, m, warmup=2, traces=2):
 
 
 def LayerCosts(layers, inputs_fn, batch_dim, m, warmup=2):
-  """Per layer simulator.PartitionCost (whole mini-batch) of a traced K=1 step, M micro-batches."""
+  """Per layer simulator.TaskTimes (whole mini-batch) of a traced K=1 step, M micro-batches."""
   return TracedCosts(layers, inputs_fn, batch_dim, m, warmup)[0]
 
 

@@ -26,7 +26,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
-from lingvo.core import base_layer  # pylint: disable=g-import-not-at-top
 from lingvo.core import cluster_factory  # pylint: disable=g-import-not-at-top
 from lingvo.core import layers  # pylint: disable=g-import-not-at-top
 
@@ -34,6 +33,7 @@ from tensorpipe import layer as layer_lib  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import simulator  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import timeline  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
 from tensorpipe import placement  # pylint: disable=g-import-not-at-top
 from tensorpipe import schedule  # pylint: disable=g-import-not-at-top
 
@@ -41,17 +41,10 @@ KS = (2, 4, 8)
 MS = (4, 8, 32)
 
 
-class SquaredNorm(base_layer.BaseLayer):
-  """Per-example losses |x|^2 (a last layer that lets a schedule run backward passes early)."""
-
-  def FProp(self, theta, x):
-    return tf.reduce_sum(tf.square(x), axis=-1)
-
-
 def _Stack(num_layers, width):
   return [layers.FCLayer.Params().Set(name='fc%d' % i, input_dim=width, output_dim=width,
                                       activation='TANH') for i in range(num_layers)
-         ] + [SquaredNorm.Params().Set(name='loss')]
+         ] + [workloads.SquaredNorm.Params().Set(name='loss')]
 
 
 def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, inter_op, warmup=3):
@@ -77,7 +70,7 @@ def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, 
 
 
 def MeasuredCost(args):
-  """simulator.PartitionCost of one partition (mean per task) of a traced one-device ZB step."""
+  """simulator.TaskTimes of one partition (mean per task) of a traced one-device ZB step."""
   per_partition = max(1, args.layers // 4)
   trace = TracedStep(_Stack(per_partition, args.width)[:per_partition], 1, args.micro_batches,
                      args.micro_batch_size, args.width, 'zero_bubble', inter_op=1)
@@ -88,7 +81,7 @@ def MeasuredCost(args):
 def BubbleTable(cost):
   """Rows (K, M, textbook FD/1F1B, textbook ZB, simulated bubbles with unit and measured costs,
   step time zero_bubble / 1f1b with measured costs)."""
-  unit = simulator.PartitionCost(forward=1.0, backward=1.0, weight=1.0)
+  unit = simulator.TaskTimes(forward=1.0, backward=1.0, weight=1.0)
   rows = []
   for k in KS:
     for m in MS:

@@ -39,23 +39,17 @@ def Child(args):
   """Builds and traces one step with schedule `args.schedule`; prints {device: peak bytes}."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
-  from lingvo.core import base_layer  # pylint: disable=g-import-not-at-top
   from lingvo.core import cluster_factory  # pylint: disable=g-import-not-at-top
   from lingvo.core import layers  # pylint: disable=g-import-not-at-top
   from tensorpipe import layer as layer_lib  # pylint: disable=g-import-not-at-top
   from tensorpipe import placement  # pylint: disable=g-import-not-at-top
   from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
-
-  class SquaredNorm(base_layer.BaseLayer):
-    """Per-example losses |x|^2 (the last layer: what '1f1b' needs)."""
-
-    def FProp(self, theta, x):
-      return tf.reduce_sum(tf.square(x), axis=-1)
+  from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
 
   k, m = args.partitions, args.micro_batches
   stack = [layers.FCLayer.Params().Set(name='fc%d' % i, input_dim=args.width,
                                        output_dim=args.width, activation='TANH')
-           for i in range(args.layers)] + [SquaredNorm.Params().Set(name='loss')]
+           for i in range(args.layers)] + [workloads.SquaredNorm.Params().Set(name='loss')]
   batch = m * args.micro_batch_size
   with tf.Graph().as_default() as graph, cluster_factory.ForTestingWorker(cpus=k, split_size=k):
     net = layer_lib.TensorPipeLayer.Params().Set(

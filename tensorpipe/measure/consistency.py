@@ -85,7 +85,7 @@ class Case:
 
 
 @dataclasses.dataclass
-class Result:
+class VariantResult:
   """One variant's run: its loss, {variable name: gradient}, M-dependence reasons, or the error
   that stopped it."""
   variant: Variant
@@ -307,7 +307,7 @@ def _Grid(name: str, values: Sequence[int]) -> List[int]:
   return list(dict.fromkeys(int(v) for v in values))
 
 
-def _Run(variant: Variant, num_devices: int, seed: int) -> Result:
+def _Run(variant: Variant, num_devices: int, seed: int) -> VariantResult:
   """Builds `variant` in a fresh graph on `num_devices` logical CPU devices and runs its loss and
   gradients once."""
   graph = tf.Graph()
@@ -327,7 +327,7 @@ def _Run(variant: Variant, num_devices: int, seed: int) -> Result:
       fetches[_VariableName(variable)] = tf.convert_to_tensor(grad)  # IndexedSlices to dense.
     init = [tf.global_variables_initializer(), tf.local_variables_initializer(),
             tf.tables_initializer()]
-    result = Result(variant, reasons=list(built.reasons))
+    result = VariantResult(variant, reasons=list(built.reasons))
     with tf.Session(graph=graph, config=placement.SessionConfig(num_devices)) as sess:
       sess.run(init)
       try:
@@ -339,7 +339,8 @@ def _Run(variant: Variant, num_devices: int, seed: int) -> Result:
   return result
 
 
-def Compare(case: Case, tolerance: float = DEFAULT_TOLERANCE, seed: int = DEFAULT_SEED) -> 'Report':
+def Compare(case: Case, tolerance: float = DEFAULT_TOLERANCE,
+            seed: int = DEFAULT_SEED) -> 'ConsistencyReport':
   """Runs every variant of `case` and compares its gradients with what it must equal.
 
   A variant is compared with the unpipelined reference, except that a variant with M > 1 whose
@@ -360,15 +361,16 @@ def Compare(case: Case, tolerance: float = DEFAULT_TOLERANCE, seed: int = DEFAUL
                        'create the same variables' % (case.title, result.name,
                                                       sorted(result.grads),
                                                       sorted(reference.grads)))
-  return Report(case, tolerance, reference, results)
+  return ConsistencyReport(case, tolerance, reference, results)
 
 
-class Report:
+class ConsistencyReport:
   """The outcome of a consistency check: per variable and variant, the difference of gradients,
   divided by the largest gradient norm of what the variant is compared with, and the global
   gradient norms. `ok` is False if any difference exceeds the tolerance or a variant failed."""
 
-  def __init__(self, case: Case, tolerance: float, reference: Result, results: List[Result]):
+  def __init__(self, case: Case, tolerance: float, reference: VariantResult,
+               results: List[VariantResult]):
     self.case, self.tolerance, self.reference, self.results = case, tolerance, reference, results
     self.fixed_m = {}  # M -> reasons its results depend on M (only M > 1).
     for result in results:
@@ -376,12 +378,12 @@ class Report:
       if (m or 1) > 1 and result.reasons:
         reasons = self.fixed_m.setdefault(m, [])
         reasons.extend(r for r in result.reasons if r not in reasons)
-    self.fixed_m_bases = {}  # M -> the Result of the smallest K at M that ran, if any.
+    self.fixed_m_bases = {}  # M -> the VariantResult of the smallest K at M that ran, if any.
     for m in self.fixed_m:
       at_m = [r for r in results if r.variant.num_micro_batches == m and r.error is None]
       if at_m:
         self.fixed_m_bases[m] = min(at_m, key=lambda r: r.variant.num_partitions)
-    self.baselines = {}  # Variant name -> the Result it is compared with.
+    self.baselines = {}  # Variant name -> the VariantResult it is compared with.
     for result in results:
       m = result.variant.num_micro_batches
       base = self.fixed_m_bases.get(m) if m in self.fixed_m else reference
@@ -476,13 +478,13 @@ class Report:
     out.append(Row('compared with', '', [self._Base(r) for r in self.results]))
     return '\n'.join(out)
 
-  def _Base(self, result: Result) -> str:
+  def _Base(self, result: VariantResult) -> str:
     base = self.baselines.get(result.name)
     if base is None:
       return 'nothing'
     return 'itself' if base is result else base.name
 
-  def _Cell(self, result: Result, value: Optional[float]) -> str:
+  def _Cell(self, result: VariantResult, value: Optional[float]) -> str:
     if result.error:
       return 'failed'
     if value is None:
@@ -509,8 +511,8 @@ class Report:
 def Check(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAULT_PARTITIONS,
           micro_batches: Sequence[int] = DEFAULT_MICRO_BATCHES,
           tolerance: float = DEFAULT_TOLERANCE, input_params: Optional[hyperparams.Params] = None,
-          title: Optional[str] = None, seed: int = DEFAULT_SEED) -> Report:
-  """The consistency check of a task (see the module docstring and `TaskCase`): a Report whose
-  `Format()` is the text and `ok` the verdict."""
+          title: Optional[str] = None, seed: int = DEFAULT_SEED) -> ConsistencyReport:
+  """The consistency check of a task (see the module docstring and `TaskCase`): a
+  ConsistencyReport whose `Format()` is the text and `ok` the verdict."""
   return Compare(TaskCase(task_params, partitions, micro_batches, input_params, title), tolerance,
                  seed)

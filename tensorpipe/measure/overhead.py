@@ -39,8 +39,8 @@ def OverheadShares(trace: profiling.Trace, num_micro_batches: int) -> Dict[str, 
                       'other')}
   idle = 1.0 - sum(busy.values()) / total
   partitions = trace.PartitionTimes()
-  mean = simulator.PartitionCost(*[float(np.mean([getattr(c, f) for c in partitions]))
-                                   for f in ('forward', 'backward', 'recompute')])
+  mean = simulator.TaskTimes(*[float(np.mean([getattr(c, f) for c in partitions]))
+                               for f in ('forward', 'backward', 'recompute')])
   bubble = simulator.SimulateFillDrain([mean] * len(partitions), num_micro_batches).idle_fraction
   bubble = min(bubble, idle)
   return {'setup': shares['setup'], 'bubble': bubble, 'imbalance': idle - bubble,

@@ -320,8 +320,8 @@ def PartitionCosts(layer_seconds: Sequence[Tuple[float, float]], sizes: Sequence
                    device: DeviceProfile, recompute: str, num_micro_batches: int,
                    splits_backward: bool, backward_parallelism: float = 1.0,
                    micro_batch_overhead: float = 0.0,
-                   params: Optional[Sequence[float]] = None) -> List[simulator.PartitionCost]:
-  """simulator.PartitionCosts (one micro-batch) of the partitions of `sizes`.
+                   params: Optional[Sequence[float]] = None) -> List[simulator.TaskTimes]:
+  """simulator.TaskTimes (one micro-batch) of the partitions of `sizes`.
 
   A forward task is its layers' forward seconds plus one call; a backward task re-computes the
   forward pass (with 'except_last', all but the last micro-batch: its mean share), then takes its
@@ -349,13 +349,13 @@ def PartitionCosts(layer_seconds: Sequence[Tuple[float, float]], sizes: Sequence
       backward += micro_batch_overhead * share_of_params * (m - 1.0) / m
     if splits_backward:
       half = backward / 2 / par + device.call_overhead
-      out.append(simulator.PartitionCost(
+      out.append(simulator.TaskTimes(
           forward + device.call_overhead, half, share * forward, backward_parallelism=par,
           weight=half, weight_parallelism=par))
     else:
-      out.append(simulator.PartitionCost(forward + device.call_overhead,
-                                         backward / par + device.call_overhead, share * forward,
-                                         backward_parallelism=par))
+      out.append(simulator.TaskTimes(forward + device.call_overhead,
+                                     backward / par + device.call_overhead, share * forward,
+                                     backward_parallelism=par))
   return out
 
 

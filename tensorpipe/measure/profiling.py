@@ -320,7 +320,7 @@ class Trace:
       spans[key] = (min(start, op.start), max(end, op.end))
     return sorted((k[:3] + v for k, v in spans.items()), key=lambda r: r[3])
 
-  def PipelinePartitionTimes(self) -> List[Tuple[Optional[str], List[simulator.PartitionCost]]]:
+  def PipelinePartitionTimes(self) -> List[Tuple[Optional[str], List[simulator.TaskTimes]]]:
     """[(pipeline name, its PartitionTimes)] of each pipeline whose partitions ran in the trace;
     [(None, every partition's)] in a trace without pipeline names; [] without partition ops."""
     out = []
@@ -331,8 +331,8 @@ class Trace:
         continue
     return out
 
-  def PartitionTimes(self, pipeline: Optional[str] = None) -> List[simulator.PartitionCost]:
-    """Per partition, simulator.PartitionCost: mean span per task of F, B, R, W, and parallelism.
+  def PartitionTimes(self, pipeline: Optional[str] = None) -> List[simulator.TaskTimes]:
+    """Per partition, simulator.TaskTimes: mean span per task of F, B, R, W, and parallelism.
 
     Args:
       pipeline: only that pipeline's partitions (a name given to the Trace); None: every partition
@@ -348,8 +348,8 @@ class Trace:
                                                 ' of pipeline %r' % pipeline))
     return self._TaskCosts(1 + max(partitions), lambda op: op.partition if Mine(op) else None)
 
-  def GroupTimes(self, groups: Sequence[Sequence[str]]) -> List[simulator.PartitionCost]:
-    """Per group of layers: simulator.PartitionCost per micro-batch, as if it were a partition.
+  def GroupTimes(self, groups: Sequence[Sequence[str]]) -> List[simulator.TaskTimes]:
+    """Per group of layers: simulator.TaskTimes per micro-batch, as if it were a partition.
 
     For predicting another partition from this trace (e.g. K = 2 partitions from a K = 1 step with
     the same M): group g's task on micro-batch t spans the union of its layers' ops on t, so ops of
@@ -360,8 +360,8 @@ class Trace:
     """
     return self._GroupCosts(groups, per_micro_batch=True)
 
-  def LayerTimes(self, layer_names: Sequence[str]) -> List[simulator.PartitionCost]:
-    """Per layer, simulator.PartitionCost: its F, B, R ops' span summed over the step; parallelism.
+  def LayerTimes(self, layer_names: Sequence[str]) -> List[simulator.TaskTimes]:
+    """Per layer, simulator.TaskTimes: its F, B, R ops' span summed over the step; parallelism.
 
     Summed over micro-batches, so a layer's costs are those of the whole mini-batch; concurrent
     ops of one layer count once in its span, and each in its work. Ops outside any layer's name
@@ -376,7 +376,7 @@ class Trace:
         index.get(op.layer) if op.op_type not in _BOOKKEEPING else None), per_micro_batch)
 
   def _TaskCosts(self, num_tasks, task_of, per_micro_batch=True):
-    """simulator.PartitionCost per task index from per-micro-batch spans.
+    """simulator.TaskTimes per task index from per-micro-batch spans.
 
     `task_of(op)` gives an op's task index, or None to leave it out. Times are the mean over
     micro-batches with `per_micro_batch`, else the sum.
@@ -389,16 +389,16 @@ class Trace:
     out = []
     for k in range(num_tasks):
       by_kind = {}
-      for kind in simulator.KINDS:
+      for kind in simulator.TASK_KINDS:
         by_mb = per.get((k, kind), {})
         by_kind[kind] = ([simulator.UnionLength(s) for s in by_mb.values()],
                          sum(end - start for s in by_mb.values() for start, end in s))
-      out.append(_PartitionCost(by_kind, per_micro_batch))
+      out.append(_TaskTimesOf(by_kind, per_micro_batch))
     return out
 
 
-def _PartitionCost(by_kind, per_micro_batch):
-  """simulator.PartitionCost from {kind: (span of each micro-batch's task, summed op seconds)}.
+def _TaskTimesOf(by_kind, per_micro_batch):
+  """simulator.TaskTimes from {kind: (span of each micro-batch's task, summed op seconds)}.
 
   Times: the spans summed, or their mean with `per_micro_batch`; parallelism: work / span (1 without
   ops).
@@ -408,7 +408,7 @@ def _PartitionCost(by_kind, per_micro_batch):
     span = float(sum(spans))
     fields[kind] = span / len(spans) if per_micro_batch and spans else span
     fields[kind + '_parallelism'] = max(1.0, work / span) if span > 0 else 1.0
-  return simulator.PartitionCost(**fields)
+  return simulator.TaskTimes(**fields)
 
 
 def _Index(device):
@@ -454,7 +454,7 @@ def Summary(trace: Trace) -> str:
 
 
 def PipelineSummary(
-    pipeline_times: Sequence[Tuple[Optional[str], Sequence[simulator.PartitionCost]]]) -> str:
+    pipeline_times: Sequence[Tuple[Optional[str], Sequence[simulator.TaskTimes]]]) -> str:
   """`PartitionSummary` of each pipeline's partitions (`Trace.PipelinePartitionTimes()`), headed by
   its name where it has one; '' for an empty list."""
   tables = []
@@ -464,7 +464,7 @@ def PipelineSummary(
   return '\n'.join(tables)
 
 
-def PartitionSummary(partitions: Sequence[simulator.PartitionCost]) -> str:
+def PartitionSummary(partitions: Sequence[simulator.TaskTimes]) -> str:
   """A text table of `Trace.PartitionTimes()`: per partition, mean F, B, R, W ms per task."""
   lines = ['%-5s %10s %10s %10s %10s' % ('partition', 'forward', 'backward', 'recompute', 'weight')]
   for k, c in enumerate(partitions):

@@ -21,13 +21,16 @@ from typing import List, Optional, Sequence, Tuple
 
 from tensorpipe import schedule
 
-FORWARD, RECOMPUTE, BACKWARD, WEIGHT = 'forward', 'recompute', 'backward', 'weight'
-KINDS = (FORWARD, BACKWARD, RECOMPUTE, WEIGHT)
+# The kinds of task a partition runs per micro-batch (profiling.CATEGORIES spells them the same);
+# not schedule.FORWARD etc., which name the kinds of schedule action (F, B, W).
+FORWARD_TASK, RECOMPUTE_TASK = 'forward', 'recompute'
+BACKWARD_TASK, WEIGHT_TASK = 'backward', 'weight'
+TASK_KINDS = (FORWARD_TASK, BACKWARD_TASK, RECOMPUTE_TASK, WEIGHT_TASK)
 
 
 @dataclasses.dataclass
-class PartitionCost:
-  """One partition's tasks for ONE micro-batch.
+class TaskTimes:
+  """The times of one partition's tasks (or one layer's, or one group's) for ONE micro-batch.
 
   forward, backward, recompute, weight: seconds the task takes given every core it can use (its
     span), as on a device of its own. `backward` is the input-gradient part of a backward pass and
@@ -46,7 +49,7 @@ class PartitionCost:
   weight_parallelism: float = 1.0
 
   def Work(self, kind: str) -> float:
-    """Core-seconds of task `kind` (one of KINDS)."""
+    """Core-seconds of task `kind` (one of TASK_KINDS)."""
     return getattr(self, kind) * self.Parallelism(kind)
 
   def Parallelism(self, kind: str) -> float:
@@ -65,8 +68,8 @@ class Interval:
 
 
 @dataclasses.dataclass
-class Result:
-  """A simulated step."""
+class SimulatedStep:
+  """A simulated step: its time, each device's busy time and the timeline of its tasks."""
   step_time: float
   busy: List[float]  # Per device: seconds with at least one of its tasks running.
   timeline: List[Interval]
@@ -89,7 +92,7 @@ def _Check(costs, sched, transfer, cores):
   if not costs:
     raise ValueError('simulator: no partitions given')
   for k, c in enumerate(costs):
-    for kind in KINDS:
+    for kind in TASK_KINDS:
       value = getattr(c, kind)
       if not _IsNumber(value) or value < 0:
         raise ValueError('simulator: partition %d has %s time %r; times must be non-negative '
@@ -115,21 +118,21 @@ def _Phases(action, cost, splits_backward):
   adds the weight gradients unless the schedule `splits_backward`); W re-computes, then adds
   them."""
   if action.kind == schedule.FORWARD:
-    return [(FORWARD, cost.forward)]
+    return [(FORWARD_TASK, cost.forward)]
   if action.kind == schedule.WEIGHT:
-    last = [WEIGHT]
+    last = [WEIGHT_TASK]
   else:
-    last = [BACKWARD] + ([] if splits_backward or not cost.weight else [WEIGHT])
-  return [(kind, getattr(cost, kind)) for kind in [RECOMPUTE] + last
-          if kind != RECOMPUTE or cost.recompute]
+    last = [BACKWARD_TASK] + ([] if splits_backward or not cost.weight else [WEIGHT_TASK])
+  return [(kind, getattr(cost, kind)) for kind in [RECOMPUTE_TASK] + last
+          if kind != RECOMPUTE_TASK or cost.recompute]
 
 
-def Simulate(costs: Sequence[PartitionCost], sched: schedule.Schedule, transfer: float = 0.0,
-             cores: Optional[float] = None) -> Result:
+def Simulate(costs: Sequence[TaskTimes], sched: schedule.Schedule, transfer: float = 0.0,
+             cores: Optional[float] = None) -> SimulatedStep:
   """Simulates one step of `sched` with the given per-partition costs.
 
   Args:
-    costs: a PartitionCost per partition (per micro-batch).
+    costs: a TaskTimes per partition (per micro-batch).
     sched: a schedule.Schedule of len(costs) partitions, e.g. schedule.FillDrainSchedule(K, M, lag).
     transfer: seconds to move one micro-batch's boundary activation (or its gradient) between
       neighbouring devices.
@@ -137,8 +140,8 @@ def Simulate(costs: Sequence[PartitionCost], sched: schedule.Schedule, transfer:
       share C cores and run whatever the edges let run (see `_SimulateShared`).
 
   Returns:
-    A Result; its timeline has one interval per forward action and one per phase of a backward or
-    weight-gradient action (RECOMPUTE, then BACKWARD and/or WEIGHT).
+    A SimulatedStep; its timeline has one interval per forward action and one per phase of a
+    backward or weight-gradient action (RECOMPUTE_TASK, then BACKWARD_TASK and/or WEIGHT_TASK).
   """
   _Check(costs, sched, transfer, cores)
   if cores is not None:
@@ -156,11 +159,11 @@ def Simulate(costs: Sequence[PartitionCost], sched: schedule.Schedule, transfer:
       start += seconds
       busy[k] += seconds
     end[action] = free[k] = start
-  return Result(max(i.end for i in timeline), busy, timeline)
+  return SimulatedStep(max(i.end for i in timeline), busy, timeline)
 
 
-def SimulateFillDrain(costs: Sequence[PartitionCost], num_micro_batches: int,
-                      cores: Optional[float] = None, forward_overlap: bool = True) -> Result:
+def SimulateFillDrain(costs: Sequence[TaskTimes], num_micro_batches: int,
+                      cores: Optional[float] = None, forward_overlap: bool = True) -> SimulatedStep:
   """Simulate of TensorPipeLayer's default schedule: fill-drain, with forward_overlap (lag 2)."""
   sched = schedule.FillDrainSchedule(len(costs), num_micro_batches, 2 if forward_overlap else 1)
   return Simulate(costs, sched, cores=cores)
@@ -244,12 +247,12 @@ def _SimulateShared(costs, sched, transfer, cores):
   timeline.sort(key=lambda i: (i.start, i.partition))
   busy = [UnionLength([(i.start, i.end) for i in timeline if i.partition == k])
           for k in range(len(costs))]
-  return Result(max(end.values()), busy, timeline)
+  return SimulatedStep(max(end.values()), busy, timeline)
 
 
-def SplitCosts(layer_costs: Sequence[PartitionCost], sizes: Sequence[int], num_micro_batches: int,
-               overhead: float = 0.0) -> List[PartitionCost]:
-  """Per-partition PartitionCosts for M micro-batches from per-layer costs of the whole mini-batch.
+def SplitCosts(layer_costs: Sequence[TaskTimes], sizes: Sequence[int], num_micro_batches: int,
+               overhead: float = 0.0) -> List[TaskTimes]:
+  """Per-partition TaskTimes for M micro-batches from per-layer costs of the whole mini-batch.
 
   Each layer's time and work are taken to scale with its share of the batch, plus a fixed `overhead`
   seconds per task (op launch costs that do not shrink with the micro-batch; one core's worth). A
@@ -257,7 +260,7 @@ def SplitCosts(layer_costs: Sequence[PartitionCost], sizes: Sequence[int], num_m
   its summed work over its summed span.
 
   Args:
-    layer_costs: a PartitionCost per layer, for the whole mini-batch.
+    layer_costs: a TaskTimes per layer, for the whole mini-batch.
     sizes: the partition sizes (layers per partition).
     num_micro_batches: M.
     overhead: seconds added to every task.
@@ -270,15 +273,16 @@ def SplitCosts(layer_costs: Sequence[PartitionCost], sizes: Sequence[int], num_m
     partition = layer_costs[start:start + size]
     start += size
     fields = {}
-    for kind in KINDS:
-      if kind in (RECOMPUTE, WEIGHT) and not any(getattr(c, kind) for c in partition):
+    for kind in TASK_KINDS:
+      if kind in (RECOMPUTE_TASK, WEIGHT_TASK) and not any(getattr(c, kind) for c in partition):
         continue
       span = sum(getattr(c, kind) for c in partition) / num_micro_batches + overhead
       work = sum(c.Work(kind) for c in partition) / num_micro_batches + overhead
       fields[kind] = span
       fields[kind + '_parallelism'] = max(1.0, work / span) if span else 1.0
-    out.append(PartitionCost(fields[FORWARD], fields[BACKWARD], **{
-        name: value for name, value in fields.items() if name not in (FORWARD, BACKWARD)}))
+    out.append(TaskTimes(fields[FORWARD_TASK], fields[BACKWARD_TASK], **{
+        name: value for name, value in fields.items()
+        if name not in (FORWARD_TASK, BACKWARD_TASK)}))
   return out
 
 

@@ -78,7 +78,7 @@ def ThroughputTable(ks: Sequence[int], ms: Sequence[int], measured: GridTimes,
 
 
 def TraceNote(num_micro_batches: int, trace: profiling.Trace,
-              layer_costs: Sequence[simulator.PartitionCost], timed: Optional[float]) -> str:
+              layer_costs: Sequence[simulator.TaskTimes], timed: Optional[float]) -> str:
   """One line on a traced K=1 step that fed the simulator: its time, work and spans.
 
   The traced step against the timed one (seconds, or None) shows the tracing's own cost; the
@@ -87,10 +87,10 @@ def TraceNote(num_micro_batches: int, trace: profiling.Trace,
   simulated tasks.
   """
   work = sum(sum(by_cat.values()) for by_cat in trace.WorkByCategory().values())
-  layer_work = sum(c.Work(kind) for c in layer_costs for kind in simulator.KINDS)
-  layer_span = sum(getattr(c, kind) for c in layer_costs for kind in simulator.KINDS)
+  layer_work = sum(c.Work(kind) for c in layer_costs for kind in simulator.TASK_KINDS)
+  layer_span = sum(getattr(c, kind) for c in layer_costs for kind in simulator.TASK_KINDS)
   task_span = sum(end - start for _, kind, _, start, end in trace.Tasks()
-                  if kind in simulator.KINDS)
+                  if kind in simulator.TASK_KINDS)
   return ('  traced K=1 M=%d step %.0f ms (timed %s): layers\' F, R, B ops %.0f core-ms, their '
           'spans %.0f ms, the tasks\' %.0f ms; other ops %.0f core-ms' % (
               num_micro_batches, 1e3 * trace.step_time,
@@ -101,7 +101,7 @@ def TraceNote(num_micro_batches: int, trace: profiling.Trace,
 DEEP_KS = (2, 4, 8, 16, 32, 64, 128)
 
 
-def DeepPredictionTable(costs_by_m: Dict[int, Sequence[simulator.PartitionCost]], name: str,
+def DeepPredictionTable(costs_by_m: Dict[int, Sequence[simulator.TaskTimes]], name: str,
                         depth: int = 128, ks: Sequence[int] = DEEP_KS) -> str:
   """Simulated throughput of a stack `depth` blocks deep, normalised to the first K at the least M.
 
@@ -121,8 +121,8 @@ def DeepPredictionTable(costs_by_m: Dict[int, Sequence[simulator.PartitionCost]]
   base = None
   for m, costs in sorted(costs_by_m.items()):
     block = costs[1:-1]
-    mean_block = simulator.PartitionCost(*[float(np.median([getattr(c, f) for c in block]))
-                                           for f in ('forward', 'backward', 'recompute')])
+    mean_block = simulator.TaskTimes(*[float(np.median([getattr(c, f) for c in block]))
+                                       for f in ('forward', 'backward', 'recompute')])
     deep = [costs[0]] + [mean_block] * depth + [costs[-1]]
     row = []
     for k in ks:

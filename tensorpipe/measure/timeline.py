@@ -2,8 +2,8 @@
 
 Forward, re-computation, backward and weight-gradient time are coloured, other work is grey, idle
 time is left blank; each pipeline task is labelled F/R/B/W with its micro-batch. It draws a traced
-step (`profiling.Trace`) or a simulated one (`simulator.Result`) the same way, so the two can be
-compared.
+step (`profiling.Trace`) or a simulated one (`simulator.SimulatedStep`) the same way, so the two can
+be compared.
 """
 
 import collections
@@ -84,8 +84,8 @@ def DrawTrace(trace: profiling.Trace, path: PathOrFile, title: str) -> PathOrFil
   return Draw(rows, trace.step_time, path, title, tasks)
 
 
-def DrawSimulated(result: simulator.Result, path: PathOrFile, title: str) -> PathOrFile:
-  """Draws a simulator.Result: one row per partition's device."""
+def DrawSimulated(result: simulator.SimulatedStep, path: PathOrFile, title: str) -> PathOrFile:
+  """Draws a simulator.SimulatedStep: one row per partition's device."""
   num_partitions = len(result.busy)
   rows = collections.OrderedDict(('device %d' % k, collections.defaultdict(list))
                                  for k in range(num_partitions))

@@ -5,7 +5,8 @@ by 'flops' and Lingvo's GPipe can infer its partitions' outputs. `TransformerSta
 embedding, Lingvo TransformerLayer blocks and a softmax: the shape of the GPipe paper's Transformer
 models, with the embedding and softmax much costlier than a block when the vocabulary is large.
 `RepeatedDense` keeps its input's shape and has a cost set by one Param, for stacks with a chosen
-uneven cost.
+uneven cost. `SquaredNorm` is a per-example loss to end a stack with, so that schedules that start
+backward passes early (1F1B, zero bubble) have a last layer giving a loss per example.
 """
 
 from typing import List, Tuple
@@ -139,6 +140,18 @@ class RepeatedDense(base_layer.BaseLayer):
   @classmethod
   def FPropMeta(cls, p: hyperparams.InstantiableParams, x: tshape.Shape) -> py_utils.NestedMap:
     return py_utils.NestedMap(flops=2 * x[0] * p.dim * p.dim * p.repeats, out_shapes=(x,))
+
+
+class SquaredNorm(base_layer.BaseLayer):
+  """x [B, D] -> per-example losses |x|^2 [B]: a last layer for schedules that run backward passes
+  early."""
+
+  def FProp(self, theta: py_utils.NestedMap, x: tf.Tensor) -> tf.Tensor:
+    return tf.reduce_sum(tf.square(x), axis=-1)
+
+  @classmethod
+  def FPropMeta(cls, p: hyperparams.InstantiableParams, x: tshape.Shape) -> py_utils.NestedMap:
+    return py_utils.NestedMap(flops=2 * x.num_elements(), out_shapes=(x.__class__(x[:-1]),))
 
 
 def TransformerStack(num_layers: int, model_dim: int, hidden_dim: int, num_heads: int,

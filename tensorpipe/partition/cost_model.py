@@ -101,6 +101,18 @@ def ChainMeta(layer_params: Sequence[Any], input_shapes: Sequence[Any],
   return metas, shapes
 
 
+def ChainFlops(layer_params: Sequence[Any], input_shapes: Sequence[Any]
+              ) -> Tuple[float, Tuple[tshape.Shape, ...]]:
+  """(total flops, output shapes) of layers run one after another, each on the previous outputs.
+
+  For a composite layer's FPropMeta that runs a sequence of sub-layers (a stack of convolutions, a
+  residual branch): it estimates them as `ChainMeta` does a pipeline's layers, so a composite layer
+  and a pipeline of the same layers cost the same. Raises ValueError as ChainMeta does.
+  """
+  metas, out_shapes = ChainMeta(layer_params, input_shapes)
+  return sum(flops for flops, _ in metas), out_shapes
+
+
 def _SkipArgument(outputs):
   """What a skip connection passes: its source's output (one value, or the tuple of several)."""
   return outputs[0] if len(outputs) == 1 else outputs

@@ -29,7 +29,7 @@ class PartitionRow:
 
 
 @dataclasses.dataclass
-class Report:
+class PartitionReport:
   """What `Build` found; `str()` formats it as a table."""
   title: str
   cost_source: str
@@ -48,8 +48,8 @@ def _Sum(values):
   return float(sum(values))
 
 
-def Build(plan: partitioning.Plan, title: str = 'pipeline') -> Report:
-  """A Report of `plan` (a partitioning.Plan)."""
+def Build(plan: partitioning.Plan, title: str = 'pipeline') -> PartitionReport:
+  """A PartitionReport of `plan` (a partitioning.Plan)."""
   costs = plan.PartitionCosts()
   total = sum(costs) or 1.0
   profiles = plan.Profiles()
@@ -67,9 +67,10 @@ def Build(plan: partitioning.Plan, title: str = 'pipeline') -> Report:
                         params, param_bytes, act_bytes))
     start += size
   num_micro = plan.num_micro_batches
-  return Report(title, plan.cost_source, plan.algorithm, num_micro, rows,
-                balancing.Imbalance(costs), schedule.BubbleFraction(len(plan.sizes), num_micro),
-                balancing.Efficiency(costs, num_micro))
+  return PartitionReport(title, plan.cost_source, plan.algorithm, num_micro, rows,
+                         balancing.Imbalance(costs),
+                         schedule.BubbleFraction(len(plan.sizes), num_micro),
+                         balancing.Efficiency(costs, num_micro))
 
 
 def _Num(value):
@@ -85,7 +86,7 @@ def _Bytes(value):
   return '-' if value is None else units.FormatBytes(value)
 
 
-def Format(report: Report) -> str:
+def Format(report: PartitionReport) -> str:
   """The report as a fixed-width table with a summary line."""
   lines = [
       '%s: %d partitions, cost %r, algorithm %r, M = %d' %

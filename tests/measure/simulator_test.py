@@ -9,7 +9,7 @@ from tensorpipe import schedule
 
 
 def _Equal(num_partitions, forward=1.0, backward=2.0, recompute=0.0):
-  return [simulator.PartitionCost(forward, backward, recompute) for _ in range(num_partitions)]
+  return [simulator.TaskTimes(forward, backward, recompute) for _ in range(num_partitions)]
 
 
 def _Gpipe(costs, m, lag=1):
@@ -40,7 +40,7 @@ class SimulateTest(unittest.TestCase):
   def testZeroBubbleIsAThirdOfOneFOneBWithEqualForwardInputAndWeightGradients(self):
     for k in (2, 4, 8):
       for m in (4, 8, 32):
-        costs = [simulator.PartitionCost(forward=1.0, backward=1.0, weight=1.0)] * k
+        costs = [simulator.TaskTimes(forward=1.0, backward=1.0, weight=1.0)] * k
         one_f_one_b = simulator.Simulate(costs, schedule.OneFOneBSchedule(k, m))
         zero_bubble = simulator.Simulate(costs, schedule.ZeroBubbleSchedule(k, m))
         self.assertAlmostEqual(one_f_one_b.idle_fraction, schedule.BubbleFraction(k, m))
@@ -51,15 +51,16 @@ class SimulateTest(unittest.TestCase):
         self.assertLess(zero_bubble.step_time, one_f_one_b.step_time)
 
   def testAWeightActionRecomputesThenAddsTheWeightGradients(self):
-    costs = [simulator.PartitionCost(forward=1.0, backward=2.0, recompute=1.0, weight=3.0)]
+    costs = [simulator.TaskTimes(forward=1.0, backward=2.0, recompute=1.0, weight=3.0)]
     split = simulator.Simulate(costs, schedule.ZeroBubbleSchedule(1, 1))
     self.assertEqual([(i.kind, i.start, i.end) for i in split.timeline], [
-        (simulator.FORWARD, 0.0, 1.0), (simulator.RECOMPUTE, 1.0, 2.0),
-        (simulator.BACKWARD, 2.0, 4.0), (simulator.RECOMPUTE, 4.0, 5.0),
-        (simulator.WEIGHT, 5.0, 8.0)])
+        (simulator.FORWARD_TASK, 0.0, 1.0), (simulator.RECOMPUTE_TASK, 1.0, 2.0),
+        (simulator.BACKWARD_TASK, 2.0, 4.0), (simulator.RECOMPUTE_TASK, 4.0, 5.0),
+        (simulator.WEIGHT_TASK, 5.0, 8.0)])
     joined = simulator.Simulate(costs, schedule.OneFOneBSchedule(1, 1))
     self.assertEqual([i.kind for i in joined.timeline], [
-        simulator.FORWARD, simulator.RECOMPUTE, simulator.BACKWARD, simulator.WEIGHT])
+        simulator.FORWARD_TASK, simulator.RECOMPUTE_TASK, simulator.BACKWARD_TASK,
+        simulator.WEIGHT_TASK])
     self.assertAlmostEqual(joined.step_time, 7.0)
 
   def testDevicesFollowTheScheduleOrder(self):
@@ -69,19 +70,19 @@ class SimulateTest(unittest.TestCase):
       mine = sorted((i for i in result.timeline if i.partition == partition), key=lambda i: i.start)
       for a, b in zip(mine, mine[1:]):
         self.assertLessEqual(a.end, b.start + 1e-12)  # One task at a time.
-      forward = [(i.kind, i.micro_batch) for i in mine if i.kind == simulator.FORWARD]
-      backward = [(i.kind, i.micro_batch) for i in mine if i.kind == simulator.BACKWARD]
+      forward = [(i.kind, i.micro_batch) for i in mine if i.kind == simulator.FORWARD_TASK]
+      backward = [(i.kind, i.micro_batch) for i in mine if i.kind == simulator.BACKWARD_TASK]
       order = schedule.FillDrainSchedule(k, m).DeviceActions(partition)
       self.assertEqual([t.micro_batch for t in order if t.kind == schedule.FORWARD],
                        [t for _, t in forward])
       self.assertEqual([t.micro_batch for t in order if t.kind == schedule.BACKWARD],
                        [t for _, t in backward])
       # Each re-computation immediately precedes its backward pass on the device.
-      kinds = [(i.kind, i.micro_batch) for i in mine if i.kind != simulator.FORWARD]
-      self.assertEqual(kinds[::2], [(simulator.RECOMPUTE, t) for _, t in backward])
+      kinds = [(i.kind, i.micro_batch) for i in mine if i.kind != simulator.FORWARD_TASK]
+      self.assertEqual(kinds[::2], [(simulator.RECOMPUTE_TASK, t) for _, t in backward])
 
   def testTheSlowestPartitionPacesThePipeline(self):
-    costs = [simulator.PartitionCost(1.0, 1.0), simulator.PartitionCost(3.0, 3.0)]
+    costs = [simulator.TaskTimes(1.0, 1.0), simulator.TaskTimes(3.0, 3.0)]
     result = _Sim(costs, 4)
     # Partition 1 runs 4 forwards back to back after partition 0's first (1 s), the loss, then 4
     # backwards; partition 0's last backward follows partition 1's.
@@ -94,17 +95,17 @@ class SimulateTest(unittest.TestCase):
     self.assertAlmostEqual(with_transfer - without, 2 * 0.5)
 
   def testSplitCostsScalesByMicroBatch(self):
-    layers = [simulator.PartitionCost(4.0, 8.0, 4.0), simulator.PartitionCost(2.0, 4.0, 2.0),
-              simulator.PartitionCost(6.0, 12.0, 0.0)]
+    layers = [simulator.TaskTimes(4.0, 8.0, 4.0), simulator.TaskTimes(2.0, 4.0, 2.0),
+              simulator.TaskTimes(6.0, 12.0, 0.0)]
     partitions = simulator.SplitCosts(layers, [2, 1], 2, overhead=0.1)
-    self.assertEqual(partitions[0], simulator.PartitionCost(3.1, 6.1, 3.1))
-    self.assertEqual(partitions[1], simulator.PartitionCost(3.1, 6.1, 0.0))
+    self.assertEqual(partitions[0], simulator.TaskTimes(3.1, 6.1, 3.1))
+    self.assertEqual(partitions[1], simulator.TaskTimes(3.1, 6.1, 0.0))
     with self.assertRaisesRegex(ValueError, r'partition sizes \[1, 1\] do not add up to 3 layers'):
       simulator.SplitCosts(layers, [1, 1], 2)
 
   def testBadInputIsNamed(self):
     with self.assertRaisesRegex(ValueError, 'partition 1 has backward time -1'):
-      _Sim([simulator.PartitionCost(1, 1), simulator.PartitionCost(1, -1)], 2)
+      _Sim([simulator.TaskTimes(1, 1), simulator.TaskTimes(1, -1)], 2)
     with self.assertRaisesRegex(ValueError, 'no partitions'):
       simulator.Simulate([], schedule.FillDrainSchedule(1, 2))
     with self.assertRaisesRegex(ValueError, '3 partition costs for a schedule of 2 partitions'):
@@ -113,7 +114,7 @@ class SimulateTest(unittest.TestCase):
       simulator.Simulate(_Equal(2), 4)
 
   def testFillDrainIsTheLayersDefaultSchedule(self):
-    costs = [simulator.PartitionCost(1.0, 2.0, 1.0), simulator.PartitionCost(2.0, 1.0, 0.5)]
+    costs = [simulator.TaskTimes(1.0, 2.0, 1.0), simulator.TaskTimes(2.0, 1.0, 0.5)]
     for cores in (None, 1):
       for overlap, lag in ((True, 2), (False, 1)):
         self.assertEqual(simulator.SimulateFillDrain(costs, 4, cores, forward_overlap=overlap),
@@ -138,8 +139,8 @@ def _Random(rng, num_partitions, recompute=True, parallel=False):
   """Unequal partitions; with `parallel`, tasks that can keep 1 to 3 cores busy."""
   def P():
     return rng.uniform(1.0, 3.0) if parallel else 1.0
-  return [simulator.PartitionCost(rng.uniform(0.1, 3.0), rng.uniform(0.1, 3.0),
-                             rng.uniform(0.1, 3.0) if recompute else 0.0, P(), P(), P())
+  return [simulator.TaskTimes(rng.uniform(0.1, 3.0), rng.uniform(0.1, 3.0),
+                              rng.uniform(0.1, 3.0) if recompute else 0.0, P(), P(), P())
           for _ in range(num_partitions)]
 
 
@@ -163,25 +164,26 @@ class SharedCoresTest(unittest.TestCase):
     rng = random.Random(1)
     for k, m in ((1, 1), (1, 4), (2, 4), (4, 8)):
       costs = _Random(rng, k, parallel=True)
-      work = m * sum(c.Work(kind) for c in costs for kind in simulator.KINDS)
+      work = m * sum(c.Work(kind) for c in costs for kind in simulator.TASK_KINDS)
       self.assertAlmostEqual(_Sim(costs, m, cores=1).step_time, work, places=9)
       self.assertGreater(work, _Sim(costs, m).step_time)
 
   def testABackwardActionRecomputesThenBackPropagates(self):
-    costs = [simulator.PartitionCost(forward=1.0, backward=2.0, recompute=1.0,
-                                     backward_parallelism=2.0)]
+    costs = [simulator.TaskTimes(forward=1.0, backward=2.0, recompute=1.0,
+                                 backward_parallelism=2.0)]
     for cores in (None, 2, 1):
       result = _Sim(costs, 2, cores=cores)
       spans = {(i.kind, i.micro_batch): (i.start, i.end) for i in result.timeline}
       for t in range(2):
-        self.assertAlmostEqual(spans[(simulator.RECOMPUTE, t)][1],
-                               spans[(simulator.BACKWARD, t)][0])
-      self.assertLessEqual(spans[(simulator.BACKWARD, 1)][1], spans[(simulator.RECOMPUTE, 0)][0])
+        self.assertAlmostEqual(spans[(simulator.RECOMPUTE_TASK, t)][1],
+                               spans[(simulator.BACKWARD_TASK, t)][0])
+      self.assertLessEqual(spans[(simulator.BACKWARD_TASK, 1)][1],
+                           spans[(simulator.RECOMPUTE_TASK, 0)][0])
     # On one core the backward phase's work (2 s x 2) takes 4 s.
     self.assertAlmostEqual(_Sim(costs, 2, cores=1).step_time, 2 * (1.0 + 1.0 + 4.0))
 
   def testForwardLagTwoRunsTwoForwardPassesOfADeviceAtOnce(self):
-    costs = [simulator.PartitionCost(forward=1.0, backward=0.0)]
+    costs = [simulator.TaskTimes(forward=1.0, backward=0.0)]
     self.assertAlmostEqual(_Sim(costs, 6, cores=2).step_time, 6.0)
     self.assertAlmostEqual(_Sim(costs, 6, cores=2, lag=2).step_time, 3.0)
     self.assertAlmostEqual(_Sim(costs, 6, cores=1, lag=2).step_time, 6.0)
@@ -190,11 +192,11 @@ class SharedCoresTest(unittest.TestCase):
       spans = {(i.kind, i.partition, i.micro_batch): (i.start, i.end) for i in result.timeline}
       for k in range(3):
         for t in range(5 - lag):
-          self.assertGreaterEqual(spans[(simulator.FORWARD, k, t + lag)][0],
-                                  spans[(simulator.FORWARD, k, t)][1] - 1e-12)
+          self.assertGreaterEqual(spans[(simulator.FORWARD_TASK, k, t + lag)][0],
+                                  spans[(simulator.FORWARD_TASK, k, t)][1] - 1e-12)
       if lag == 2:
-        self.assertTrue(any(spans[(simulator.FORWARD, k, t + 1)][0] <
-                            spans[(simulator.FORWARD, k, t)][1]
+        self.assertTrue(any(spans[(simulator.FORWARD_TASK, k, t + 1)][0] <
+                            spans[(simulator.FORWARD_TASK, k, t)][1]
                             for k in range(3) for t in range(4)))
 
   def testEveryEdgeOfTheScheduleHolds(self):
@@ -206,7 +208,7 @@ class SharedCoresTest(unittest.TestCase):
         result = simulator.Simulate(costs, sched, 0.1, cores)
         start, end = {}, {}
         for i in result.timeline:
-          kind = schedule.FORWARD if i.kind == simulator.FORWARD else schedule.BACKWARD
+          kind = schedule.FORWARD if i.kind == simulator.FORWARD_TASK else schedule.BACKWARD
           action = schedule.Action(kind, i.partition, i.micro_batch)
           start[action] = min(start.get(action, i.start), i.start)
           end[action] = max(end.get(action, i.end), i.end)
@@ -215,8 +217,8 @@ class SharedCoresTest(unittest.TestCase):
           self.assertGreaterEqual(start[e.after], end[e.before] + gap - 1e-9, (cores, lag, e))
 
   def testATaskUsesTheCoresItsParallelismAllows(self):
-    partition = simulator.PartitionCost(forward=2.0, backward=3.0, forward_parallelism=2.0,
-                              backward_parallelism=1.5)
+    partition = simulator.TaskTimes(forward=2.0, backward=3.0, forward_parallelism=2.0,
+                                    backward_parallelism=1.5)
     # Alone a task takes its span if the cores allow, else its work over the cores.
     self.assertAlmostEqual(_Sim([partition], 1, cores=2).step_time, 2.0 + 3.0)
     self.assertAlmostEqual(_Sim([partition], 1, cores=1).step_time, 4.0 + 4.5)
@@ -237,11 +239,11 @@ class SharedCoresTest(unittest.TestCase):
       self.assertLessEqual(steps[-1], _Sim(costs, m, transfer, lag=lag).step_time + 1e-9)
 
   def testSplitCostsCarriesWorkAndParallelism(self):
-    layers = [simulator.PartitionCost(4.0, 8.0, 0.0, 2.0, 1.5),
-              simulator.PartitionCost(2.0, 4.0, 0.0, 1.0, 1.0)]
+    layers = [simulator.TaskTimes(4.0, 8.0, 0.0, 2.0, 1.5),
+              simulator.TaskTimes(2.0, 4.0, 0.0, 1.0, 1.0)]
     partition, = simulator.SplitCosts(layers, [2], 2)
     self.assertAlmostEqual(partition.forward, 3.0)
-    self.assertAlmostEqual(partition.Work(simulator.FORWARD), (8.0 + 2.0) / 2)
+    self.assertAlmostEqual(partition.Work(simulator.FORWARD_TASK), (8.0 + 2.0) / 2)
     self.assertAlmostEqual(partition.forward_parallelism, 10.0 / 6.0)
     self.assertAlmostEqual(partition.backward_parallelism, 16.0 / 12.0)
     self.assertEqual(partition.recompute, 0.0)
@@ -255,7 +257,7 @@ class SharedCoresTest(unittest.TestCase):
     for value in (0.5, -1.0, None, float('inf')):
       with self.assertRaisesRegex(ValueError, 'partition 1 has recompute_parallelism %s; it must '
                                   'be a number >= 1' % re.escape(repr(value))):
-        _Sim([simulator.PartitionCost(1, 1), simulator.PartitionCost(1, 1, 1, 1, 1, value)], 2,
+        _Sim([simulator.TaskTimes(1, 1), simulator.TaskTimes(1, 1, 1, 1, 1, value)], 2,
              cores=2)
 
 

@@ -40,7 +40,7 @@ class ThroughputReportTest(test_utils.TestCase):
                   with_tasks[-1])
 
   def testDeepPredictionsAreATable(self):
-    block = simulator.PartitionCost(1.0, 2.0, 1.0)
+    block = simulator.TaskTimes(1.0, 2.0, 1.0)
     costs = [block] * 10
     lines = throughput_report.DeepPredictionTable({1: costs, 4: costs},
                                                   'Transformer-8 (tiny)').splitlines()

@@ -26,7 +26,7 @@ class TimelineTest(test_utils.TestCase):
       self.assertIn(tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)), colours, category)
 
   def testDrawSimulated(self):
-    result = simulator.Simulate([simulator.PartitionCost(1.0, 2.0, 1.0)] * 3,
+    result = simulator.Simulate([simulator.TaskTimes(1.0, 2.0, 1.0)] * 3,
                                 schedule.FillDrainSchedule(3, 4))
     path = os.path.join(tempfile.mkdtemp(), 's.png')
     self.assertEqual(timeline.DrawSimulated(result, path, 'K=3, M=4'), path)

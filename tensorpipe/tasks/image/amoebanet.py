@@ -28,6 +28,7 @@ from lingvo.core import tshape
 
 from tensorpipe import batch_norm
 from tensorpipe import randomness
+from tensorpipe.partition import cost_model
 from tensorpipe.tasks.image import conv_layers
 
 # (operations, hidden-state indices, used hidden states) of each cell, from the public AmoebaNet
@@ -64,15 +65,6 @@ def _Shape(b, hw, c):
 
 def _Strided(hw, stride):
   return (-(-hw[0] // stride), -(-hw[1] // stride))
-
-
-def _ChainFlops(param_list, shape):
-  flops = 0
-  for p in param_list:
-    meta = p.cls.FPropMeta(p, shape)
-    flops += meta.flops
-    shape = meta.out_shapes[0]
-  return flops, shape
 
 
 def _Conv(name, kh, kw, cin, cout, stride=(1, 1), relu_first=True, **kwargs):
@@ -171,7 +163,7 @@ class CellOp(base_layer.BaseLayer):
     if pool:
       x = _Shape(x[0], _Strided((x[1], x[2]), p.stride), x[3])
       flops += x.num_elements() * pool[1] * pool[1]
-    conv_flops, x = _ChainFlops(convs, x)
+    conv_flops, (x,) = cost_model.ChainFlops(convs, [x])
     return py_utils.NestedMap(flops=flops + conv_flops, out_shapes=(x,))
 
 
@@ -333,7 +325,7 @@ class Cell(base_layer.BaseLayer):
     plan = cls.Plan(p)
     b = x[0]
     _, indices, _ = GENOTYPES[p.genotype]['reduction' if p.reduction else 'normal']
-    flops, _ = _ChainFlops([plan.base], x)
+    flops, _ = cost_model.ChainFlops([plan.base], [x])
     if plan.prev is not None:
       flops += plan.prev.cls.FPropMeta(plan.prev, prev).flops
     for op_p, index in zip(plan.ops, indices):
@@ -344,7 +336,7 @@ class Cell(base_layer.BaseLayer):
     return py_utils.NestedMap(flops=flops, out_shapes=(out, x, aux))
 
 
-class Stem(base_layer.BaseLayer):
+class AmoebaNetStem(base_layer.BaseLayer):
   """images [B, H, W, 3] -> (3x3 VALID convolution + batch norm, None, None)."""
 
   @classmethod
@@ -437,7 +429,7 @@ class AuxHead(base_layer.BaseLayer):
     b = x[0]
     pooled = _Shape(b, ((x[1] - window[0]) // stride[0] + 1, (x[2] - window[1]) // stride[1] + 1),
                     x[3])
-    flops, _ = _ChainFlops(convs, pooled)
+    flops, _ = cost_model.ChainFlops(convs, [pooled])
     flops += 2 * b * p.hidden_dim * p.num_classes
     return py_utils.NestedMap(flops=flops, out_shapes=(x, prev, tshape.Shape([b, p.num_classes])))
 
@@ -485,8 +477,9 @@ def AmoebaNetLayers(genotype='D', num_cells=18, filters=256, num_classes=1000, i
   size = conv_layers.OutSize(image_size, 3, stem_stride, 'VALID')
   if size < 1:
     raise ValueError('AmoebaNet: image_size %d is too small for the stem' % image_size)
-  layers = [Stem.Params().Set(name='stem', input_dim=image_channels, filters=stem_filters,
-                              stride=stem_stride, bn_decay=bn_decay)]
+  layers = [AmoebaNetStem.Params().Set(name='stem', input_dim=image_channels,
+                                       filters=stem_filters, stride=stem_stride,
+                                       bn_decay=bn_decay)]
   state = dict(dim=stem_filters, size=(size, size), prev_dim=None, prev_size=None)
   cell_index = [0]
 

@@ -13,6 +13,7 @@ from lingvo.core import base_layer
 from lingvo.core import py_utils
 from lingvo.core import tshape
 
+from tensorpipe.partition import cost_model
 from tensorpipe.tasks.image import conv_layers
 
 # Blocks per stage: ResNet-50 / 101 / 152.
@@ -25,16 +26,7 @@ def _Conv(name, k, cin, cout, stride=1, relu_last=True, **kwargs):
                                          bn_decay=0.9, bn_epsilon=1e-5, **kwargs)
 
 
-def _Chain(param_list, x):
-  flops = 0
-  for p in param_list:
-    meta = p.cls.FPropMeta(p, x)
-    flops += meta.flops
-    x = meta.out_shapes[0]
-  return flops, x
-
-
-class Stem(base_layer.BaseLayer):
+class ResNetStem(base_layer.BaseLayer):
   """7x7/2 convolution to `filters` channels, batch norm, relu, 3x3/2 max pooling."""
 
   @classmethod
@@ -64,7 +56,7 @@ class Stem(base_layer.BaseLayer):
 
   @classmethod
   def FPropMeta(cls, p, x):
-    flops, y = _Chain([cls._ConvParams(p)], x)
+    flops, (y,) = cost_model.ChainFlops([cls._ConvParams(p)], [x])
     if p.max_pool:
       y = tshape.Shape([y[0], -(-y[1] // 2), -(-y[2] // 2), y[3]])
       flops += 9 * y.num_elements()
@@ -112,9 +104,9 @@ class Bottleneck(base_layer.BaseLayer):
   @classmethod
   def FPropMeta(cls, p, x):
     branch, shortcut = cls.Plan(p)
-    flops, y = _Chain(branch, x)
+    flops, (y,) = cost_model.ChainFlops(branch, [x])
     if shortcut is not None:
-      flops += _Chain([shortcut], x)[0]
+      flops += cost_model.ChainFlops([shortcut], [x])[0]
     return py_utils.NestedMap(flops=flops + 2 * y.num_elements(), out_shapes=(y,))
 
 
@@ -134,8 +126,9 @@ def ResNetLayers(depth=101, num_classes=1000, image_channels=3, base_width=64, s
     if depth not in DEPTHS:
       raise ValueError('ResNet depth must be one of %s, got %r' % (sorted(DEPTHS), depth))
     blocks = DEPTHS[depth]
-  layers = [Stem.Params().Set(name='stem', input_dim=image_channels, filters=base_width,
-                              kernel=stem_kernel, stride=stem_stride, max_pool=stem_max_pool)]
+  layers = [ResNetStem.Params().Set(name='stem', input_dim=image_channels, filters=base_width,
+                                    kernel=stem_kernel, stride=stem_stride,
+                                    max_pool=stem_max_pool)]
   dim = base_width
   for stage, num in enumerate(blocks):
     width = base_width * 2**stage

@@ -5,7 +5,7 @@ per-token loss runs inside one TensorPipeLayer, built from stock Lingvo layers:
 
   partition 0:    embed     SharedLayer -> TiedEmbeddingSoftmax.Embed (ids -> vectors)
                   position  AddPositions (sinusoidal positions, dropout)
-                  layer0 .. TransformerBlock = Lingvo's layers_with_attention.TransformerLayer
+                  layer0 .. DecoderBlock = Lingvo's layers_with_attention.TransformerLayer
   ...                       (causal self-attention)
   last partition: ... layerN-1 (with a final layer norm)
                   xent      the loss_layer: SharedLayer -> TiedEmbeddingSoftmax.PerTokenXent
@@ -233,7 +233,7 @@ class AddPositions(base_layer.BaseLayer):
                                 paddings=inputs.paddings)
 
 
-class TransformerBlock(layers_with_attention.TransformerLayer):
+class DecoderBlock(layers_with_attention.TransformerLayer):
   """Lingvo's TransformerLayer on NestedMap(vec [T, B, D], paddings [T, B]), in and out.
 
   Its FProp returns (vectors, attention probabilities); this adapter passes the paddings on instead,
@@ -347,8 +347,8 @@ def DecoderLmParams(vocab_size=VOCAB_SIZE, model_dim=64, hidden_dim=256, num_hea
   ]
   units = [embedding]  # What the partitions are cut from: the embedding, then each layer.
   for i in range(num_layers):
-    block = TransformerBlock.Params().Set(name='layer%d' % i, source_dim=model_dim,
-                                          output_dim=model_dim, mask_self_atten=True)
+    block = DecoderBlock.Params().Set(name='layer%d' % i, source_dim=model_dim,
+                                      output_dim=model_dim, mask_self_atten=True)
     block.tr_atten_tpl.num_attention_heads = num_heads
     block.tr_fflayer_tpl.hidden_dim = hidden_dim
     block.tr_fflayer_tpl.residual_dropout_prob = dropout_prob
