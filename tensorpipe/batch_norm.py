@@ -7,15 +7,15 @@ layer, Lingvo's stock ones (bn_layers.BatchNormLayer and the layers built on it,
 this module's `BatchNorm` alike, asks for its update through `py_utils.UpdateBatchNormVars`:
 
 - Inside a TensorPipeLayer's partition that call is routed here (`stateful_ops`, route 1) and
-  `Record`s the statistic into the active `StatsCollector` instead of updating anything: a
-  partition's forward function returns the statistics as outputs (see `partition_function`), and
-  the pipeline adds each call's records to its own collector. After the last micro-batch the
-  pipeline calls `StatsCollector.Finish` (step (7) of docs/design.md, "One training step"), which
-  combines the M micro-batches' statistics exactly (weighted by their non-padded positions where
-  the layer's moments say so, else by their examples, equally when micro-batches are equal:
-  mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) - mean^2) and registers one Lingvo
-  batch-norm update per variable, which Lingvo's training step applies like any other. A
-  re-computation runs under a `Discarding` collector, so it records nothing.
+  `Record`s the statistic into the trace context's `StatsCollector` (see `trace_context`) instead
+  of updating anything: a partition's forward function returns the statistics as outputs (see
+  `partition_function`), and the pipeline adds each call's records to its own collector. After the
+  last micro-batch the pipeline calls `StatsCollector.Finish` (step (7) of docs/design.md, "One
+  training step"), which combines the M micro-batches' statistics exactly (weighted by their
+  non-padded positions where the layer's moments say so, else by their examples, equally when
+  micro-batches are equal: mean = avg_t mean_t, var = avg_t (var_t + mean_t^2) - mean^2) and
+  registers one Lingvo batch-norm update per variable, which Lingvo's training step applies like
+  any other. A re-computation runs under a `Discarding` collector, so it records nothing.
 - Outside a TensorPipeLayer the call updates the moving averages from the layer's own batch
   statistics, as it always does, so an unpipelined model gets the same moving averages.
 
@@ -25,20 +25,13 @@ In evaluation (`do_eval`) the layers normalise with the moving averages and reco
 import collections
 import contextlib
 import dataclasses
-import threading
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import py_utils
 
-_STATE = threading.local()
-
-
-def _Stack():
-  if not hasattr(_STATE, 'collectors'):
-    _STATE.collectors = []
-  return _STATE.collectors
+from tensorpipe import trace_context
 
 
 def CombineMoments(means: Sequence[tf.Tensor], variances: Sequence[tf.Tensor],
@@ -93,11 +86,8 @@ class StatsCollector:
   @contextlib.contextmanager
   def Collecting(self) -> Iterator[None]:
     """Batch-norm updates recorded in this context go to this collector (nowhere once closed)."""
-    _Stack().append(self)
-    try:
+    with trace_context.Collecting(self):
       yield
-    finally:
-      _Stack().pop()
 
   def Add(self, update: Update) -> None:
     """Adds one micro-batch's record, unless the collector is closed."""
@@ -166,11 +156,11 @@ def Discarding() -> StatsCollector:
 
 def Record(variable: tf.Variable, value: tf.Tensor, decay: Any,
            count: Optional[tf.Tensor] = None) -> None:
-  """Records a batch-norm update into the active collector (see `stateful_ops`)."""
-  stack = _Stack()
-  if not stack:
+  """Records a batch-norm update into the current trace context's collector (see `stateful_ops`)."""
+  context = trace_context.Current()
+  if context is None or context.collector is None:
     raise AssertionError('a batch-norm update was recorded outside any StatsCollector')
-  stack[-1].Add(Update(variable, value, decay, count))
+  context.collector.Add(Update(variable, value, decay, count))
 
 
 class BatchNorm(base_layer.BaseLayer):

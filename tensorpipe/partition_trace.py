@@ -1,9 +1,9 @@
 """A partition's layers run inside a trace: the context they see, and the checks on what they use.
 
 `PartitionBody` runs a partition's layers, in order, inside the body of one of its graph functions
-(see `partition_function`): under the context of `_LayerContext` (no Lingvo asserts or summaries,
-the global step and example offset of the call, batch-norm statistics to a collector, stateful
-entry points routed, 2-D weight gradients), each layer with the same dropout masks and seeds
+(see `partition_function`): in one trace context (`trace_context.Partition`: no Lingvo asserts or
+summaries, the global step and example offset of the call, batch-norm statistics to a collector,
+stateful entry points routed, 2-D weight gradients), each layer with the same dropout masks and seeds
 whenever it runs. Every layer is checked for shortcuts: a tensor an earlier layer computed used
 other than through the layer's inputs, whose gradient the layer-by-layer backward pass would lose.
 `RunInline` runs the same layers on a whole mini-batch outside any function, as an unpipelined
@@ -11,20 +11,17 @@ reference.
 """
 
 import contextlib
-import copy
 import weakref
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
-from lingvo.core import cluster_factory
 from lingvo.core import py_utils
 
 from tensorpipe import batch_norm
 from tensorpipe import layer_gradients
 from tensorpipe import leaves
-from tensorpipe import matmul_gradient
-from tensorpipe import randomness
 from tensorpipe import stateful_ops
+from tensorpipe import trace_context
 
 # A partition's layers: (layer name, function (theta NestedMap, inputs structure) -> outputs).
 LayerFunctions = Sequence[Tuple[str, Callable[[py_utils.NestedMap, Any], Any]]]
@@ -49,36 +46,13 @@ def _DependsOn(op, sources):
   return False
 
 
-def _PartitionCluster(check_numerics):
-  """The current cluster as partitions run in it: no Lingvo runtime asserts or summaries, and no
-  CheckNumerics unless `check_numerics` (a re-computation repeats values already checked).
-
-  An Assert op would make the partition's function stateful, and TensorFlow instantiates a stateful
-  function once per call op, so the time to start the first step and every step's overhead would
-  grow with M. Lingvo's asserts check shapes the traced function already fixes. Summaries made
-  in a function body never reach the session's summary writer (and some read variables, which makes
-  the function stateful too).
-  """
-  cluster = copy.deepcopy(cluster_factory.Current())
-  cluster.params.enable_asserts = False
-  cluster.params.add_summary = False
-  if not check_numerics:
-    cluster.params.enable_check_numerics = False
-  return cluster
-
-
 @contextlib.contextmanager
 def _LayerContext(step, offset, collector, check_numerics, example_axis, example_count, two_d):
-  """What a partition's layers run in: no Lingvo asserts or summaries (see `_PartitionCluster`), the
-  global step and example offset as given, batch-norm statistics into `collector`, stateful entry
-  points routed (see `stateful_ops`) and, with `two_d`, 2-D weight gradients."""
-  # The parenthesised managers are not a tuple.
-  # pylint: disable-next=confusing-with-statement
-  with _PartitionCluster(check_numerics), py_utils.GlobalStepContext(step), (
-      randomness.ExampleOffset(offset)), collector.Collecting(), stateful_ops.Replacing(
-          example_axis, example_count) as notes, (
-              matmul_gradient.Scope() if two_d else contextlib.nullcontext()):
-    yield notes
+  """What a partition's layers run in (see `trace_context.Partition`), with the stateful entry
+  points routed (see `stateful_ops`); yields what the trace noted (`trace_context.Routing`)."""
+  with trace_context.Partition(step, offset, collector, check_numerics, example_axis,
+                               example_count, two_d, routes=stateful_ops.Routes) as context:
+    yield context.routing
 
 
 def _RunLayer(layer, site_prefix, theta, inputs, place):
@@ -88,7 +62,7 @@ def _RunLayer(layer, site_prefix, theta, inputs, place):
   Python prints under the error's own message.
   """
   name, fn = layer
-  with stateful_ops.LayerScope('%s/%s' % (site_prefix, name)):
+  with trace_context.LayerScope('%s/%s' % (site_prefix, name)):
     try:
       return fn(theta, inputs)
     except Exception as e:  # pylint: disable=broad-except

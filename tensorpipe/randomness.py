@@ -8,8 +8,9 @@ element's keep/drop decision is a 32-bit integer hash of
 
 where `site` names the dropout use (a layer's variable scope plus a per-use name, see `Site`),
 `example` is the element's example index in the whole mini-batch and `position` is its flat index
-among the other axes. TensorPipeLayer runs micro-batch t (the forward pass and its re-computation
-alike) inside `ExampleOffset(t * micro-batch size)`, so a layer's local example b is example offset
+among the other axes. TensorPipeLayer traces a partition (for the forward pass and its
+re-computation alike) with micro-batch t's example offset, t * micro-batch size (see
+`trace_context`; `ExampleOffset` sets one by hand), so a layer's local example b is example offset
 + b of the mini-batch; outside a pipeline the offset is 0. The mask of an example is therefore the
 same in the forward pass, in its re-computation, and whatever K and M are, so a pipelined model with
 dropout gets exactly the plain model's gradients; a new training step draws new masks. See
@@ -18,7 +19,6 @@ docs/design.md, "Why training does not depend on K or M".
 
 import contextlib
 import numbers
-import threading
 import weakref
 import zlib
 from typing import Iterator, Optional, Sequence, Union
@@ -28,16 +28,10 @@ from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import py_utils
 
+from tensorpipe import trace_context
+
 _MASK32 = 0xFFFFFFFF
 _GOLDEN = 0x9E3779B1
-_STATE = threading.local()
-
-
-def _Stack():
-  if not hasattr(_STATE, 'offsets'):
-    _STATE.offsets = []
-  return _STATE.offsets
-
 
 # A shape: Python ints, or a 1-D integer tensor.
 _Shape = Union[Sequence[int], tf.Tensor]
@@ -52,28 +46,15 @@ def ExampleOffset(offset: Union[int, tf.Tensor]) -> Iterator[None]:
   Args:
     offset: a non-negative Python int or a scalar integer tensor.
   """
-  if isinstance(offset, tf.Tensor):
-    if not offset.dtype.is_integer or offset.shape.rank not in (None, 0):
-      raise ValueError('example offset must be a scalar integer tensor, got %r' % (offset,))
-  elif isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-    raise ValueError('example offset must be a non-negative integer, got %r' % (offset,))
-  stack = _Stack()
-  outer = CurrentExampleOffset()
-  if isinstance(outer, tf.Tensor) or isinstance(offset, tf.Tensor):
-    total = tf.cast(outer, tf.int64) + tf.cast(offset, tf.int64)
-  else:
-    total = outer + offset
-  stack.append(total)
-  try:
+  with trace_context.Offset(offset):
     yield
-  finally:
-    stack.pop()
 
 
 def CurrentExampleOffset() -> Union[int, tf.Tensor]:
-  """The offset of the innermost `ExampleOffset` context (summed over nesting), or 0 outside any."""
-  stack = _Stack()
-  return stack[-1] if stack else 0
+  """The example offset of the current trace context (summed over nested `ExampleOffset`s and
+  partitions, see `trace_context`), or 0 outside any."""
+  context = trace_context.Current()
+  return context.offset if context is not None else 0
 
 
 def LayerKey(layer: base_layer.BaseLayer) -> str:

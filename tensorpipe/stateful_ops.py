@@ -10,11 +10,11 @@ wrong:
     per call: 2M times a step, from micro-batch statistics;
   - any other variable write in FProp would also happen M or 2M times a step.
 
-While a partition's functions are traced (`Replacing`), TensorPipe routes the common entry points
-(the routes of docs/design.md, "Stateful ops"):
+While a partition's functions are traced (`trace_context.Partition` with `Routes`), TensorPipe
+routes the common entry points (the routes of docs/design.md, "Stateful ops"):
 
   Route 1: py_utils.UpdateBatchNormVars, which every stock Lingvo batch-norm layer and TensorPipe's
-    own BatchNorm call, records the statistics into the active batch-norm collector instead: the
+    own BatchNorm call, records the statistics into the trace context's collector instead: the
     forward function outputs them, the re-computation drops them, and the pipeline registers one
     update per variable from the whole mini-batch (see `batch_norm`).
   Route 2: bn_layers.ComputeMoments also records how many non-padded positions the statistics
@@ -23,24 +23,24 @@ While a partition's functions are traced (`Replacing`), TensorPipe routes the co
     randomness.Dropout, whose mask hashes (global step, site, example, position): the same in a
     forward pass and its re-computation, and for any K and M.
 
-`LayerScope` scopes one top-level layer of the partition: the sites of route 3 are named after that
-layer and the order of dropout uses within it, and Lingvo's step seed restarts from a value derived
-from the layer's name, so stateless ops seeded by py_utils.GenerateStepSeedPair draw the same
-numbers in the forward pass, in the re-computation and whatever partition the layer lands in.
+The routed entry points keep their state in the partition's `trace_context.Routing`.
+`trace_context.LayerScope` scopes one top-level layer of the partition: the sites of route 3 are
+named after that layer and the order of dropout uses within it, and Lingvo's step seed restarts
+from a value derived from the layer's name, so stateless ops seeded by
+py_utils.GenerateStepSeedPair draw the same numbers in the forward pass, in the re-computation and
+whatever partition the layer lands in.
 
 After the forward function is traced, `Check` refuses what is left (a stateful random op; a variable
 write), with one line naming the layer, the op and what to do instead. Other stateful ops (reads,
 CheckNumerics, Print) run twice harmlessly.
 
-The routing replaces module attributes for the duration of one trace: graph building is single
-threaded, and the attributes are restored on exit even if the trace fails.
+The routing replaces module attributes for the duration of one (outermost) partition's trace:
+graph building is single threaded, and `trace_context.Partition` restores the attributes on exit
+even if the trace fails.
 """
 
-import contextlib
 import inspect
-import threading
-import zlib
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import tensorflow as tf2
 from lingvo import compat as tf
@@ -51,8 +51,7 @@ from lingvo.core import py_utils
 from tensorpipe import batch_norm
 from tensorpipe import randomness
 from tensorpipe import tf_internals
-
-_STATE = threading.local()
+from tensorpipe import trace_context
 
 # Module attributes that hold tf.nn.dropout: TensorFlow 2's and 1's API modules (Lingvo's compat.nn
 # is TensorFlow 2's), and nn_ops for code that imports it directly.
@@ -70,44 +69,17 @@ _WRITE_PREFIXES = ('ResourceScatter', 'ResourceApply', 'ResourceSparseApply', 'S
 _FUNCTION_ATTRS = ('f', 'body', 'cond', 'then_branch', 'else_branch', 'branches')
 
 
-class _Context:
-  """What the replaced entry points need while one partition is traced."""
-
-  def __init__(self, example_axis, example_count):
-    self.example_axis = example_axis
-    self.example_count = example_count
-    self.layer = None  # Site prefix of the layer being traced.
-    self.uses = 0  # Dropout uses so far in that layer.
-    self.counts = {}  # id(statistic) -> count of non-padded positions (from ComputeMoments)
-    self.whole_micro_batch_masks = []  # Layers with a dropout mask keyed by the whole micro-batch.
+def _Routing() -> trace_context.Routing:
+  """The routing state of the partition being traced."""
+  context = trace_context.Current()
+  if context is None or context.routing is None:
+    raise AssertionError('a routed entry point ran outside any partition trace')
+  return context.routing
 
 
-def _Contexts():
-  if not hasattr(_STATE, 'contexts'):
-    _STATE.contexts = []
-  return _STATE.contexts
-
-
-def _Current():
-  contexts = _Contexts()
-  return contexts[-1] if contexts else None
-
-
-@contextlib.contextmanager
-def _Patched(attributes):
-  """Sets (module, name, value) attributes; restores the old values on exit."""
-  saved = [(module, name, getattr(module, name)) for module, name, _ in attributes]
-  try:
-    for module, name, value in attributes:
-      setattr(module, name, value)
-    yield
-  finally:
-    for module, name, value in reversed(saved):
-      setattr(module, name, value)
-
-
-def _Routes():
-  """(module, attribute, replacement) for routes 1-3 of the module docstring."""
+def Routes() -> List[trace_context.Route]:
+  """(module, attribute, replacement) for routes 1-3 of the module docstring, for
+  `trace_context.Partition`."""
   routes = [(py_utils, 'UpdateBatchNormVars', _UpdateBatchNormVars),  # Route 1.
             (bn_layers, 'ComputeMoments', _MomentsWithCount(bn_layers.ComputeMoments)),  # Route 2.
             (py_utils, 'DeterministicDropout', _DeterministicDropout),  # Route 3.
@@ -122,49 +94,13 @@ def _Routes():
   return routes
 
 
-@contextlib.contextmanager
-def Replacing(example_axis: int, example_count: Optional[int]) -> Iterator[_Context]:
-  """Routes 1-3 of the module docstring, while a partition is traced.
-
-  Args:
-    example_axis: the pipeline's batch dimension (where dropout looks for examples first).
-    example_count: examples per micro-batch, or None if unknown when the graph is built.
-
-  Yields:
-    What the trace noted: `whole_micro_batch_masks`, the layers whose dropout masks have no example
-    axis (so they change with M).
-  """
-  contexts = _Contexts()
-  contexts.append(_Context(example_axis, example_count))
-  try:
-    # A partition traced inside another partition (a pipeline in a pipeline's partition) finds the
-    # routes in place.
-    with _Patched(_Routes()) if len(contexts) == 1 else contextlib.nullcontext():
-      yield contexts[-1]
-  finally:
-    contexts.pop()
-
-
-@contextlib.contextmanager
-def LayerScope(key: str) -> Iterator[None]:
-  """Within `Replacing`: the trace of the top-level layer `key` (a string, the same for any K)."""
-  context = _Current()
-  context.layer, context.uses = key, 0
-  py_utils.ResetStepSeed(zlib.crc32(('%s|step seed' % key).encode('utf-8')) & 0x7FFFFFFF)
-  try:
-    yield
-  finally:
-    context.layer = None
-
-
 # --------------------------------------------------------------------------------------------------
 # Routes 1 and 2: batch-norm updates.
 
 
 def _UpdateBatchNormVars(batch_norm_var, batch_norm_stats, decay):
   """py_utils.UpdateBatchNormVars in a partition: records the statistics; updates nothing here."""
-  context = _Current()
-  count = context.counts.get(id(batch_norm_stats))
+  count = _Routing().counts.get(id(batch_norm_stats))
   batch_norm.Record(batch_norm_var, batch_norm_stats, decay, count)
   return tf.no_op(name='batch_norm_update_recorded')
 
@@ -181,7 +117,7 @@ def _MomentsWithCount(compute_moments):
     if a['cumulative_axis'] is None and not a['keepdims']:
       count = tf.reduce_sum(py_utils.ApplyPadding(a['padding'], tf.ones_like(a['inputs'])),
                             a['reduce_over_dims'])
-      counts = _Current().counts
+      counts = _Routing().counts
       counts[id(mean)] = counts[id(variance)] = count
     return mean, variance
 
@@ -192,14 +128,14 @@ def _MomentsWithCount(compute_moments):
 # Route 3: dropout.
 
 
-def _ExampleAxis(shape, context):
+def _ExampleAxis(shape, routing):
   """The axis of a mask of static `shape` (ints or None) that indexes examples, or None.
 
   The pipeline's batch dimension if it has the micro-batch's size there, else the only axis of that
   size; None (no example axis) if there is none or several: the mask is then keyed by the
   micro-batch as a whole, still the same in the forward pass and its re-computation.
   """
-  axis, count = context.example_axis, context.example_count
+  axis, count = routing.example_axis, routing.example_count
   if count is None:
     return axis if axis < len(shape) and shape[axis] != 1 else None
   candidates = [a for a, d in enumerate(shape) if d == count]
@@ -209,11 +145,11 @@ def _ExampleAxis(shape, context):
 
 
 def _ReplacedDropout(x, keep_prob, noise_shape, where):
-  context = _Current()
-  if context.layer is None:
+  routing = _Routing()
+  if routing.layer is None:
     raise AssertionError('dropout traced in a partition outside any layer')
-  site = randomness.NamedSite('%s|dropout %d' % (context.layer, context.uses))
-  context.uses += 1
+  site = randomness.NamedSite('%s|dropout %d' % (routing.layer, routing.uses))
+  routing.uses += 1
   x = tf.convert_to_tensor(x)
   shape = noise_shape if noise_shape is not None else py_utils.GetShape(x)
   if isinstance(shape, tf.Tensor):
@@ -221,9 +157,9 @@ def _ReplacedDropout(x, keep_prob, noise_shape, where):
     static = [None] * (shape.shape[0] or 0) if static is None else [int(d) for d in static]
   else:
     static = [d if isinstance(d, int) else tf.get_static_value(d) for d in shape]
-  axis = _ExampleAxis(static, context)
-  if axis is None and context.layer not in context.whole_micro_batch_masks:
-    context.whole_micro_batch_masks.append(context.layer)
+  axis = _ExampleAxis(static, routing)
+  if axis is None and routing.layer not in routing.whole_micro_batch_masks:
+    routing.whole_micro_batch_masks.append(routing.layer)
   return randomness.Dropout(x, keep_prob, site, batch_axis=axis, noise_shape=noise_shape,
                             where=where)
 
