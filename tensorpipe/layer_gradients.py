@@ -14,6 +14,7 @@ weight-gradient ops beside it (a bias gradient's reduction, the additions), and 
 output gradient and weight gradient would stay alive until they run.
 """
 
+import dataclasses
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
@@ -87,6 +88,59 @@ def LayerGradients(boundaries: Sequence[Any], out_grads: Sequence[Optional[tf.Te
 # Per layer that reads weights: (its index, its input leaves, positions of its output leaves that
 # have gradients, those gradients).
 KeptLayer = Tuple[int, PerLeaf, Sequence[int], Sequence[tf.Tensor]]
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptLayout:
+  """Where the tensors an input-gradient pass keeps come from: per layer that reads weights (in
+  order), (its index j, its inputs structure with None leaves (None for j = 0, whose inputs are
+  the partition's), which of its input leaves are kept (None for j = 0), the positions of its
+  output leaves that have gradients (kept unless it is the last layer, whose are the partition's
+  output gradients))."""
+  layers: tuple
+
+
+def Keep(boundaries: Sequence[Any], grads: Sequence[PerLeaf],
+         layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]],
+         theta_leaves: Sequence[tf.Tensor]) -> Tuple[List[tf.Tensor], KeptLayout]:
+  """What a weight-gradient pass needs of an input-gradient pass: per layer that reads weights,
+  its inputs (but the first layer's) and its output gradients (but the last layer's), flat.
+
+  Args:
+    boundaries, grads: LayerGradients' arguments and per-boundary results.
+    layer_ops: per layer, (its name, the ops its run made).
+    theta_leaves: the partition's weights.
+  """
+  weights = {t.ref() for t in theta_leaves}
+  last = len(layer_ops) - 1
+  layers, kept = [], []
+  for j, (_, ops) in enumerate(layer_ops):
+    if not any(x.ref() in weights for op in ops for x in op.inputs):
+      continue  # No weights, nothing for a weight-gradient pass to do.
+    template, mask = None, None
+    if j:
+      template = tf.nest.map_structure(lambda _: None, boundaries[j])
+      mask = tuple(x is not None for x in tf.nest.flatten(boundaries[j]))
+      kept.extend(x for x in tf.nest.flatten(boundaries[j]) if x is not None)
+    grad_index = tuple(i for i, g in enumerate(grads[j + 1]) if g is not None)
+    if j < last:
+      kept.extend(grads[j + 1][i] for i in grad_index)
+    layers.append((j, template, mask, grad_index))
+  return kept, KeptLayout(tuple(layers))
+
+
+def Unkeep(layout: KeptLayout, kept: Sequence[tf.Tensor], first_inputs: Sequence[Any],
+           out_grads: Sequence[Optional[tf.Tensor]], num_layers: int) -> List[KeptLayer]:
+  """`Keep`'s tensors back per layer, for `WeightGradients`; `first_inputs` are the partition's
+  input leaves (flattened), `out_grads` its output gradients (flattened)."""
+  it = iter(kept)
+  out = []
+  for j, _, mask, grad_index in layout.layers:
+    xs = [next(it) if has else None for has in mask] if j else list(first_inputs)
+    grads = ([next(it) for _ in grad_index] if j < num_layers - 1 else
+             [out_grads[i] for i in grad_index])
+    out.append((j, xs, grad_index, grads))
+  return out
 
 
 def WeightGradients(kept: Sequence[KeptLayer],

@@ -58,15 +58,6 @@ class _ForwardFacts:
 
 
 @dataclasses.dataclass(frozen=True)
-class _KeptFacts:
-  """What input_gradient keeps for weight_gradient, per layer that reads weights (in order):
-  (layer index, its input structure (None for the first layer, whose inputs are x), which of its
-  input leaves are kept (not for the first layer), the positions of its output leaves that have
-  gradients (kept unless it is the last layer, whose are dy))."""
-  layers: tuple
-
-
-@dataclasses.dataclass(frozen=True)
 class Backward:
   """What a backward task gives: the input gradients (per input leaf, None where none), the
   running sums (per weight, None where none), which weights got a gradient, and the ops the task
@@ -244,23 +235,8 @@ class PartitionFunctions:
       layer_ops = self._Recompute(args, boundaries)
       grads, _ = layer_gradients.LayerGradients(boundaries, self._OutGrads(args['dy']),
                                                 args['theta'])
-      weights = {t.ref() for t in args['theta']}
-      last = len(self._body.layers) - 1
-      layers, kept = [], []
-      for j, (_, ops) in enumerate(layer_ops):
-        if not any(x.ref() in weights for op in ops for x in op.inputs):
-          continue  # No weights, nothing for a weight-gradient pass to do.
-        template, mask = None, None
-        if j:
-          template = tf.nest.map_structure(lambda _: None, boundaries[j])
-          mask = tuple(x is not None for x in tf.nest.flatten(boundaries[j]))
-          kept.extend(leaves.Present(boundaries[j]))
-        grad_index = tuple(i for i, g in enumerate(grads[j + 1]) if g is not None)
-        if j < last:
-          kept.extend(grads[j + 1][i] for i in grad_index)
-        layers.append((j, template, mask, grad_index))
-      dx = [grads[0][i] for i in self._in_index]
-      return {'dx': dx, 'kept': kept}, _KeptFacts(tuple(layers))
+      kept, layout = layer_gradients.Keep(boundaries, grads, layer_ops, args['theta'])
+      return {'dx': [grads[0][i] for i in self._in_index], 'kept': kept}, layout
 
     return self._Trace('input_backward', InputGradient, self._Leading() + [
         ('theta', self._theta_specs), ('x', self._x_specs), ('dy', self._DySpecs(dy_mask))])
@@ -269,19 +245,12 @@ class PartitionFunctions:
     # The kept tensors' layout is what the input-gradient trace for the same dy mask found.
     input_function = self._Function('input_gradient', dy_mask)
     layout = input_function.facts
-    last = len(self._body.layers) - 1
 
     def WeightGradient(args):
       step = args['step'][0] if args['step'] else None
       theta, x = self._body.Pack(args['theta'], args['x'])
-      out_grads = self._OutGrads(args['dy'])
-      it = iter(args['kept'])
-      kept = []
-      for j, _, mask, grad_index in layout.layers:  # The order input_gradient kept them in.
-        xs = leaves.Spread([next(it) for _ in range(sum(mask))], mask) if j else tf.nest.flatten(x)
-        grads = ([next(it) for _ in grad_index] if j < last else
-                 [out_grads[i] for i in grad_index])
-        kept.append((j, xs, grad_index, grads))
+      kept = layer_gradients.Unkeep(layout, args['kept'], tf.nest.flatten(x),
+                                    self._OutGrads(args['dy']), len(self._body.layers))
       templates = {j: template for j, template, _, _ in layout.layers}
       with tf.name_scope('recompute') as scope:
         pass  # Every re-run below in this one scope, as in a backward function (for profiling).

@@ -66,7 +66,7 @@ _WRITE_TYPES = frozenset(['Assign', 'AssignAdd', 'AssignSub', 'AssignVariableOp'
                           'ResourceStridedSliceAssign', 'StridedSliceAssign'])
 _WRITE_PREFIXES = ('ResourceScatter', 'ResourceApply', 'ResourceSparseApply', 'Scatter', 'Apply',
                    'SparseApply')
-_FUNCTION_ATTRS = ('f', 'body', 'cond', 'then_branch', 'else_branch', 'branches')
+_CALLED_FUNCTION_ATTRS = ('f', 'body', 'cond', 'then_branch', 'else_branch', 'branches')
 
 
 def _Routing() -> trace_context.Routing:
@@ -218,7 +218,7 @@ def _Kind(op_type):
 def _CalledFunctions(attrs):
   """Names of the functions an op's (or node's) attributes call."""
   names = []
-  for key in _FUNCTION_ATTRS:
+  for key in _CALLED_FUNCTION_ATTRS:
     if key not in attrs:
       continue
     value = attrs[key]

@@ -113,18 +113,22 @@ def _Check(costs, sched, transfer, cores):
                      (len(costs), sched.num_partitions))
 
 
-def _Phases(action, cost, splits_backward):
-  """[(kind, seconds)] of one action: F is a forward pass; B re-computes, then back-propagates (and
-  adds the weight gradients unless the schedule `splits_backward`); W re-computes, then adds
-  them."""
-  if action.kind == schedule.FORWARD:
-    return [(FORWARD_TASK, cost.forward)]
-  if action.kind == schedule.WEIGHT:
-    last = [WEIGHT_TASK]
-  else:
-    last = [BACKWARD_TASK] + ([] if splits_backward or not cost.weight else [WEIGHT_TASK])
-  return [(kind, getattr(cost, kind)) for kind in [RECOMPUTE_TASK] + last
-          if kind != RECOMPUTE_TASK or cost.recompute]
+# The phases of each task (schedule.Task), in order, as (kind, whether it is left out when its time
+# is 0): a backward pass re-computes where the costs give a re-computation, and adds the weight
+# gradients where the costs give them apart from the input gradient.
+_PHASES = {
+    schedule.Task.FORWARD: ((FORWARD_TASK, False),),
+    schedule.Task.BACKWARD: ((RECOMPUTE_TASK, True), (BACKWARD_TASK, False), (WEIGHT_TASK, True)),
+    schedule.Task.BACKWARD_FROM_KEPT: ((BACKWARD_TASK, False), (WEIGHT_TASK, True)),
+    schedule.Task.INPUT_GRADIENT: ((RECOMPUTE_TASK, True), (BACKWARD_TASK, False)),
+    schedule.Task.WEIGHT_GRADIENT: ((RECOMPUTE_TASK, True), (WEIGHT_TASK, False)),
+}
+
+
+def _Phases(action, cost, sched):
+  """[(kind, seconds)] of one action, from its task's phases."""
+  return [(kind, getattr(cost, kind)) for kind, optional in _PHASES[sched.Task(action)]
+          if not optional or getattr(cost, kind)]
 
 
 def Simulate(costs: Sequence[TaskTimes], sched: schedule.Schedule, transfer: float = 0.0,
@@ -154,7 +158,7 @@ def Simulate(costs: Sequence[TaskTimes], sched: schedule.Schedule, transfer: flo
     k = action.partition
     start = max([free[k]] + [end[e.before] + (transfer if e.crosses_devices else 0.0)
                              for e in sched.Waits(action)])
-    for kind, seconds in _Phases(action, costs[k], sched.splits_backward):
+    for kind, seconds in _Phases(action, costs[k], sched):
       timeline.append(Interval(k, kind, action.micro_batch, start, start + seconds))
       start += seconds
       busy[k] += seconds
@@ -220,7 +224,7 @@ def _SimulateShared(costs, sched, transfer, cores):
   while ready_at or remaining:
     for action in [a for a, at in ready_at.items() if at <= now]:
       del ready_at[action]
-      phases[action] = list(_Phases(action, costs[action.partition], sched.splits_backward))
+      phases[action] = list(_Phases(action, costs[action.partition], sched))
       Begin(action)
     for action in [a for a, w in remaining.items() if w <= 0.0]:
       EndPhase(action)
