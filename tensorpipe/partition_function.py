@@ -44,8 +44,6 @@ from tensorpipe import partition_trace
 from tensorpipe import stateful_ops
 
 PerLeaf = layer_gradients.PerLeaf
-_IsDifferentiable = layer_gradients.IsDifferentiable
-_Spec = graph_function.Spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,15 +94,16 @@ class PartitionFunctions:
                                                example_axis, example_count,
                                                two_d_weight_gradients)
     self._recomputes = recomputes
-    self._theta_specs = [_Spec(t) for t in theta.Flatten()]
+    self._theta_specs = [graph_function.Spec(t) for t in theta.Flatten()]
     in_leaves = tf.nest.flatten(inputs)
     self._in_index = [i for i, x in enumerate(in_leaves) if x is not None]  # The x leaves.
-    self._x_specs = [_Spec(in_leaves[i]) for i in self._in_index]
+    self._x_specs = [graph_function.Spec(in_leaves[i]) for i in self._in_index]
     self._device = device
     self._name = name
     self._where = where
     self._has_step = py_utils.GetGlobalStep() is not None
-    self._theta_mask = tuple(_IsDifferentiable(t) for t in theta.Flatten())  # Which have sums.
+    # Which weights have running sums.
+    self._theta_mask = tuple(layer_gradients.IsDifferentiable(t) for t in theta.Flatten())
     self._functions: Dict[Any, graph_function.GraphFunction] = {}  # (task, dy mask) -> function
 
   @property
@@ -390,12 +389,13 @@ class PartitionFunctions:
     """
     pairs = [(y, accumulation.Dense(d)) for y, d in zip(forward_ys, dys) if d is not None]
     weights = [t for t, has in zip(theta_leaves, self._theta_mask) if has]
-    targets = [x for x in x_leaves if _IsDifferentiable(x)] + weights
+    targets = [x for x in x_leaves if layer_gradients.IsDifferentiable(x)] + weights
     if sums is None:
       sums = self.Zeros()
     with tf.device(self._device):
       grads = iter(tf.gradients([y for y, _ in pairs], targets, grad_ys=[d for _, d in pairs]))
-      dx = [accumulation.Dense(next(grads)) if _IsDifferentiable(x) else None for x in x_leaves]
+      dx = [accumulation.Dense(next(grads)) if layer_gradients.IsDifferentiable(x) else None
+            for x in x_leaves]
       own = [accumulation.Dense(g) for g in grads]
       got = tuple(bool(g) for g in leaves.Spread([g is not None for g in own], self._theta_mask))
       own = [tf.zeros_like(t) if g is None else g for t, g in zip(weights, own)]
@@ -405,7 +405,7 @@ class PartitionFunctions:
           return {'sums': [accumulation.AddInPlace(s, g)
                            for s, g in zip(args['sums'], args['dtheta'])]}, None
 
-        specs = [_Spec(g) for g in own]
+        specs = [graph_function.Spec(g) for g in own]
         self._functions['accumulate'] = self._Trace('accumulate', Accumulate,
                                                     [('sums', specs), ('dtheta', specs)])
       results, op = self._functions['accumulate'].Call(

@@ -3,12 +3,11 @@
 `PartitionBody` runs a partition's layers, in order, inside the body of one of its graph functions
 (see `partition_function`): in one trace context (`trace_context.Partition`: no Lingvo asserts or
 summaries, the global step and example offset of the call, batch-norm statistics to a collector,
-stateful entry points routed, 2-D weight gradients), each layer with the same dropout masks and seeds
-whenever it runs. Every layer is checked for shortcuts: a tensor an earlier layer computed used
-other than through the layer's inputs, whose gradient the layer-by-layer backward pass would lose.
-`RunInline` runs the same layers on a whole mini-batch outside any function, as an unpipelined
-reference.
-"""
+stateful entry points routed, 2-D weight gradients), each layer with the same dropout masks and
+seeds whenever it runs. Every layer is checked for shortcuts: a tensor an earlier layer computed
+used other than through the layer's inputs, whose gradient the layer-by-layer backward pass would
+lose. `RunInline` runs the same layers on a whole mini-batch outside any function, as an unpipelined
+reference. """
 
 import contextlib
 import weakref

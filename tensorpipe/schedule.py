@@ -88,6 +88,7 @@ RECOMPUTE_MODES = ('always', 'except_last', 'never')
 class Rule(enum.IntEnum):
   """An ordering rule: its number (the module docstring and docs/design.md list them) and `text`,
   its one line. Code that adds or relies on an edge names its rule."""
+  text: str
 
   def __new__(cls, number: int, text: str) -> 'Rule':
     rule = int.__new__(cls, number)

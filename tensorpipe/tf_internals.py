@@ -10,6 +10,9 @@ a scope that marks new ops for grappler to keep (`accumulation`); and the gradie
 and `Missing()` (run by the tests) names what moved and the TensorFlow version.
 """
 
+# This module is where TensorPipe reaches into TensorFlow's protected members, and only here.
+# pylint: disable=protected-access
+
 import types
 from typing import Any, Dict, List, Sequence
 
@@ -74,7 +77,7 @@ def AddFunctionCall(graph: tf2.Graph, function: Any, args: Sequence[tf2.Tensor],
   The op is the one TensorFlow's own graph call makes, plus `_disable_call_shape_inference`: graph
   construction would otherwise run shape inference over the function's body for every call.
   """
-  graph._add_function_recursive(function)  # pylint: disable=protected-access
+  graph._add_function_recursive(function)
   call = function.graph_call_attrs
   list_value = attr_value_pb2.AttrValue.ListValue
   attrs = {
@@ -92,22 +95,22 @@ def AddFunctionCall(graph: tf2.Graph, function: Any, args: Sequence[tf2.Tensor],
 
 def AddControlInputs(op: tf2.Operation, control_ops: Sequence[tf2.Operation]) -> None:
   """Makes `op`, already built, run after `control_ops`."""
-  op._add_control_inputs(control_ops)  # pylint: disable=protected-access
+  op._add_control_inputs(control_ops)
 
 
 def UpdateInput(op: tf2.Operation, index: int, tensor: tf2.Tensor) -> None:
   """Rewires input `index` of `op`, already built, to `tensor`."""
-  op._update_input(index, tensor)  # pylint: disable=protected-access
+  op._update_input(index, tensor)
 
 
 def IsStateful(op: tf2.Operation) -> bool:
   """Whether TensorFlow treats `op` as stateful (never folded, pruned or merged)."""
-  return op._is_stateful  # pylint: disable=protected-access
+  return op._is_stateful
 
 
 def GraphFunctionDefinition(graph: tf2.Graph, name: str) -> Any:
   """The FunctionDef of function `name` in `graph`'s library, or None."""
-  function = graph._get_function(name)  # pylint: disable=protected-access
+  function = graph._get_function(name)
   return getattr(function, 'definition', None) if function is not None else None
 
 
@@ -118,8 +121,7 @@ def OpDef(op_type: str) -> Any:
 
 def KeptByGrappler(graph: tf2.Graph) -> Any:
   """A scope in which new ops of `graph` carry the attribute that stops grappler removing them."""
-  return graph._attr_scope(  # pylint: disable=protected-access
-      {'_grappler_do_not_remove': _Bool(True)})
+  return graph._attr_scope({'_grappler_do_not_remove': _Bool(True)})
 
 
 def RegisteredGradient(op_type: str) -> Any:
