@@ -209,5 +209,101 @@ class ScheduleCheckTest(unittest.TestCase):
       schedule.Schedule(2, 1, self._Lists(), edges, 'mine')
 
 
+class RuleTest(unittest.TestCase):
+
+  def testRulesAreNumberedOneToThirteenEachWithOneLine(self):
+    self.assertEqual([int(rule) for rule in schedule.Rule], list(range(1, 14)))
+    for rule in schedule.Rule:
+      self.assertIs(schedule.Rule(int(rule)), rule)
+      self.assertIsInstance(rule.text, str)
+      self.assertTrue(rule.text.strip(), rule)
+      self.assertNotIn('\n', rule.text, rule)
+      self.assertLessEqual(len(rule.text), 100, rule)
+    self.assertEqual(len({rule.text for rule in schedule.Rule}), 13)
+    self.assertEqual(schedule.Rule.IN_FLIGHT, 8)
+    self.assertTrue(schedule.Rule.IN_FLIGHT.text.startswith('F(k, t + K - k) after B(k, t)'))
+
+  def testEdgesCarryRuleMembers(self):
+    for name, build in schedule.SCHEDULES.items():
+      for edge in build(3, 5).edges:
+        self.assertIsInstance(edge.rule, schedule.Rule, (name, edge))
+    in_flight = [e for e in schedule.OneFOneBSchedule(3, 5).edges
+                 if e.rule is schedule.Rule.IN_FLIGHT]
+    self.assertEqual(len(in_flight), sum(max(5 - (3 - k), 0) for k in range(3)))
+    for edge in in_flight:
+      self.assertEqual((edge.before.kind, edge.after.kind), (B, F))
+      self.assertEqual(edge.after.micro_batch, edge.before.micro_batch + 3 - edge.before.partition)
+    self.assertEqual({e.rule for e in schedule.FillDrainSchedule(2, 3).edges},
+                     {schedule.Rule.FORWARD_INPUT, schedule.Rule.LOSS_OF_EVERY_OUTPUT,
+                      schedule.Rule.BACKWARD_INPUT, schedule.Rule.SUM_IN_REVERSE,
+                      schedule.Rule.FORWARD_ORDER})
+
+
+class TaskTest(unittest.TestCase):
+  """Each action's task: what it computes, from its kind and the re-computation mode."""
+
+  def testJoinedBackwardPassesFollowTheRecomputeMode(self):
+    k_partitions, m = 3, 4
+    for build in (schedule.FillDrainSchedule, schedule.OneFOneBSchedule):
+      for mode in schedule.RECOMPUTE_MODES:
+        sched = build(k_partitions, m, recompute=mode)
+        self.assertEqual(sched.recompute, mode)
+        for actions in sched.device_actions:
+          for a in actions:
+            if a.kind == F:
+              expected = schedule.Task.FORWARD
+            elif mode == 'always' or (mode == 'except_last' and a.micro_batch < m - 1):
+              expected = schedule.Task.BACKWARD
+            else:
+              expected = schedule.Task.BACKWARD_FROM_KEPT
+            self.assertIs(sched.Task(a), expected, (sched.name, mode, str(a)))
+        self.assertEqual([sched.Recomputes(t) for t in range(m)],
+                         {'always': [True] * m, 'never': [False] * m,
+                          'except_last': [True] * (m - 1) + [False]}[mode])
+
+  def testTheDefaultRecomputesAlways(self):
+    for name, build in schedule.SCHEDULES.items():
+      sched = build(2, 3)
+      self.assertEqual(sched.recompute, 'always', name)
+      self.assertTrue(all(sched.Recomputes(t) for t in range(3)), name)
+
+  def testOneMicroBatchExceptLastRecomputesNothing(self):
+    sched = schedule.OneFOneBSchedule(2, 1, recompute='except_last')
+    self.assertIs(sched.Task(_A(B, 0, 0)), schedule.Task.BACKWARD_FROM_KEPT)
+    self.assertIs(sched.Task(_A(B, 1, 0)), schedule.Task.BACKWARD_FROM_KEPT)
+
+  def testZeroBubbleSplitsBackwardPasses(self):
+    sched = schedule.ZeroBubbleSchedule(3, 4, recompute='always')
+    tasks = {schedule.FORWARD: schedule.Task.FORWARD, schedule.BACKWARD:
+             schedule.Task.INPUT_GRADIENT, schedule.WEIGHT: schedule.Task.WEIGHT_GRADIENT}
+    count = 0
+    for actions in sched.device_actions:
+      for a in actions:
+        self.assertIs(sched.Task(a), tasks[a.kind], str(a))
+        count += 1
+    self.assertEqual(count, 3 * 3 * 4)
+
+  def testZeroBubbleRefusesKeptActivations(self):
+    for mode in ('never', 'except_last'):
+      with self.assertRaisesRegex(
+          ValueError, r"zero-bubble K=2, M=3 schedule needs recompute='always', got "
+          r"recompute='%s'" % mode):
+        schedule.ZeroBubbleSchedule(2, 3, recompute=mode)
+      with self.assertRaisesRegex(ValueError, r"mine needs recompute='always'"):
+        schedule.CheckRecompute('mine', mode, splits_backward=True)
+      schedule.CheckRecompute('mine', mode, splits_backward=False)  # Joined backward: fine.
+
+  def testUnknownRecomputeModeIsRefused(self):
+    for name, build in schedule.SCHEDULES.items():
+      with self.assertRaisesRegex(
+          ValueError, r"recompute='sometimes' is not one of \('always', 'except_last', 'never'\)"):
+        build(2, 3, recompute='sometimes')
+      with self.assertRaisesRegex(ValueError, r"recompute=True is not one of", msg=name):
+        build(2, 3, recompute=True)
+    lists = [[_A(F, 0, 0), _A(B, 0, 0)]]
+    with self.assertRaisesRegex(ValueError, r"recompute='Always' is not one of"):
+      schedule.Schedule(1, 1, lists, [], 'mine', recompute='Always')
+
+
 if __name__ == '__main__':
   unittest.main()

@@ -261,5 +261,53 @@ class SharedCoresTest(unittest.TestCase):
              cores=2)
 
 
+class RecomputeModeTest(unittest.TestCase):
+  """A backward action re-computes its partition only where the schedule's mode says it does."""
+
+  def _Kinds(self, result):
+    """{(partition, micro-batch): the kinds of its intervals, in time order}."""
+    kinds = {}
+    for i in sorted(result.timeline, key=lambda i: (i.start, i.end)):
+      kinds.setdefault((i.partition, i.micro_batch), []).append(i.kind)
+    return kinds
+
+  def testOneFOneBRecomputesOnlyWhereTheModeSays(self):
+    k, m = 2, 3
+    costs = [simulator.TaskTimes(forward=1.0, backward=2.0, recompute=0.5, weight=0.25)] * k
+    with_recompute = [simulator.FORWARD_TASK, simulator.RECOMPUTE_TASK, simulator.BACKWARD_TASK,
+                      simulator.WEIGHT_TASK]
+    without = [simulator.FORWARD_TASK, simulator.BACKWARD_TASK, simulator.WEIGHT_TASK]
+    for cores in (None, 2):
+      steps = {}
+      for mode in schedule.RECOMPUTE_MODES:
+        result = simulator.Simulate(costs, schedule.OneFOneBSchedule(k, m, recompute=mode),
+                                    cores=cores)
+        steps[mode] = result.step_time
+        kinds = self._Kinds(result)
+        self.assertEqual(sorted(kinds), [(p, t) for p in range(k) for t in range(m)])
+        for (p, t), got in kinds.items():
+          recomputes = mode == 'always' or (mode == 'except_last' and t < m - 1)
+          self.assertEqual(got, with_recompute if recomputes else without, (cores, mode, p, t))
+        for i in result.timeline:
+          if i.kind == simulator.RECOMPUTE_TASK:
+            self.assertAlmostEqual(i.end - i.start, 0.5)
+      # One partition's re-computations are on the critical path: 0.5 s per micro-batch each.
+      self.assertLess(steps['never'], steps['except_last'])
+      self.assertLess(steps['except_last'], steps['always'])
+    one = simulator.Simulate(costs[:1], schedule.OneFOneBSchedule(1, 1, recompute='never'))
+    self.assertAlmostEqual(one.step_time, 1.0 + 2.0 + 0.25)
+    one = simulator.Simulate(costs[:1], schedule.OneFOneBSchedule(1, 1, recompute='always'))
+    self.assertAlmostEqual(one.step_time, 1.0 + 0.5 + 2.0 + 0.25)
+
+  def testFillDrainWithoutRecomputationIsItsBackwardPassesShorter(self):
+    k, m = 3, 4
+    costs = _Equal(k, 1.0, 2.0, 1.0)
+    never = simulator.Simulate(costs, schedule.FillDrainSchedule(k, m, recompute='never'))
+    self.assertNotIn(simulator.RECOMPUTE_TASK, {i.kind for i in never.timeline})
+    self.assertAlmostEqual(never.step_time, (m + k - 1) * (1.0 + 2.0))
+    always = _Sim(costs, m)
+    self.assertAlmostEqual(always.step_time, (m + k - 1) * (1.0 + 2.0 + 1.0))
+
+
 if __name__ == '__main__':
   unittest.main()

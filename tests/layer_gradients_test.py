@@ -1,0 +1,221 @@
+"""Layer-by-layer gradients: the same as tf.gradients of the whole chain, one layer at a time."""
+
+import numpy as np
+from lingvo import compat as tf
+from lingvo.core import test_utils
+
+from tensorpipe import layer_gradients
+
+_RNG = np.random.RandomState(0)
+X = _RNG.normal(size=[2, 3]).astype(np.float32)
+W0 = _RNG.normal(size=[3, 4]).astype(np.float32)
+W2 = _RNG.normal(size=[4, 5]).astype(np.float32)
+DY = _RNG.normal(size=[2, 5]).astype(np.float32)
+SUM0 = _RNG.normal(size=[3, 4]).astype(np.float32)
+SUM2 = _RNG.normal(size=[4, 5]).astype(np.float32)
+NUM_LAYERS = 3
+
+
+def _RunLayer(j, theta, inputs):
+  """Layer j of the chain. Layer 0: (x w0, ids) (ids an int passed through); layer 1: (tanh(h),
+  None), no weights; layer 2: h w2. theta = [w0, step (an int weight), w2]."""
+  w0, _, w2 = theta
+  if j == 0:
+    x, ids = inputs
+    return (tf.matmul(x, w0), ids)
+  if j == 1:
+    h, _ = inputs
+    return (tf.tanh(h), None)
+  h, absent = inputs
+  assert absent is None, absent
+  return tf.matmul(h, w2)
+
+
+class _Chain:
+  """The chain built in the default graph: its boundaries, each layer's ops and its weights."""
+
+  def __init__(self):
+    graph = tf.get_default_graph()
+    self.x, self.ids = tf.constant(X), tf.constant([1, 2])
+    self.theta = [tf.constant(W0, name='w0'), tf.constant(7, name='step'),
+                  tf.constant(W2, name='w2')]
+    self.dy = tf.constant(DY)
+    self.boundaries = [(self.x, self.ids)]
+    self.layer_ops = []
+    out = self.boundaries[0]
+    for j in range(NUM_LAYERS):
+      first = len(graph.get_operations())
+      out = _RunLayer(j, self.theta, out)
+      self.layer_ops.append(('layer%d' % j, graph.get_operations()[first:]))
+      self.boundaries.append(out)
+    self.y = out
+
+  def Sums(self):
+    """Running sums for the differentiable weights (a buffer each, as accumulation wants)."""
+    return [tf.raw_ops.DeepCopy(x=tf.constant(SUM0)), None,
+            tf.raw_ops.DeepCopy(x=tf.constant(SUM2))]
+
+  def Expected(self):
+    """tf.gradients of the whole chain: dx, dw0, dw2."""
+    return tf.gradients(self.y, [self.x, self.theta[0], self.theta[2]], grad_ys=self.dy)
+
+
+class LayerGradientsTest(test_utils.TestCase):
+
+  def testEqualsTheGradientsOfTheComposition(self):
+    graph = tf.Graph()
+    with graph.as_default():
+      chain = _Chain()
+      sums = chain.Sums()
+      grads, total = layer_gradients.LayerGradients(chain.boundaries, [chain.dy], chain.theta, sums)
+      self.assertLen(grads, NUM_LAYERS + 1)
+      self.assertEqual([len(g) for g in grads], [2, 2, 2, 1])
+      self.assertIsNone(grads[0][1])  # The int ids have no gradient,
+      self.assertIsNone(grads[1][1])
+      self.assertIsNone(grads[2][1])  # nor has an absent leaf.
+      self.assertIs(grads[3][0], chain.dy)
+      self.assertIsNone(total[1])  # The int weight has no sum.
+      self.assertIsNot(total[0], sums[0])
+      self.assertIsNot(total[2], sums[2])
+      with self.session(graph=graph) as sess:
+        (dx, dw0, dw2), (got_dx, got0, got2) = sess.run(
+            [chain.Expected(), [grads[0][0], total[0], total[2]]])
+    self.assertAllClose(got_dx, dx)
+    self.assertAllClose(got0, SUM0 + dw0)
+    self.assertAllClose(got2, SUM2 + dw2)
+
+  def testASumWithoutAGradientComesBackAsItWent(self):
+    with tf.Graph().as_default():
+      chain = _Chain()
+      unused = tf.constant(np.ones([3, 3], np.float32), name='unused')
+      sums = chain.Sums() + [tf.raw_ops.DeepCopy(x=tf.zeros([3, 3]))]
+      _, total = layer_gradients.LayerGradients(chain.boundaries, [chain.dy],
+                                                chain.theta + [unused], sums)
+      self.assertIs(total[3], sums[3])  # How a partition tells which weights got gradients.
+      self.assertIsNot(total[0], sums[0])
+
+  def testWithoutSumsInputGradientsOnly(self):
+    graph = tf.Graph()
+    with graph.as_default():
+      chain = _Chain()
+      grads, total = layer_gradients.LayerGradients(chain.boundaries, [chain.dy], chain.theta)
+      self.assertIsNone(total)
+      self.assertEmpty([op for op in graph.get_operations() if op.type == 'InplaceAdd'])
+      with self.session(graph=graph) as sess:
+        dx, got_dx = sess.run([chain.Expected()[0], grads[0][0]])
+    self.assertAllClose(got_dx, dx)
+
+
+class AddWeightGradientsTest(test_utils.TestCase):
+
+  def testAddsIntoTheSumsAndSkipsNonDifferentiableWeights(self):
+    graph = tf.Graph()
+    with graph.as_default():
+      theta = [tf.ones([2]), tf.constant(3), tf.ones([2])]
+      total = [tf.raw_ops.DeepCopy(x=tf.constant([1.0, 2.0])), None,
+               tf.raw_ops.DeepCopy(x=tf.constant([5.0, 6.0]))]
+      first, last = total[0], total[2]
+      # One gradient per differentiable weight: the int weight takes none.
+      added = layer_gradients.AddWeightGradients(total, [tf.constant([10.0, 20.0]), None], theta)
+      self.assertLen(added, 1)
+      self.assertIs(added[0], total[0])
+      self.assertIsNot(total[0], first)
+      self.assertIs(total[2], last)  # No gradient, no addition.
+      self.assertIsNone(total[1])
+      with self.session(graph=graph) as sess:
+        self.assertAllEqual(sess.run(total[0]), [11.0, 22.0])
+
+  def testNoRunningSumIsNamed(self):
+    with tf.Graph().as_default():
+      theta = [tf.ones([2], name='first'), tf.ones([2], name='orphan')]
+      total = [tf.zeros([2]), None]
+      with self.assertRaisesRegex(AssertionError, r'no running sum for weight 1 \(orphan:0\)'):
+        layer_gradients.AddWeightGradients(total, [None, tf.ones([2])], theta)
+
+
+class KeepTest(test_utils.TestCase):
+
+  def testKeepsOnlyLayersThatReadWeightsAndUnkeepRestoresThem(self):
+    with tf.Graph().as_default():
+      chain = _Chain()
+      grads, _ = layer_gradients.LayerGradients(chain.boundaries, [chain.dy], chain.theta)
+      kept, layout = layer_gradients.Keep(chain.boundaries, grads, chain.layer_ops, chain.theta)
+      # Layer 0 keeps its output gradient (its inputs are the partition's); layer 1 reads no
+      # weights; layer 2 keeps its input (its output gradient is the partition's).
+      self.assertEqual([j for j, _, _, _ in layout.layers], [0, 2])
+      self.assertLen(kept, 2)
+      self.assertIs(kept[0], grads[1][0])
+      self.assertIs(kept[1], chain.boundaries[2][0])
+      self.assertEqual(layout.layers[0], (0, None, None, (0,)))
+      self.assertEqual(layout.layers[1], (2, (None, None), (True, False), (0,)))
+      restored = layer_gradients.Unkeep(layout, kept, tf.nest.flatten(chain.boundaries[0]),
+                                        [chain.dy], NUM_LAYERS)
+      self.assertLen(restored, 2)
+      (j0, xs0, index0, grads0), (j2, xs2, index2, grads2) = restored
+      self.assertEqual((j0, j2), (0, 2))
+      self.assertLen(xs0, 2)
+      self.assertIs(xs0[0], chain.x)
+      self.assertIs(xs0[1], chain.ids)
+      self.assertEqual(tuple(index0), (0,))
+      self.assertLen(grads0, 1)
+      self.assertIs(grads0[0], grads[1][0])
+      self.assertLen(xs2, 2)
+      self.assertIs(xs2[0], chain.boundaries[2][0])
+      self.assertIsNone(xs2[1])
+      self.assertEqual(tuple(index2), (0,))
+      self.assertLen(grads2, 1)
+      self.assertIs(grads2[0], chain.dy)
+
+
+def _KeptAsArguments(chain):
+  """What a weight-gradient function receives of `chain`'s input-gradient pass: the kept tensors,
+  the partition's inputs and its output gradients, as arguments (no path back to the weights,
+  stop_gradient standing for the function boundary), per layer (Unkeep)."""
+  grads, _ = layer_gradients.LayerGradients(chain.boundaries, [chain.dy], chain.theta)
+  kept, layout = layer_gradients.Keep(chain.boundaries, grads, chain.layer_ops, chain.theta)
+  arguments = lambda ts: [t if t is None else tf.stop_gradient(t) for t in ts]
+  return layer_gradients.Unkeep(layout, arguments(kept),
+                                arguments(tf.nest.flatten(chain.boundaries[0])),
+                                arguments([chain.dy]), NUM_LAYERS)
+
+
+class WeightGradientsTest(test_utils.TestCase):
+
+  def testEqualsTheGradientsWithRespectToTheWeights(self):
+    graph = tf.Graph()
+    with graph.as_default():
+      chain = _Chain()
+      restored = _KeptAsArguments(chain)
+      run = []
+
+      def RunLayer(j, xs):
+        run.append(j)
+        return _RunLayer(j, chain.theta, xs)
+
+      sums = chain.Sums()
+      total = layer_gradients.WeightGradients(restored, RunLayer, chain.theta, sums)
+      self.assertEqual(run, [2, 0])  # Only layers that read weights, last first.
+      self.assertIsNone(total[1])
+      with self.session(graph=graph) as sess:
+        (_, dw0, dw2), got0, got2 = sess.run([chain.Expected(), total[0], total[2]])
+    self.assertAllClose(got0, SUM0 + dw0)
+    self.assertAllClose(got2, SUM2 + dw2)
+
+  def testSumsAreRunningSumsOverMicroBatches(self):
+    # Two micro-batches' weight-gradient passes, each adding to the sums the other handed on.
+    graph = tf.Graph()
+    with graph.as_default():
+      chains = [_Chain(), _Chain()]
+      total = chains[0].Sums()
+      for chain in chains:
+        total = layer_gradients.WeightGradients(
+            _KeptAsArguments(chain), lambda j, xs, c=chain: _RunLayer(j, c.theta, xs),
+            chain.theta, total)
+      with self.session(graph=graph) as sess:
+        (_, dw0, dw2), got0, got2 = sess.run([chains[0].Expected(), total[0], total[2]])
+    self.assertAllClose(got0, SUM0 + 2 * dw0)
+    self.assertAllClose(got2, SUM2 + 2 * dw2)
+
+
+if __name__ == '__main__':
+  tf.test.main()
