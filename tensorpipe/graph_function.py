@@ -135,7 +135,8 @@ class GraphFunction:
 
   def CallDifferentiable(self, inputs: Mapping[str, Sequence[Optional[Any]]], name: str
                          ) -> Tuple[Groups, tf.Operation]:
-    """As `Call`, with TensorFlow's own call op, which tf.gradients differentiates (TensorFlow
-    then rewrites the call to also output the activations its gradient needs)."""
+    """As `Call`, with TensorFlow's own call op (named by TensorFlow; `name` only names the call
+    in messages), which tf.gradients differentiates: TensorFlow then rewrites the call to also
+    output the activations its gradient needs."""
     outputs = self.concrete(*self.inputs.Flatten(inputs, name))
     return self.outputs.Unflatten(outputs), outputs[0].op

@@ -151,7 +151,8 @@ def WeightGradients(kept: Sequence[KeptLayer],
   Args:
     kept: per layer that reads weights, in layer order: (its index j, its input leaves (flattened,
       None where absent), the positions of its output leaves that have gradients, those
-      gradients).
+      gradients). The input leaves must not depend on the weights (in a weight-gradient function
+      they are its arguments): each layer is differentiated with respect to every weight.
     run_layer: (j, input leaves) -> layer j's outputs structure, re-run in the caller's trace
       context.
     theta_leaves: the partition's weights.
