@@ -34,6 +34,24 @@ from lingvo.core import py_utils
 from tensorpipe import trace_context
 
 
+def _Weighted(means, counts):
+  """(the groups' means stacked, each group's weight in the union, of the same shape)."""
+  num_groups = len(means)
+  if counts is not None:
+    counts = tf.stack([tf.cast(c, m.dtype) * tf.ones_like(m) for c, m in zip(counts, means)])
+  means = tf.stack(means)
+  if counts is None:
+    return means, tf.ones_like(means) / float(num_groups)
+  return means, counts / tf.maximum(tf.reduce_sum(counts, axis=0), 1.0)
+
+
+def _CombineMean(means: Sequence[tf.Tensor],
+                 counts: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
+  """CombineMoments(means, variances, counts)[0], which does not depend on the variances."""
+  means, weights = _Weighted(means, counts)
+  return tf.reduce_sum(weights * means, axis=0)
+
+
 def CombineMoments(means: Sequence[tf.Tensor], variances: Sequence[tf.Tensor],
                    counts: Optional[Sequence[tf.Tensor]] = None) -> Tuple[tf.Tensor, tf.Tensor]:
   """Mean and (biased) variance of the union of groups with the given means and variances.
@@ -42,15 +60,8 @@ def CombineMoments(means: Sequence[tf.Tensor], variances: Sequence[tf.Tensor],
     means, variances: per group, tensors of the same shape.
     counts: per group, how many values it has (tensors broadcastable to the means); None: equal.
   """
-  num_groups = len(means)
-  if counts is not None:
-    counts = tf.stack([tf.cast(c, m.dtype) * tf.ones_like(m) for c, m in zip(counts, means)])
-  means = tf.stack(means)
+  means, weights = _Weighted(means, counts)
   variances = tf.stack(variances)
-  if counts is None:
-    weights = tf.ones_like(means) / float(num_groups)
-  else:
-    weights = counts / tf.maximum(tf.reduce_sum(counts, axis=0), 1.0)
   mean = tf.reduce_sum(weights * means, axis=0)
   second_moment = tf.reduce_sum(weights * (variances + tf.square(means)), axis=0)
   return mean, tf.maximum(second_moment - tf.square(mean), 0.0)
@@ -107,7 +118,9 @@ class StatsCollector:
       counts = self._sizes  # Micro-batches of different sizes weigh by their examples.
     values = [u.value for u in updates]
     if not name.endswith('variance'):
-      return CombineMoments(values, [tf.zeros_like(v) for v in values], counts)[0]
+      # Only the mean: no zero variances nor second moment for M values of each of the many
+      # batch-norm variables (in the outer graph, built once per training graph).
+      return _CombineMean(values, counts)
     partner = by_name.get(name[:-len('variance')] + 'mean')
     if partner is None:
       raise ValueError('%s: cannot combine the micro-batch statistics of batch-norm variable %r: '
