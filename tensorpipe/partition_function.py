@@ -41,9 +41,11 @@ from tensorpipe import graph_function
 from tensorpipe import layer_gradients
 from tensorpipe import leaves
 from tensorpipe import partition_trace
+from tensorpipe import schedule
 from tensorpipe import stateful_ops
 
 PerLeaf = layer_gradients.PerLeaf
+_Task = schedule.Task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,19 +72,12 @@ class PartitionFunctions:
   """The graph functions of one partition (see the module docstring), traced on first use.
 
   Args:
-    layers: the partition as a list of (layer name, function (theta NestedMap, inputs structure) ->
-      outputs structure), one per layer, applied in order. They must read the weights from theta
-      only and get every tensor they use from their inputs or theta.
-    theta: NestedMap of the partition's weights (tensors); only the structure, shapes and dtypes
-      count.
-    inputs: the inputs of micro-batch 0 (every micro-batch has the same structure and shapes).
+    layers, theta, inputs, where, site_prefix, example_axis, example_count: as for
+      partition_trace.PartitionBody; `inputs` are micro-batch 0's (every micro-batch has the same
+      structure and shapes), and only theta's and their structure, shapes and dtypes count.
     device: the partition's device.
     name: a name for the functions (e.g. 'pipe_partition1').
     two_d_weight_gradients: trace under matmul_gradient.Scope().
-    where: names the pipeline in error messages.
-    site_prefix: names the pipeline in dropout sites and step seeds (the same whatever K is).
-    example_axis: the batch dimension of the partition's inputs.
-    example_count: examples per micro-batch (None if unknown when the graph is built).
     recomputes: whether backward passes re-compute the partition (see stateful_ops.Check).
   """
 
@@ -153,17 +148,17 @@ class PartitionFunctions:
     return {'offset': [offset], 'step': [step] if self._has_step else []}
 
   def _DySpecs(self, dy_mask):
-    ys = self._Function('forward').outputs.groups[0][1]
+    ys = self._Function(_Task.FORWARD).outputs.groups[0][1]
     return [s if has else None for s, has in zip(ys, dy_mask)]
 
-  def _Function(self, task: str, dy_mask: Optional[Tuple[bool, ...]] = None
+  def _Function(self, task: schedule.Task, dy_mask: Optional[Tuple[bool, ...]] = None
                 ) -> graph_function.GraphFunction:
     """The traced function of `task` (for output gradients present as `dy_mask`), traced once."""
     key = (task, dy_mask)
     if key not in self._functions:
-      trace = {'forward': self._TraceForward, 'backward': self._TraceBackward,
-               'input_gradient': self._TraceInputGradient,
-               'weight_gradient': self._TraceWeightGradient}[task]
+      trace = {_Task.FORWARD: self._TraceForward, _Task.BACKWARD: self._TraceBackward,
+               _Task.INPUT_GRADIENT: self._TraceInputGradient,
+               _Task.WEIGHT_GRADIENT: self._TraceWeightGradient}[task]
       self._functions[key] = trace(dy_mask) if dy_mask is not None else trace()
     return self._functions[key]
 
@@ -172,7 +167,7 @@ class PartitionFunctions:
         '%s_%s' % (self._name, task), body, graph_function.Signature.Of(groups), self._device)
 
   def _ForwardFacts(self) -> _ForwardFacts:
-    return self._Function('forward').facts
+    return self._Function(_Task.FORWARD).facts
 
   def _TraceForward(self):
 
@@ -242,7 +237,7 @@ class PartitionFunctions:
 
   def _TraceWeightGradient(self, dy_mask):
     # The kept tensors' layout is what the input-gradient trace for the same dy mask found.
-    input_function = self._Function('input_gradient', dy_mask)
+    input_function = self._Function(_Task.INPUT_GRADIENT, dy_mask)
     layout = input_function.facts
 
     def WeightGradient(args):
@@ -289,7 +284,7 @@ class PartitionFunctions:
     Returns:
       (outputs structure, [batch_norm.Update] of the call, the call's output tensors).
     """
-    function = self._Function('forward')
+    function = self._Function(_Task.FORWARD)
     args = dict(self._Leading(step, offset), theta=list(theta_leaves), x=list(x_leaves))
     with tf.device(self._device):
       results, _ = (function.CallDifferentiable(args, 'forward') if differentiable else
@@ -333,7 +328,7 @@ class PartitionFunctions:
         zeros (the first backward pass of a step).
     """
     args, dy_mask = self._BackwardArgs(step, offset, theta_leaves, x_leaves, dys)
-    function = self._Function('backward', dy_mask)
+    function = self._Function(_Task.BACKWARD, dy_mask)
     args['sums'] = self._Sums(self.Zeros() if sums is None else sums)
     with tf.device(self._device):
       results, op = function.Call(args, 'backward')
@@ -352,7 +347,7 @@ class PartitionFunctions:
     """
     args, dy_mask = self._BackwardArgs(step, offset, theta_leaves, x_leaves, dys)
     with tf.device(self._device):
-      results, op = self._Function('input_gradient', dy_mask).Call(args, 'backward')
+      results, op = self._Function(_Task.INPUT_GRADIENT, dy_mask).Call(args, 'backward')
     return results['dx'], results['kept'], [op]
 
   def WeightGradient(self, step: Optional[tf.Tensor], offset: tf.Tensor,
@@ -368,7 +363,7 @@ class PartitionFunctions:
       sums: as for Backward (None: start from zeros).
     """
     args, dy_mask = self._BackwardArgs(step, offset, theta_leaves, x_leaves, dys)
-    function = self._Function('weight_gradient', dy_mask)
+    function = self._Function(_Task.WEIGHT_GRADIENT, dy_mask)
     args['kept'] = list(kept)
     args['sums'] = self._Sums(self.Zeros() if sums is None else sums)
     with tf.device(self._device):
