@@ -1,10 +1,15 @@
 """Layer-by-layer gradients: the same as tf.gradients of the whole chain, one layer at a time."""
 
+import re
+
 import numpy as np
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
 from tensorpipe import layer_gradients
+from tests import helpers
+
+K = 2  # Partitions of the pipelines below.
 
 _RNG = np.random.RandomState(0)
 X = _RNG.normal(size=[2, 3]).astype(np.float32)
@@ -215,6 +220,42 @@ class WeightGradientsTest(test_utils.TestCase):
         (_, dw0, dw2), got0, got2 = sess.run([chains[0].Expected(), total[0], total[2]])
     self.assertAllClose(got0, SUM0 + 2 * dw0)
     self.assertAllClose(got2, SUM2 + 2 * dw2)
+
+
+
+class LayerOrderTest(test_utils.TestCase):
+  """Inside a backward call, layer j's backward pass starts after layer j + 1's weight gradients
+  have been added to their sums (so neither output nor weight gradients pile up)."""
+
+  def testEachLayerWaitsForTheSumsOfTheLayerAfterIt(self):
+    num_layers, per_partition, num_micro = 8, 4, 3
+    with tf.Graph().as_default() as g, helpers.Cluster(K):
+      net = helpers.Pipeline(helpers.DenseLayers(num_layers, dim=32), K, num_micro).Instantiate()
+      loss = tf.reduce_sum(tf.square(net.FPropDefaultTheta(tf.ones([24, 32]))))
+      grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
+      with helpers.Session(g, K) as sess:
+        sess.run(tf.global_variables_initializer())
+        _, nodes = helpers.TracedStep(sess, [loss, grads])
+    checked = 0
+    for partition in range(K):
+      device = 'CPU:%d' % partition
+      mine = [n for n in nodes if n[0].endswith(device)]
+      calls = sorted((start, end) for _, name, _, start, end in mine
+                     if re.search(r'partition%d_mb\d+/backward$' % partition, name))
+      self.assertLen(calls, num_micro)
+      for start, end in calls:
+        inside = [n for n in mine if start <= n[3] and n[4] <= end]
+        adds = sorted(n[4] for n in inside if n[2] == 'InplaceAdd')
+        self.assertLen(adds, per_partition)  # One weight per layer.
+        for j in range(partition * per_partition, (partition + 1) * per_partition - 1):
+          backward = [n[3] for n in inside if re.search(r'/layer%d/\w+_grad/' % j, n[1])]
+          added = [n[4] for n in inside if n[2] == 'InplaceAdd' and n[4] <= min(backward)]
+          # Every later layer of the partition has added its gradient before layer j's backward
+          # starts.
+          self.assertGreaterEqual(len(added), (partition + 1) * per_partition - 1 - j,
+                                  (partition, j))
+          checked += 1
+    self.assertEqual(checked, K * (per_partition - 1) * num_micro)
 
 
 if __name__ == '__main__':

@@ -83,59 +83,6 @@ class TracedOnceTest(test_utils.TestCase):
     self.assertLess((large_ops - small_ops) / (2 * K * 6), 12)  # a few ops per task, not per layer
 
 
-class DirectVariableReadTest(test_utils.TestCase):
-
-  def testReadingAWeightOutsideThetaIsRefused(self):
-
-    class Sneaky(helpers.Dense):
-
-      def FProp(self, theta, x):
-        return tf.matmul(x, self.vars.w)
-
-    layers = [Sneaky.Params().Set(name='sneaky', dim=8)] + helpers.DenseLayers(1)
-    with tf.Graph().as_default(), helpers.Cluster(K):
-      net = helpers.Pipeline(layers, K, 2).Instantiate()
-      with self.assertRaisesRegex(
-          ValueError, r"a layer of pipe_partition0 reads trainable variables "
-          r"\['pipe/sneaky/w/var'\] directly instead of through theta"):
-        net.FPropDefaultTheta(tf.ones([4, 8]))
-
-
-class LayerOrderTest(test_utils.TestCase):
-  """Inside a backward call, layer j's backward pass starts after layer j + 1's weight gradients
-  have been added to their sums (so neither output nor weight gradients pile up)."""
-
-  def testEachLayerWaitsForTheSumsOfTheLayerAfterIt(self):
-    num_layers, per_partition, num_micro = 8, 4, 3
-    with tf.Graph().as_default() as g, helpers.Cluster(K):
-      net = helpers.Pipeline(helpers.DenseLayers(num_layers, dim=32), K, num_micro).Instantiate()
-      loss = tf.reduce_sum(tf.square(net.FPropDefaultTheta(tf.ones([24, 32]))))
-      grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
-      with helpers.Session(g, K) as sess:
-        sess.run(tf.global_variables_initializer())
-        _, nodes = helpers.TracedStep(sess, [loss, grads])
-    checked = 0
-    for partition in range(K):
-      device = 'CPU:%d' % partition
-      mine = [n for n in nodes if n[0].endswith(device)]
-      calls = sorted((start, end) for _, name, _, start, end in mine
-                     if re.search(r'partition%d_mb\d+/backward$' % partition, name))
-      self.assertLen(calls, num_micro)
-      for start, end in calls:
-        inside = [n for n in mine if start <= n[3] and n[4] <= end]
-        adds = sorted(n[4] for n in inside if n[2] == 'InplaceAdd')
-        self.assertLen(adds, per_partition)  # One weight per layer.
-        for j in range(partition * per_partition, (partition + 1) * per_partition - 1):
-          backward = [n[3] for n in inside if re.search(r'/layer%d/\w+_grad/' % j, n[1])]
-          added = [n[4] for n in inside if n[2] == 'InplaceAdd' and n[4] <= min(backward)]
-          # Every later layer of the partition has added its gradient before layer j's backward
-          # starts.
-          self.assertGreaterEqual(len(added), (partition + 1) * per_partition - 1 - j,
-                                  (partition, j))
-          checked += 1
-    self.assertEqual(checked, K * (per_partition - 1) * num_micro)
-
-
 class InPlaceUpdateTest(test_utils.TestCase):
   """Once a weight's summed gradient exists nothing reads it, so the update copies nothing."""
 
