@@ -21,7 +21,7 @@ import contextlib
 import numbers
 import weakref
 import zlib
-from typing import Iterator, Optional, Sequence, Union
+from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 from lingvo import compat as tf
@@ -287,6 +287,47 @@ def DropPath(x: tf.Tensor, keep_prob: Union[float, tf.Tensor], site: int, batch_
                      (where, rank, batch_axis))
   noise_shape = [py_utils.GetShape(x)[batch_axis] if i == batch_axis else 1 for i in range(rank)]
   return Dropout(x, keep_prob, site, batch_axis, noise_shape=noise_shape, where=where)
+
+
+def DropPathMasks(batch: int, rank: int, dtype: tf.DType, keep_prob: Union[float, tf.Tensor],
+                  sites: Sequence[int], batch_axis: int = 0,
+                  where: str = 'DropPath') -> List[Optional[tf.Tensor]]:
+  """DropPath's masks at several sites of one layer, drawn together.
+
+  Masked(x, masks[i], keep_prob) is DropPath(x, keep_prob, sites[i], batch_axis) bit for bit, for
+  any x of rank `rank`, type `dtype` and `batch` examples along `batch_axis`; one op sequence hashes
+  every site's examples instead of one per site (e.g. for the drop-path uses of an AmoebaNet cell).
+
+  Returns:
+    Per site, a mask (0 or 1 in `dtype`, `batch` along `batch_axis` and 1 along the other axes), or
+    None when keep_prob is 1 (DropPath returns x).
+  """
+  _CheckKeepProb(keep_prob, where)
+  if not isinstance(batch, int) or not isinstance(rank, int) or not 0 <= batch_axis < rank:
+    raise ValueError('%s: batch must be a static size and batch_axis an axis of a rank-%r x, got '
+                     '%r and %r' % (where, rank, batch, batch_axis))
+  for site in sites:
+    if not isinstance(site, int):
+      raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
+  if isinstance(keep_prob, numbers.Real) and keep_prob >= 1.0:
+    return [None] * len(sites)
+  if not sites:
+    return []
+  state = _GraphState()
+  c = state['constants']
+  keys = _Keys(state, tf.constant([[_SiteKey(site)] for site in sites], tf.int64))  # [sites, 1]
+  uniform = _ToUniform(_PerExampleHashes(keys, _StaticExampleTerms(batch, c), c), c)
+  masks = tf.cast(uniform < tf.cast(keep_prob, tf.float32), dtype, name='dropout_mask')
+  shape = [len(sites)] + [batch if i == batch_axis else 1 for i in range(rank)]
+  return tf.unstack(tf.reshape(masks, shared_tensors.Constant(shape, tf.int32)))
+
+
+def Masked(x: tf.Tensor, mask: Optional[tf.Tensor], keep_prob: Union[float, tf.Tensor]
+           ) -> tf.Tensor:
+  """x * mask / keep_prob, as Dropout computes it (x itself for a None mask, see DropPathMasks)."""
+  if mask is None:
+    return x
+  return x * mask / tf.cast(tf.cast(keep_prob, tf.float32), x.dtype)
 
 
 def ScheduledKeepProb(keep_prob: float, layer_index: int, num_layers: int,

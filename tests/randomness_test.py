@@ -95,6 +95,43 @@ class DropoutTest(test_utils.TestCase):
     self.assertAllEqual(out[32:], second_half)
     self.assertAllEqual(out, np.transpose(time_major, [1, 0, 2, 3]))
 
+  def testDropPathMasksAreDropPathsBitForBit(self):
+    sites = [11, 12, 99, 5]
+    with self.session(graph=tf.Graph()) as sess:
+      step = py_utils.GetOrCreateGlobalStepVar()
+      x = tf.constant(np.random.RandomState(0).normal(size=[16, 3, 3, 2]), tf.float32)
+      keep = 1.0 - 0.5 * tf.cast(step, tf.float32) / 10.0
+      cases = []
+      for offset, keep_prob in ((0, 0.6), (5, keep)):
+        with randomness.ExampleOffset(offset):
+          masks = randomness.DropPathMasks(16, 4, tf.float32, keep_prob, sites)
+          cases.append(([randomness.Masked(x, m, keep_prob) for m in masks],
+                        [randomness.DropPath(x, keep_prob, site) for site in sites]))
+          # Time-major: the batch on axis 1.
+          x_t = tf.transpose(x, [1, 0, 2, 3])
+          masks = randomness.DropPathMasks(16, 4, tf.float32, keep_prob, sites, batch_axis=1)
+          cases.append(([randomness.Masked(x_t, m, keep_prob) for m in masks],
+                        [randomness.DropPath(x_t, keep_prob, site, 1) for site in sites]))
+
+      @tf2.function(input_signature=[tf.TensorSpec([], tf.int64)], autograph=False)
+      def Body(offset):  # In a function body, where the example terms are shared.
+        with randomness.ExampleOffset(offset):
+          masks = randomness.DropPathMasks(16, 4, tf.float32, 0.6, sites)
+          return ([randomness.Masked(x, m, 0.6) for m in masks] +
+                  [randomness.DropPath(x, 0.6, site) for site in sites])
+
+      inside = Body.get_concrete_function()(tf.constant(7, tf.int64))
+      cases.append((inside[:len(sites)], inside[len(sites):]))
+      self.assertEqual(randomness.DropPathMasks(16, 4, tf.float32, 1.0, sites), [None] * 4)
+      self.assertIs(randomness.Masked(x, None, 1.0), x)
+      sess.run(tf.global_variables_initializer())
+      sess.run(tf.assign(step, 3))
+      cases = sess.run(cases)
+    for together, alone in cases:
+      for a, b in zip(together, alone):
+        self.assertAllEqual(a, b)
+    self.assertGreater(np.mean(cases[0][0][0] == 0), 0.1)  # Some examples dropped.
+
   def testSitesNameLayerAndUse(self):
     with tf.Graph().as_default():
       a, b = [_Layer.Params().Set(name=n).Instantiate() for n in ('a', 'b')]
