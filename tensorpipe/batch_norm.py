@@ -27,20 +27,29 @@ import contextlib
 import dataclasses
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import py_utils
 
 from tensorpipe import trace_context
 
+# Types whose equal weights are one numpy constant: numpy divides in them as TensorFlow does (IEEE
+# division, rounded once). Other types keep TensorFlow's own division.
+_EQUAL_WEIGHT_DTYPES = {tf.float32: np.float32, tf.float64: np.float64}
+
 
 def _Weighted(means, counts):
-  """(the groups' means stacked, each group's weight in the union, of the same shape)."""
+  """(the groups' means stacked, each group's weight in the union, broadcastable to them)."""
   num_groups = len(means)
   if counts is not None:
     counts = tf.stack([tf.cast(c, m.dtype) * tf.ones_like(m) for c, m in zip(counts, means)])
   means = tf.stack(means)
   if counts is None:
+    if means.dtype in _EQUAL_WEIGHT_DTYPES:
+      # One constant: 1 / num_groups rounded once in the means' type, as ones / num_groups is.
+      dtype = _EQUAL_WEIGHT_DTYPES[means.dtype]
+      return means, tf.constant(dtype(1.0) / dtype(num_groups), means.dtype)
     return means, tf.ones_like(means) / float(num_groups)
   return means, counts / tf.maximum(tf.reduce_sum(counts, axis=0), 1.0)
 
