@@ -27,29 +27,45 @@ import contextlib
 import dataclasses
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import py_utils
 
 from tensorpipe import trace_context
 
+# Types whose equal weights are one numpy constant: numpy divides in them as TensorFlow does (IEEE
+# division, rounded once). Other types keep TensorFlow's own division.
+_EQUAL_WEIGHT_DTYPES = {tf.float32: np.float32, tf.float64: np.float64}
+
 
 def _Weighted(means, counts):
-  """(the groups' means stacked, each group's weight in the union, of the same shape)."""
+  """(the groups' means stacked, each group's weight in the union, broadcastable to them)."""
   num_groups = len(means)
   if counts is not None:
     counts = tf.stack([tf.cast(c, m.dtype) * tf.ones_like(m) for c, m in zip(counts, means)])
   means = tf.stack(means)
   if counts is None:
+    if means.dtype in _EQUAL_WEIGHT_DTYPES:
+      # One constant: 1 / num_groups rounded once in the means' type, as ones / num_groups is.
+      dtype = _EQUAL_WEIGHT_DTYPES[means.dtype]
+      return means, tf.constant(dtype(1.0) / dtype(num_groups), means.dtype)
     return means, tf.ones_like(means) / float(num_groups)
   return means, counts / tf.maximum(tf.reduce_sum(counts, axis=0), 1.0)
 
 
-def _CombineMean(means: Sequence[tf.Tensor],
-                 counts: Optional[Sequence[tf.Tensor]] = None) -> tf.Tensor:
-  """CombineMoments(means, variances, counts)[0], which does not depend on the variances."""
+def _CombineMean(means: Sequence[tf.Tensor], counts: Optional[Sequence[tf.Tensor]] = None
+                 ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """(CombineMoments(means, variances, counts)[0], which does not depend on the variances, and the
+  stacked means and weights it came from, for `_CombineVariance`)."""
   means, weights = _Weighted(means, counts)
-  return tf.reduce_sum(weights * means, axis=0)
+  return tf.reduce_sum(weights * means, axis=0), means, weights
+
+
+def _CombineVariance(mean, means, weights, variances):
+  """CombineMoments' variance from _CombineMean's results and the groups' variances."""
+  second_moment = tf.reduce_sum(weights * (tf.stack(variances) + tf.square(means)), axis=0)
+  return tf.maximum(second_moment - tf.square(mean), 0.0)
 
 
 def CombineMoments(means: Sequence[tf.Tensor], variances: Sequence[tf.Tensor],
@@ -60,11 +76,8 @@ def CombineMoments(means: Sequence[tf.Tensor], variances: Sequence[tf.Tensor],
     means, variances: per group, tensors of the same shape.
     counts: per group, how many values it has (tensors broadcastable to the means); None: equal.
   """
-  means, weights = _Weighted(means, counts)
-  variances = tf.stack(variances)
-  mean = tf.reduce_sum(weights * means, axis=0)
-  second_moment = tf.reduce_sum(weights * (variances + tf.square(means)), axis=0)
-  return mean, tf.maximum(second_moment - tf.square(mean), 0.0)
+  mean, means, weights = _CombineMean(means, counts)
+  return mean, _CombineVariance(mean, means, weights, variances)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,22 +123,38 @@ class StatsCollector:
     """Every Update in the order added (e.g. to return them from a function)."""
     return [u for updates in self._updates.values() for u in updates]
 
-  def _Combined(self, updates, by_name):
-    """The mini-batch statistic of one variable from its M micro-batch `updates`."""
-    name = VariableName(updates[0].variable)
+  def _Counts(self, updates):
     counts = [u.count for u in updates]
     if any(c is None for c in counts):
-      counts = self._sizes  # Micro-batches of different sizes weigh by their examples.
+      return self._sizes  # Micro-batches of different sizes weigh by their examples.
+    return counts
+
+  def _Combined(self, updates, by_name, means_done):
+    """The mini-batch statistic of one variable from its M micro-batch `updates`.
+
+    means_done: id(mean variable) -> _CombineMean's results, kept for its variance's combination.
+    """
+    variable = updates[0].variable
+    name = VariableName(variable)
+    counts = self._Counts(updates)
     values = [u.value for u in updates]
     if not name.endswith('variance'):
       # Only the mean: no zero variances nor second moment for M values of each of the many
       # batch-norm variables (in the outer graph, built once per training graph).
-      return _CombineMean(values, counts)
+      means_done[id(variable)] = _CombineMean(values, counts)
+      return means_done[id(variable)][0]
     partner = by_name.get(name[:-len('variance')] + 'mean')
     if partner is None:
       raise ValueError('%s: cannot combine the micro-batch statistics of batch-norm variable %r: '
                        'a variance needs the matching mean (a variable named %r) updated beside '
                        'it' % (self._where, name, name[:-len('variance')] + 'mean'))
+    done = means_done.get(id(partner[0].variable))
+    partner_counts = self._Counts(partner)
+    if (done is not None and partner[0].variable.device == variable.device and
+        (counts is None) == (partner_counts is None) and
+        (counts is None or all(a is b for a, b in zip(counts, partner_counts)))):
+      # The mean's combination, on the same device from the same tensors: the same values.
+      return _CombineVariance(*done, values)
     return CombineMoments([u.value for u in partner], values, counts)[1]
 
   def Finish(self, outputs: Any) -> Any:
@@ -139,7 +168,7 @@ class StatsCollector:
     """
     self._closed = True
     by_name = {VariableName(u[0].variable): u for u in self._updates.values()}
-    combined = []
+    combined, means_done = [], {}
     for updates in self._updates.values():
       variable = updates[0].variable
       if len(updates) != self._num_micro_batches:
@@ -148,7 +177,7 @@ class StatsCollector:
                          (self._where, VariableName(variable), len(updates),
                           self._num_micro_batches))
       with tf.ops.colocate_with(variable), tf.name_scope('batch_norm_stats'):
-        value = self._Combined(updates, by_name)
+        value = self._Combined(updates, by_name, means_done)
       py_utils.UpdateBatchNormVars(variable, value, updates[0].decay)
       combined.append(value)
     if not combined:

@@ -21,13 +21,14 @@ import contextlib
 import numbers
 import weakref
 import zlib
-from typing import Iterator, Optional, Sequence, Union
+from typing import Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import py_utils
 
+from tensorpipe import shared_tensors
 from tensorpipe import trace_context
 
 _MASK32 = 0xFFFFFFFF
@@ -82,14 +83,20 @@ def _Mix32Int(h):
   return h ^ (h >> 16)
 
 
+def _XorShift16Int(h):
+  """The first (and last) step of _Mix32 on a Python int: h ^ (h >> 16)."""
+  return h ^ (h >> 16)
+
+
 class _Constants:
-  """The int64 constants the hash uses, made once per graph (and function body)."""
+  """The constants the hash uses, made once per graph (and function body)."""
 
   def __init__(self):
-    values = dict(mask=_MASK32, golden=_GOLDEN, m1=0x85EBCA6B, m2=0xC2B2AE35, s13=13, s16=16,
-                  s32=32)
+    values = dict(mask=_MASK32, golden=_GOLDEN, m1=0x85EBCA6B, m2=0xC2B2AE35, s8=8, s13=13,
+                  s16=16, s32=32)
     for name, value in values.items():
       setattr(self, name, tf.constant(value, tf.int64, name='hash_' + name))
+    self.unit = tf.constant(1.0 / (1 << 24), tf.float32, name='hash_unit')  # 2^-24, exact.
 
 
 _PER_GRAPH = weakref.WeakKeyDictionary()  # graph -> {'constants': ..., ('step', id): step key}
@@ -105,28 +112,40 @@ def _GraphState():
   return state
 
 
-def _Mix32(h, c):
-  """murmur3's 32-bit finaliser (a bijection) on int64 tensors holding values in [0, 2^32)."""
-  h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, c.s16))
+def _Mix32(h, c, first=True, last=True):
+  """murmur3's 32-bit finaliser (a bijection) on int64 tensors holding values in [0, 2^32).
+
+  Its first and last steps are the same xor-shift, h ^ (h >> 16), which on 32-bit values undoes
+  itself and distributes over xor. So _Mix32(_Mix32(h)) == _Mix32(_Mix32(h, last=False),
+  first=False), and _Mix32(a ^ b) == _Mix32(_XorShift16(a) ^ _XorShift16(b), first=False): the
+  same values with fewer ops.
+  """
+  if first:
+    h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, c.s16))
   h = tf.bitwise.bitwise_and(h * c.m1, c.mask)
   h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, c.s13))
   h = tf.bitwise.bitwise_and(h * c.m2, c.mask)
-  return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, c.s16))
+  if last:
+    h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, c.s16))
+  return h
 
 
-def _StepKey(state):
-  """A 32-bit hash of the global step (0 without one), shared by every mask of the graph."""
+def _ShiftedStepKey(state):
+  """_XorShift16 of a 32-bit hash of the global step (0 without one), shared by every mask of the
+  graph: the step key as `Uniform` xors it with a site's key before _Mix32 without its first
+  step."""
   c = state['constants']
   step = py_utils.GetGlobalStep()
-  key = ('step', None if step is None else id(step))
+  key = ('step', None if step is None else step.ref())
   if key not in state:
     with tf.control_dependencies(None), tf.name_scope('example_hash/'):
       if step is None:
-        state[key] = tf.constant(_Mix32Int(_Mix32Int(0)), tf.int64)
+        state[key] = tf.constant(_XorShift16Int(_Mix32Int(_Mix32Int(0))), tf.int64)
       else:
         step = tf.cast(tf.identity(step), tf.int64)
         low = _Mix32(tf.bitwise.bitwise_and(step, c.mask), c)
-        state[key] = _Mix32(tf.bitwise.bitwise_xor(low, tf.bitwise.right_shift(step, c.s32)), c)
+        state[key] = _Mix32(tf.bitwise.bitwise_xor(low, tf.bitwise.right_shift(step, c.s32)), c,
+                            last=False)
   return state[key]
 
 
@@ -135,6 +154,44 @@ def _Static(value):
   if isinstance(value, int):
     return value
   return tf.get_static_value(value)
+
+
+def _ExampleTerms(batch, offset, c):
+  """(offset + range(batch)) * golden ratio (int64), one per example."""
+  with tf.name_scope('example_hash/'):
+    examples = tf.range(batch, dtype=tf.int64) + tf.cast(offset, tf.int64)
+    return examples * c.golden
+
+
+def _StaticExampleTerms(batch, c):
+  """_ExampleTerms for a static `batch` at the current example offset, shared per function body."""
+  offset = CurrentExampleOffset()
+  return shared_tensors.Shared(
+      ('example terms', batch, offset.ref() if isinstance(offset, tf.Tensor) else offset),
+      lambda: _ExampleTerms(batch, offset, c))
+
+
+def _SiteKey(site):
+  """The site's part of a mask's key, folded in Python: _XorShift16(_Mix32(site ^ a constant)) (the
+  key is _Mix32(step key ^ _Mix32(site ^ constant)); see _Mix32)."""
+  return _XorShift16Int(_Mix32Int((site ^ 0x7F4A7C15) & _MASK32))
+
+
+def _Keys(state, site_keys):
+  """_Mix32(step key ^ site key) for the int64 tensor `site_keys` of _SiteKey values."""
+  return _Mix32(tf.bitwise.bitwise_xor(_ShiftedStepKey(state), site_keys), state['constants'],
+                first=False)
+
+
+def _PerExampleHashes(keys, terms, c):
+  """The hash of each (key, example) at position 0: _Mix32(_Mix32((key + term) & mask))."""
+  example_keys = tf.bitwise.bitwise_and(keys + terms, c.mask)
+  return _Mix32(_Mix32(example_keys, c, last=False), c, first=False)  # See _Mix32.
+
+
+def _ToUniform(h, c):
+  """32-bit hashes to float32 values in [0, 1): their top 24 bits times 2^-24 (exact)."""
+  return tf.cast(tf.bitwise.right_shift(h, c.s8), tf.float32) * c.unit
 
 
 def Uniform(shape: _Shape, site: int, batch_axis: Optional[int] = 0) -> tf.Tensor:
@@ -148,7 +205,8 @@ def Uniform(shape: _Shape, site: int, batch_axis: Optional[int] = 0) -> tf.Tenso
       is split, but not on re-computation).
 
   The example of an element is CurrentExampleOffset() + its index along `batch_axis`; its position
-  is its flat index over the other axes (in row-major order).
+  is its flat index over the other axes (in row-major order). With a static shape, what depends
+  only on the shape and the example offset is made once per function body (see `shared_tensors`).
   """
   if not isinstance(site, int):
     raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
@@ -170,28 +228,27 @@ def Uniform(shape: _Shape, site: int, batch_axis: Optional[int] = 0) -> tf.Tenso
     raise ValueError('batch_axis must be an axis of a rank-%s shape, got %r' % (rank, batch_axis))
   state = _GraphState()
   c = state['constants']
-  site_key = _Mix32Int((site ^ 0x7F4A7C15) & _MASK32)
-  key = _Mix32(tf.bitwise.bitwise_xor(_StepKey(state), tf.constant(site_key, tf.int64)), c)
+  key = _Keys(state, tf.constant(_SiteKey(site), tf.int64))
   if static is not None:
     batch = static[batch_axis]
     inner = int(np.prod(static[batch_axis + 1:], dtype=np.int64))
     total = int(np.prod(static, dtype=np.int64))
+    terms = _StaticExampleTerms(batch, c)
   else:
     batch = shape[batch_axis]
     inner = tf.reduce_prod(shape[batch_axis + 1:])
     total = tf.reduce_prod(shape)
-  examples = tf.range(batch, dtype=tf.int64) + tf.cast(CurrentExampleOffset(), tf.int64)
-  per_example = _Mix32(tf.bitwise.bitwise_and(key + examples * c.golden, c.mask), c)
+    terms = _ExampleTerms(batch, CurrentExampleOffset(), c)
   if static is not None and total == batch:  # One value per example (e.g. drop-path): position 0.
-    h = _Mix32(per_example, c)
+    h = _PerExampleHashes(key, terms, c)
   else:
     flat = tf.range(total, dtype=tf.int64)
     example = (flat // inner) % batch
     position = (flat // (inner * batch)) * inner + flat % inner
-    seed = tf.gather(per_example, example)
+    seed = tf.gather(_Mix32(tf.bitwise.bitwise_and(key + terms, c.mask), c), example)
     h = _Mix32(tf.bitwise.bitwise_and(seed + position * c.golden, c.mask), c)
-  uniform = tf.cast(tf.bitwise.right_shift(h, 8), tf.float32) * (1.0 / (1 << 24))
-  return tf.reshape(uniform, static if static is not None else shape)
+  return tf.reshape(_ToUniform(h, c), shape if static is None else
+                    shared_tensors.Constant(static, tf.int32))
 
 
 def _CheckKeepProb(keep_prob, where):
@@ -230,6 +287,47 @@ def DropPath(x: tf.Tensor, keep_prob: Union[float, tf.Tensor], site: int, batch_
                      (where, rank, batch_axis))
   noise_shape = [py_utils.GetShape(x)[batch_axis] if i == batch_axis else 1 for i in range(rank)]
   return Dropout(x, keep_prob, site, batch_axis, noise_shape=noise_shape, where=where)
+
+
+def DropPathMasks(batch: int, rank: int, dtype: tf.DType, keep_prob: Union[float, tf.Tensor],
+                  sites: Sequence[int], batch_axis: int = 0,
+                  where: str = 'DropPath') -> List[Optional[tf.Tensor]]:
+  """DropPath's masks at several sites of one layer, drawn together.
+
+  Masked(x, masks[i], keep_prob) is DropPath(x, keep_prob, sites[i], batch_axis) bit for bit, for
+  any x of rank `rank`, type `dtype` and `batch` examples along `batch_axis`; one op sequence hashes
+  every site's examples instead of one per site (e.g. for the drop-path uses of an AmoebaNet cell).
+
+  Returns:
+    Per site, a mask (0 or 1 in `dtype`, `batch` along `batch_axis` and 1 along the other axes), or
+    None when keep_prob is 1 (DropPath returns x).
+  """
+  _CheckKeepProb(keep_prob, where)
+  if not isinstance(batch, int) or not isinstance(rank, int) or not 0 <= batch_axis < rank:
+    raise ValueError('%s: batch must be a static size and batch_axis an axis of a rank-%r x, got '
+                     '%r and %r' % (where, rank, batch, batch_axis))
+  for site in sites:
+    if not isinstance(site, int):
+      raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
+  if isinstance(keep_prob, numbers.Real) and keep_prob >= 1.0:
+    return [None] * len(sites)
+  if not sites:
+    return []
+  state = _GraphState()
+  c = state['constants']
+  keys = _Keys(state, tf.constant([[_SiteKey(site)] for site in sites], tf.int64))  # [sites, 1]
+  uniform = _ToUniform(_PerExampleHashes(keys, _StaticExampleTerms(batch, c), c), c)
+  masks = tf.cast(uniform < tf.cast(keep_prob, tf.float32), dtype, name='dropout_mask')
+  shape = [len(sites)] + [batch if i == batch_axis else 1 for i in range(rank)]
+  return tf.unstack(tf.reshape(masks, shared_tensors.Constant(shape, tf.int32)))
+
+
+def Masked(x: tf.Tensor, mask: Optional[tf.Tensor], keep_prob: Union[float, tf.Tensor]
+           ) -> tf.Tensor:
+  """x * mask / keep_prob, as Dropout computes it (x itself for a None mask, see DropPathMasks)."""
+  if mask is None:
+    return x
+  return x * mask / tf.cast(tf.cast(keep_prob, tf.float32), x.dtype)
 
 
 def ScheduledKeepProb(keep_prob: float, layer_index: int, num_layers: int,

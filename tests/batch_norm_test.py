@@ -144,6 +144,24 @@ class CombineMomentsTest(test_utils.TestCase):
     self.assertAllClose(mean, x.mean(0), rtol=1e-5, atol=1e-6)
     self.assertAllClose(var, x.var(0), rtol=1e-5, atol=1e-6)
 
+  def testEqualWeightsAreOnesDividedByTheGroups(self):
+    """Bit for bit the combination with equal weights made as ones_like(means) / M."""
+    rng = np.random.RandomState(1)
+    for dtype in (tf.float32, tf.float64):
+      for m in (3, 7, 32):
+        with self.session(graph=tf.Graph()):
+          means = [tf.constant(rng.normal(size=[5]), dtype) for _ in range(m)]
+          variances = [tf.constant(rng.uniform(size=[5]), dtype) for _ in range(m)]
+          stacked = tf.stack(means)
+          weights = tf.ones_like(stacked) / float(m)
+          mean = tf.reduce_sum(weights * stacked, axis=0)
+          second = tf.reduce_sum(weights * (tf.stack(variances) + tf.square(stacked)), axis=0)
+          expected = [mean, tf.maximum(second - tf.square(mean), 0.0)]
+          got = batch_norm.CombineMoments(means, variances)
+          expected, got = self.evaluate([expected, got])
+        for e, g in zip(expected, got):
+          self.assertAllEqual(e, g, msg='%s M=%d' % (dtype.name, m))
+
 
 class PipelinedBatchNormTest(test_utils.TestCase):
 

@@ -1,6 +1,7 @@
 """randomness: masks are a function of (step, site, example, position), whatever micro-batches."""
 
 import numpy as np
+import tensorflow as tf2
 from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import py_utils
@@ -11,6 +12,34 @@ from tensorpipe import randomness
 
 class _Layer(base_layer.BaseLayer):
   pass
+
+
+_MASK = np.uint64(0xFFFFFFFF)
+
+
+def _Mix(h):
+  """murmur3's 32-bit finaliser on uint64 values in [0, 2^32)."""
+  h = h ^ (h >> np.uint64(16))
+  h = (h * np.uint64(0x85EBCA6B)) & _MASK
+  h = h ^ (h >> np.uint64(13))
+  h = (h * np.uint64(0xC2B2AE35)) & _MASK
+  return h ^ (h >> np.uint64(16))
+
+
+def _Reference(shape, site, batch_axis, offset, step):
+  """Uniform's values by the documented hash of (step, site, example, position), in numpy."""
+  step = np.uint64(step)
+  step_key = _Mix(_Mix(step & _MASK) ^ (step >> np.uint64(32)))
+  key = _Mix(step_key ^ _Mix(np.uint64((site ^ 0x7F4A7C15) & 0xFFFFFFFF)))
+  index = np.indices(shape)
+  example = (index[batch_axis] + offset).astype(np.uint64)
+  others = [d for a, d in enumerate(shape) if a != batch_axis]
+  position = (np.ravel_multi_index([i for a, i in enumerate(index) if a != batch_axis], others)
+              if others else np.zeros(shape, np.int64)).astype(np.uint64)
+  golden = np.uint64(0x9E3779B1)
+  per_example = _Mix((key + example * golden) & _MASK)
+  h = _Mix((per_example + position * golden) & _MASK)
+  return ((h >> np.uint64(8)).astype(np.float32) * np.float32(2.0**-24)).astype(np.float32)
 
 
 class DropoutTest(test_utils.TestCase):
@@ -66,6 +95,43 @@ class DropoutTest(test_utils.TestCase):
     self.assertAllEqual(out[32:], second_half)
     self.assertAllEqual(out, np.transpose(time_major, [1, 0, 2, 3]))
 
+  def testDropPathMasksAreDropPathsBitForBit(self):
+    sites = [11, 12, 99, 5]
+    with self.session(graph=tf.Graph()) as sess:
+      step = py_utils.GetOrCreateGlobalStepVar()
+      x = tf.constant(np.random.RandomState(0).normal(size=[16, 3, 3, 2]), tf.float32)
+      keep = 1.0 - 0.5 * tf.cast(step, tf.float32) / 10.0
+      cases = []
+      for offset, keep_prob in ((0, 0.6), (5, keep)):
+        with randomness.ExampleOffset(offset):
+          masks = randomness.DropPathMasks(16, 4, tf.float32, keep_prob, sites)
+          cases.append(([randomness.Masked(x, m, keep_prob) for m in masks],
+                        [randomness.DropPath(x, keep_prob, site) for site in sites]))
+          # Time-major: the batch on axis 1.
+          x_t = tf.transpose(x, [1, 0, 2, 3])
+          masks = randomness.DropPathMasks(16, 4, tf.float32, keep_prob, sites, batch_axis=1)
+          cases.append(([randomness.Masked(x_t, m, keep_prob) for m in masks],
+                        [randomness.DropPath(x_t, keep_prob, site, 1) for site in sites]))
+
+      @tf2.function(input_signature=[tf.TensorSpec([], tf.int64)], autograph=False)
+      def Body(offset):  # In a function body, where the example terms are shared.
+        with randomness.ExampleOffset(offset):
+          masks = randomness.DropPathMasks(16, 4, tf.float32, 0.6, sites)
+          return ([randomness.Masked(x, m, 0.6) for m in masks] +
+                  [randomness.DropPath(x, 0.6, site) for site in sites])
+
+      inside = Body.get_concrete_function()(tf.constant(7, tf.int64))
+      cases.append((inside[:len(sites)], inside[len(sites):]))
+      self.assertEqual(randomness.DropPathMasks(16, 4, tf.float32, 1.0, sites), [None] * 4)
+      self.assertIs(randomness.Masked(x, None, 1.0), x)
+      sess.run(tf.global_variables_initializer())
+      sess.run(tf.assign(step, 3))
+      cases = sess.run(cases)
+    for together, alone in cases:
+      for a, b in zip(together, alone):
+        self.assertAllEqual(a, b)
+    self.assertGreater(np.mean(cases[0][0][0] == 0), 0.1)  # Some examples dropped.
+
   def testSitesNameLayerAndUse(self):
     with tf.Graph().as_default():
       a, b = [_Layer.Params().Set(name=n).Instantiate() for n in ('a', 'b')]
@@ -78,6 +144,48 @@ class DropoutTest(test_utils.TestCase):
     x = tf.ones([2, 3])
     self.assertIs(randomness.Dropout(x, 1.0, 0), x)
     self.assertIs(randomness.DropPath(x, 1, 0), x)
+
+
+class HashTest(test_utils.TestCase):
+  """Uniform's values are the documented hash bit for bit, in the outer graph and in a function
+  body (where the tensors that depend only on the shape and offset are shared)."""
+
+  _CASES = [([4, 3, 5], 0, 29), ([3, 4, 2], 1, 7), ([6, 1, 1, 1], 0, 11), ([5], 0, 3),
+            ([2, 6, 1], 1, 5)]  # (shape, batch axis, site)
+
+  def _Uniforms(self):
+    return [randomness.Uniform(shape, site, axis) for shape, axis, site in self._CASES]
+
+  def _Check(self, values, offset, step):
+    for value, (shape, axis, site) in zip(values, self._CASES):
+      self.assertAllEqual(value, _Reference(shape, site, axis, offset, step),
+                          msg='shape %s, batch axis %d, offset %d' % (shape, axis, offset))
+
+  def testValuesAreTheHashOfStepSiteExampleAndPosition(self):
+    step_value = 2**33 + 12345  # Both 32-bit halves of the step count.
+    with self.session(graph=tf.Graph()) as sess:
+      step = py_utils.GetOrCreateGlobalStepVar()
+      outside = self._Uniforms()
+      with randomness.ExampleOffset(3):
+        moved = self._Uniforms()
+
+      @tf2.function(input_signature=[tf.TensorSpec([], tf.int64)] * 2, autograph=False)
+      def Body(step, offset):
+        with py_utils.GlobalStepContext(step), randomness.ExampleOffset(offset):
+          return self._Uniforms() + self._Uniforms()  # The second ones share the first's.
+
+      inside = Body.get_concrete_function()(tf.cast(step, tf.int64), tf.constant(7, tf.int64))
+      sess.run(tf.global_variables_initializer())
+      sess.run(tf.assign(step, step_value))
+      outside, moved, inside = sess.run([outside, moved, inside])
+    self._Check(outside, 0, step_value)
+    self._Check(moved, 3, step_value)
+    self._Check(inside[:len(self._CASES)], 7, step_value)
+    self._Check(inside[len(self._CASES):], 7, step_value)
+
+  def testWithoutGlobalStepTheStepIsZero(self):
+    with self.session(graph=tf.Graph()) as sess:
+      self._Check(sess.run(self._Uniforms()), 0, 0)
 
 
 class ScheduledKeepProbTest(test_utils.TestCase):

@@ -141,7 +141,21 @@ class CellOp(base_layer.BaseLayer):
     self._pool, convs = self.Plan(p)
     self.CreateChildren('convs', convs)
 
-  def FProp(self, theta, x):
+  @property
+  def drops_path(self) -> bool:
+    """Whether FProp applies drop-path: in training, with a keep probability below 1."""
+    p = self.params
+    return p.operation != 'none' and p.drop_path_keep_prob < 1.0 and not self.do_eval
+
+  def FProp(self, theta, x, drop_path=None):
+    """The operation on x, then drop-path if `drops_path`.
+
+    Args:
+      theta: the layer's weights.
+      x: [B, H, W, C] input state.
+      drop_path: (mask, keep probability) of this op's drop-path drawn by its cell (see
+        `Cell.DropPaths`), or None: the op draws its own (the same values).
+    """
     p = self.params
     with tf.name_scope(p.name):
       if self._pool:
@@ -150,7 +164,9 @@ class CellOp(base_layer.BaseLayer):
         x = pool(x, size, p.stride, 'SAME')
       for conv, conv_theta in zip(self.convs, theta.convs):
         x = conv.FProp(conv_theta, x)
-      if p.operation != 'none' and p.drop_path_keep_prob < 1.0 and not self.do_eval:
+      if self.drops_path:
+        if drop_path is not None:
+          return randomness.Masked(x, *drop_path)
         keep = randomness.ScheduledKeepProb(p.drop_path_keep_prob, p.cell_index, p.num_cells,
                                             p.drop_path_steps)
         x = randomness.DropPath(x, keep, randomness.Site(self), where='CellOp %r' % p.name)
@@ -297,6 +313,22 @@ class Cell(base_layer.BaseLayer):
     self.CreateChildren('ops', plan.ops)
     self.CreateChildren('reductions', [r for _, r in plan.reductions])
 
+  def DropPaths(self, x):
+    """{op index: (mask, keep probability)} for the ops that apply drop-path, given the cell's input
+    x: the masks each op's own DropPath would draw, drawn together (randomness.DropPathMasks: fewer
+    ops). Empty if x's batch size is not static: each op then draws its own."""
+    p = self.params
+    users = [i for i, op in enumerate(self.ops) if op.drops_path]
+    batch = tf.compat.dimension_value(x.shape[0])
+    if not users or batch is None:
+      return {}
+    keep = randomness.ScheduledKeepProb(p.drop_path_keep_prob, p.cell_index, p.num_cells,
+                                        p.drop_path_steps)
+    masks = randomness.DropPathMasks(batch, x.shape.rank, x.dtype, keep,
+                                     [randomness.Site(self.ops[i]) for i in users],
+                                     where='Cell %r' % p.name)
+    return {i: (mask, keep) for i, mask in zip(users, masks)}
+
   def FProp(self, theta, x, prev=None, aux=None):
     p = self.params
     plan = self._plan
@@ -309,11 +341,14 @@ class Cell(base_layer.BaseLayer):
         prev = x
       elif plan.prev is not None:
         prev = self.prev.FProp(theta.prev, prev)
+      drop_paths = self.DropPaths(x)
       states = [self.base.FProp(theta.base, x), prev]
       for step in range(5):
         left, right = 2 * step, 2 * step + 1
-        h_left = self.ops[left].FProp(theta.ops[left], states[indices[left]])
-        h_right = self.ops[right].FProp(theta.ops[right], states[indices[right]])
+        h_left = self.ops[left].FProp(theta.ops[left], states[indices[left]],
+                                      drop_paths.get(left))
+        h_right = self.ops[right].FProp(theta.ops[right], states[indices[right]],
+                                        drop_paths.get(right))
         states.append(h_left + h_right)
       for j, (i, _) in enumerate(plan.reductions):
         states[i] = self.reductions[j].FProp(theta.reductions[j], states[i])

@@ -151,6 +151,24 @@ class TinyAmoebaNetPipelineTest(test_utils.TestCase):
                                                loss_fn=loss)[0]
       self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
 
+  def testCellDrawsItsOpsDropPathsTogetherBitForBit(self):
+    """A cell's drop-path masks, drawn together, are those its ops would each draw."""
+    cell_p = [p for p in TinyLayers(keep_prob=0.6) if p.name == 'cell_0'][0]
+    cell_p.drop_path_steps = 10  # A keep probability that ramps with the step (a tensor).
+    with self.session(graph=tf.Graph()) as sess:
+      step = tf.train.get_or_create_global_step()
+      cell = cell_p.Instantiate()
+      x = tf.constant(np.random.RandomState(1).normal(size=[BATCH, 8, 8, cell_p.input_dim]),
+                      tf.float32)
+      together = cell.FPropDefaultTheta(x)[0]
+      self.assertLen(cell.DropPaths(x), len([op for op in cell.ops if op.drops_path]))
+      cell.DropPaths = lambda unused_x: {}  # Each op draws its own.
+      alone = cell.FPropDefaultTheta(x)[0]
+      sess.run(tf.global_variables_initializer())
+      sess.run(tf.assign(step, 5))
+      together, alone = sess.run([together, alone])
+    self.assertAllEqual(together, alone)
+
   def testEvalHasNoAuxLogitsNorDropout(self):
     graph = tf.Graph()
     with graph.as_default(), cluster_factory.ForTestingWorker(cpus=2, split_size=2, do_eval=True):
