@@ -462,8 +462,8 @@ class PipelineStep:
     self._kept[(call.k, call.t)] = (grads, kept, scope)
     return dx, ops
 
-  def _RunWeightGradient(self, call, unused_grads, unused_scope):
-    grads, kept, _ = self._kept.pop((call.k, call.t))
+  def _RunWeightGradient(self, call, grads, unused_scope):
+    _, kept, _ = self._kept.pop((call.k, call.t))
     result = call.partition.WeightGradient(call.step, call.offset, call.theta, call.x_leaves,
                                            grads, kept, self._sums[call.k])
     return [], self._Summed(call.k, result)

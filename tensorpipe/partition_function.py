@@ -137,15 +137,22 @@ class PartitionFunctions:
     """The running sums (one per weight, None where a weight has none) as a group."""
     return [s if has else None for s, has in zip(values, self._theta_mask)]
 
-  def _Leading(self, step=None, offset=None):
-    """The offset and step groups: specs (no arguments) or the call's values."""
+  def _Leading(self):
+    """The specs of the offset and step groups, the first of every task function's inputs."""
     spec = tf.TensorSpec([], tf.int64)
-    if offset is None:
-      return [('offset', [spec]), ('step', [spec] if self._has_step else [])]
+    return [('offset', [spec]), ('step', [spec] if self._has_step else [])]
+
+  def _LeadingValues(self, step, offset):
+    """A call's offset and step groups (see `_Leading`)."""
     if (step is not None) != self._has_step:
       raise ValueError('%s: %s was traced %s a global step' %
                        (self._where, self._name, 'with' if self._has_step else 'without'))
     return {'offset': [offset], 'step': [step] if self._has_step else []}
+
+  @staticmethod
+  def _Step(args):
+    """The global step of a function body's input groups, or None in a graph without one."""
+    return args['step'][0] if args['step'] else None
 
   def _DySpecs(self, dy_mask):
     ys = self._Function(_Task.FORWARD).outputs.groups[0][1]
@@ -172,7 +179,7 @@ class PartitionFunctions:
   def _TraceForward(self):
 
     def Forward(args):
-      step, offset = args['step'][0] if args['step'] else None, args['offset'][0]
+      step, offset = self._Step(args), args['offset'][0]
       recorder = batch_norm.StatsCollector(1, self._where)
       out, layer_ops, masks = self._body.Run(step, offset, args['theta'], args['x'], recorder)
       ys = leaves.Present(out)
@@ -201,7 +208,7 @@ class PartitionFunctions:
   def _Recompute(self, args, boundaries):
     """The partition re-run in a backward function body from its saved inputs; returns each
     layer's ops."""
-    step = args['step'][0] if args['step'] else None
+    step = self._Step(args)
     with tf.name_scope('recompute'):
       _, layer_ops, _ = self._body.Run(step, args['offset'][0], args['theta'], args['x'],
                                        batch_norm.Discarding(), boundaries)
@@ -241,7 +248,7 @@ class PartitionFunctions:
     layout = input_function.facts
 
     def WeightGradient(args):
-      step = args['step'][0] if args['step'] else None
+      step = self._Step(args)
       theta, x = self._body.Pack(args['theta'], args['x'])
       kept = layer_gradients.Unkeep(layout, args['kept'], tf.nest.flatten(x),
                                     self._OutGrads(args['dy']), len(self._body.layers))
@@ -285,7 +292,7 @@ class PartitionFunctions:
       (outputs structure, [batch_norm.Update] of the call, the call's output tensors).
     """
     function = self._Function(_Task.FORWARD)
-    args = dict(self._Leading(step, offset), theta=list(theta_leaves), x=list(x_leaves))
+    args = dict(self._LeadingValues(step, offset), theta=list(theta_leaves), x=list(x_leaves))
     with tf.device(self._device):
       results, _ = (function.CallDifferentiable(args, 'forward') if differentiable else
                     function.Call(args, 'forward'))
@@ -312,7 +319,8 @@ class PartitionFunctions:
 
   def _BackwardArgs(self, step, offset, theta_leaves, x_leaves, dys):
     dys = [accumulation.Dense(d) for d in dys]
-    args = dict(self._Leading(step, offset), theta=list(theta_leaves), x=list(x_leaves), dy=dys)
+    args = dict(self._LeadingValues(step, offset), theta=list(theta_leaves), x=list(x_leaves),
+                dy=dys)
     return args, tuple(d is not None for d in dys)
 
   def Backward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
