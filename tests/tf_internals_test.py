@@ -2,6 +2,7 @@
 
 import ast
 import os
+import tempfile
 import unittest
 
 from tensorpipe import tf_internals
@@ -55,15 +56,13 @@ class TfInternalsTest(unittest.TestCase):
     self.assertEqual(offences, [], 'private TensorFlow APIs used outside tensorpipe/tf_internals.py')
 
   def testTheCheckSeesAnImportAndAnAttribute(self):
-    path = os.path.join(os.environ.get('TEST_TMPDIR', '/tmp'), 'tf_internals_probe.py')
-    with open(path, 'w') as f:
-      f.write('from tensorflow.python.ops import nn_ops\nimport tensorflow.core\n'
-              'def F(op, ops):\n  op._add_control_inputs(ops)\n')
-    try:
+    with tempfile.TemporaryDirectory() as folder:  # Its own file, whoever else runs this test.
+      path = os.path.join(folder, 'tf_internals_probe.py')
+      with open(path, 'w') as f:
+        f.write('from tensorflow.python.ops import nn_ops\nimport tensorflow.core\n'
+                'def F(op, ops):\n  op._add_control_inputs(ops)\n')
       self.assertEqual(_Offences(path), [(1, 'tensorflow.python.ops'), (2, 'tensorflow.core'),
                                          (4, '_add_control_inputs')])
-    finally:
-      os.remove(path)
 
 
 if __name__ == '__main__':
