@@ -72,11 +72,58 @@ M >= K: a third of 1F1B's. For K = 2, M = 3:
       path, go first (order).
   13. AWAITING_WEIGHTS: B(k, t + k + 1) after W(k, t): at most k + 1 micro-batches wait for their
       weight gradients on device k, each holding its layers' inputs and output gradients (order).
+
+Virtual stages put several partitions (chunks of the layer list) on each of K devices, so that a
+device's idle time at the start and the end of a step shrinks with its partitions. An action still
+names its partition, and each partition has its own functions; `Schedule.DeviceOf` maps partitions
+to devices, each device has one list of the actions of all its partitions, and the dry run, the
+grid, the bubble and the in-flight counts go per device. Rules 1 and 4 join partitions, which may
+share a device (only edges between devices cost a transfer). Not in SCHEDULES yet, they are in
+VIRTUAL_SCHEDULES.
+
+Interleaved 1F1B (`InterleavedOneFOneBSchedule`, Megatron-LM's, Narayanan et al. 2021): K v
+partitions, device k holding partitions k, k + K, k + 2K, ...; each device's forward passes go
+through its partitions K micro-batches at a time, after a warm-up of 2 (K - 1 - k) + (v - 1) K
+forward passes it alternates one forward and one backward pass, and its backward passes go through
+its partitions from the last. It keeps 1F1B's per-partition rules 1, 2, 4, 6 and 7 and bounds each
+device's micro-batches in flight by rule 14; M must be a multiple of K. With equal costs each device
+idles 2 (K - 1) ticks of 2 v M + 2 (K - 1): the bubble is (K - 1) / (v M) of the busy time, 1/v of
+1F1B's, for v times as many transfers and more micro-batches in flight on the first devices. For
+K = 2, v = 2, M = 2 (`InterleavedOneFOneBSchedule(2, 2, 2).Render()`):
+
+  tick     | 0    1    2    3    4    5    6    7    8    9
+  device 0 | F0,0 F0,1 F2,0 F2,1 .    B2,0 .    B2,1 B0,0 B0,1
+  device 1 | .    F1,0 F1,1 F3,0 B3,0 F3,1 B3,1 B1,0 B1,1 .
+
+ZB-V (`ZeroBubbleVSchedule`, Qi et al.; torch.distributed.pipelining's ScheduleZBVZeroBubble): 2K
+partitions in a V, device k holding partitions k and 2K - 1 - k, so the last partition and its loss
+are on device 0 with the first, backward passes split into B and W as in zero-bubble
+(recompute='always'). It keeps rules 1, 2, 4, 6 and 9-11 per partition and bounds each device by
+rules 14-16. With F, B and W of equal cost and M >= 2K - 1 each device is busy at every tick from
+its first action (tick k) to its last: the only idle time is the ramp of one partition's forward
+pass per device, and at most 2K micro-batches of a half-size partition are in flight on a device,
+1F1B's memory on device 0. For K = 2, M = 2 (`ZeroBubbleVSchedule(2, 2).Render()`; M < 2K - 1 leaves
+gaps):
+
+  tick     | 0    1    2    3    4    5    6    7    8    9    10   11   12   13
+  device 0 | F0,0 F0,1 .    F3,0 B3,0 W3,0 F3,1 B3,1 W3,1 B0,0 W0,0 .    B0,1 W0,1
+  device 1 | .    F1,0 F2,0 F1,1 F2,1 B2,0 W2,0 B1,0 W1,0 B2,1 W2,1 B1,1 W1,1 .
+
+Rules 14-16 make the executor, which sees only edges, keep the bounds the device's list keeps
+whatever order it picks among ready actions; each is read off the list:
+  14. IN_FLIGHT_ON_DEVICE: a device's (n + F)-th forward action after its n-th backward action,
+      where F is the most (partition, micro-batch) pairs in flight along its list: rule 8 for a
+      device of several partitions (order).
+  15. INPUT_GRADIENTS_FIRST_ON_DEVICE: W after the B its device lists last before it: input
+      gradients are on the critical path (rule 12 for a device of several partitions; order).
+  16. AWAITING_WEIGHTS_ON_DEVICE: a device's (n + A)-th B after its n-th W, where A is the most
+      pairs awaiting their W along its list: each holds its layers' inputs and output gradients
+      (rule 13 for a device of several partitions; order).
 """
 
 import dataclasses
 import enum
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 FORWARD = 'F'
 BACKWARD = 'B'
@@ -114,7 +161,9 @@ class Rule(enum.IntEnum):
                                'critical path, go first')
   AWAITING_WEIGHTS = 13, ('B(k, t + k + 1) after W(k, t): at most k + 1 micro-batches wait for '
                           'weight gradients')
-
+  IN_FLIGHT_ON_DEVICE = 14, "a device's (n + F)-th F after its n-th B: at most F in flight on it"
+  INPUT_GRADIENTS_FIRST_ON_DEVICE = 15, 'W after the B listed last before it: input gradients first'
+  AWAITING_WEIGHTS_ON_DEVICE = 16, "a device's (n + A)-th B after its n-th W: at most A await W"
 
 class Task(enum.Enum):
   """What an action computes, and so which of its partition's functions it calls: the forward
@@ -141,15 +190,23 @@ class Action:
 
 @dataclasses.dataclass(frozen=True)
 class Edge:
-  """`after` runs once `before` is done, by rule `rule`."""
+  """`after` runs once `before` is done, by rule `rule`.
+
+  `devices` is (the device of `before`, the device of `after`); a Schedule fills it in from its
+  placement (`Schedule.DeviceOf`). Without it each partition is taken to have a device of its own.
+  """
   before: Action
   after: Action
   rule: Rule
+  devices: Optional[Tuple[int, int]] = dataclasses.field(default=None, compare=False)
 
   @property
   def crosses_devices(self) -> bool:
-    """Whether the edge joins two devices (rules 1 and 4): a transfer, for the simulator."""
-    return self.before.partition != self.after.partition
+    """Whether the edge joins two devices (rules 1 and 4 where the two partitions are on different
+    devices): a transfer, for the simulator."""
+    if self.devices is None:
+      return self.before.partition != self.after.partition
+    return self.devices[0] != self.devices[1]
 
 
 def CheckRecompute(what: str, recompute: str, splits_backward: bool) -> None:
@@ -176,14 +233,21 @@ def _CheckSizes(num_partitions, num_micro_batches):
 class Schedule:
   """Per-device ordered action lists and the edges between actions, checked to be consistent.
 
+  Each partition (a chunk of the layer list, with its own functions) runs on one device; by
+  default partition k on device k. With virtual stages a device holds several partitions, e.g.
+  device k the partitions k, k + D, k + 2D, ... of interleaved 1F1B on D devices.
+
   Args:
-    num_partitions: K, one device per partition.
+    num_partitions: the number of partitions (chunks) the actions index.
     num_micro_batches: M.
-    device_actions: K lists; list k holds the actions partition k runs, in order.
+    device_actions: a list per device; list d holds the actions of device d's partitions, in the
+      order device d runs them.
     edges: Edges between those actions.
     name: a short name for messages.
     recompute: which backward passes re-compute their partition, one of RECOMPUTE_MODES: 'always',
       'except_last' (not the last micro-batch's) or 'never'.
+    partition_devices: per partition, the index of its device (default: partition k on device k);
+      every device in [0, max + 1) holds at least one partition.
 
   Raises:
     ValueError: if an action is missing, repeated or on the wrong device, if an edge names an action
@@ -193,26 +257,64 @@ class Schedule:
 
   def __init__(self, num_partitions: int, num_micro_batches: int,
                device_actions: Sequence[Sequence[Action]], edges: Sequence[Edge], name: str,
-               recompute: str = 'always'):
+               recompute: str = 'always', partition_devices: Optional[Sequence[int]] = None):
     _CheckSizes(num_partitions, num_micro_batches)
     self.num_partitions = num_partitions
     self.num_micro_batches = num_micro_batches
     self.name = name
     self.recompute = recompute
+    self._devices = self._Placement(partition_devices)
+    self.num_devices = max(self._devices) + 1
     self._device_actions = [list(actions) for actions in device_actions]
-    self._edges = list(edges)
+    self._edges = [dataclasses.replace(e, devices=(self._DeviceOfAction(e.before),
+                                                   self._DeviceOfAction(e.after))) for e in edges]
     self._waits: Dict[Action, List[Edge]] = {}
     self._Check()
 
+  def _Placement(self, partition_devices):
+    if partition_devices is None:
+      return list(range(self.num_partitions))
+    devices = list(partition_devices)
+    if len(devices) != self.num_partitions or any(
+        not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in devices):
+      raise ValueError('%s: partition_devices must give a device index >= 0 for each of the %d '
+                       'partitions, got %r' % (self.name, self.num_partitions, partition_devices))
+    idle = sorted(set(range(max(devices) + 1)) - set(devices))
+    if idle:
+      raise ValueError('%s: partition_devices %r leaves device(s) %s without a partition' %
+                       (self.name, devices, idle))
+    return devices
+
+  def _DeviceOfAction(self, action):
+    # An unknown partition is reported by _Check, which names the edge.
+    if 0 <= action.partition < self.num_partitions:
+      return self._devices[action.partition]
+    return -1
+
+  def DeviceOf(self, partition: int) -> int:
+    """The device that runs partition `partition`."""
+    if not isinstance(partition, int) or not 0 <= partition < self.num_partitions:
+      raise ValueError('partition %r is not in [0, %d)' % (partition, self.num_partitions))
+    return self._devices[partition]
+
+  @property
+  def partition_devices(self) -> List[int]:
+    """Per partition, its device: what TensorPipeLayer places partition k's calls on."""
+    return list(self._devices)
+
+  def DevicePartitions(self, device: int) -> List[int]:
+    """The partitions device `device` holds, in increasing order."""
+    return [k for k, d in enumerate(self._devices) if d == device]
+
   def _Check(self):
-    if len(self._device_actions) != self.num_partitions:
-      raise ValueError('%s: %d device lists for %d partitions' %
-                       (self.name, len(self._device_actions), self.num_partitions))
+    if len(self._device_actions) != self.num_devices:
+      raise ValueError('%s: %d device lists for %d devices' %
+                       (self.name, len(self._device_actions), self.num_devices))
     seen = set()
-    for k, actions in enumerate(self._device_actions):
+    for d, actions in enumerate(self._device_actions):
       for action in actions:
-        if action.partition != k:
-          raise ValueError('%s: %s is in the list of device %d' % (self.name, action, k))
+        if self._DeviceOfAction(action) != d:
+          raise ValueError('%s: %s is in the list of device %d' % (self.name, action, d))
         if action in seen:
           raise ValueError('%s: %s appears twice' % (self.name, action))
         seen.add(action)
@@ -254,14 +356,13 @@ class Schedule:
 
   @property
   def device_actions(self) -> List[List[Action]]:
-    """K lists: the actions each device runs, in order."""
+    """A list per device: the actions each device runs, in order."""
     return [list(actions) for actions in self._device_actions]
 
   def DeviceActions(self, partition: int) -> List[Action]:
-    """The actions partition `partition` runs in one training step, in order."""
-    if not isinstance(partition, int) or not 0 <= partition < self.num_partitions:
-      raise ValueError('partition %r is not in [0, %d)' % (partition, self.num_partitions))
-    return list(self._device_actions[partition])
+    """The actions partition `partition` runs in one training step, in its device's order."""
+    device = self.DeviceOf(partition)
+    return [a for a in self._device_actions[device] if a.partition == partition]
 
   @property
   def edges(self) -> List[Edge]:
@@ -287,7 +388,7 @@ class Schedule:
 
   def _DryRun(self) -> Dict[Action, int]:
     start: Dict[Action, int] = {}
-    free, nxt = [0] * self.num_partitions, [0] * self.num_partitions
+    free, nxt = [0] * self.num_devices, [0] * self.num_devices
     remaining = sum(len(actions) for actions in self._device_actions)
     while remaining:
       progressed = False
@@ -321,26 +422,29 @@ class Schedule:
     return [a for a in actions if kinds is None or a.kind in kinds]
 
   def Ticks(self) -> List[List[Action]]:
-    """The dry run as ticks: tick c holds the actions that start at c (at most one per device)."""
+    """The dry run as ticks: tick c holds the actions that start at c (at most one per device), in
+    device order."""
     ticks = self.DryRun()
     out: List[List[Action]] = [[] for _ in range(max(ticks.values()) + 1)]
-    for action in sorted(ticks, key=lambda a: a.partition):
+    for action in sorted(ticks, key=lambda a: self._devices[a.partition]):
       out[ticks[action]].append(action)
     return out
 
   def BubbleFraction(self):
     """Idle share of the devices in the dry run (equal action costs)."""
     ticks = self.Ticks()
-    return 1.0 - sum(len(tick) for tick in ticks) / float(self.num_partitions * len(ticks))
+    return 1.0 - sum(len(tick) for tick in ticks) / float(self.num_devices * len(ticks))
 
   def _MostAtOnce(self, first_kind, last_kind):
-    """Per device: the most micro-batches at one tick of the dry run between their `first_kind`
-    action's tick and their `last_kind` action's tick, both included."""
+    """Per device: the most (partition, micro-batch) pairs of its partitions at one tick of the dry
+    run between their `first_kind` action's tick and their `last_kind` action's tick, both
+    included."""
     ticks = self.DryRun()
     out = []
-    for k in range(self.num_partitions):
+    for d in range(self.num_devices):
       spans = [(ticks[Action(first_kind, k, t)], ticks[Action(last_kind, k, t)])
-               for t in range(self.num_micro_batches) if Action(last_kind, k, t) in ticks]
+               for k in self.DevicePartitions(d) for t in range(self.num_micro_batches)
+               if Action(last_kind, k, t) in ticks]
       out.append(max((sum(1 for a, b in spans if a <= c <= b) for c in {a for a, _ in spans}),
                      default=0))
     return out
@@ -348,27 +452,35 @@ class Schedule:
   def InFlight(self) -> List[int]:
     """Per device: the most micro-batches whose forward pass has run and whose backward pass has
     not ended, at once in the dry run; each holds its stashed boundary input (and, without
-    re-computation, its activations). M on every device for fill-drain, K - k for 1F1B."""
+    re-computation, its activations). M on every device for fill-drain, K - k for 1F1B; with
+    several partitions on a device, each of their micro-batches counts (a partition's share of the
+    device's layers)."""
     return self._MostAtOnce(FORWARD, BACKWARD)
 
   def AwaitingWeights(self) -> List[int]:
     """Per device: the most micro-batches between their input-gradient task B and their
     weight-gradient task W at once in the dry run (each holds what W reads); 0 without W tasks."""
     if not self.splits_backward:
-      return [0] * self.num_partitions
+      return [0] * self.num_devices
     return self._MostAtOnce(BACKWARD, WEIGHT)
 
   def Render(self) -> str:
-    """The dry run as a grid: a row per partition, a column per tick, '.' where it idles."""
+    """The dry run as a grid: a row per device, a column per tick, '.' where it idles.
+
+    Each action reads kind, partition, micro-batch (F3,1: partition 3's forward pass of micro-batch
+    1). Rows are labelled 'partition k' where each device holds one partition (partition k on
+    device k), else 'device k'.
+    """
     ticks = self.Ticks()
     width = max(len(str(a)) for tick in ticks for a in tick)
+    label = 'partition' if self._devices == list(range(self.num_partitions)) else 'device'
     rows = []
-    for k in range(self.num_partitions):
-      partitions = []
+    for d in range(self.num_devices):
+      cells = []
       for tick in ticks:
-        mine = [str(a) for a in tick if a.partition == k]
-        partitions.append((mine[0] if mine else '.').ljust(width))
-      rows.append('partition %d | %s' % (k, ' '.join(partitions)))
+        mine = [str(a) for a in tick if self._devices[a.partition] == d]
+        cells.append((mine[0] if mine else '.').ljust(width))
+      rows.append('%s %d | %s' % (label, d, ' '.join(cells)))
     return '\n'.join(rows)
 
 
@@ -429,23 +541,14 @@ def _Interleaved(num_partitions, num_micro_batches, forward_lag, split):
   f = lambda k, t: Action(FORWARD, k, t)
   b = lambda k, t: Action(BACKWARD, k, t)
   w = lambda k, t: Action(WEIGHT, k, t)
-  edges, device_actions = [], []
+  edges, device_actions = _PartitionEdges(k_partitions, m, forward_lag, split), []
   for k in range(k_partitions):
     in_flight = min(k_partitions - k, m)
     for t in range(m):
-      edges.extend(_DataAndOrderEdges(k, t, k_partitions, forward_lag))
-      if k == k_partitions - 1:
-        edges.append(Edge(f(k, t), b(k, t), Rule.PER_EXAMPLE_LOSS))
       if t + in_flight < m:
         edges.append(Edge(b(k, t), f(k, t + in_flight), Rule.IN_FLIGHT))
-      if t:
-        edges.append(Edge(b(k, t - 1), b(k, t),
-                          Rule.INPUT_GRADIENT_ORDER if split else Rule.SUM_IN_ORDER))
       if not split:
         continue
-      edges.append(Edge(b(k, t), w(k, t), Rule.WEIGHT_READS_KEPT))
-      if t:
-        edges.append(Edge(w(k, t - 1), w(k, t), Rule.WEIGHT_SUM_ORDER))
       if k and t + k < m:
         edges.append(Edge(b(k, t + k), w(k, t), Rule.INPUT_GRADIENTS_FIRST))
       if t + k + 1 < m:
@@ -495,8 +598,216 @@ def ZeroBubbleSchedule(num_partitions: int, num_micro_batches: int, forward_lag:
                   'zero-bubble K=%d, M=%d' % (num_partitions, num_micro_batches), recompute)
 
 
+def _CheckDevicesAndMicroBatches(num_devices, num_micro_batches):
+  for name, value in (('num_devices', num_devices), ('num_micro_batches', num_micro_batches)):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise ValueError('%s must be a positive integer, got %r' % (name, value))
+
+
+def _DeviceBoundEdges(actions):
+  """Edges that hold a device to the bounds its list `actions` keeps, whatever order the executor
+  picks among ready actions (rules 14-16): the n-th forward action after the (n - F)-th backward
+  action, where F is the most micro-batches in flight along the list; each W after the B listed
+  last before it; the n-th B after the (n - A)-th W, where A is the most awaiting weight gradients
+  along the list."""
+  position = {a: i for i, a in enumerate(actions)}
+  of = {kind: [a for a in actions if a.kind == kind] for kind in (FORWARD, BACKWARD, WEIGHT)}
+
+  def Peak(up, down):
+    count = peak = 0
+    for a in actions:
+      count += (a.kind == up) - (a.kind == down)
+      peak = max(peak, count)
+    return peak
+
+  edges: List[Edge] = []
+  in_flight = Peak(FORWARD, BACKWARD)
+  edges.extend(Edge(of[BACKWARD][n - in_flight], a, Rule.IN_FLIGHT_ON_DEVICE)
+               for n, a in enumerate(of[FORWARD]) if n >= in_flight)
+  if not of[WEIGHT]:
+    return edges
+  for w in of[WEIGHT]:
+    last = max((b for b in of[BACKWARD] if position[b] < position[w]), key=lambda b: position[b])
+    if last != Action(BACKWARD, w.partition, w.micro_batch):
+      edges.append(Edge(last, w, Rule.INPUT_GRADIENTS_FIRST_ON_DEVICE))
+  awaiting = Peak(BACKWARD, WEIGHT)
+  edges.extend(Edge(of[WEIGHT][n - awaiting], b, Rule.AWAITING_WEIGHTS_ON_DEVICE)
+               for n, b in enumerate(of[BACKWARD]) if n >= awaiting)
+  return edges
+
+
+def _PartitionEdges(num_partitions, num_micro_batches, forward_lag, split):
+  """The edges of a 1F1B-like schedule that join partitions or order one partition's actions:
+  rules 1, 2, 4 and 6, with 7 for joined backward passes or 9-11 for split ones. The bounds of a
+  device (rule 8, 12, 13 or 14-16) are the schedule's own."""
+  last, m = num_partitions - 1, num_micro_batches
+  edges = [e for k in range(num_partitions) for t in range(m)
+           for e in _DataAndOrderEdges(k, t, num_partitions, forward_lag)]
+  edges.extend(Edge(Action(FORWARD, last, t), Action(BACKWARD, last, t), Rule.PER_EXAMPLE_LOSS)
+               for t in range(m))
+  kinds = ((BACKWARD, Rule.INPUT_GRADIENT_ORDER), (WEIGHT, Rule.WEIGHT_SUM_ORDER)) if split else (
+      (BACKWARD, Rule.SUM_IN_ORDER),)
+  for k in range(num_partitions):
+    edges.extend(Edge(Action(kind, k, t - 1), Action(kind, k, t), rule)
+                 for kind, rule in kinds for t in range(1, m))
+    if split:
+      edges.extend(Edge(Action(BACKWARD, k, t), Action(WEIGHT, k, t), Rule.WEIGHT_READS_KEPT)
+                   for t in range(m))
+  return edges
+
+
+def InterleavedPartitionDevices(num_devices: int, virtual_stages: int) -> List[int]:
+  """Interleaved placement: partition c on device c mod D (device k holds k, k + D, k + 2D, ...)."""
+  return [c % num_devices for c in range(num_devices * virtual_stages)]
+
+
+def VPartitionDevices(num_devices: int) -> List[int]:
+  """V placement: device k holds partitions k and 2D - 1 - k (the layer list goes down the devices
+  and back up, so the last partition, with the loss, is on device 0 with the first)."""
+  return [min(c, 2 * num_devices - 1 - c) for c in range(2 * num_devices)]
+
+
+def _InterleavedDeviceOrder(num_devices, num_micro_batches, virtual_stages, device):
+  """Device `device`'s list in Megatron-LM's interleaved 1F1B: its forward passes go through its
+  partitions D micro-batches at a time (partition j's micro-batches g D .. g D + D - 1, then
+  partition j + 1's, ...), its backward passes the same way from its last partition; a warm-up of
+  2 (D - 1 - device) + (v - 1) D forward passes, then one forward and one backward pass, then the
+  remaining backward passes."""
+  d, v = num_devices, virtual_stages
+  total = v * num_micro_batches
+
+  def Nth(n, kind):
+    group, within = divmod(n, d * v)
+    local = within // d if kind == FORWARD else v - 1 - within // d
+    return Action(kind, device + local * d, group * d + within % d)
+
+  warm_up = min(2 * (d - 1 - device) + (v - 1) * d, total)
+  actions = [Nth(n, FORWARD) for n in range(warm_up)]
+  for n in range(total - warm_up):
+    actions.extend((Nth(warm_up + n, FORWARD), Nth(n, BACKWARD)))
+  actions.extend(Nth(n, BACKWARD) for n in range(total - warm_up, total))
+  return actions
+
+
+def InterleavedOneFOneBSchedule(num_devices: int, num_micro_batches: int, virtual_stages: int,
+                                forward_lag: int = 1, recompute: str = 'always') -> Schedule:
+  """Megatron-LM's interleaved 1F1B (Narayanan et al. 2021): D x v partitions, device k holding
+  partitions k, k + D, ...; rules 1, 2, 4, 6, 7 (per partition) and 14. Needs per-example losses,
+  as 1F1B. With equal costs the bubble is (D - 1) / (v M) of the busy time, 1/v of 1F1B's.
+
+  Args:
+    num_devices: D.
+    num_micro_batches: M, a multiple of D (the forward passes go through a device's partitions D
+      micro-batches at a time).
+    virtual_stages: v >= 2, the partitions per device.
+    forward_lag: rule 2's lag, as for FillDrainSchedule.
+    recompute: as for FillDrainSchedule.
+  """
+  _CheckDevicesAndMicroBatches(num_devices, num_micro_batches)
+  _CheckLag(forward_lag)
+  v, d, m = virtual_stages, num_devices, num_micro_batches
+  if not isinstance(v, int) or isinstance(v, bool) or v < 2:
+    raise ValueError("interleaved 1F1B needs virtual_stages >= 2 (partitions per device), got %r; "
+                     "for one partition per device use schedule='1f1b'" % (v,))
+  if m % d:
+    below = max(m - m % d, d)
+    raise ValueError('interleaved 1F1B needs num_micro_batches M a multiple of num_devices K, got '
+                     'M=%d, K=%d: use M=%d or M=%d' % (m, d, below, below + d))
+  CheckRecompute('interleaved 1F1B', recompute, splits_backward=False)
+  device_actions = [_InterleavedDeviceOrder(d, m, v, k) for k in range(d)]
+  edges = _PartitionEdges(d * v, m, forward_lag, split=False)
+  for actions in device_actions:
+    edges.extend(_DeviceBoundEdges(actions))
+  return Schedule(d * v, m, device_actions, edges,
+                  'interleaved 1F1B K=%d, v=%d, M=%d' % (d, v, m), recompute,
+                  InterleavedPartitionDevices(d, v))
+
+
+def _VDeviceOrder(num_devices, num_micro_batches, device):
+  """Device `device`'s list in ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", section 6;
+  as torch.distributed.pipelining's ScheduleZBVZeroBubble). With `down` = partition `device` and
+  `up` = partition 2D - 1 - device:
+    warm-up: 2 (D - device) - 1 forward passes of `down`, then `device` times F up, F down, then
+      D - device times F up, B up, W up;
+    steady state: F down (while micro-batches are left), B down, W down, F up, B up, W up, until
+      every forward pass has run;
+    cool-down: `device` times B down, B up; D - device times B down and the oldest W down; the
+      remaining W up, then W down.
+  The list is made for max(M, 2D - 1) micro-batches and keeps those below M.
+  """
+  d, m = num_devices, num_micro_batches
+  down, up = device, 2 * d - 1 - device
+  made = max(m, 2 * d - 1)
+  nxt: Dict[Tuple[str, int], int] = {}  # (kind, partition) -> its next micro-batch
+  actions = []
+
+  def Add(kind, partition):
+    t = nxt.get((kind, partition), 0)
+    nxt[(kind, partition)] = t + 1
+    actions.append(Action(kind, partition, t))
+
+  def Count(kind, partition):
+    return nxt.get((kind, partition), 0)
+
+  for _ in range(2 * (d - device) - 1):
+    Add(FORWARD, down)
+  for _ in range(device):
+    Add(FORWARD, up)
+    Add(FORWARD, down)
+  for _ in range(d - device):
+    for kind in (FORWARD, BACKWARD, WEIGHT):
+      Add(kind, up)
+  while Count(FORWARD, down) < made or Count(FORWARD, up) < Count(FORWARD, down):
+    if Count(FORWARD, down) < made:
+      Add(FORWARD, down)
+    for partition in (down, up):
+      for kind in ((BACKWARD, WEIGHT) if partition == down else (FORWARD, BACKWARD, WEIGHT)):
+        Add(kind, partition)
+  for _ in range(device):
+    Add(BACKWARD, down)
+    Add(BACKWARD, up)
+  for _ in range(d - device):
+    Add(BACKWARD, down)
+    Add(WEIGHT, down)
+  for partition in (up, down):
+    while Count(WEIGHT, partition) < made:
+      Add(WEIGHT, partition)
+  return [a for a in actions if a.micro_batch < m]
+
+
+def ZeroBubbleVSchedule(num_devices: int, num_micro_batches: int, forward_lag: int = 1,
+                        recompute: str = 'always') -> Schedule:
+  """ZB-V (Qi et al.): 2D partitions in a V, device k holding partitions k and 2D - 1 - k, each
+  backward pass split into B (input gradient) and W (weight gradients); rules 1, 2, 4, 6, 9-11 (per
+  partition) and 14-16. Needs per-example losses and recompute='always' (W re-runs its layers). With
+  F, B and W of equal cost and M >= 2D - 1 every device is busy from its first action to its last.
+
+  Args:
+    num_devices: D.
+    num_micro_batches: M.
+    forward_lag: rule 2's lag, as for FillDrainSchedule.
+    recompute: must be 'always'.
+  """
+  _CheckDevicesAndMicroBatches(num_devices, num_micro_batches)
+  _CheckLag(forward_lag)
+  d, m = num_devices, num_micro_batches
+  CheckRecompute("the 'zbv' schedule", recompute, splits_backward=True)
+  device_actions = [_VDeviceOrder(d, m, k) for k in range(d)]
+  edges = _PartitionEdges(2 * d, m, forward_lag, split=True)
+  for actions in device_actions:
+    edges.extend(_DeviceBoundEdges(actions))
+  return Schedule(2 * d, m, device_actions, edges, 'ZB-V K=%d, M=%d' % (d, m), recompute,
+                  VPartitionDevices(d))
+
+
 SCHEDULES: Dict[str, Callable[..., Schedule]] = {
     'gpipe': FillDrainSchedule, '1f1b': OneFOneBSchedule, 'zero_bubble': ZeroBubbleSchedule}
+
+# Schedules with several partitions per device, each built from (K devices, M, ...): not in
+# SCHEDULES until TensorPipeLayer builds K x v partitions and places partition c on device
+# `partition_devices[c]`.
+VIRTUAL_SCHEDULES: Dict[str, Callable[..., Schedule]] = {
+    'interleaved_1f1b': InterleavedOneFOneBSchedule, 'zbv': ZeroBubbleVSchedule}
 
 
 def BubbleFraction(num_partitions, num_micro_batches):

@@ -211,15 +211,15 @@ class ScheduleCheckTest(unittest.TestCase):
 
 class RuleTest(unittest.TestCase):
 
-  def testRulesAreNumberedOneToThirteenEachWithOneLine(self):
-    self.assertEqual([int(rule) for rule in schedule.Rule], list(range(1, 14)))
+  def testRulesAreNumberedOneToSixteenEachWithOneLine(self):
+    self.assertEqual([int(rule) for rule in schedule.Rule], list(range(1, 17)))
     for rule in schedule.Rule:
       self.assertIs(schedule.Rule(int(rule)), rule)
       self.assertIsInstance(rule.text, str)
       self.assertTrue(rule.text.strip(), rule)
       self.assertNotIn('\n', rule.text, rule)
       self.assertLessEqual(len(rule.text), 100, rule)
-    self.assertEqual(len({rule.text for rule in schedule.Rule}), 13)
+    self.assertEqual(len({rule.text for rule in schedule.Rule}), 16)
     self.assertEqual(schedule.Rule.IN_FLIGHT, 8)
     self.assertTrue(schedule.Rule.IN_FLIGHT.text.startswith('F(k, t + K - k) after B(k, t)'))
 
@@ -303,6 +303,242 @@ class TaskTest(unittest.TestCase):
     lists = [[_A(F, 0, 0), _A(B, 0, 0)]]
     with self.assertRaisesRegex(ValueError, r"recompute='Always' is not one of"):
       schedule.Schedule(1, 1, lists, [], 'mine', recompute='Always')
+
+
+def _Virtual(k_devices, m, v=2):
+  """(builder name, schedule) of each virtual schedule for K devices and M micro-batches."""
+  return [('interleaved_1f1b', schedule.InterleavedOneFOneBSchedule(k_devices, m, v)),
+          ('zbv', schedule.ZeroBubbleVSchedule(k_devices, m))]
+
+
+def _CheckPerDevice(test, sched, msg, in_order=True):
+  """Asserts (with `test`): every action once, in its partition's device's list; one action per
+  device per tick; every edge respected by the dry run and crossing devices exactly where its
+  partitions' devices differ; with `in_order`, each partition's forward passes (and B, W) in
+  micro-batch order."""
+  k_devices, m = sched.num_devices, sched.num_micro_batches
+  kinds = (F, B, W) if sched.splits_backward else (F, B)
+  test.assertEqual(len(sched.device_actions), k_devices, msg)
+  for d, actions in enumerate(sched.device_actions):
+    test.assertEqual(sorted(actions), sorted(_A(kind, c, t) for c in sched.DevicePartitions(d)
+                                             for kind in kinds for t in range(m)), msg)
+  ticks = sched.DryRun()
+  for tick in sched.Ticks():
+    devices = [sched.DeviceOf(a.partition) for a in tick]
+    test.assertEqual(len(devices), len(set(devices)), msg)
+  for edge in sched.edges:
+    test.assertLess(ticks[edge.before], ticks[edge.after], (msg, edge))
+    test.assertEqual(edge.crosses_devices, sched.DeviceOf(edge.before.partition) !=
+                     sched.DeviceOf(edge.after.partition), (msg, edge))
+  for c in range(sched.num_partitions if in_order else 0):
+    mine = sched.DeviceActions(c)
+    for kind in kinds:
+      test.assertEqual([a.micro_batch for a in mine if a.kind == kind], list(range(m)), msg)
+
+
+class VirtualStagesTest(unittest.TestCase):
+  """Several partitions per device: placement, per-device lists, edges between devices."""
+
+  def testTodaysSchedulesPlaceEachPartitionOnItsOwnDevice(self):
+    for build in schedule.SCHEDULES.values():
+      sched = build(3, 4)
+      self.assertEqual((sched.num_devices, sched.partition_devices), (3, [0, 1, 2]))
+      self.assertEqual([sched.DeviceOf(k) for k in range(3)], [0, 1, 2])
+      self.assertEqual([sched.DevicePartitions(d) for d in range(3)], [[0], [1], [2]])
+      self.assertTrue(all(e.crosses_devices == (e.before.partition != e.after.partition)
+                          for e in sched.edges))
+      _CheckPerDevice(self, sched, sched.name, in_order=sched.name.startswith(('1F1B', 'zero')))
+
+  def testAHandMadePlacement(self):
+    # Two partitions on one device: the edges between them cross no device.
+    lists = [[_A(F, 0, 0), _A(F, 1, 0), _A(B, 1, 0), _A(B, 0, 0)]]
+    edges = [schedule.Edge(_A(F, 0, 0), _A(F, 1, 0), schedule.Rule.FORWARD_INPUT),
+             schedule.Edge(_A(B, 1, 0), _A(B, 0, 0), schedule.Rule.BACKWARD_INPUT)]
+    sched = schedule.Schedule(2, 1, lists, edges, 'mine', partition_devices=[0, 0])
+    self.assertEqual((sched.num_partitions, sched.num_devices), (2, 1))
+    self.assertFalse(any(e.crosses_devices for e in sched.edges))
+    self.assertTrue(all(e.crosses_devices for e in edges))  # Edges alone: a device each.
+    self.assertEqual(sched.Render(), 'device 0 | F0,0 F1,0 B1,0 B0,0')
+    self.assertEqual(sched.BubbleFraction(), 0.0)
+    self.assertEqual(sched.InFlight(), [2])
+    with self.assertRaisesRegex(ValueError, r'mine: partition_devices \[0, 2\] leaves device\(s\) '
+                                r'\[1\] without a partition'):
+      schedule.Schedule(2, 1, lists, edges, 'mine', partition_devices=[0, 2])
+    with self.assertRaisesRegex(ValueError, 'mine: partition_devices must give a device index >= 0 '
+                                r'for each of the 2 partitions, got \[0\]'):
+      schedule.Schedule(2, 1, lists, edges, 'mine', partition_devices=[0])
+    with self.assertRaisesRegex(ValueError, 'mine: 1 device lists for 2 devices'):
+      schedule.Schedule(2, 1, lists, edges, 'mine', partition_devices=[0, 1])
+
+  def testPlacements(self):
+    self.assertEqual(schedule.InterleavedPartitionDevices(3, 2), [0, 1, 2, 0, 1, 2])
+    self.assertEqual(schedule.VPartitionDevices(3), [0, 1, 2, 2, 1, 0])
+    for k_devices in (1, 2, 4):
+      for name, sched in _Virtual(k_devices, 2 * k_devices, 3):
+        self.assertEqual(sched.partition_devices, {
+            'interleaved_1f1b': schedule.InterleavedPartitionDevices(k_devices, 3),
+            'zbv': schedule.VPartitionDevices(k_devices)}[name])
+        self.assertEqual(sched.num_devices, k_devices)
+    self.assertEqual(sorted(schedule.VIRTUAL_SCHEDULES), ['interleaved_1f1b', 'zbv'])
+    self.assertFalse(set(schedule.VIRTUAL_SCHEDULES) & set(schedule.SCHEDULES))
+
+  def testEdgesCarryRuleMembersAndTheirRules(self):
+    allowed = {'interleaved_1f1b': {1, 2, 4, 6, 7, 14}, 'zbv': {1, 2, 4, 6, 9, 10, 11, 14, 15, 16}}
+    for name, sched in _Virtual(3, 6):
+      self.assertTrue(all(isinstance(e.rule, schedule.Rule) for e in sched.edges), name)
+      self.assertEqual({int(e.rule) for e in sched.edges}, allowed[name])
+      # Only the data rules join partitions; a device's own bounds stay on it.
+      for edge in sched.edges:
+        if edge.rule in (schedule.Rule.FORWARD_INPUT, schedule.Rule.BACKWARD_INPUT):
+          self.assertEqual(abs(edge.before.partition - edge.after.partition), 1)
+        else:
+          self.assertFalse(edge.crosses_devices, (name, edge))
+    # In the V, partitions K - 1 and K share the last device: their edges are no transfer.
+    zbv = schedule.ZeroBubbleVSchedule(3, 6)
+    self.assertEqual(sorted((e.before.partition, e.after.partition) for e in zbv.edges
+                            if e.rule in (1, 4) and not e.crosses_devices),
+                     sorted([(2, 3)] * 6 + [(3, 2)] * 6))
+
+
+class InterleavedOneFOneBScheduleTest(unittest.TestCase):
+
+  def testEveryActionOnceOnItsDeviceAndDeadlockFree(self):
+    for k_devices, v in itertools.product((1, 2, 4, 8), (2, 3)):
+      for m in range(k_devices, 33, k_devices):
+        sched = schedule.InterleavedOneFOneBSchedule(k_devices, m, v)  # Dry-run when made.
+        self.assertEqual((sched.num_partitions, sched.num_devices), (k_devices * v, k_devices))
+        _CheckPerDevice(self, sched, sched.name)
+    for lag in (1, 2):
+      sched = schedule.InterleavedOneFOneBSchedule(4, 8, 2, forward_lag=lag)
+      _CheckPerDevice(self, sched, sched.name)
+
+  def testTheBubbleIsOneVthOfOneFOneBs(self):
+    # Narayanan et al.: the bubble is (K - 1) / (v M) of the busy time. With every action one tick
+    # a device is busy 2 v M ticks, so the step is 2 v M + 2 (K - 1) ticks.
+    for k_devices, v in itertools.product((1, 2, 4, 8), (2, 3)):
+      for m in range(k_devices, 33, k_devices):
+        sched = schedule.InterleavedOneFOneBSchedule(k_devices, m, v)
+        self.assertEqual(len(sched.Ticks()), 2 * v * m + 2 * (k_devices - 1), sched.name)
+        bubble = sched.BubbleFraction()
+        self.assertAlmostEqual(bubble / (1 - bubble), (k_devices - 1) / (v * m), msg=sched.name)
+        if k_devices > 1:
+          self.assertLess(bubble, schedule.OneFOneBSchedule(k_devices, m).BubbleFraction())
+
+  def testMegatronsOrderAndInFlight(self):
+    k_devices, m, v = 2, 4, 2
+    sched = schedule.InterleavedOneFOneBSchedule(k_devices, m, v)
+    self.assertEqual([str(a) for a in sched.device_actions[1]], [
+        'F1,0', 'F1,1', 'F3,0', 'B3,0', 'F3,1', 'B3,1', 'F1,2', 'B1,0', 'F1,3', 'B1,1', 'F3,2',
+        'B3,2', 'F3,3', 'B3,3', 'B1,2', 'B1,3'])
+    for k_devices, v, m in itertools.product((1, 2, 4, 8), (2, 3), (8, 16)):
+      if m % k_devices:
+        continue
+      sched = schedule.InterleavedOneFOneBSchedule(k_devices, m, v)
+      # A warm-up of 2 (K - 1 - k) + (v - 1) K forward passes, then one forward before each
+      # backward: one more in flight. Each is a partition of 1/v of the device's layers.
+      self.assertEqual(sched.InFlight(), [min(2 * (k_devices - 1 - k) + (v - 1) * k_devices + 1,
+                                              v * m) for k in range(k_devices)], sched.name)
+      self.assertEqual(sched.AwaitingWeights(), [0] * k_devices)
+
+  def testRender(self):
+    # The module docstring's grid, and K = 2, v = 2, M = 4.
+    self.assertEqual(schedule.InterleavedOneFOneBSchedule(2, 2, 2).Render().splitlines(), [
+        'device 0 | F0,0 F0,1 F2,0 F2,1 .    B2,0 .    B2,1 B0,0 B0,1',
+        'device 1 | .    F1,0 F1,1 F3,0 B3,0 F3,1 B3,1 B1,0 B1,1 .   '])
+    self.assertEqual(schedule.InterleavedOneFOneBSchedule(2, 4, 2).Render().splitlines(), [
+        'device 0 | F0,0 F0,1 F2,0 F2,1 F0,2 B2,0 F0,3 B2,1 F2,2 B0,0 F2,3 B0,1 .    B2,2 .    '
+        'B2,3 B0,2 B0,3',
+        'device 1 | .    F1,0 F1,1 F3,0 B3,0 F3,1 B3,1 F1,2 B1,0 F1,3 B1,1 F3,2 B3,2 F3,3 B3,3 '
+        'B1,2 B1,3 .   '])
+
+  def testBadInput(self):
+    with self.assertRaisesRegex(ValueError, 'needs num_micro_batches M a multiple of num_devices '
+                                'K, got M=6, K=4: use M=4 or M=8'):
+      schedule.InterleavedOneFOneBSchedule(4, 6, 2)
+    with self.assertRaisesRegex(ValueError, 'got M=3, K=4: use M=4 or M=8'):
+      schedule.InterleavedOneFOneBSchedule(4, 3, 2)
+    for v in (1, 0, 2.0, True):
+      with self.assertRaisesRegex(ValueError, r"needs virtual_stages >= 2 \(partitions per "
+                                  r"device\), got %r; for one partition per device use "
+                                  r"schedule='1f1b'" % (v,)):
+        schedule.InterleavedOneFOneBSchedule(2, 4, v)
+    with self.assertRaisesRegex(ValueError, 'num_devices must be a positive integer, got 0'):
+      schedule.InterleavedOneFOneBSchedule(0, 4, 2)
+    with self.assertRaisesRegex(ValueError, 'forward_lag must be 1 or 2, got 3'):
+      schedule.InterleavedOneFOneBSchedule(2, 4, 2, forward_lag=3)
+    with self.assertRaisesRegex(ValueError, "recompute='sometimes' is not one of"):
+      schedule.InterleavedOneFOneBSchedule(2, 4, 2, recompute='sometimes')
+    for mode in schedule.RECOMPUTE_MODES:  # Joined backward passes: any mode.
+      self.assertEqual(schedule.InterleavedOneFOneBSchedule(2, 4, 2, recompute=mode).recompute,
+                       mode)
+
+
+class ZeroBubbleVScheduleTest(unittest.TestCase):
+
+  def testEveryActionOnceOnItsDeviceAndDeadlockFree(self):
+    for k_devices in (1, 2, 4, 8):
+      for m in sorted(set(range(k_devices, 33, k_devices)) | {1, 3, 2 * k_devices - 1}):
+        sched = schedule.ZeroBubbleVSchedule(k_devices, m)  # Dry-run when made.
+        self.assertEqual((sched.num_partitions, sched.num_devices), (2 * k_devices, k_devices))
+        self.assertTrue(sched.splits_backward)
+        _CheckPerDevice(self, sched, sched.name)
+    _CheckPerDevice(self, schedule.ZeroBubbleVSchedule(4, 8, forward_lag=2), 'lag 2')
+
+  def testEveryDeviceBusyFromItsFirstActionOnForMAtLeast2KMinus1(self):
+    # With F, B and W one tick each and M >= 2K - 1, device k runs its 6M actions at ticks k .. k +
+    # 6M - 1 without a gap, so the step is 6M + K - 1 ticks: device k cannot start before F(k-1, 0)
+    # ends, and nothing else idles. The bubble is the ramp, (K - 1) / (6M + K - 1).
+    for k_devices in (1, 2, 4, 8):
+      for m in sorted(set(range(2 * k_devices, 33, k_devices)) | {2 * k_devices - 1}):
+        sched = schedule.ZeroBubbleVSchedule(k_devices, m)
+        ticks = sched.DryRun()
+        for d, actions in enumerate(sched.device_actions):
+          self.assertEqual(sorted(ticks[a] for a in actions), list(range(d, d + 6 * m)),
+                           (sched.name, d))
+        self.assertEqual(len(sched.Ticks()), 6 * m + k_devices - 1)
+        self.assertAlmostEqual(sched.BubbleFraction(), (k_devices - 1) / (6 * m + k_devices - 1))
+        # In flight: 2K micro-batches of a half-size partition on every device, 1F1B's K on
+        # device 0. Awaiting weight gradients: 2k + 1 on device k (the cool-down's B first).
+        self.assertEqual(sched.InFlight(), [2 * k_devices] * k_devices, sched.name)
+        self.assertEqual(sched.AwaitingWeights(), [2 * k + 1 for k in range(k_devices)])
+    for k_devices, m in ((2, 2), (4, 4), (8, 8)):  # Fewer: gaps, never more in flight.
+      sched = schedule.ZeroBubbleVSchedule(k_devices, m)
+      self.assertTrue(all(n <= 2 * k_devices for n in sched.InFlight()))
+      self.assertGreater(len(sched.Ticks()), 6 * m + k_devices - 1)
+
+  def testTheVOrder(self):
+    sched = schedule.ZeroBubbleVSchedule(2, 4)
+    self.assertEqual([str(a) for a in sched.device_actions[1]], [
+        'F1,0', 'F2,0', 'F1,1', 'F2,1', 'B2,0', 'W2,0', 'F1,2', 'B1,0', 'W1,0', 'F2,2', 'B2,1',
+        'W2,1', 'F1,3', 'B1,1', 'W1,1', 'F2,3', 'B2,2', 'W2,2', 'B1,2', 'B2,3', 'B1,3', 'W1,2',
+        'W2,3', 'W1,3'])
+
+  def testRender(self):
+    # The module docstring's grid, and K = 2, M = 4.
+    self.assertEqual(schedule.ZeroBubbleVSchedule(2, 2).Render().splitlines(), [
+        'device 0 | F0,0 F0,1 .    F3,0 B3,0 W3,0 F3,1 B3,1 W3,1 B0,0 W0,0 .    B0,1 W0,1',
+        'device 1 | .    F1,0 F2,0 F1,1 F2,1 B2,0 W2,0 B1,0 W1,0 B2,1 W2,1 B1,1 W1,1 .   '])
+    self.assertEqual(schedule.ZeroBubbleVSchedule(2, 4).Render().splitlines(), [
+        'device 0 | F0,0 F0,1 F0,2 F3,0 B3,0 W3,0 F3,1 B3,1 W3,1 F0,3 B0,0 W0,0 F3,2 B3,2 W3,2 '
+        'B0,1 W0,1 F3,3 B3,3 W3,3 B0,2 W0,2 B0,3 W0,3 .   ',
+        'device 1 | .    F1,0 F2,0 F1,1 F2,1 B2,0 W2,0 F1,2 B1,0 W1,0 F2,2 B2,1 W2,1 F1,3 B1,1 '
+        'W1,1 F2,3 B2,2 W2,2 B1,2 B2,3 B1,3 W1,2 W2,3 W1,3'])
+
+  def testTasksAndBadInput(self):
+    sched = schedule.ZeroBubbleVSchedule(2, 4)
+    tasks = {F: schedule.Task.FORWARD, B: schedule.Task.INPUT_GRADIENT,
+             W: schedule.Task.WEIGHT_GRADIENT}
+    for actions in sched.device_actions:
+      for a in actions:
+        self.assertIs(sched.Task(a), tasks[a.kind], str(a))
+    for mode in ('never', 'except_last'):
+      with self.assertRaisesRegex(ValueError, r"the 'zbv' schedule needs recompute='always', got "
+                                  r"recompute='%s'" % mode):
+        schedule.ZeroBubbleVSchedule(2, 4, recompute=mode)
+    with self.assertRaisesRegex(ValueError, 'num_micro_batches must be a positive integer, got 0'):
+      schedule.ZeroBubbleVSchedule(2, 0)
+    with self.assertRaisesRegex(ValueError, 'forward_lag must be 1 or 2, got 0'):
+      schedule.ZeroBubbleVSchedule(2, 4, forward_lag=0)
 
 
 if __name__ == '__main__':
