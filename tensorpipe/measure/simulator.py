@@ -7,8 +7,8 @@ B(k, t) first re-computes the partition (its recompute time, 0 without re-comput
 back-propagates (its backward time, plus its weight time where the schedule has no W actions); a
 weight-gradient action W(k, t) re-computes the partition's layers from the inputs B(k, t) kept and
 then takes its weight time. Two machine models play them:
-  independent devices (cores=None): each device runs its actions one at a time in list order and
-    has its own processor: right for separate accelerators;
+  independent devices (cores=None): each device runs its actions (those of all its partitions)
+    one at a time in list order and has its own processor: right for separate accelerators;
   shared cores (cores=C): actions wait only for their edges, and all running actions share C cores:
     right for logical CPU devices of one process (see `_SimulateShared`).
 Fed with measured times (see `profiling.PartitionTimes`) it predicts the step time, the bubble, each
@@ -71,7 +71,7 @@ class Interval:
 class SimulatedStep:
   """A simulated step: its time, each device's busy time and the timeline of its tasks."""
   step_time: float
-  busy: List[float]  # Per device: seconds with at least one of its tasks running.
+  busy: List[float]  # Per device (not partition): seconds with at least one of its tasks running.
   timeline: List[Interval]
 
   @property
@@ -136,33 +136,37 @@ def Simulate(costs: Sequence[TaskTimes], sched: schedule.Schedule, transfer: flo
   """Simulates one step of `sched` with the given per-partition costs.
 
   Args:
-    costs: a TaskTimes per partition (per micro-batch).
+    costs: a TaskTimes per partition (per micro-batch); with several partitions per device (see
+      `schedule.Schedule.DeviceOf`), one per partition, not per device.
     sched: a schedule.Schedule of len(costs) partitions, e.g. schedule.FillDrainSchedule(K, M, lag).
-    transfer: seconds to move one micro-batch's boundary activation (or its gradient) between
-      neighbouring devices.
+    transfer: seconds to move one micro-batch's boundary activation (or its gradient) between two
+      devices: added on the edges that cross devices only (`schedule.Edge.crosses_devices`), not
+      between two partitions of one device.
     cores: None: independent devices, each running one action at a time. A number C: the devices
       share C cores and run whatever the edges let run (see `_SimulateShared`).
 
   Returns:
-    A SimulatedStep; its timeline has one interval per forward action and one per phase of a
-    backward or weight-gradient action (RECOMPUTE_TASK, then BACKWARD_TASK and/or WEIGHT_TASK).
+    A SimulatedStep, its `busy` per device; its timeline has one interval per forward action and one
+    per phase of a backward or weight-gradient action (RECOMPUTE_TASK, then BACKWARD_TASK and/or
+    WEIGHT_TASK), each naming the action's partition.
   """
   _Check(costs, sched, transfer, cores)
   if cores is not None:
     return _SimulateShared(costs, sched, transfer, cores)
-  free = [0.0] * sched.num_partitions
-  busy = [0.0] * sched.num_partitions
+  free = [0.0] * sched.num_devices
+  busy = [0.0] * sched.num_devices
   end = {}
   timeline = []
   for action in sched.BuildOrder():
     k = action.partition
-    start = max([free[k]] + [end[e.before] + (transfer if e.crosses_devices else 0.0)
+    d = sched.DeviceOf(k)
+    start = max([free[d]] + [end[e.before] + (transfer if e.crosses_devices else 0.0)
                              for e in sched.Waits(action)])
     for kind, seconds in _Phases(action, costs[k], sched):
       timeline.append(Interval(k, kind, action.micro_batch, start, start + seconds))
       start += seconds
-      busy[k] += seconds
-    end[action] = free[k] = start
+      busy[d] += seconds
+    end[action] = free[d] = start
   return SimulatedStep(max(i.end for i in timeline), busy, timeline)
 
 
@@ -249,8 +253,8 @@ def _SimulateShared(costs, sched, transfer, cores):
       else:
         remaining[a] -= rate[a] * step
   timeline.sort(key=lambda i: (i.start, i.partition))
-  busy = [UnionLength([(i.start, i.end) for i in timeline if i.partition == k])
-          for k in range(len(costs))]
+  busy = [UnionLength([(i.start, i.end) for i in timeline if sched.DeviceOf(i.partition) == d])
+          for d in range(sched.num_devices)]
   return SimulatedStep(max(end.values()), busy, timeline)
 
 

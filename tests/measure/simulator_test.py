@@ -309,5 +309,69 @@ class RecomputeModeTest(unittest.TestCase):
     self.assertAlmostEqual(always.step_time, (m + k - 1) * (1.0 + 2.0 + 1.0))
 
 
+class VirtualStagesTest(unittest.TestCase):
+  """Several partitions per device: a device runs one action of any of its partitions at a time,
+  and only edges between devices cost a transfer."""
+
+  def testInterleavingCutsOneFOneBsBubbleByV(self):
+    # The same model: 1F1B's partition costs F = 1, B = 1 + W = 1; each of the v partitions of a
+    # device a v-th of that. Narayanan et al.: the bubble (K - 1)(F + B) becomes (K - 1)(F + B) / v.
+    for k, m, v in ((2, 4, 2), (4, 8, 2), (4, 8, 3), (8, 16, 2), (8, 32, 3)):
+      one_f_one_b = simulator.Simulate([simulator.TaskTimes(1.0, 1.0, weight=1.0)] * k,
+                                       schedule.OneFOneBSchedule(k, m))
+      chunk = simulator.TaskTimes(1.0 / v, 1.0 / v, weight=1.0 / v)
+      interleaved = simulator.Simulate([chunk] * (k * v),
+                                       schedule.InterleavedOneFOneBSchedule(k, m, v))
+      self.assertAlmostEqual(one_f_one_b.step_time, 3.0 * m + 3.0 * (k - 1), msg=(k, m, v))
+      self.assertAlmostEqual(interleaved.step_time, 3.0 * m + 3.0 * (k - 1) / v, msg=(k, m, v))
+      self.assertEqual(len(interleaved.busy), k)
+      for busy in interleaved.busy:
+        self.assertAlmostEqual(busy, 3.0 * m)
+
+  def testZeroBubbleVIdlesOnlyTheRampForMAtLeast2KMinus1(self):
+    # F, B and W of equal cost: each device runs from its first action to its last without a gap;
+    # the step is the 6M tasks of a device plus the ramp, one forward pass per device before it.
+    # ZB-H1 on the same model (a partition twice a V partition) idles twice that ramp.
+    for k, m in ((1, 4), (2, 3), (2, 4), (4, 8), (4, 32), (8, 16)):
+      sched = schedule.ZeroBubbleVSchedule(k, m)
+      result = simulator.Simulate([simulator.TaskTimes(0.5, 0.5, weight=0.5)] * (2 * k), sched)
+      self.assertAlmostEqual(result.step_time, 3.0 * m + 0.5 * (k - 1), msg=(k, m))
+      for d in range(k):
+        spans = [(i.start, i.end) for i in result.timeline if sched.DeviceOf(i.partition) == d]
+        self.assertEqual(len(simulator.MergeSpans(spans)), 1, (k, m, d))  # No gap.
+        self.assertAlmostEqual(result.busy[d], 3.0 * m)
+      zb_h1 = simulator.Simulate([simulator.TaskTimes(1.0, 1.0, weight=1.0)] * k,
+                                 schedule.ZeroBubbleSchedule(k, m))
+      self.assertAlmostEqual(zb_h1.step_time, 3.0 * m + (k - 1), msg=(k, m))
+
+  def testTransferOnlyBetweenDevices(self):
+    costs = [simulator.TaskTimes(1.0, 1.0, weight=1.0)] * 2
+    # One device holding both partitions of the V: no transfer anywhere.
+    sched = schedule.ZeroBubbleVSchedule(1, 3)
+    self.assertEqual(simulator.Simulate(costs, sched, transfer=5.0),
+                     simulator.Simulate(costs, sched))
+    # Two devices: every edge between devices waits for the transfer, no other edge does.
+    rng = random.Random(5)
+    for sched in (schedule.InterleavedOneFOneBSchedule(2, 4, 2),
+                  schedule.ZeroBubbleVSchedule(2, 4)):
+      for cores in (None, 1, 4):
+        costs = _Random(rng, sched.num_partitions, parallel=True)
+        result = simulator.Simulate(costs, sched, 0.25, cores)
+        self.assertEqual(len(result.busy), 2)
+        # Forward actions are one interval each: check the edges between them (rules 1 and 2).
+        spans = {schedule.Action(schedule.FORWARD, i.partition, i.micro_batch): (i.start, i.end)
+                 for i in result.timeline if i.kind == simulator.FORWARD_TASK}
+        for e in sched.edges:
+          if e.before in spans and e.after in spans:
+            gap = 0.25 if e.crosses_devices else 0.0
+            self.assertGreaterEqual(spans[e.after][0], spans[e.before][1] + gap - 1e-9, (cores, e))
+        if cores is None:  # A device runs one task at a time.
+          for d in range(2):
+            mine = sorted((i.start, i.end) for i in result.timeline
+                          if sched.DeviceOf(i.partition) == d)
+            for a, b in zip(mine, mine[1:]):
+              self.assertLessEqual(a[1], b[0] + 1e-12)
+
+
 if __name__ == '__main__':
   unittest.main()
