@@ -1,7 +1,9 @@
 """TensorPipeLayer: a sequential list of Lingvo layers run as a GPipe pipeline over K devices.
 
 The L layers are cut into K partitions (explicitly, or balanced by estimated cost); partition k and
-its variables live on device k. FProp splits the mini-batch into M micro-batches and runs the
+its variables live on device k. With virtual stages v (schedules 'interleaved_1f1b' and 'zbv') they
+are cut into K v partitions and each device holds v of them, as `schedule.PartitionDevices` places
+them. FProp splits the mini-batch into M micro-batches and runs the
 schedule's actions (see `schedule`): each forward action F(k, t) is one call of partition k's
 forward function and each backward action B(k, t) one call of its backward function, which
 re-computes the partition from its saved boundary input (see `partition_function`). The functions
@@ -69,14 +71,21 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def Params(cls):
     p = super().Params()
     p.Define('partitions', None,
-             'Explicit partitions: a list of K lists of layer Params; partition k runs on device '
-             'k. Set this or `layers`.')
+             'Explicit partitions: a list of K x virtual_stages lists of layer Params; partition '
+             'k runs on device k (with virtual stages, on the device the schedule places it on). '
+             'Set this or `layers`.')
     p.Define('layers', None,
              'Flat list of layer Params, cut automatically into `num_partitions` partitions. '
              'Set this or `partitions`. A tensorpipe.SharedLayer entry runs a layer that several '
              'entries share (tied weights).')
     p.Define('num_partitions', None,
-             'K, the number of partitions `layers` is cut into (only with `layers`).')
+             'K, the number of devices the pipeline runs on: `layers` is cut into K x '
+             'virtual_stages partitions (with `partitions`, optional: their number / '
+             'virtual_stages).')
+    p.Define('virtual_stages', 1,
+             "v, partitions per device: 1, or 2 or more with schedule='interleaved_1f1b' (device "
+             "k holds partitions k, k + K, ...), exactly 2 with schedule='zbv' (device k holds "
+             "partitions k and 2K - 1 - k). More partitions per device shrink the bubble.")
     p.Define('cost_input_shapes', None,
              'Shapes of the first layer\'s FProp inputs for one mini-batch (list of lists): needed '
              'to balance `layers` by flops, time or memory, and for the partition report.')
@@ -133,8 +142,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
              "forward pass, so at most K - k micro-batches wait on device k: less memory, same "
              "gradients) or 'zero_bubble' (1F1B with each backward pass split into an "
              "input-gradient and a later weight-gradient task that fills the bubble; needs "
-             "recompute='always'). '1f1b' and 'zero_bubble' need per-example losses from the last "
-             "layer or a loss_layer (see schedule).")
+             "recompute='always'); with virtual_stages >= 2, 'interleaved_1f1b' (Megatron-LM's: "
+             "1/v of 1F1B's bubble, M a multiple of K) or 'zbv' (zero-bubble in a V, "
+             "virtual_stages=2, recompute='always'). All but 'gpipe' need per-example losses from "
+             "the last layer or a loss_layer (see schedule).")
     p.Define('loss_layer', None,
              'Optional layer Params run after the last layer, in the last partition, on each '
              'micro-batch: FProp(theta, last layer\'s output, *loss_inputs) returning per-example '
@@ -158,12 +169,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
     super().__init__(params)
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
-    if p.schedule not in schedule.SCHEDULES:
-      raise ValueError('%s: schedule=%r is not one of %s' % (where, p.schedule,
-                                                            tuple(schedule.SCHEDULES)))
     try:
-      schedule.CheckRecompute('schedule=%r' % p.schedule, p.recompute,
-                              schedule.SCHEDULES[p.schedule](1, 1).splits_backward)
+      schedule.CheckVirtualStages(p.schedule, p.virtual_stages)
+      schedule.CheckRecompute('schedule=%r' % p.schedule, p.recompute, schedule.Build(
+          p.schedule, 1, 1, p.virtual_stages).splits_backward)
     except ValueError as e:
       raise ValueError('%s: %s' % (where, e)) from None
     if not isinstance(p.batch_dim, int) or p.batch_dim < 0:
@@ -177,7 +186,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
       micro_batching.NumMicroBatches(None, p.num_micro_batches, None, where)
     # Step (0): cut the layers into partitions and create partition k's layers on device k.
     partitions = self._Partitions(where)
-    self._devices = placement.VariableDevices(self.cluster, len(partitions), p.devices, where)
+    num_devices = len(partitions) // p.virtual_stages
+    self._placement = schedule.PartitionDevices(p.schedule, num_devices, p.virtual_stages)
+    self._devices = self._OfPartitions(
+        placement.VariableDevices(self.cluster, num_devices, p.devices, where))
     self._loss_name = None
     if p.loss_layer is not None:
       self._loss_name = p.loss_layer.name or 'loss'
@@ -195,6 +207,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
           self._CreateEntry(entry, where)
       self._partition_layers.append([entry.name for entry in partition])
     self._skips = self._SkipConnections(where)
+    if p.micro_batch_size is None:
+      try:  # Combinations of K, v and M that no schedule can run fail here, not in FProp.
+        self.Schedule(None)
+      except ValueError as e:
+        raise ValueError('%s: %s' % (where, e)) from None
 
   def _CheckSharedNames(self, partitions, where):
     """Refuses a shared layer named like a layer, and two shared layers of one name that differ."""
@@ -261,18 +278,24 @@ class TensorPipeLayer(base_layer.BaseLayer):
       raise ValueError('%s: set exactly one of `partitions` (explicit partitions) and `layers` '
                        '(cut into num_partitions partitions)' % where)
     sizes = None
+    v = p.virtual_stages
     if p.partitions is not None:
-      if p.num_partitions is not None and p.num_partitions != len(p.partitions):
-        raise ValueError('%s: num_partitions=%r but `partitions` lists %d partitions' %
-                         (where, p.num_partitions, len(p.partitions)))
       partitioning.CheckPartitions(p.partitions, where)
+      if len(p.partitions) % v:
+        raise ValueError('%s: `partitions` lists %d partitions, not a multiple of virtual_stages=%d '
+                         '(K devices hold K x virtual_stages partitions)' %
+                         (where, len(p.partitions), v))
+      if p.num_partitions is not None and p.num_partitions * v != len(p.partitions):
+        raise ValueError('%s: num_partitions=%r devices with virtual_stages=%d need %d partitions, '
+                         'but `partitions` lists %d' % (where, p.num_partitions, v,
+                                                        p.num_partitions * v, len(p.partitions)))
       sizes = [len(partition) for partition in p.partitions]
       layers = [layer_params for partition in p.partitions for layer_params in partition]
       num_partitions = len(sizes)
     else:
       if p.num_partitions is None:
-        raise ValueError('%s: `layers` needs num_partitions (the number of partitions K)' % where)
-      layers, num_partitions = list(p.layers), p.num_partitions
+        raise ValueError('%s: `layers` needs num_partitions (the number of devices K)' % where)
+      layers, num_partitions = list(p.layers), p.num_partitions * v
     seen = set()
     for i, layer_params in enumerate(layers):
       if not layer_params.name:
@@ -292,7 +315,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
     self._plan = partitioning.MakePlan(
         layers, num_partitions, p.cost_input_shapes, p.partition_cost, p.partition_algorithm,
         p.memory_budget, num_micro, p.recompute, p.bytes_per_param, device, sizes, where=where,
-        skips=_SkipIndices(layers, p.skip_connections))
+        skips=_SkipIndices(layers, p.skip_connections),
+        partition_devices=schedule.PartitionDevices(p.schedule, num_partitions // v, v))
     partitions = self._plan.Partitions()
     if sizes is None:
       tf.logging.info('%s: %d layers in partitions of %s by %s cost (%s), imbalance max/mean %.3f',
@@ -307,7 +331,17 @@ class TensorPipeLayer(base_layer.BaseLayer):
 
   @property
   def num_partitions(self):
+    """The number of partitions: K x virtual_stages."""
     return len(self._partition_layers)
+
+  @property
+  def num_devices(self):
+    """K, the devices of a model split the partitions run on."""
+    return self.num_partitions // self.params.virtual_stages
+
+  def _OfPartitions(self, devices):
+    """Per partition, its device among the K `devices` (as the schedule places partitions)."""
+    return [devices[d] for d in self._placement]
 
   @property
   def partition_plan(self):
@@ -320,7 +354,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
 
   @property
   def devices(self):
-    """The device of each partition in the model split the layer was built in (its variables').
+    """The device of each partition in the model split the layer was built in (its variables');
+    with virtual stages a device appears once per partition it holds.
 
     FProp runs the partitions on the devices of the model split it is called in (see `FProp`).
     """
@@ -437,15 +472,16 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """The schedule.Schedule FProp follows for a mini-batch of `batch_size` examples."""
     p = self.params
     lag = 2 if p.forward_overlap else 1
-    return schedule.SCHEDULES[p.schedule](self.num_partitions, self.NumMicroBatches(batch_size),
-                                          lag, p.recompute)
+    return schedule.Build(p.schedule, self.num_devices, self.NumMicroBatches(batch_size),
+                          p.virtual_stages, lag, p.recompute)
 
   def FProp(self, theta, *args):
     """Runs the pipeline on `args` (tensors, tuples or NestedMaps): the last partition's outputs.
 
-    Partition k runs on device k of the current model split (`cluster.WorkerDeviceInModelSplit(k)`,
-    or `devices[k]`): with data parallelism, Lingvo calls FProp once per split, each on its own
-    devices.
+    Partition k runs on its device of the current model split: device k
+    (`cluster.WorkerDeviceInModelSplit(k)`, or `devices[k]`), or with virtual stages the device
+    the schedule places it on (`schedule.PartitionDevices`). With data parallelism, Lingvo calls
+    FProp once per split, each on its own devices.
     """
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
@@ -454,7 +490,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
                        'arguments' % (where, len(args)))
     batch = micro_batching.BatchSize(args, p.batch_dim, where)
     num_micro = 1 if p.unpipelined else self.NumMicroBatches(batch)
-    devices = placement.PartitionDevices(self.cluster, self.num_partitions, p.devices, where)
+    devices = self._OfPartitions(
+        placement.PartitionDevices(self.cluster, self.num_devices, p.devices, where))
     partition_theta = [py_utils.NestedMap({name: theta[name] for name in self._ThetaNames(names)})
                        for names in self._partition_layers]
     with tf.name_scope(p.name):

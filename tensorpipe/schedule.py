@@ -78,8 +78,8 @@ device's idle time at the start and the end of a step shrinks with its partition
 names its partition, and each partition has its own functions; `Schedule.DeviceOf` maps partitions
 to devices, each device has one list of the actions of all its partitions, and the dry run, the
 grid, the bubble and the in-flight counts go per device. Rules 1 and 4 join partitions, which may
-share a device (only edges between devices cost a transfer). Not in SCHEDULES yet, they are in
-VIRTUAL_SCHEDULES.
+share a device (only edges between devices cost a transfer). They are in VIRTUAL_SCHEDULES;
+`Build` makes any schedule by name (NAMES) for K devices and v partitions per device.
 
 Interleaved 1F1B (`InterleavedOneFOneBSchedule`, Megatron-LM's, Narayanan et al. 2021): K v
 partitions, device k holding partitions k, k + K, k + 2K, ...; each device's forward passes go
@@ -435,34 +435,40 @@ class Schedule:
     ticks = self.Ticks()
     return 1.0 - sum(len(tick) for tick in ticks) / float(self.num_devices * len(ticks))
 
-  def _MostAtOnce(self, first_kind, last_kind):
+  def _MostAtOnce(self, first_kind, last_kind, weights=None):
     """Per device: the most (partition, micro-batch) pairs of its partitions at one tick of the dry
     run between their `first_kind` action's tick and their `last_kind` action's tick, both
-    included."""
+    included; with `weights` (per partition), the largest sum of their partitions' weights."""
     ticks = self.DryRun()
+    weights = [1] * self.num_partitions if weights is None else list(weights)
+    if len(weights) != self.num_partitions:
+      raise ValueError('%s: %d weights for %d partitions' % (self.name, len(weights),
+                                                             self.num_partitions))
     out = []
     for d in range(self.num_devices):
-      spans = [(ticks[Action(first_kind, k, t)], ticks[Action(last_kind, k, t)])
+      spans = [(ticks[Action(first_kind, k, t)], ticks[Action(last_kind, k, t)], weights[k])
                for k in self.DevicePartitions(d) for t in range(self.num_micro_batches)
                if Action(last_kind, k, t) in ticks]
-      out.append(max((sum(1 for a, b in spans if a <= c <= b) for c in {a for a, _ in spans}),
+      out.append(max((sum(w for a, b, w in spans if a <= c <= b) for c in {a for a, _, _ in spans}),
                      default=0))
     return out
 
-  def InFlight(self) -> List[int]:
+  def InFlight(self, weights: Optional[Sequence[float]] = None) -> List[float]:
     """Per device: the most micro-batches whose forward pass has run and whose backward pass has
     not ended, at once in the dry run; each holds its stashed boundary input (and, without
     re-computation, its activations). M on every device for fill-drain, K - k for 1F1B; with
     several partitions on a device, each of their micro-batches counts (a partition's share of the
-    device's layers)."""
-    return self._MostAtOnce(FORWARD, BACKWARD)
+    device's layers). With `weights` (per partition, e.g. the bytes a micro-batch of it holds):
+    the largest weighted sum instead of the count."""
+    return self._MostAtOnce(FORWARD, BACKWARD, weights)
 
-  def AwaitingWeights(self) -> List[int]:
+  def AwaitingWeights(self, weights: Optional[Sequence[float]] = None) -> List[float]:
     """Per device: the most micro-batches between their input-gradient task B and their
-    weight-gradient task W at once in the dry run (each holds what W reads); 0 without W tasks."""
+    weight-gradient task W at once in the dry run (each holds what W reads); 0 without W tasks.
+    `weights`: as for InFlight."""
     if not self.splits_backward:
       return [0] * self.num_devices
-    return self._MostAtOnce(BACKWARD, WEIGHT)
+    return self._MostAtOnce(BACKWARD, WEIGHT, weights)
 
   def Render(self) -> str:
     """The dry run as a grid: a row per device, a column per tick, '.' where it idles.
@@ -803,11 +809,59 @@ def ZeroBubbleVSchedule(num_devices: int, num_micro_batches: int, forward_lag: i
 SCHEDULES: Dict[str, Callable[..., Schedule]] = {
     'gpipe': FillDrainSchedule, '1f1b': OneFOneBSchedule, 'zero_bubble': ZeroBubbleSchedule}
 
-# Schedules with several partitions per device, each built from (K devices, M, ...): not in
-# SCHEDULES until TensorPipeLayer builds K x v partitions and places partition c on device
-# `partition_devices[c]`.
+# Schedules with several partitions per device (virtual_stages >= 2), each built from (K devices,
+# M, ...) and placing partition c on device `partition_devices[c]`.
 VIRTUAL_SCHEDULES: Dict[str, Callable[..., Schedule]] = {
     'interleaved_1f1b': InterleavedOneFOneBSchedule, 'zbv': ZeroBubbleVSchedule}
+
+# Every schedule TensorPipeLayer runs, by name.
+NAMES = tuple(SCHEDULES) + tuple(VIRTUAL_SCHEDULES)
+
+
+def CheckVirtualStages(name: str, virtual_stages: int) -> None:
+  """Raises ValueError, naming the fix, unless schedule `name` runs `virtual_stages` partitions
+  per device: one for SCHEDULES, two or more for 'interleaved_1f1b', exactly two for 'zbv'."""
+  if name not in NAMES:
+    raise ValueError('schedule=%r is not one of %s' % (name, NAMES))
+  v = virtual_stages
+  if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+    raise ValueError('virtual_stages must be a positive integer (partitions per device), got %r'
+                     % (v,))
+  if name in SCHEDULES and v != 1:
+    raise ValueError("schedule=%r runs one partition per device, but virtual_stages=%d: use "
+                     "schedule='interleaved_1f1b' (virtual_stages >= 2) or 'zbv' "
+                     "(virtual_stages=2), or virtual_stages=1" % (name, v))
+  if name == 'interleaved_1f1b' and v < 2:
+    raise ValueError("schedule='interleaved_1f1b' needs virtual_stages >= 2 (partitions per "
+                     "device), got %d; for one partition per device use schedule='1f1b'" % v)
+  if name == 'zbv' and v != 2:
+    raise ValueError("schedule='zbv' places two partitions per device in a V: set "
+                     "virtual_stages=2, got %d" % v)
+
+
+def PartitionDevices(name: str, num_devices: int, virtual_stages: int = 1) -> List[int]:
+  """Per partition, its device under schedule `name` on `num_devices` devices: partition k on
+  device k, or the interleaved or V placement of the virtual schedules."""
+  CheckVirtualStages(name, virtual_stages)
+  _CheckDevicesAndMicroBatches(num_devices, 1)
+  if name == 'interleaved_1f1b':
+    return InterleavedPartitionDevices(num_devices, virtual_stages)
+  if name == 'zbv':
+    return VPartitionDevices(num_devices)
+  return list(range(num_devices))
+
+
+def Build(name: str, num_devices: int, num_micro_batches: int, virtual_stages: int = 1,
+          forward_lag: int = 1, recompute: str = 'always') -> Schedule:
+  """Schedule `name` for K = `num_devices` devices holding `virtual_stages` partitions each (K v
+  partitions, placed as `PartitionDevices` says) and M micro-batches; errors name the fix."""
+  CheckVirtualStages(name, virtual_stages)
+  if name in SCHEDULES:
+    return SCHEDULES[name](num_devices, num_micro_batches, forward_lag, recompute)
+  if name == 'zbv':
+    return ZeroBubbleVSchedule(num_devices, num_micro_batches, forward_lag, recompute)
+  return InterleavedOneFOneBSchedule(num_devices, num_micro_batches, virtual_stages, forward_lag,
+                                     recompute)
 
 
 def BubbleFraction(num_partitions, num_micro_batches):

@@ -445,6 +445,148 @@ class DropoutTest(test_utils.TestCase):
     self.assertGreater(np.mean(train_value == 0), 0.25)
 
 
+class _Xent(base_layer.BaseLayer):
+  """Per-example softmax cross-entropy of x [B, D] against labels [B] (Lingvo's softmax): a loss
+  layer for the schedules that run a micro-batch's backward pass before later forward passes."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('dim', DIM, 'Input and class count.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    self.CreateChild('softmax', lingvo_layers.SimpleFullSoftmax.Params().Set(
+        input_dim=p.dim, num_classes=p.dim, params_init=py_utils.WeightInit.Gaussian(0.5, 400)))
+
+  def FProp(self, theta, x, labels):
+    return self.softmax.FProp(theta.softmax, x, class_weights=tf.ones_like(labels, tf.float32),
+                              class_ids=labels).per_example_xent
+
+
+def _StockLayers():
+  """Nine stock Lingvo layers: at least one for each of 4 x 2 partitions."""
+  out = []
+  for i in range(9):
+    init = py_utils.WeightInit.Gaussian(0.5, seed=500 + i)
+    if i in (2, 6):
+      out.append(lingvo_layers.LayerNorm.Params().Set(name='l%d' % i, input_dim=DIM))
+    else:
+      out.append(lingvo_layers.FCLayer.Params().Set(
+          name='l%d' % i, input_dim=DIM, output_dim=DIM, params_init=init,
+          activation='TANH' if i % 2 else 'NONE'))
+  return out
+
+
+class _StockNet(base_layer.BaseLayer):
+  """_StockLayers then _Xent, written out by hand: the plain model."""
+
+  def __init__(self, params):
+    super().__init__(params)
+    for layer_params in _StockLayers() + [_Xent.Params().Set(name='loss')]:
+      self.CreateChild(layer_params.name, layer_params)
+
+  def FProp(self, theta, x, labels):
+    for i in range(9):
+      x = self.children['l%d' % i].FProp(theta['l%d' % i], x)
+    return self.loss.FProp(theta.loss, x, labels)
+
+
+def _LabelledInputs():
+  rng = np.random.RandomState(9)
+  return (tf.constant(rng.uniform(-1, 1, size=[BATCH, DIM]).astype(np.float32)),
+          tf.constant(rng.randint(0, DIM, size=[BATCH]).astype(np.int32)))
+
+
+class VirtualStagesTest(test_utils.TestCase):
+  """K devices holding v partitions each ('interleaved_1f1b', 'zbv'): the gradients of 'gpipe' and
+  of the plain model, the same variables whatever K and v, each partition on its device, and clear
+  errors for what cannot run."""
+
+  def _CheckGradients(self, k):
+    variants = [('plain', _StockNet.Params().Set(name='plain'))]
+    for m in (4, 8):
+      for sched, v in (('gpipe', 1), ('1f1b', 1), ('interleaved_1f1b', 2), ('zbv', 2)):
+        name = '%s_v%d_M%d' % (sched, v, m)
+        variants.append((name, layer_lib.TensorPipeLayer.Params().Set(
+            name=name, layers=_StockLayers(), loss_layer=_Xent.Params().Set(name='loss'),
+            num_partitions=k, virtual_stages=v, num_micro_batches=m, schedule=sched)))
+    results = helpers.GradientsOfVariants(variants, _LabelledInputs, num_devices=k)
+    plain, plain_loss = results.pop('plain')
+    self.assertLen(results, 8)
+    for name, (grads, loss) in sorted(results.items()):
+      # The same variable names (MaxRelativeError asserts it): checkpoints load across K and v.
+      self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, (k, name))
+      self.assertAllClose(loss, plain_loss, rtol=1e-6)
+
+  @pytest.mark.slow
+  def testGradientsEqualGPipeAndThePlainModelOnTwoDevices(self):
+    self._CheckGradients(2)
+
+  @pytest.mark.slow
+  def testGradientsEqualGPipeAndThePlainModelOnFourDevices(self):
+    self._CheckGradients(4)
+
+  def testDropoutMasksDoNotDependOnThePartitions(self):
+    x = np.random.RandomState(4).uniform(-1, 1, size=[BATCH, DIM]).astype(np.float32)
+    inputs = lambda: (tf.constant(x),)
+    reference, _ = helpers.Gradients(helpers.Plain(_DropoutLayers(4)), inputs, num_devices=2)
+    for sched, v in (('interleaved_1f1b', 2), ('zbv', 2)):
+      params = helpers.Pipeline(_DropoutLayers(4), 2, 4, schedule=sched, virtual_stages=v)
+      grads, _ = helpers.Gradients(params, inputs, num_devices=2)
+      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, sched)
+
+  def testEachPartitionRunsOnItsDevice(self):
+    for sched, expected in (('interleaved_1f1b', [0, 1, 0, 1, 0, 1]), ('zbv', [0, 1, 1, 0])):
+      v = 3 if sched == 'interleaved_1f1b' else 2
+      with tf.Graph().as_default(), helpers.Cluster(2):
+        net = layer_lib.TensorPipeLayer.Params().Set(
+            name='pipe', layers=helpers.DenseLayers(2 * v), num_partitions=2, virtual_stages=v,
+            num_micro_batches=2, schedule=sched).Instantiate()
+        self.assertEqual(net.num_partitions, 2 * v)
+        self.assertEqual(net.num_devices, 2)
+        devices = ['/job:localhost/replica:0/task:0/device:CPU:%d' % d for d in expected]
+        self.assertEqual(net.devices, devices)
+        loss = tf.reduce_sum(net.FPropDefaultTheta(*_Inputs()))
+        tf.gradients(loss, tf.trainable_variables())
+        calls = [op for op in tf.get_default_graph().get_operations()
+                 if op.type in ('PartitionedCall', 'StatefulPartitionedCall')]
+        for c, device in enumerate(devices):
+          mine = [op for op in calls if re.search(r'partition%d_mb' % c, op.name)]
+          self.assertNotEmpty(mine, (sched, c))
+          self.assertEqual({op.device for op in mine}, {device}, (sched, c))
+
+  def testCombinationsThatCannotRunFailEarly(self):
+    def Build(**kwargs):
+      params = layer_lib.TensorPipeLayer.Params().Set(
+          name='pipe', layers=helpers.DenseLayers(8), num_partitions=2, num_micro_batches=4)
+      with tf.Graph().as_default(), helpers.Cluster(2):
+        params.Set(**kwargs).Instantiate()
+
+    with self.assertRaisesRegex(ValueError, r"schedule='1f1b' runs one partition per device, but "
+                                r"virtual_stages=2: use schedule='interleaved_1f1b'"):
+      Build(schedule='1f1b', virtual_stages=2)
+    with self.assertRaisesRegex(ValueError, r"'interleaved_1f1b' needs virtual_stages >= 2 .*use "
+                                r"schedule='1f1b'"):
+      Build(schedule='interleaved_1f1b')
+    with self.assertRaisesRegex(ValueError, r"'zbv' places two partitions per device in a V: set "
+                                r"virtual_stages=2, got 3"):
+      Build(schedule='zbv', virtual_stages=3)
+    with self.assertRaisesRegex(ValueError, r'M a multiple of num_devices K, got M=3, K=2: use M=2 '
+                                r'or M=4'):
+      Build(schedule='interleaved_1f1b', virtual_stages=2, num_micro_batches=3)
+    with self.assertRaisesRegex(ValueError, r"'zbv'.* recompute='always'"):
+      Build(schedule='zbv', virtual_stages=2, recompute='never')
+    with self.assertRaisesRegex(ValueError, r'`partitions` lists 3 partitions, not a multiple of '
+                                r'virtual_stages=2'):
+      Build(layers=None, partitions=[[l] for l in helpers.DenseLayers(3)],
+            schedule='interleaved_1f1b', virtual_stages=2, num_partitions=None)
+    with self.assertRaisesRegex(ValueError, r'8 layers cannot fill 10 partitions'):
+      Build(num_partitions=5, schedule='interleaved_1f1b', virtual_stages=2, num_micro_batches=5)
+
+
 class PipeliningTest(test_utils.TestCase):
   """Devices can overlap on different micro-batches: partition 0's F(0, t + 1) and partition 1's
   F(1, t) are on different devices and neither depends on the other, so the executor is free to run

@@ -210,7 +210,7 @@ def MeasureCpu(intra_op_threads: int = 1, inter_op_threads: int = 2, repeats: in
 class Configuration:
   """One configuration and what the planner predicts for it."""
   replicas: int  # S
-  partitions: int  # K
+  partitions: int  # K, devices per replica
   micro_batches: int  # M
   schedule: str
   recompute: str
@@ -221,6 +221,7 @@ class Configuration:
   device_memory: List[float]  # Predicted peak bytes of each partition's device.
   fits: bool
   why: str = ''  # Why it does not fit (empty if it does).
+  virtual_stages: int = 1  # v: partitions per device ('interleaved_1f1b', 'zbv').
 
   @property
   def peak_memory(self) -> float:
@@ -231,8 +232,9 @@ class Configuration:
     return self.replicas * self.partitions
 
   def Label(self) -> str:
-    return 'S=%d K=%d M=%d %s %s' % (self.replicas, self.partitions, self.micro_batches,
-                                     self.schedule, self.recompute)
+    v = ' v=%d' % self.virtual_stages if self.virtual_stages > 1 else ''
+    return 'S=%d K=%d%s M=%d %s %s' % (self.replicas, self.partitions, v, self.micro_batches,
+                                       self.schedule, self.recompute)
 
 
 @dataclasses.dataclass
@@ -374,8 +376,8 @@ def _Check(num_devices, memory, batch, schedules, recomputes):
     raise ValueError('planner: the batch must be a positive integer, got %r (give --batch or '
                      'cost_input_shapes)' % (batch,))
   for name in schedules:
-    if name not in schedule.SCHEDULES:
-      raise ValueError('planner: schedule %r is not one of %s' % (name, tuple(schedule.SCHEDULES)))
+    if name not in schedule.NAMES:
+      raise ValueError('planner: schedule %r is not one of %s' % (name, schedule.NAMES))
   for mode in recomputes:
     if mode not in RECOMPUTE_MODES:
       raise ValueError('planner: recompute %r is not one of %s' % (mode, RECOMPUTE_MODES))
@@ -385,21 +387,20 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
              replicas: int, partitions: int, micro_batches: int, schedule_name: str,
              recompute: str, bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM,
              bytes_per_activation: float = 4, layer_times: Optional[Sequence[LayerTime]] = None,
-             batch: Optional[float] = None, micro_batch_overhead: float = 0.0) -> Configuration:
+             batch: Optional[float] = None, micro_batch_overhead: float = 0.0,
+             virtual_stages: int = 1) -> Configuration:
   """The prediction for one configuration; `profiles` are for one replica's share of the batch
   (`batch` examples, which measured `layer_times` need; see LayerSeconds), `micro_batch_overhead`
-  the seconds each micro-batch after the first costs (see PartitionCosts).
+  the seconds each micro-batch after the first costs (see PartitionCosts); K = `partitions`
+  devices hold `virtual_stages` partitions each.
 
   The split is the fastest (by predicted task times) that keeps every device within `memory`; if
-  none does, the one that needs the least memory, marked as not fitting.
+  none does, the one that needs the least memory, marked as not fitting. A device's memory sums
+  its partitions' (see _DeviceMemory).
   """
-  k, m = partitions, micro_batches
-  sched = schedule.SCHEDULES[schedule_name](k, m, 2)
-  in_flight = sched.InFlight()
-  # A backward pass holds its micro-batch's activations before that micro-batch waits for its
-  # weight-gradient task, so at a device's peak (a backward pass running) one fewer waits than
-  # the most that ever do; after the pass, its kept tensors are fewer than its activations.
-  awaiting = [max(0, a - 1) for a in sched.AwaitingWeights()]
+  k, m, v = partitions, micro_batches, virtual_stages
+  sched = schedule.Build(schedule_name, k, m, v, 2)
+  num_partitions = k * v
 
   def Memory(stashed, waiting):
     return cost_model.MemoryCost(profiles, m, recompute, bytes_per_param, bytes_per_activation,
@@ -407,19 +408,15 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
 
   layer_seconds = LayerSeconds(profiles, device, m, layer_times, batch)
   times = balancing.PartitionCost([f + b for f, b in layer_seconds], where='planner')
-  # The split holds every device to the most any device of the schedule holds: safe for all.
-  safe = Memory(max(in_flight), max(awaiting))
+  # The split holds every partition to the most any device of the schedule holds, and to its
+  # share of the device: safe for all.
+  safe = Memory(max(sched.InFlight()), max(sched.AwaitingWeights()))
   try:
-    sizes = balancing.OptimalSplit(times, k, safe, memory, where='planner')
+    sizes = balancing.OptimalSplit(times, num_partitions, safe, memory / v, where='planner')
   except ValueError:
-    sizes = balancing.OptimalSplit(safe, k, where='planner')
-  bounds = [0] + [sum(sizes[:i + 1]) for i in range(k)]
-  # Besides what MemoryCost holds, a backward pass holds the gradients of the input and the output
-  # of the layer it differentiates, or more inside it (its largest backward op's), for one
-  # micro-batch.
-  device_memory = [Memory(in_flight[i], awaiting[i]).Of(bounds[i], bounds[i + 1]) + max(
-      max(p.in_elements + p.out_elements, p.gradient_elements) * bytes_per_activation / m
-      for p in profiles[bounds[i]:bounds[i + 1]]) for i in range(k)]
+    sizes = balancing.OptimalSplit(safe, num_partitions, where='planner')
+  bounds = [0] + [sum(sizes[:i + 1]) for i in range(num_partitions)]
+  device_memory = _DeviceMemory(sched, Memory, profiles, bounds, bytes_per_activation / m)
   fits = max(device_memory) <= memory
   why = '' if fits else 'needs %s > %s' % (units.FormatBytes(max(device_memory)),
                                           units.FormatBytes(memory))
@@ -427,16 +424,44 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
                          device.backward_parallelism, micro_batch_overhead,
                          [p.params for p in profiles])
   boundary = max((profiles[b].in_elements * bytes_per_activation / m for b in bounds[1:-1]),
-                 default=0.0)
+                 default=0.0)  # Transfers between partitions of one device are counted too.
   cores = None if device.cores is None else device.cores / replicas
   result = simulator.Simulate(costs, sched, transfer=boundary / device.link_bandwidth,
                               cores=cores)
   step = result.step_time
-  if replicas > 1:  # Ring all-reduce of the fullest partition's float32 gradients.
-    grads = max(sum(p.params for p in profiles[bounds[i]:bounds[i + 1]]) for i in range(k)) * 4
+  if replicas > 1:  # Ring all-reduce of the fullest device's float32 gradients.
+    grads = max(sum(sum(p.params for p in profiles[bounds[c]:bounds[c + 1]])
+                    for c in sched.DevicePartitions(d)) for d in range(k)) * 4
     step += 2.0 * (replicas - 1) / replicas * grads / device.link_bandwidth
   return Configuration(replicas, k, m, schedule_name, recompute, list(sizes), step, 0.0,
-                       result.idle_fraction, device_memory, fits, why)
+                       result.idle_fraction, device_memory, fits, why, v)
+
+
+def _DeviceMemory(sched, memory_cost, profiles, bounds, bytes_per_element):
+  """Per device, the predicted peak bytes of its partitions (`bounds`: their layer ranges).
+
+  `memory_cost(stashed, waiting)` is the MemoryCost for those counts, linear in both: each
+  partition's fixed part, plus at the device's fullest tick the stashed micro-batches of its
+  partitions (each holding what one of that partition holds) and, separately, those waiting for a
+  weight-gradient task. A backward pass holds its micro-batch's activations before that micro-batch
+  waits for its weight-gradient task, so at a device's peak (a backward pass running) one fewer
+  waits than the most that ever do. Besides, a backward pass holds the gradients of the input and
+  the output of the layer it differentiates, or more inside it (its largest backward op's), for one
+  micro-batch.
+  """
+  fixed, one_stashed, one_waiting = (memory_cost(0, 0), memory_cost(1, 0), memory_cost(0, 1))
+  ranges = list(zip(bounds[:-1], bounds[1:]))
+  stash = [one_stashed.Of(i, j) - fixed.Of(i, j) for i, j in ranges]
+  wait = [one_waiting.Of(i, j) - fixed.Of(i, j) for i, j in ranges]
+  stashed, waiting = sched.InFlight(stash), sched.AwaitingWeights(wait)
+  out = []
+  for d in range(sched.num_devices):
+    held = sched.DevicePartitions(d)
+    gradients = max(max(p.in_elements + p.out_elements, p.gradient_elements) * bytes_per_element
+                    for c in held for p in profiles[ranges[c][0]:ranges[c][1]])
+    out.append(sum(fixed.Of(*ranges[c]) for c in held) + stashed[d] +
+               max(0.0, waiting[d] - max(wait[c] for c in held)) + gradients)
+  return out
 
 
 def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_devices: int,
@@ -449,7 +474,8 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
                  layer_times: Optional[Sequence[LayerTime]] = None,
                  partitions: Optional[Sequence[int]] = None,
                  replicas: Optional[Sequence[int]] = None,
-                 micro_batch_overhead: float = 0.0) -> Ranking:
+                 micro_batch_overhead: float = 0.0,
+                 interleaved_stages: Sequence[int] = (2,)) -> Ranking:
   """Ranks every configuration of the layers of `profiles` on `num_devices` devices.
 
   Args:
@@ -458,8 +484,8 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
     num_devices: N; configurations use S x K <= N devices.
     device: the devices' DeviceProfile.
     memory: bytes per device (default: the profile's).
-    schedules: the schedules to try ('1f1b' and 'zero_bubble' need per-example losses).
-    recomputes: the re-computation modes to try ('zero_bubble' takes 'always' only).
+    schedules: the schedules to try (all but 'gpipe' need per-example losses).
+    recomputes: the re-computation modes to try ('zero_bubble' and 'zbv' take 'always' only).
     micro_batches: the M to try (at most a replica's batch).
     bytes_per_param: bytes per trainable parameter with its optimizer slots.
     bytes_per_activation: bytes per activation element.
@@ -469,6 +495,8 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
     replicas: the S to try (default: every divisor of the batch up to the devices).
     micro_batch_overhead: seconds each micro-batch after the first costs a pipeline beyond its
       layers (model_plan.MeasureMicroBatchSeconds; see PartitionCosts).
+    interleaved_stages: the partitions per device v to try with 'interleaved_1f1b' ('zbv' takes 2,
+      the others 1).
 
   Returns:
     A Ranking: fitting configurations by predicted step time (ties: fewer devices, then less
@@ -489,13 +517,17 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
   for s, k, m in shapes:
     replica = ScaledProfiles(profiles, 1.0 / s)
     for name in schedules:
-      for mode in recomputes:
-        if name == 'zero_bubble' and mode != 'always':
-          continue
-        c = Evaluate(replica, device, memory, s, k, m, name, mode, bytes_per_param,
-                     bytes_per_activation, layer_times, batch / s, micro_batch_overhead)
-        c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
-        configurations.append(c)
+      stages = {'interleaved_1f1b': tuple(interleaved_stages), 'zbv': (2,)}.get(name, (1,))
+      for v in stages:
+        if k * v > len(profiles) or (name == 'interleaved_1f1b' and m % k):
+          continue  # Too few layers, or M not a multiple of K (the schedule needs it).
+        for mode in recomputes:
+          if mode != 'always' and schedule.Build(name, 1, 1, v).splits_backward:
+            continue
+          c = Evaluate(replica, device, memory, s, k, m, name, mode, bytes_per_param,
+                       bytes_per_activation, layer_times, batch / s, micro_batch_overhead, v)
+          c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
+          configurations.append(c)
   if not configurations:
     raise ValueError('planner: no configuration to try with %d devices, batch %d and M in %s' %
                      (num_devices, batch, list(micro_batches)))
@@ -515,7 +547,8 @@ def Overrides(config: Configuration, pipeline_path: str = 'task.pipeline') -> st
   """The --model_params_override text that sets `config` on the TensorPipeLayer at the path."""
   return '; '.join('%s.%s: %s' % (pipeline_path, key, value) for key, value in (
       ('num_partitions', config.partitions), ('num_micro_batches', config.micro_batches),
-      ('schedule', config.schedule), ('recompute', config.recompute)))
+      ('schedule', config.schedule), ('recompute', config.recompute),
+      ('virtual_stages', config.virtual_stages)))
 
 
 def TrainerFlags(config: Configuration, device: DeviceProfile,
@@ -537,20 +570,21 @@ def Format(ranking: Ranking, limit: Optional[int] = 20) -> str:
   lines = ['%s: batch %d, devices %s (%s), %s each; %.3g Tflop/s, link %.3g GB/s' % (
       ranking.title, ranking.batch, p.name, 'shared %g cores' % p.cores if p.cores else
       'independent', units.FormatBytes(ranking.memory), p.rate / 1e12, p.link_bandwidth / 1e9)]
-  header = ('rank', 'S', 'K', 'M', 'schedule', 'recompute', 'step ms', 'examples/s', 'bubble',
+  header = ('rank', 'S', 'K', 'v', 'M', 'schedule', 'recompute', 'step ms', 'examples/s', 'bubble',
             'peak/device', 'fits')
   rows = [header]
   shown = ranking.configurations if limit is None else ranking.configurations[:limit]
   not_shown = [c for c in ranking.configurations[len(shown):] if not c.fits][:3]
   for i, c in enumerate(shown + not_shown):
     rank = str(i + 1) if i < len(shown) else str(ranking.configurations.index(c) + 1)
-    rows.append((rank, str(c.replicas), str(c.partitions), str(c.micro_batches), c.schedule,
+    rows.append((rank, str(c.replicas), str(c.partitions), str(c.virtual_stages),
+                 str(c.micro_batches), c.schedule,
                  c.recompute, '%.3f' % (1e3 * c.step_time), '%.1f' % c.examples_per_second,
                  '%.1f%%' % (100 * c.bubble), units.FormatBytes(c.peak_memory),
                  'yes' if c.fits else 'no: ' + c.why))
   widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
   for r in rows:
-    lines.append('  '.join(v.ljust(w) if i in (4, 5, 10) else v.rjust(w)
+    lines.append('  '.join(v.ljust(w) if i in (5, 6, 11) else v.rjust(w)
                            for i, (v, w) in enumerate(zip(r, widths))).rstrip())
   hidden = len(ranking.configurations) - len(shown) - len(not_shown)
   if hidden > 0:

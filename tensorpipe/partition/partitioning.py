@@ -45,6 +45,8 @@ class Plan:
   bytes_per_param: int = cost_model.DEFAULT_BYTES_PER_PARAM
   memory_budget: Optional[float] = None
   skips: Tuple[Tuple[int, int], ...] = ()  # (source, destination) indices of skip connections.
+  # Per partition, its device (None: partition k on device k); a budget bounds each device's sum.
+  partition_devices: Optional[Tuple[int, ...]] = None
   _profiles: Optional[List[cost_model.LayerProfile]] = None
 
   @property
@@ -76,6 +78,19 @@ class Plan:
       self._profiles = cost_model.Profiles(self.layer_params, self.input_shapes, self.skips)
     return self._profiles
 
+  def DeviceMemory(self, sizes: Optional[Sequence[int]] = None) -> List[float]:
+    """Estimated memory per device: the sum over the partitions it holds (for `sizes`, default the
+    plan's); needs input shapes."""
+    memory = self.Memory()
+    if memory is None:
+      raise ValueError('per-device memory needs the input shapes')
+    per_partition = memory.Partitions(self.sizes if sizes is None else sizes)
+    devices = self.partition_devices or tuple(range(len(per_partition)))
+    totals = [0.0] * (max(devices) + 1)
+    for d, need in zip(devices, per_partition):
+      totals[d] += need
+    return totals
+
   def Memory(self) -> Optional[balancing.PartitionCost]:
     """Estimated per-partition memory as a balancing.PartitionCost (see cost_model.MemoryCost)."""
     profiles = self.Profiles()
@@ -92,7 +107,8 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
              bytes_per_param: int = cost_model.DEFAULT_BYTES_PER_PARAM,
              device: Optional[str] = None, sizes: Optional[Sequence[int]] = None,
              input_fn: Optional[Callable[[], Any]] = None, where: str = 'TensorPipeLayer',
-             skips: Sequence[Tuple[int, int]] = ()) -> Plan:
+             skips: Sequence[Tuple[int, int]] = (),
+             partition_devices: Optional[Sequence[int]] = None) -> Plan:
   """Splits `layer_params` into `num_partitions` partitions (or describes the given `sizes`).
 
   Args:
@@ -102,8 +118,8 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
       but 'count' and by memory budgets.
     cost: 'auto' ('flops' with input shapes, else 'count'), 'count', 'flops', 'measured', 'memory'.
     algorithm: 'optimal' (least max partition cost) or 'min_variance' (the paper's heuristic).
-    memory_budget: bytes per device that no partition's estimated memory may exceed (None: no
-      limit).
+    memory_budget: bytes per device that the estimated memory of its partitions may not exceed
+      together (None: no limit).
     num_micro_batches: M (for memory estimates and the predicted efficiency).
     recompute: the TensorPipeLayer's recompute mode (for memory estimates).
     bytes_per_param: bytes per trainable parameter including optimizer slots.
@@ -114,6 +130,8 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
     where: prefix of error messages.
     skips: (source, destination) layer indices of skip connections: each destination's costs are
       taken with its source's output as an extra input.
+    partition_devices: per partition, its device, when a device holds several partitions (virtual
+      stages; see schedule.PartitionDevices); None: partition k on device k.
 
   Returns:
     A Plan.
@@ -134,7 +152,8 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
     raise ValueError('%s: %s needs cost_input_shapes (the first layer\'s input shapes for one '
                      'mini-batch)' % (where, what))
   plan = Plan(layer_params, list(sizes or []), cost, algorithm, None, input_shapes,
-              num_micro_batches, recompute, bytes_per_param, memory_budget, tuple(skips))
+              num_micro_batches, recompute, bytes_per_param, memory_budget, tuple(skips),
+              None if partition_devices is None else tuple(partition_devices))
   if cost == 'count':
     plan.cost = balancing.PartitionCost([1.0] * len(layer_params))
   elif cost == 'flops':
@@ -148,20 +167,108 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
   else:
     plan.cost = plan.Memory()
   if not sizes:
-    memory = plan.Memory() if memory_budget is not None else None
-    plan.sizes = balancing.Split(plan.cost, num_partitions, algorithm, memory, memory_budget, where)
+    plan.sizes = _Split(plan, num_partitions, where)
   elif memory_budget is not None:
     _CheckBudget(plan, where)
   return plan
 
 
+# Most partial splits `_DeviceBudgetSplit` tries for one cost bound before it gives up.
+_SEARCH_LIMIT = 200000
+
+
+def _Split(plan, num_partitions, where):
+  """The balanced sizes; within a memory budget, every device's partitions within it together."""
+  budget = plan.memory_budget
+  if budget is None:
+    return balancing.Split(plan.cost, num_partitions, plan.algorithm, None, None, where)
+  memory = plan.Memory()
+  devices = plan.partition_devices or tuple(range(num_partitions))
+  if len(set(devices)) == len(devices):
+    return balancing.Split(plan.cost, num_partitions, plan.algorithm, memory, budget, where)
+  if plan.algorithm != 'optimal':
+    raise ValueError("%s: memory_budget needs partition_algorithm='optimal', got %r" %
+                     (where, plan.algorithm))
+  return _DeviceBudgetSplit(plan, num_partitions, devices, where)
+
+
+def _DeviceBudgetSplit(plan, num_partitions, devices, where):
+  """The split of least max partition cost whose devices each hold at most the budget, summed over
+  their partitions (several partitions per device couple partitions that are not neighbours, so
+  balancing's exact sweep does not apply): a bisection over the partition costs that can be the
+  max, each step a depth-first search for a split within that cost and every device's budget."""
+  num_layers, cost, memory = len(plan.layer_params), plan.cost, plan.Memory()
+  budget = plan.memory_budget
+
+  def Search(bound):  # Sizes with every partition's cost <= bound, or None; raises if too long.
+    sums = [0.0] * (max(devices) + 1)
+    ends, tried = [], [0]
+
+    def From(c, start):
+      if c == num_partitions:
+        return start == num_layers
+      tried[0] += 1
+      if tried[0] > _SEARCH_LIMIT:
+        raise _SearchTooLong()
+      last = num_layers if c == num_partitions - 1 else num_layers - (num_partitions - c - 1)
+      first = last if c == num_partitions - 1 else start + 1
+      for end in range(last, first - 1, -1):  # Fullest partitions first.
+        need = memory.Of(start, end)
+        if cost.Of(start, end) > bound or sums[devices[c]] + need > budget:
+          continue
+        sums[devices[c]] += need
+        ends.append(end)
+        if From(c + 1, end):
+          return True
+        sums[devices[c]] -= need
+        ends.pop()
+      return False
+
+    if not From(0, 0):
+      return None
+    return [b - a for a, b in zip([0] + ends[:-1], ends)]
+
+  what = '%d layers into %d partitions (%d on a device)' % (
+      num_layers, num_partitions, max(devices.count(d) for d in devices))
+  try:
+    best = Search(float('inf'))
+  except _SearchTooLong:
+    best = None
+  if best is None:
+    raise ValueError('%s: found no split of %s that keeps every device within memory_budget=%s '
+                     '(a device holds the sum of its partitions); raise the budget, or use more '
+                     'devices' % (where, what, units.FormatBytes(budget)))
+  bounds = sorted({cost.Of(i, j) for i in range(num_layers) for j in range(i + 1, num_layers + 1)
+                   if cost.Of(i, j) < max(cost.Partitions(best))})
+  low, high = 0, len(bounds) - 1
+  while low <= high:  # The least bound that still has a split.
+    middle = (low + high) // 2
+    try:
+      sizes = Search(bounds[middle])
+    except _SearchTooLong:
+      sizes = None  # Taken as none: the split found so far stands.
+    if sizes is None:
+      low = middle + 1
+    else:
+      best, high = sizes, middle - 1
+  return best
+
+
+class _SearchTooLong(Exception):
+  pass
+
+
 def _CheckBudget(plan, where):
-  """Raises ValueError naming the first of the given partitions whose memory exceeds the budget."""
-  for k, need in enumerate(plan.Memory().Partitions(plan.sizes)):
+  """Raises ValueError naming the first device whose partitions' memory exceeds the budget."""
+  for d, need in enumerate(plan.DeviceMemory()):
     if need > plan.memory_budget:
-      raise ValueError('%s: partition %d needs an estimated %s, more than memory_budget=%s; move '
-                       'layers out of it, or cut `layers` automatically within the budget' %
-                       (where, k, units.FormatBytes(need), units.FormatBytes(plan.memory_budget)))
+      held = [k for k, dk in enumerate(plan.partition_devices or range(len(plan.sizes))) if dk == d]
+      what = ('partition %d needs' % held[0] if len(held) == 1 else
+              'device %d holds partitions %s, which need together' %
+              (d, ', '.join(map(str, held))))
+      raise ValueError('%s: %s an estimated %s, more than memory_budget=%s; move layers out of '
+                       'it, or cut `layers` automatically within the budget' %
+                       (where, what, units.FormatBytes(need), units.FormatBytes(plan.memory_budget)))
 
 
 def SplitLayers(layer_params: Sequence[Any], num_partitions: int,

@@ -21,7 +21,7 @@ def PipelinePartitions(cfg):
   out = []
   for path, p in layer_lib.Pipelines(cfg):
     if p.partitions is not None:
-      k = len(p.partitions)
+      k = len(p.partitions) // p.virtual_stages
     elif p.num_partitions is not None:
       k = p.num_partitions
     else:

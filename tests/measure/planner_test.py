@@ -141,6 +141,27 @@ class TestScheduleMemory:
       assert zb.device_memory[i] - ofob.device_memory[i] == pytest.approx(
           kept * 2 * 20000 * 4 / m)
 
+  def testVirtualStagesSumTheirPartitionsOnEachDevice(self):
+    profiles = _Profiles(activations=0, params=0)  # Only stashed boundary inputs and gradients.
+    k, m = 2, 4
+    gradients, stash, outputs = 2 * 10000 * 4 / m, 10000 * 4 / m, 2 * 10000 * 4 / m
+    for name in ('interleaved_1f1b', 'zbv'):
+      c = planner.Evaluate(profiles, _DEVICE, 1e12, 1, k, m, name, 'always', virtual_stages=2)
+      assert (c.virtual_stages, c.sizes) == (2, [2, 2, 2, 2])
+      in_flight = schedule.Build(name, k, m, 2).InFlight()
+      for d in range(k):
+        # Both partitions' re-computed outputs; each stashed (partition, micro-batch) pair its
+        # boundary input (weight-gradient tasks keep nothing here: no layer has weights).
+        assert c.device_memory[d] == pytest.approx(in_flight[d] * stash + gradients + 2 * outputs)
+
+  def testVirtualStagesShrinkTheBubble(self):
+    ranking = _Plan(1e12, schedules=('1f1b', 'interleaved_1f1b', 'zbv'), partitions=(2,),
+                    micro_batches=(4,), recomputes=('always',))
+    bubble = {(c.schedule, c.virtual_stages): c.bubble for c in ranking.configurations}
+    assert sorted(bubble) == [('1f1b', 1), ('interleaved_1f1b', 2), ('zbv', 2)]
+    assert bubble[('interleaved_1f1b', 2)] < bubble[('1f1b', 1)]
+    assert bubble[('zbv', 2)] < bubble[('interleaved_1f1b', 2)]
+
   def testMemoryCostDefaultsToFillDrain(self):
     profiles = _Profiles()
     default = cost_model.MemoryCost(profiles, 8, 'never')
@@ -188,8 +209,10 @@ class TestFlags:
     best = _Plan().best
     text = planner.Overrides(best, 'task.encoder')
     assert text == ('task.encoder.num_partitions: %d; task.encoder.num_micro_batches: %d; '
-                    'task.encoder.schedule: %s; task.encoder.recompute: %s' %
-                    (best.partitions, best.micro_batches, best.schedule, best.recompute))
+                    'task.encoder.schedule: %s; task.encoder.recompute: %s; '
+                    'task.encoder.virtual_stages: %d' %
+                    (best.partitions, best.micro_batches, best.schedule, best.recompute,
+                     best.virtual_stages))
     cpu = planner.DeviceProfile('cpu', 1e9, 1e9, 1e9, 'constructed', cores=2.0)
     assert planner.TrainerFlags(best, cpu).startswith(
         '--cpu_devices=%d --worker_split_size=%d ' % (best.devices, best.partitions))

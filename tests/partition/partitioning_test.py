@@ -1,5 +1,6 @@
 """Partitioning: explicit partitions are checked; plans split by the chosen cost and algorithm."""
 
+import itertools
 from unittest import mock
 
 from lingvo import compat as tf
@@ -80,6 +81,37 @@ class MakePlanTest(test_utils.TestCase):
                                 r'memory_budget=.*; move layers out of it'):
       partitioning.MakePlan(layers, 2, [[16, 8]], memory_budget=over - 1, num_micro_batches=4,
                             sizes=[1, 3])
+
+  def testBudgetBoundsEachDeviceSumOfPartitions(self):
+    dims = [8, 64, 8, 8, 64, 8, 8, 32, 8]
+    layers = [lingvo_layers.FCLayer.Params().Set(name='f%d' % i, input_dim=dims[i],
+                                                 output_dim=dims[i + 1]) for i in range(8)]
+    shapes, v_devices = [[16, 8]], [0, 1, 1, 0]  # Two devices in a V.
+    free = partitioning.MakePlan(layers, 4, shapes, num_micro_batches=4,
+                                 partition_devices=v_devices)
+    parts = free.Memory().Partitions(free.sizes)
+    self.assertAllClose(free.DeviceMemory(), [parts[0] + parts[3], parts[1] + parts[2]])
+    # The least any split's fullest device needs, by trying every split: a budget that fits.
+    splits = [list(s) + [8 - sum(s)] for s in itertools.product(range(1, 6), repeat=3)
+              if sum(s) < 8]
+    least = min(max(free.DeviceMemory(sizes)) for sizes in splits)
+    self.assertLess(least, max(free.DeviceMemory()))  # The balanced split does not fit it.
+    plan = partitioning.MakePlan(layers, 4, shapes, memory_budget=least, num_micro_batches=4,
+                                 partition_devices=v_devices)
+    self.assertLessEqual(max(plan.DeviceMemory()), least)
+    # The least max partition cost of the splits that fit.
+    fitting = [sizes for sizes in splits if max(free.DeviceMemory(sizes)) <= least]
+    self.assertEqual(max(plan.PartitionCosts()),
+                     min(max(free.cost.Partitions(sizes)) for sizes in fitting))
+    with self.assertRaisesRegex(ValueError, r'device 0 holds partitions 0, 3, which need together '
+                                r'an estimated .*, more than memory_budget='):
+      partitioning.MakePlan(layers, 4, shapes, memory_budget=parts[0] + parts[3] - 1,
+                            num_micro_batches=4, sizes=free.sizes, partition_devices=v_devices)
+    with self.assertRaisesRegex(ValueError, r'found no split of 8 layers into 4 partitions \(2 on '
+                                r'a device\) that keeps every device within memory_budget=1.00 '
+                                r'KiB \(a device holds the sum of its partitions\)'):
+      partitioning.MakePlan(layers, 4, shapes, memory_budget=1024, num_micro_batches=4,
+                            partition_devices=v_devices)
 
   def testMeasuredCostsFollowTheWork(self):
     # The cost of each layer's step is injected (MatMuls executed, not seconds): the split must
