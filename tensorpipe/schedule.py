@@ -880,3 +880,22 @@ def ZeroBubbleFraction(num_partitions: int, num_micro_batches: int) -> float:
     raise ValueError('ZeroBubbleFraction: the ZB-H1 formula needs M >= K, got M=%d, K=%d' %
                      (num_micro_batches, num_partitions))
   return (num_partitions - 1) / float(3 * num_micro_batches + num_partitions - 1)
+
+
+def InterleavedBubbleFraction(num_devices: int, num_micro_batches: int,
+                              virtual_stages: int) -> float:
+  """(K - 1) / (v M + K - 1): the idle share of each device in an interleaved 1F1B step with equal
+  costs (Narayanan et al.: a bubble of (K - 1) / (v M) of the busy time, 1/v of 1F1B's)."""
+  _CheckSizes(num_devices, num_micro_batches)
+  return (num_devices - 1) / float(virtual_stages * num_micro_batches + num_devices - 1)
+
+
+def ZeroBubbleVFraction(num_devices: int, num_micro_batches: int) -> float:
+  """(K - 1) / (6M + K - 1): the idle share of each device in a ZB-V step with equal F, B and W
+  (each device runs 6M tasks of a half-size partition; only the ramp of one forward pass per
+  device idles). Holds for M >= 2K - 1; with fewer micro-batches the V cannot fill."""
+  _CheckSizes(num_devices, num_micro_batches)
+  if num_micro_batches < 2 * num_devices - 1:
+    raise ValueError('ZeroBubbleVFraction: the ZB-V formula needs M >= 2K - 1, got M=%d, K=%d' %
+                     (num_micro_batches, num_devices))
+  return (num_devices - 1) / float(6 * num_micro_batches + num_devices - 1)

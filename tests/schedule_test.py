@@ -382,6 +382,50 @@ class VirtualStagesTest(unittest.TestCase):
     self.assertEqual(sorted(schedule.VIRTUAL_SCHEDULES), ['interleaved_1f1b', 'zbv'])
     self.assertFalse(set(schedule.VIRTUAL_SCHEDULES) & set(schedule.SCHEDULES))
 
+  def testBuildByNameChecksThePartitionsPerDevice(self):
+    self.assertEqual(schedule.NAMES, ('gpipe', '1f1b', 'zero_bubble', 'interleaved_1f1b', 'zbv'))
+    for name in schedule.NAMES:
+      v = 1 if name in schedule.SCHEDULES else 2
+      sched = schedule.Build(name, 2, 4, v, 2)
+      self.assertEqual((sched.num_devices, sched.num_partitions), (2, 2 * v), name)
+      self.assertEqual(sched.partition_devices, schedule.PartitionDevices(name, 2, v), name)
+    self.assertEqual(schedule.PartitionDevices('gpipe', 3), [0, 1, 2])
+    self.assertEqual(schedule.Build('interleaved_1f1b', 2, 4, 3).num_partitions, 6)
+    for name, v, message in (
+        ('gpipe', 2, "schedule='gpipe' runs one partition per device, but virtual_stages=2: use "
+         "schedule='interleaved_1f1b'"),
+        ('interleaved_1f1b', 1, "needs virtual_stages >= 2"),
+        ('zbv', 4, "set virtual_stages=2, got 4"),
+        ('zbv', 0, 'virtual_stages must be a positive integer'),
+        ('v_shape', 2, r"schedule='v_shape' is not one of \('gpipe'")):
+      with self.assertRaisesRegex(ValueError, message):
+        schedule.Build(name, 2, 4, v)
+
+  def testEqualCostBubblesAreTheTextbookOnes(self):
+    for k in (2, 4, 8):
+      for m in (k, 2 * k, 4 * k):
+        for v in (2, 3):
+          self.assertAlmostEqual(schedule.InterleavedOneFOneBSchedule(k, m, v).BubbleFraction(),
+                                 schedule.InterleavedBubbleFraction(k, m, v), msg=(k, m, v))
+        if m >= 2 * k - 1:
+          self.assertAlmostEqual(schedule.ZeroBubbleVSchedule(k, m).BubbleFraction(),
+                                 schedule.ZeroBubbleVFraction(k, m), msg=(k, m))
+    with self.assertRaisesRegex(ValueError, 'needs M >= 2K - 1, got M=4, K=4'):
+      schedule.ZeroBubbleVFraction(4, 4)
+
+  def testWeightedInFlightSumsEachPairsPartition(self):
+    for name, sched in _Virtual(2, 4):
+      weights = [10.0 ** c for c in range(sched.num_partitions)]
+      # One weight of 1 per partition gives the count; a device's pairs weigh what their
+      # partition does, and the largest weighted sum is at most the count times its heaviest.
+      self.assertEqual(sched.InFlight([1] * sched.num_partitions), sched.InFlight(), name)
+      for d, (weighted, count) in enumerate(zip(sched.InFlight(weights), sched.InFlight())):
+        heaviest = max(weights[c] for c in sched.DevicePartitions(d))
+        self.assertLessEqual(weighted, count * heaviest, name)
+        self.assertGreaterEqual(weighted, heaviest, name)
+    with self.assertRaisesRegex(ValueError, '2 weights for 4 partitions'):
+      schedule.Build('zbv', 2, 4, 2).InFlight([1, 2])
+
   def testEdgesCarryRuleMembersAndTheirRules(self):
     allowed = {'interleaved_1f1b': {1, 2, 4, 6, 7, 14}, 'zbv': {1, 2, 4, 6, 9, 10, 11, 14, 15, 16}}
     for name, sched in _Virtual(3, 6):

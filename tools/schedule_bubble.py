@@ -1,15 +1,18 @@
-r"""Bubble of the 'gpipe', '1f1b' and 'zero_bubble' schedules: simulated, textbook and traced.
+r"""Bubble of every schedule: simulated, textbook and traced.
 
 1. Task times: one partition of a dense stack (--layers / K tanh layers of --width, the last
    partition also a per-example squared-norm loss) run as a one-device pipeline with schedule
    'zero_bubble', M micro-batches, one op at a time (intra_op = inter_op = 1), one traced step: the
    mean forward F, input-gradient B, weight-gradient W and re-computation R time per task
    (`profiling`).
-2. The simulator plays each schedule on K separate devices with K equal partitions, for K in {2, 4,
-   8} and M in {4, 8, 32}: (a) with F = B = W = 1 and no re-computation, against the textbook
-   bubbles (fill-drain and 1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1) for M >= K: a third of 1F1B's);
-   (b) with the measured times, where a backward task of 'gpipe'/'1f1b' takes R + B + W and
-   'zero_bubble' runs R + B and, later, R + W (its weight-gradient task re-runs the layers).
+2. The simulator plays each schedule (schedule.NAMES; 'interleaved_1f1b' and 'zbv' with v = 2
+   partitions per device, each half a device's layers and half its task times) on K separate
+   devices with equal partitions, for K in {4, 8} and M in {8, 32}: (a) with F = B = W = 1 per
+   device's share of the layers and no re-computation, against the textbook bubbles (fill-drain
+   and 1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1) for M >= K, interleaved 1F1B (K-1)/(vM+K-1), ZB-V
+   (K-1)/(6M+K-1) for M >= 2K-1); (b) with the measured times, where a backward task of
+   'gpipe'/'1f1b'/'interleaved_1f1b' takes R + B + W and 'zero_bubble'/'zbv' run R + B and, later,
+   R + W (their weight-gradient task re-runs the layers).
 3. Timelines: one real traced training step per schedule (K = 4 logical CPU devices, M = 8) and
    the simulator's step from the measured times, one PNG each, in --out_dir.
 
@@ -19,6 +22,7 @@ Results: docs/benchmarks.md.
 """
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -37,8 +41,10 @@ from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
 from tensorpipe import placement  # pylint: disable=g-import-not-at-top
 from tensorpipe import schedule  # pylint: disable=g-import-not-at-top
 
-KS = (2, 4, 8)
-MS = (4, 8, 32)
+KS = (4, 8)
+MS = (8, 32)
+# The partitions per device each schedule runs with here.
+STAGES = {'gpipe': 1, '1f1b': 1, 'zero_bubble': 1, 'interleaved_1f1b': 2, 'zbv': 2}
 
 
 def _Stack(num_layers, width):
@@ -48,12 +54,13 @@ def _Stack(num_layers, width):
 
 
 def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, inter_op, warmup=3):
-  """profiling.Trace of one SGD step of `stack` as a K-partition pipeline with schedule `name`."""
+  """profiling.Trace of one SGD step of `stack` as a pipeline on K = `num_partitions` devices with
+  schedule `name` (and its STAGES partitions per device)."""
   with tf.Graph().as_default() as graph, cluster_factory.ForTestingWorker(
       cpus=num_partitions, split_size=num_partitions):
     net = layer_lib.TensorPipeLayer.Params().Set(
         name='pipe', layers=stack, num_partitions=num_partitions, num_micro_batches=num_micro,
-        schedule=name, forward_overlap=False).Instantiate()
+        schedule=name, virtual_stages=STAGES[name], forward_overlap=False).Instantiate()
     x = tf.constant(np.random.RandomState(0).normal(
         size=[num_micro * micro_batch_size, width]).astype(np.float32))
     loss = tf.reduce_mean(net.FPropDefaultTheta(x))
@@ -78,24 +85,43 @@ def MeasuredCost(args):
   return cost
 
 
+def Textbook(name, k, m):
+  """The textbook bubble of schedule `name` (idle share with equal costs), None where its formula
+  does not hold."""
+  if name in ('gpipe', '1f1b'):
+    return schedule.BubbleFraction(k, m)
+  if name == 'zero_bubble':
+    return schedule.ZeroBubbleFraction(k, m) if m >= k else None
+  if name == 'interleaved_1f1b':
+    return schedule.InterleavedBubbleFraction(k, m, STAGES[name])
+  return schedule.ZeroBubbleVFraction(k, m) if m >= 2 * k - 1 else None
+
+
+def _Share(cost, v):
+  """The task times of one of v equal partitions that together take `cost`."""
+  return dataclasses.replace(cost, forward=cost.forward / v, backward=cost.backward / v,
+                             recompute=cost.recompute / v, weight=cost.weight / v)
+
+
 def BubbleTable(cost):
-  """Rows (K, M, textbook FD/1F1B, textbook ZB, simulated bubbles with unit and measured costs,
-  step time zero_bubble / 1f1b with measured costs)."""
+  """Rows (K, M, schedule, textbook bubble, simulated bubbles with unit and measured costs, step
+  time / 1f1b's with measured costs); `cost` is one device's share of the layers."""
   unit = simulator.TaskTimes(forward=1.0, backward=1.0, weight=1.0)
   rows = []
   for k in KS:
     for m in MS:
       sims = {}
-      for label, c in (('unit', unit), ('measured', cost)):
-        for name, make in schedule.SCHEDULES.items():
-          sims[(label, name)] = simulator.Simulate([c] * k, make(k, m))
-      rows.append(dict(
-          k=k, m=m, fill_drain=schedule.BubbleFraction(k, m),
-          zb_h1=schedule.ZeroBubbleFraction(k, m) if m >= k else None,
-          unit={n: sims[('unit', n)].idle_fraction for n in schedule.SCHEDULES},
-          measured={n: sims[('measured', n)].idle_fraction for n in schedule.SCHEDULES},
-          zb_time=(sims[('measured', 'zero_bubble')].step_time /
-                   sims[('measured', '1f1b')].step_time)))
+      for name in schedule.NAMES:
+        v = STAGES[name]
+        sched = schedule.Build(name, k, m, v)
+        for label, c in (('unit', unit), ('measured', cost)):
+          sims[(label, name)] = simulator.Simulate([_Share(c, v)] * (k * v), sched)
+      for name in schedule.NAMES:
+        rows.append(dict(
+            k=k, m=m, name=name, textbook=Textbook(name, k, m),
+            unit=sims[('unit', name)].idle_fraction,
+            measured=sims[('measured', name)].idle_fraction,
+            time=sims[('measured', name)].step_time / sims[('measured', '1f1b')].step_time))
   return rows
 
 
@@ -117,38 +143,34 @@ def main(argv=None):
         'B %.2f ms, W %.2f ms, R %.2f ms' % (
             max(1, args.layers // 4), args.width, args.micro_batch_size, 1e3 * cost.forward,
             1e3 * cost.backward, 1e3 * cost.weight, 1e3 * cost.recompute))
-  print('\nbubble (idle share of K separate devices, equal partitions)')
-  print('%3s %3s | %9s %9s | %23s | %23s | %8s' % (
-      'K', 'M', 'FD, 1F1B', 'ZB-H1', 'F=B=W: gpipe 1f1b zb', 'measured: gpipe 1f1b zb',
-      'zb/1f1b'))
+  print('\nbubble (idle share of K separate devices, equal partitions; v partitions per device)')
+  print('%3s %3s  %-16s %2s | %8s | %8s | %8s | %12s' % (
+      'K', 'M', 'schedule', 'v', 'textbook', 'F=B=W', 'measured', 'step / 1f1b'))
   failures = []
   for r in BubbleTable(cost):
-    print('%3d %3d | %9s %9s | %7s %7s %7s | %7s %7s %7s | %7.2fx' % (
-        r['k'], r['m'], _Pct(r['fill_drain']), _Pct(r['zb_h1']),
-        *[_Pct(r['unit'][n]) for n in ('gpipe', '1f1b', 'zero_bubble')],
-        *[_Pct(r['measured'][n]) for n in ('gpipe', '1f1b', 'zero_bubble')], r['zb_time']))
-    for n in ('gpipe', '1f1b'):
-      if abs(r['unit'][n] - r['fill_drain']) > 1e-9:
-        failures.append('%s K=%d M=%d' % (n, r['k'], r['m']))
-    if r['zb_h1'] is not None and abs(r['unit']['zero_bubble'] - r['zb_h1']) > 1e-9:
-      failures.append('zero_bubble K=%d M=%d' % (r['k'], r['m']))
-  print('(zb/1f1b: simulated step time with the measured task times)')
-  print('\nsimulated with F = B = W equals the textbook bubble (ZB-H1 where M >= K): %s' %
+    print('%3d %3d  %-16s %2d | %8s | %8s | %8s | %11.2fx' % (
+        r['k'], r['m'], r['name'], STAGES[r['name']], _Pct(r['textbook']), _Pct(r['unit']),
+        _Pct(r['measured']), r['time']))
+    if r['textbook'] is not None and abs(r['unit'] - r['textbook']) > 1e-9:
+      failures.append('%s K=%d M=%d' % (r['name'], r['k'], r['m']))
+  print('(step / 1f1b: simulated step time with the measured task times)')
+  print('\nsimulated with F = B = W equals the textbook bubble where its formula holds: %s' %
         ('PASS' if not failures else 'FAIL: ' + ', '.join(failures)))
 
   k, m = 4, args.micro_batches
   stack = _Stack(args.layers, args.width)
-  for name, make in schedule.SCHEDULES.items():
+  for name in schedule.NAMES:
+    v = STAGES[name]
     trace = TracedStep(stack, k, m, args.micro_batch_size, args.width, name, inter_op=2)
     path = os.path.join(args.out_dir, 'traced_%s.png' % name)
-    timeline.DrawTrace(trace, path, '%s: one traced training step (K = %d, M = %d, %d cores)' %
-                       (name, k, m, os.cpu_count() or 1))
-    result = simulator.Simulate([cost] * k, make(k, m))
+    timeline.DrawTrace(trace, path, '%s: one traced training step (K = %d, v = %d, M = %d, %d '
+                       'cores)' % (name, k, v, m, os.cpu_count() or 1))
+    result = simulator.Simulate([_Share(cost, v)] * (k * v), schedule.Build(name, k, m, v))
     sim_path = os.path.join(args.out_dir, 'simulated_%s.png' % name)
-    timeline.DrawSimulated(result, sim_path, '%s: simulated (K = %d separate devices, M = %d, '
-                           'measured task times); bubble %.1f%%' %
-                           (name, k, m, 100 * result.idle_fraction))
-    print('%-12s traced step %6.1f ms  -> %s; simulated %6.1f ms -> %s' % (
+    timeline.DrawSimulated(result, sim_path, '%s: simulated (K = %d separate devices, v = %d, '
+                           'M = %d, measured task times); bubble %.1f%%' %
+                           (name, k, v, m, 100 * result.idle_fraction))
+    print('%-16s traced step %6.1f ms  -> %s; simulated %6.1f ms -> %s' % (
         name, 1e3 * trace.step_time, path, 1e3 * result.step_time, sim_path))
   return 1 if failures else 0
 

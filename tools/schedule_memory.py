@@ -1,4 +1,4 @@
-r"""Step memory of the 'gpipe', '1f1b' and 'zero_bubble' schedules, per device, from a traced step.
+r"""Step memory of every schedule, per device, from a traced step.
 
 A stack whose boundary activations dominate (wide micro-batches, narrow cheap layers: --layers dense
 tanh layers of --width, a per-example squared-norm loss as the last layer), K = --partitions
@@ -12,7 +12,10 @@ micro-batch's re-computed activations and gradients, the weight-gradient sums) i
 the tool takes it as fill-drain's peak less M boundary inputs, and 1F1B's stash as its peak less
 that. 'zero_bubble' is shown beside them (no target): it stashes as 1F1B does, and a micro-batch
 whose weight-gradient task waits keeps its layers' inputs and output gradients on device k until
-then.
+then. 'interleaved_1f1b' and 'zbv' run with v = 2 partitions per device (the same layers cut in 2K
+partitions); their stash is estimated the same way, against the schedule's own count of the
+(partition, micro-batch) pairs in flight on the device (`schedule.Schedule.InFlight`), each
+holding one boundary input of the same size here.
 
   .venv/bin/python -m tools.schedule_memory                   # K = 4, M = 32; about 1 minute
   .venv/bin/python -m tools.schedule_memory --partitions 4 --micro_batches 8
@@ -33,6 +36,8 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _RESULT = 'SCHEDULE_MEMORY '
 KIB = 1024.0
+# The partitions per device each schedule runs with here.
+STAGES = {'gpipe': 1, '1f1b': 1, 'zero_bubble': 1, 'interleaved_1f1b': 2, 'zbv': 2}
 
 
 def Child(args):
@@ -54,7 +59,7 @@ def Child(args):
   with tf.Graph().as_default() as graph, cluster_factory.ForTestingWorker(cpus=k, split_size=k):
     net = layer_lib.TensorPipeLayer.Params().Set(
         name='pipe', layers=stack, num_partitions=k, num_micro_batches=m,
-        schedule=args.schedule).Instantiate()
+        schedule=args.schedule, virtual_stages=STAGES[args.schedule]).Instantiate()
     x = tf.Variable(np.random.RandomState(0).normal(size=[batch, args.width]).astype(np.float32),
                     trainable=False, name='inputs')
     loss = tf.reduce_mean(net.FPropDefaultTheta(tf.identity(x)))
@@ -106,7 +111,7 @@ def main(argv=None):
   print('%d dense tanh layers of width %d + a per-example loss, K = %d, M = %d micro-batches of %d '
         '(a boundary activation: %.0f KiB); one traced training step per schedule' %
         (args.layers, args.width, k, m, args.micro_batch_size, boundary), flush=True)
-  peaks = {name: _Measure(args, name) for name in ('gpipe', '1f1b', 'zero_bubble')}
+  peaks = {name: _Measure(args, name) for name in STAGES}
   print('%-8s %11s %10s %9s %14s %12s %16s %10s %8s' % (
       'device', 'gpipe KiB', '1f1b KiB', '1f1b/gp', '1f1b stash KiB', 'stash ratio',
       'predicted ratio', 'zb KiB', 'zb/gp'))
@@ -125,6 +130,23 @@ def main(argv=None):
   limit = (k + 1) / float(m)
   print('\n1f1b stash <= (K + 1)/M = %.3f of gpipe\'s on every device but the last: %.3f  %s' %
         (limit, worst, 'PASS' if worst <= limit else 'FAIL'))
+  from tensorpipe import schedule  # pylint: disable=g-import-not-at-top
+  print('\nv = 2 partitions per device (stash: peak less what gpipe holds besides its stash, in '
+        'boundary inputs; predicted: the schedule\'s pairs in flight)')
+  print('%-8s %11s %9s %13s %10s %11s %9s %13s %10s' % (
+      'device', 'il KiB', 'il/gp', 'il stash', 'predicted', 'zbv KiB', 'zbv/gp', 'zbv stash',
+      'predicted'))
+  in_flight = {name: schedule.Build(name, k, m, 2).InFlight() for name in ('interleaved_1f1b',
+                                                                           'zbv')}
+  for i, device in enumerate(sorted(peaks['gpipe'])):
+    g = peaks['gpipe'][device] / KIB
+    fixed = max(0.0, g - m * boundary)
+    cells = []
+    for name in ('interleaved_1f1b', 'zbv'):
+      peak = peaks[name].get(device, 0) / KIB
+      cells.append('%11.0f %8.2fx %13.1f %10d' % (peak, peak / g, max(0.0, peak - fixed) / boundary,
+                                                  in_flight[name][i]))
+    print('%-8s %s' % (device, ' '.join(cells)))
 
 
 if __name__ == '__main__':

@@ -65,6 +65,7 @@ class Interval:
   micro_batch: int
   start: float
   end: float
+  device: int = -1  # The device that runs the partition (schedule.Schedule.DeviceOf).
 
 
 @dataclasses.dataclass
@@ -163,7 +164,7 @@ def Simulate(costs: Sequence[TaskTimes], sched: schedule.Schedule, transfer: flo
     start = max([free[d]] + [end[e.before] + (transfer if e.crosses_devices else 0.0)
                              for e in sched.Waits(action)])
     for kind, seconds in _Phases(action, costs[k], sched):
-      timeline.append(Interval(k, kind, action.micro_batch, start, start + seconds))
+      timeline.append(Interval(k, kind, action.micro_batch, start, start + seconds, d))
       start += seconds
       busy[d] += seconds
     end[action] = free[d] = start
@@ -203,7 +204,8 @@ def _SimulateShared(costs, sched, transfer, cores):
   def Begin(action):
     while phases[action] and phases[action][0][1] <= 0.0:
       kind, _ = phases[action].pop(0)
-      timeline.append(Interval(action.partition, kind, action.micro_batch, now, now))
+      timeline.append(Interval(action.partition, kind, action.micro_batch, now, now,
+                               sched.DeviceOf(action.partition)))
     if phases[action]:
       kind, seconds = phases[action][0]
       remaining[action] = seconds * costs[action.partition].Parallelism(kind)
@@ -221,7 +223,8 @@ def _SimulateShared(costs, sched, transfer, cores):
 
   def EndPhase(action):
     kind, _ = phases[action].pop(0)
-    timeline.append(Interval(action.partition, kind, action.micro_batch, phase_start[action], now))
+    timeline.append(Interval(action.partition, kind, action.micro_batch, phase_start[action], now,
+                             sched.DeviceOf(action.partition)))
     del remaining[action]
     Begin(action)
 

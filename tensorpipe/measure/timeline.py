@@ -85,12 +85,11 @@ def DrawTrace(trace: profiling.Trace, path: PathOrFile, title: str) -> PathOrFil
 
 
 def DrawSimulated(result: simulator.SimulatedStep, path: PathOrFile, title: str) -> PathOrFile:
-  """Draws a simulator.SimulatedStep: one row per partition's device."""
-  num_partitions = len(result.busy)
-  rows = collections.OrderedDict(('device %d' % k, collections.defaultdict(list))
-                                 for k in range(num_partitions))
+  """Draws a simulator.SimulatedStep: one row per device (a device holds one or more partitions)."""
+  rows = collections.OrderedDict(('device %d' % d, collections.defaultdict(list))
+                                 for d in range(len(result.busy)))
   tasks = []
   for i in result.timeline:
-    rows['device %d' % i.partition][i.kind].append((i.start, i.end))
-    tasks.append(('device %d' % i.partition, i.kind, i.micro_batch, i.start, i.end))
+    rows['device %d' % i.device][i.kind].append((i.start, i.end))
+    tasks.append(('device %d' % i.device, i.kind, i.micro_batch, i.start, i.end))
   return Draw(rows, result.step_time, path, title, tasks)
