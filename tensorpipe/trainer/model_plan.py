@@ -12,6 +12,7 @@ from tensorpipe import layer as layer_lib
 from tensorpipe.measure import training_step
 from tensorpipe.partition import cost_model
 from tensorpipe.measure import planner
+from tensorpipe import schedule
 from tensorpipe import units
 
 
@@ -87,10 +88,10 @@ def PipelineInputs(cfg: hyperparams.Params, batch: Optional[int] = None
 
 
 def Schedules(p: hyperparams.Params) -> Sequence[str]:
-  """The schedules a pipeline can run: '1f1b' and 'zero_bubble' need per-example losses, which a
-  pipeline has when it sets a loss_layer or already runs one of them."""
+  """The schedules a pipeline can run: all but 'gpipe' need per-example losses, which a pipeline
+  has when it sets a loss_layer or already runs one of them."""
   if p.loss_layer is not None or p.schedule != 'gpipe':
-    return ('gpipe', '1f1b', 'zero_bubble')
+    return schedule.NAMES
   return ('gpipe',)
 
 

@@ -27,7 +27,8 @@ def testBatchOverrideScalesTheProfiles():
 def testSchedulesNeedPerExampleLosses():
   assert model_plan.Schedules(_Params('digits.TinyConvPipeline').task.pipeline) == ('gpipe',)
   lm = [p for _, p in model_plan.layer_lib.Pipelines(_Params('lm.TinyTiedLm'))]
-  assert model_plan.Schedules(lm[0]) == ('gpipe', '1f1b', 'zero_bubble')
+  assert model_plan.Schedules(lm[0]) == ('gpipe', '1f1b', 'zero_bubble', 'interleaved_1f1b',
+                                         'zbv')
 
 
 def testMissingShapesNameTheFix():

@@ -95,13 +95,18 @@ class DecoderLmGradientsTest(test_utils.TestCase):
 
   @pytest.mark.slow
   def testEveryScheduleLikeUnpipelined(self):
-    # Each schedule for two of K in {1, 2, 3}, with an M that divides the batch of 6 and one that
-    # does not (two micro-batch sizes); all in one graph beside one unpipelined reference.
-    cases = {'gpipe': [(1, 3), (2, 4)], '1f1b': [(2, 3), (3, 4)], 'zero_bubble': [(3, 3), (2, 4)]}
-    variants = {'unpipelined': _Params(unpipelined=True)}
+    # Each schedule for K in {1, 2, 3}, with an M that divides the batch of 6 and one that does
+    # not (two micro-batch sizes); the schedules with two partitions per device on K = 2 devices
+    # (4 partitions, the most the embedding and 3 layers fill). All in one graph beside one
+    # unpipelined reference.
+    cases = {'gpipe': [(1, 3), (2, 4)], '1f1b': [(3, 4)], 'zero_bubble': [(2, 4)],
+             'interleaved_1f1b': [(2, 4)], 'zbv': [(2, 3)]}
+    variants = {'unpipelined': _Params(unpipelined=True, num_layers=3)}
     for schedule, ks_ms in cases.items():
+      v = 2 if schedule in ('interleaved_1f1b', 'zbv') else 1
       for k, m in ks_ms:
-        variants['%s K%d M%d' % (schedule, k, m)] = _Params(k, m, schedule)
+        variants['%s K%d M%d' % (schedule, k, m)] = _Params(k * v, m, schedule, num_layers=3,
+                                                            virtual_stages=v)
     graph, fetches, tasks, _ = _Build(variants)
     for name, task in tasks.items():  # Per-example masks only: nothing depends on M.
       self.assertEqual(task.pipeline.MicroBatchDependence(), [], name)
