@@ -282,8 +282,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
     if p.partitions is not None:
       partitioning.CheckPartitions(p.partitions, where)
       if len(p.partitions) % v:
-        raise ValueError('%s: `partitions` lists %d partitions, not a multiple of virtual_stages=%d '
-                         '(K devices hold K x virtual_stages partitions)' %
+        raise ValueError('%s: `partitions` lists %d partitions, not a multiple of '
+                         'virtual_stages=%d (K devices hold K x virtual_stages partitions)' %
                          (where, len(p.partitions), v))
       if p.num_partitions is not None and p.num_partitions * v != len(p.partitions):
         raise ValueError('%s: num_partitions=%r devices with virtual_stages=%d need %d partitions, '

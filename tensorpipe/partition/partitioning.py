@@ -268,7 +268,8 @@ def _CheckBudget(plan, where):
               (d, ', '.join(map(str, held))))
       raise ValueError('%s: %s an estimated %s, more than memory_budget=%s; move layers out of '
                        'it, or cut `layers` automatically within the budget' %
-                       (where, what, units.FormatBytes(need), units.FormatBytes(plan.memory_budget)))
+                       (where, what, units.FormatBytes(need),
+                        units.FormatBytes(plan.memory_budget)))
 
 
 def SplitLayers(layer_params: Sequence[Any], num_partitions: int,
