@@ -229,41 +229,48 @@ class PartitionFunctions:
         ('theta', self._theta_specs), ('x', self._x_specs), ('dy', self._DySpecs(dy_mask)),
         ('sums', self._Sums(self._theta_specs))])
 
+  @staticmethod
+  def _Shared(args):
+    """The tensors both halves of a split backward pass get as arguments, in one order (see
+    layer_gradients.Keep): what the input-gradient half need not keep for the other."""
+    return [t for group in ('offset', 'step', 'theta', 'x', 'dy') for t in args[group]
+            if t is not None]
+
   def _TraceInputGradient(self, dy_mask):
 
     def InputGradient(args):
       boundaries = []
       layer_ops = self._Recompute(args, boundaries)
-      grads, _ = layer_gradients.LayerGradients(boundaries, self._OutGrads(args['dy']),
-                                                args['theta'])
-      kept, layout = layer_gradients.Keep(boundaries, grads, layer_ops, args['theta'])
+      reads = layer_gradients.WeightReads(boundaries, layer_ops, args['theta'])
+      grads, read_grads = layer_gradients.InputGradients(
+          boundaries, self._OutGrads(args['dy']),
+          layer_gradients.ReadOutputs(reads, len(layer_ops)))
+      kept, layout = layer_gradients.Keep(boundaries, grads, reads, read_grads,
+                                          self._Shared(args))
       return {'dx': [grads[0][i] for i in self._in_index], 'kept': kept}, layout
 
     return self._Trace('input_backward', InputGradient, self._Leading() + [
         ('theta', self._theta_specs), ('x', self._x_specs), ('dy', self._DySpecs(dy_mask))])
 
   def _TraceWeightGradient(self, dy_mask):
-    # The kept tensors' layout is what the input-gradient trace for the same dy mask found.
+    # Where the kept tensors come from is what the input-gradient trace for the same dy mask found.
     input_function = self._Function(_Task.INPUT_GRADIENT, dy_mask)
     layout = input_function.facts
 
     def WeightGradient(args):
       step = self._Step(args)
-      theta, x = self._body.Pack(args['theta'], args['x'])
-      kept = layer_gradients.Unkeep(layout, args['kept'], tf.nest.flatten(x),
-                                    self._OutGrads(args['dy']), len(self._body.layers))
-      templates = {j: template for j, template, _, _ in layout.layers}
+      theta, _ = self._body.Pack(args['theta'], args['x'])
       with tf.name_scope('recompute') as scope:
         pass  # Every re-run below in this one scope, as in a backward function (for profiling).
 
-      def RunLayer(j, xs):
+      def RunLayer(j, inputs):
         with tf.name_scope(scope):
-          return self._body.RunLayer(j, theta, tf.nest.pack_sequence_as(
-              templates[j] if j else x, xs))
+          return self._body.RunLayer(j, theta, inputs)
 
       with self._body.Tracing(step, args['offset'][0], batch_norm.Discarding(),
                               check_numerics=False):
-        total = layer_gradients.WeightGradients(kept, RunLayer, args['theta'], args['sums'])
+        total = layer_gradients.WeightGradients(layout, args['kept'], self._Shared(args),
+                                                RunLayer, args['theta'], args['sums'])
       got = tuple(a is not b for a, b in zip(total, args['sums']))
       return {'sums': total}, got
 
