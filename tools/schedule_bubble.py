@@ -9,7 +9,9 @@ r"""Bubble of the 'gpipe', '1f1b' and 'zero_bubble' schedules: simulated, textbo
    8} and M in {4, 8, 32}: (a) with F = B = W = 1 and no re-computation, against the textbook
    bubbles (fill-drain and 1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1) for M >= K: a third of 1F1B's);
    (b) with the measured times, where a backward task of 'gpipe'/'1f1b' takes R + B + W and
-   'zero_bubble' runs R + B and, later, R + W (its weight-gradient task re-runs the layers).
+   'zero_bubble' runs R + B and, later, its weight-gradient task as traced: W plus whatever that
+   task re-runs (nothing for these layers: it re-creates only the ops that read weights, see
+   layer_gradients.WeightReads).
 3. Timelines: one real traced training step per schedule (K = 4 logical CPU devices, M = 8) and
    the simulator's step from the measured times, one PNG each, in --out_dir.
 
@@ -19,6 +21,8 @@ Results: docs/benchmarks.md.
 """
 
 import argparse
+import collections
+import dataclasses
 import os
 import sys
 
@@ -70,25 +74,48 @@ def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, 
 
 
 def MeasuredCost(args):
-  """simulator.TaskTimes of one partition (mean per task) of a traced one-device ZB step."""
+  """Task times of one partition (mean per task) of a traced one-device ZB step: (simulator.TaskTimes
+  for 'gpipe' and '1f1b', whose backward task is R + B + W; the same for 'zero_bubble' with its
+  input-gradient task R + B and its weight-gradient task as traced, re-computation in it
+  included; the mean re-computation span of the weight-gradient tasks)."""
   per_partition = max(1, args.layers // 4)
   trace = TracedStep(_Stack(per_partition, args.width)[:per_partition], 1, args.micro_batches,
                      args.micro_batch_size, args.width, 'zero_bubble', inter_op=1)
   (cost,) = trace.PartitionTimes()
-  return cost
+  spans = collections.defaultdict(list)  # (task, micro-batch) -> spans of its ops
+  recomputed = collections.defaultdict(list)  # micro-batch -> spans of re-computation in W
+  for op in trace.compute_ops:
+    if op.partition == 0 and op.task in ('backward', 'weight'):
+      spans[(op.task, op.micro_batch)].append((op.start, op.end))
+      if op.task == 'weight' and op.category == 'recompute':
+        recomputed[op.micro_batch].append((op.start, op.end))
+
+  def Mean(task):
+    lengths = [simulator.UnionLength(s) for (t, _), s in spans.items() if t == task]
+    return sum(lengths) / len(lengths)
+
+  zb_cost = dataclasses.replace(cost, backward=Mean('backward'), weight=Mean('weight'),
+                                recompute=0.0)
+  rerun = sum(simulator.UnionLength(s) for s in recomputed.values()) / args.micro_batches
+  return cost, zb_cost, rerun
 
 
-def BubbleTable(cost):
+def _CostOf(name, cost, zb_cost):
+  return zb_cost if name == 'zero_bubble' else cost
+
+
+def BubbleTable(cost, zb_cost):
   """Rows (K, M, textbook FD/1F1B, textbook ZB, simulated bubbles with unit and measured costs,
-  step time zero_bubble / 1f1b with measured costs)."""
+  step time zero_bubble / 1f1b with measured costs; `zb_cost` for 'zero_bubble')."""
   unit = simulator.TaskTimes(forward=1.0, backward=1.0, weight=1.0)
   rows = []
   for k in KS:
     for m in MS:
       sims = {}
-      for label, c in (('unit', unit), ('measured', cost)):
-        for name, make in schedule.SCHEDULES.items():
-          sims[(label, name)] = simulator.Simulate([c] * k, make(k, m))
+      for name, make in schedule.SCHEDULES.items():
+        sims[('unit', name)] = simulator.Simulate([unit] * k, make(k, m))
+        sims[('measured', name)] = simulator.Simulate([_CostOf(name, cost, zb_cost)] * k,
+                                                      make(k, m))
       rows.append(dict(
           k=k, m=m, fill_drain=schedule.BubbleFraction(k, m),
           zb_h1=schedule.ZeroBubbleFraction(k, m) if m >= k else None,
@@ -112,17 +139,19 @@ def main(argv=None):
   parser.add_argument('--micro_batch_size', type=int, default=128, help='Examples per micro-batch.')
   args = parser.parse_args(argv)
   os.makedirs(args.out_dir, exist_ok=True)
-  cost = MeasuredCost(args)
+  cost, zb_cost, rerun = MeasuredCost(args)
   print('task times of one partition (%d layers of %d, micro-batch %d), mean per task: F %.2f ms, '
-        'B %.2f ms, W %.2f ms, R %.2f ms' % (
+        'B %.2f ms, W %.2f ms, R %.2f ms; zero-bubble weight-gradient task as traced %.2f ms '
+        '(re-computation %.2f ms of it)' % (
             max(1, args.layers // 4), args.width, args.micro_batch_size, 1e3 * cost.forward,
-            1e3 * cost.backward, 1e3 * cost.weight, 1e3 * cost.recompute))
+            1e3 * cost.backward, 1e3 * cost.weight, 1e3 * cost.recompute, 1e3 * zb_cost.weight,
+            1e3 * rerun))
   print('\nbubble (idle share of K separate devices, equal partitions)')
   print('%3s %3s | %9s %9s | %23s | %23s | %8s' % (
       'K', 'M', 'FD, 1F1B', 'ZB-H1', 'F=B=W: gpipe 1f1b zb', 'measured: gpipe 1f1b zb',
       'zb/1f1b'))
   failures = []
-  for r in BubbleTable(cost):
+  for r in BubbleTable(cost, zb_cost):
     print('%3d %3d | %9s %9s | %7s %7s %7s | %7s %7s %7s | %7.2fx' % (
         r['k'], r['m'], _Pct(r['fill_drain']), _Pct(r['zb_h1']),
         *[_Pct(r['unit'][n]) for n in ('gpipe', '1f1b', 'zero_bubble')],
@@ -143,7 +172,7 @@ def main(argv=None):
     path = os.path.join(args.out_dir, 'traced_%s.png' % name)
     timeline.DrawTrace(trace, path, '%s: one traced training step (K = %d, M = %d, %d cores)' %
                        (name, k, m, os.cpu_count() or 1))
-    result = simulator.Simulate([cost] * k, make(k, m))
+    result = simulator.Simulate([_CostOf(name, cost, zb_cost)] * k, make(k, m))
     sim_path = os.path.join(args.out_dir, 'simulated_%s.png' % name)
     timeline.DrawSimulated(result, sim_path, '%s: simulated (K = %d separate devices, M = %d, '
                            'measured task times); bubble %.1f%%' %
