@@ -3,10 +3,17 @@
 A backward function re-computes its partition and keeps each layer's inputs (its boundaries); it
 differentiates one layer at a time from its output gradients to its inputs and weights
 (`LayerGradients`), so only one layer's gradient ops are alive at a time, and adds each layer's
-weight gradients into the running sums as soon as they exist (see `accumulation`). A
-weight-gradient function (`WeightGradients`) re-runs only the layers that read weights, each from
-the inputs and output gradients an input-gradient pass kept, and differentiates it with respect
-to its weights only.
+weight gradients into the running sums as soon as they exist (see `accumulation`).
+
+A split backward pass runs no layer twice where it need not. The input-gradient pass
+(`InputGradients`) also takes the gradients at the outputs of the ops that read weights
+(`WeightReads`: a MatMul, a convolution, a bias add, batch norm's Mul and Sub), which lie on the
+path to the input gradients anyway, and keeps them with what those ops' weight gradients need of
+their other inputs (`Keep`). The weight-gradient pass (`WeightGradients`) re-creates only those ops
+and differentiates them with respect to the weights given the kept gradients: the forward ops
+themselves are pruned, and a weight's gradient is the sum over the ops that read it (the chain
+rule). A layer whose weights go through control flow, a function call, a stateful op or an op
+without a gradient is re-run from its kept inputs instead.
 
 Each layer's pass waits until the weight gradients of the layer after it have been added to their
 sums. Left alone, the executor may run the chain of input gradients far ahead of the cheap
@@ -385,52 +392,61 @@ def WeightGradients(layout: KeptLayout, kept: Sequence[tf.Tensor], shared: Seque
   """
   total = list(sums)
   targets = [t for t in theta_leaves if IsDifferentiable(t)]
-  positions = {t.ref(): i for i, t in enumerate(layout.shared)}
   done = []
   for layer in reversed(layout.layers):  # One layer's tensors at a time.
-    made = {}
-
-    def Get(source):
-      """The tensor of a shared or kept Source, after the previous layer's additions."""
-      if source not in made:
-        with tf.control_dependencies(done):
-          made[source] = tf.identity((shared if source[0] == 'shared' else kept)[source[1]])
-      return made[source]
-
+    tensors = _LayerTensors(layout, kept, shared, done)
     if isinstance(layer, RerunLayer):
-      xs = [None if s is None else Get(s) for s in layer.inputs]
+      xs = [None if s is None else tensors.Get(s) for s in layer.inputs]
       outs = tf.nest.flatten(run_layer(layer.j, tf.nest.pack_sequence_as(layer.template, xs)))
-      pairs = [(outs[i], Get(s)) for i, s in zip(layer.grad_index, layer.grads)
+      pairs = [(outs[i], tensors.Get(s)) for i, s in zip(layer.grad_index, layer.grads)
                if IsDifferentiable(outs[i])]
     else:
       pairs = []
-      copies = {}
-
-      def Rebuilt(t):
-        """`t` of the input-gradient pass made again from the weights."""
-        if t.ref() in positions:
-          return shared[positions[t.ref()]]
-        if t.op not in copies:
-          copies[t.op] = _Recreate(t.op, [Rebuilt(x) for x in t.op.inputs])
-        return copies[t.op].outputs[t.value_index]
-
-      def Input(source):
-        if source[0] == 'weights':
-          return Rebuilt(source[1])
-        if source[0] == 'stand_in':
-          _, shape, dtype, dynamic = source
-          if dynamic is None:
-            return tf.zeros(shape, dtype)
-          stand_in = tf.zeros(Get(dynamic), dtype)
-          stand_in.set_shape(shape)
-          return stand_in
-        return Get(source)
-
       for op, ins, dzs in layer.ops:
-        copy = _Recreate(op, [Input(s) for s in ins])
-        pairs += [(y, Get(d)) for y, d in zip(copy.outputs, dzs) if d is not None]
+        copy = _Recreate(op, [tensors.Input(s) for s in ins])
+        pairs += [(y, tensors.Get(d)) for y, d in zip(copy.outputs, dzs) if d is not None]
     if not pairs:
       continue
     results = tf.gradients([y for y, _ in pairs], targets, grad_ys=[g for _, g in pairs])
     done = AddWeightGradients(total, results, theta_leaves) or done
   return total
+
+
+class _LayerTensors:
+  """The tensors of one layer's weight-gradient pass: shared and kept ones, each read once after
+  the ops `done` (the previous layer's additions), and tensors re-created from the weights."""
+
+  def __init__(self, layout, kept, shared, done):
+    self._kept, self._shared, self._done = kept, shared, done
+    self._positions = {t.ref(): i for i, t in enumerate(layout.shared)}
+    self._read = {}
+    self._copies = {}
+
+  def Get(self, source: Source) -> tf.Tensor:
+    """The tensor of a 'shared' or 'kept' Source."""
+    if source not in self._read:
+      with tf.control_dependencies(self._done):
+        self._read[source] = tf.identity(
+            (self._shared if source[0] == 'shared' else self._kept)[source[1]])
+    return self._read[source]
+
+  def Rebuilt(self, t: tf.Tensor) -> tf.Tensor:
+    """`t` of the input-gradient pass made again from the weights (shared)."""
+    if t.ref() in self._positions:
+      return self._shared[self._positions[t.ref()]]
+    if t.op not in self._copies:
+      self._copies[t.op] = _Recreate(t.op, [self.Rebuilt(x) for x in t.op.inputs])
+    return self._copies[t.op].outputs[t.value_index]
+
+  def Input(self, source: Source) -> tf.Tensor:
+    """The tensor of any Source, for a re-created op's input."""
+    if source[0] == 'weights':
+      return self.Rebuilt(source[1])
+    if source[0] == 'stand_in':
+      _, shape, dtype, dynamic = source
+      if dynamic is None:
+        return tf.zeros(shape, dtype)
+      stand_in = tf.zeros(self.Get(dynamic), dtype)
+      stand_in.set_shape(shape)
+      return stand_in
+    return self.Get(source)

@@ -12,8 +12,10 @@ each with a declared signature (`graph_function.Signature`) its trace and its ca
   accumulate       (sums, dtheta) -> (sums): for backward passes from kept activations
 
 `step` is empty in a graph without a global step; `stats` are the forward pass's batch-norm
-statistics (see `batch_norm`); `kept` is the input and output gradients of each layer that has
-weights, which input_gradient keeps for weight_gradient. `backward` re-computes the partition from
+statistics (see `batch_norm`); `kept` is what input_gradient keeps for weight_gradient: per layer
+that has weights, the gradients at the outputs of the ops that read them and those ops' other
+inputs that their weight gradients need, or the layer's inputs and output gradients where the layer
+must be re-run (see `layer_gradients.Keep`). `backward` re-computes the partition from
 its saved boundary input x and differentiates it layer by layer (see `layer_gradients`), so only
 boundary activations are kept between the passes (GPipe's re-computation); the weight gradients go
 into the running sums it is given (see `accumulation`), which the first backward pass of a step gets
@@ -354,8 +356,7 @@ class PartitionFunctions:
                     dys: Sequence[Optional[tf.Tensor]]
                     ) -> Tuple[PerLeaf, List[tf.Tensor], List[tf.Operation]]:
     """One call of the input-gradient half of a re-computing backward pass (an input-gradient
-    task): the input gradients, and what `WeightGradient` needs: the inputs and output gradients
-    of each layer that has weights.
+    task): the input gradients, and what `WeightGradient` needs (see layer_gradients.Keep).
 
     Returns:
       (dx per input leaf or None, the kept tensors, the ops the task is done after).
@@ -369,8 +370,9 @@ class PartitionFunctions:
                      theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
                      dys: Sequence[Optional[tf.Tensor]], kept: Sequence[tf.Tensor],
                      sums: Optional[PerLeaf]) -> Backward:
-    """One call of the weight-gradient half (a weight-gradient task): re-runs each layer that has
-    weights from its kept inputs and adds its weight gradients to the running sums.
+    """One call of the weight-gradient half (a weight-gradient task): adds each layer's weight
+    gradients, from what InputGradient kept, to the running sums (see
+    layer_gradients.WeightGradients).
 
     Args:
       step, offset, theta_leaves, x_leaves, dys: what the InputGradient call got.
