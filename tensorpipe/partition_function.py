@@ -12,8 +12,10 @@ each with a declared signature (`graph_function.Signature`) its trace and its ca
   accumulate       (sums, dtheta) -> (sums): for backward passes from kept activations
 
 `step` is empty in a graph without a global step; `stats` are the forward pass's batch-norm
-statistics (see `batch_norm`); `kept` is the input and output gradients of each layer that has
-weights, which input_gradient keeps for weight_gradient. `backward` re-computes the partition from
+statistics (see `batch_norm`); `kept` is what input_gradient keeps for weight_gradient: per layer
+that has weights, the gradients at the outputs of the ops that read them and those ops' other
+inputs that their weight gradients need, or the layer's inputs and output gradients where the layer
+must be re-run (see `layer_gradients.Keep`). `backward` re-computes the partition from
 its saved boundary input x and differentiates it layer by layer (see `layer_gradients`), so only
 boundary activations are kept between the passes (GPipe's re-computation); the weight gradients go
 into the running sums it is given (see `accumulation`), which the first backward pass of a step gets
@@ -229,41 +231,48 @@ class PartitionFunctions:
         ('theta', self._theta_specs), ('x', self._x_specs), ('dy', self._DySpecs(dy_mask)),
         ('sums', self._Sums(self._theta_specs))])
 
+  @staticmethod
+  def _Shared(args):
+    """The tensors both halves of a split backward pass get as arguments, in one order (see
+    layer_gradients.Keep): what the input-gradient half need not keep for the other."""
+    return [t for group in ('offset', 'step', 'theta', 'x', 'dy') for t in args[group]
+            if t is not None]
+
   def _TraceInputGradient(self, dy_mask):
 
     def InputGradient(args):
       boundaries = []
       layer_ops = self._Recompute(args, boundaries)
-      grads, _ = layer_gradients.LayerGradients(boundaries, self._OutGrads(args['dy']),
-                                                args['theta'])
-      kept, layout = layer_gradients.Keep(boundaries, grads, layer_ops, args['theta'])
+      reads = layer_gradients.WeightReads(boundaries, layer_ops, args['theta'])
+      grads, read_grads = layer_gradients.InputGradients(
+          boundaries, self._OutGrads(args['dy']),
+          layer_gradients.ReadOutputs(reads, len(layer_ops)))
+      kept, layout = layer_gradients.Keep(boundaries, grads, reads, read_grads,
+                                          self._Shared(args))
       return {'dx': [grads[0][i] for i in self._in_index], 'kept': kept}, layout
 
     return self._Trace('input_backward', InputGradient, self._Leading() + [
         ('theta', self._theta_specs), ('x', self._x_specs), ('dy', self._DySpecs(dy_mask))])
 
   def _TraceWeightGradient(self, dy_mask):
-    # The kept tensors' layout is what the input-gradient trace for the same dy mask found.
+    # Where the kept tensors come from is what the input-gradient trace for the same dy mask found.
     input_function = self._Function(_Task.INPUT_GRADIENT, dy_mask)
     layout = input_function.facts
 
     def WeightGradient(args):
       step = self._Step(args)
-      theta, x = self._body.Pack(args['theta'], args['x'])
-      kept = layer_gradients.Unkeep(layout, args['kept'], tf.nest.flatten(x),
-                                    self._OutGrads(args['dy']), len(self._body.layers))
-      templates = {j: template for j, template, _, _ in layout.layers}
+      theta, _ = self._body.Pack(args['theta'], args['x'])
       with tf.name_scope('recompute') as scope:
         pass  # Every re-run below in this one scope, as in a backward function (for profiling).
 
-      def RunLayer(j, xs):
+      def RunLayer(j, inputs):
         with tf.name_scope(scope):
-          return self._body.RunLayer(j, theta, tf.nest.pack_sequence_as(
-              templates[j] if j else x, xs))
+          return self._body.RunLayer(j, theta, inputs)
 
       with self._body.Tracing(step, args['offset'][0], batch_norm.Discarding(),
                               check_numerics=False):
-        total = layer_gradients.WeightGradients(kept, RunLayer, args['theta'], args['sums'])
+        total = layer_gradients.WeightGradients(layout, args['kept'], self._Shared(args),
+                                                RunLayer, args['theta'], args['sums'])
       got = tuple(a is not b for a, b in zip(total, args['sums']))
       return {'sums': total}, got
 
@@ -347,8 +356,7 @@ class PartitionFunctions:
                     dys: Sequence[Optional[tf.Tensor]]
                     ) -> Tuple[PerLeaf, List[tf.Tensor], List[tf.Operation]]:
     """One call of the input-gradient half of a re-computing backward pass (an input-gradient
-    task): the input gradients, and what `WeightGradient` needs: the inputs and output gradients
-    of each layer that has weights.
+    task): the input gradients, and what `WeightGradient` needs (see layer_gradients.Keep).
 
     Returns:
       (dx per input leaf or None, the kept tensors, the ops the task is done after).
@@ -362,8 +370,9 @@ class PartitionFunctions:
                      theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
                      dys: Sequence[Optional[tf.Tensor]], kept: Sequence[tf.Tensor],
                      sums: Optional[PerLeaf]) -> Backward:
-    """One call of the weight-gradient half (a weight-gradient task): re-runs each layer that has
-    weights from its kept inputs and adds its weight gradients to the running sums.
+    """One call of the weight-gradient half (a weight-gradient task): adds each layer's weight
+    gradients, from what InputGradient kept, to the running sums (see
+    layer_gradients.WeightGradients).
 
     Args:
       step, offset, theta_leaves, x_leaves, dys: what the InputGradient call got.

@@ -212,15 +212,16 @@ class Edge:
 def CheckRecompute(what: str, recompute: str, splits_backward: bool) -> None:
   """Refuses a re-computation mode the schedule `what` names cannot run.
 
-  A schedule that splits backward passes needs 'always': its weight-gradient tasks re-run each
-  layer from the inputs its input-gradient task kept.
+  A schedule that splits backward passes needs 'always': its weight-gradient tasks work from what
+  its input-gradient task kept of a re-computation (the inputs of the ops that read weights, or of
+  layers re-run).
   """
   if recompute not in RECOMPUTE_MODES:
     raise ValueError('recompute=%r is not one of %s' % (recompute, RECOMPUTE_MODES))
   if splits_backward and recompute != 'always':
     raise ValueError(
-        "%s needs recompute='always', got recompute=%r: its weight-gradient tasks re-run each "
-        "layer from the inputs its input-gradient task kept. Use recompute='always', or "
+        "%s needs recompute='always', got recompute=%r: its weight-gradient tasks work from "
+        "what its input-gradient task kept of a re-computation. Use recompute='always', or "
         "schedule='1f1b' to keep activations" % (what, recompute))
 
 

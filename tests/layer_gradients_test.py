@@ -138,68 +138,77 @@ class AddWeightGradientsTest(test_utils.TestCase):
         layer_gradients.AddWeightGradients(total, [None, tf.ones([2])], theta)
 
 
+def _Split(chain):
+  """An input-gradient pass of `chain` and what it keeps: (kept, layout, its shared tensors)."""
+  shared = [chain.x, chain.ids] + chain.theta + [chain.dy]
+  reads = layer_gradients.WeightReads(chain.boundaries, chain.layer_ops, chain.theta)
+  grads, read_grads = layer_gradients.InputGradients(
+      chain.boundaries, [chain.dy], layer_gradients.ReadOutputs(reads, len(chain.layer_ops)))
+  kept, layout = layer_gradients.Keep(chain.boundaries, grads, reads, read_grads, shared)
+  return kept, layout, shared
+
+
+def _WeightPass(chain, sums, run_layer=None):
+  """The weight-gradient pass of `chain` on its kept and shared tensors as arguments (no path
+  back to the weights, stop_gradient standing for the function boundary)."""
+  kept, layout, shared = _Split(chain)
+  arguments = lambda ts: [tf.stop_gradient(t) if layer_gradients.IsDifferentiable(t) else t
+                          for t in ts]
+  shared = arguments(shared[:2]) + chain.theta + arguments(shared[-1:])
+  run_layer = run_layer or (lambda j, xs: _RunLayer(j, chain.theta, xs))
+  return layer_gradients.WeightGradients(layout, arguments(kept), shared, run_layer, chain.theta,
+                                         sums)
+
+
 class KeepTest(test_utils.TestCase):
 
-  def testKeepsOnlyLayersThatReadWeightsAndUnkeepRestoresThem(self):
+  def testKeepsOnlyWhatTheReadingOpsWeightGradientsNeed(self):
     with tf.Graph().as_default():
       chain = _Chain()
-      grads, _ = layer_gradients.LayerGradients(chain.boundaries, [chain.dy], chain.theta)
-      kept, layout = layer_gradients.Keep(chain.boundaries, grads, chain.layer_ops, chain.theta)
-      # Layer 0 keeps its output gradient (its inputs are the partition's); layer 1 reads no
-      # weights; layer 2 keeps its input (its output gradient is the partition's).
-      self.assertEqual([j for j, _, _, _ in layout.layers], [0, 2])
-      self.assertLen(kept, 2)
-      self.assertIs(kept[0], grads[1][0])
-      self.assertIs(kept[1], chain.boundaries[2][0])
-      self.assertEqual(layout.layers[0], (0, None, None, (0,)))
-      self.assertEqual(layout.layers[1], (2, (None, None), (True, False), (0,)))
-      restored = layer_gradients.Unkeep(layout, kept, tf.nest.flatten(chain.boundaries[0]),
-                                        [chain.dy], NUM_LAYERS)
-      self.assertLen(restored, 2)
-      (j0, xs0, index0, grads0), (j2, xs2, index2, grads2) = restored
-      self.assertEqual((j0, j2), (0, 2))
-      self.assertLen(xs0, 2)
-      self.assertIs(xs0[0], chain.x)
-      self.assertIs(xs0[1], chain.ids)
-      self.assertEqual(tuple(index0), (0,))
-      self.assertLen(grads0, 1)
-      self.assertIs(grads0[0], grads[1][0])
-      self.assertLen(xs2, 2)
-      self.assertIs(xs2[0], chain.boundaries[2][0])
-      self.assertIsNone(xs2[1])
-      self.assertEqual(tuple(index2), (0,))
-      self.assertLen(grads2, 1)
-      self.assertIs(grads2[0], chain.dy)
+      kept, layout, shared = _Split(chain)
+      # Layer 1 reads no weights. Layers 0 and 2 read theirs in a MatMul, whose weight gradient
+      # needs its other input (layer 0's is the partition's input, shared) and the gradient at
+      # its output.
+      self.assertEqual([layer.j for layer in layout.layers], [0, 2])
+      for layer in layout.layers:
+        self.assertIsInstance(layer, layer_gradients.RereadLayer)
+        self.assertEqual([op.type for op, _, _ in layer.ops], ['MatMul'])
+      (_, ins0, dzs0), = layout.layers[0].ops
+      (_, ins2, dzs2), = layout.layers[1].ops
+      self.assertEqual(ins0, (('shared', 0), ('weights', chain.theta[0])))
+      self.assertEqual(ins2, (('kept', 2), ('weights', chain.theta[2])))
+      self.assertEqual((dzs0, dzs2), ((('kept', 0),), (('kept', 1),)))
+      self.assertLen(kept, 3)
+      self.assertIs(kept[2], chain.boundaries[2][0])
+      self.assertEqual(layout.shared, tuple(shared))
 
-
-def _KeptAsArguments(chain):
-  """What a weight-gradient function receives of `chain`'s input-gradient pass: the kept tensors,
-  the partition's inputs and its output gradients, as arguments (no path back to the weights,
-  stop_gradient standing for the function boundary), per layer (Unkeep)."""
-  grads, _ = layer_gradients.LayerGradients(chain.boundaries, [chain.dy], chain.theta)
-  kept, layout = layer_gradients.Keep(chain.boundaries, grads, chain.layer_ops, chain.theta)
-  arguments = lambda ts: [t if t is None else tf.stop_gradient(t) for t in ts]
-  return layer_gradients.Unkeep(layout, arguments(kept),
-                                arguments(tf.nest.flatten(chain.boundaries[0])),
-                                arguments([chain.dy]), NUM_LAYERS)
+  def testKeepsATensorOnce(self):
+    with tf.Graph().as_default():
+      x = tf.constant(X)
+      theta = [tf.constant(W0), tf.constant(W0 + 1)]
+      first = len(tf.get_default_graph().get_operations())
+      y = tf.matmul(x, theta[0]) * tf.matmul(x, theta[1])
+      boundaries = [x, tf.identity(y)]
+      ops = tf.get_default_graph().get_operations()[first:]
+      reads = layer_gradients.WeightReads(boundaries, [('layer', ops)], theta)
+      grads, read_grads = layer_gradients.InputGradients(
+          boundaries, [tf.ones([2, 4])], layer_gradients.ReadOutputs(reads, 1))
+      kept, layout = layer_gradients.Keep(boundaries, grads, reads, read_grads, theta)
+      self.assertLen(layout.layers[0].ops, 2)
+      self.assertLen([t for t in kept if t is x], 1)  # Both MatMuls' input, kept once.
+      self.assertLen(kept, 3)
 
 
 class WeightGradientsTest(test_utils.TestCase):
 
-  def testEqualsTheGradientsWithRespectToTheWeights(self):
+  def testEqualsTheGradientsWithRespectToTheWeightsWithoutReRunningLayers(self):
     graph = tf.Graph()
     with graph.as_default():
       chain = _Chain()
-      restored = _KeptAsArguments(chain)
-      run = []
-
-      def RunLayer(j, xs):
-        run.append(j)
-        return _RunLayer(j, chain.theta, xs)
-
       sums = chain.Sums()
-      total = layer_gradients.WeightGradients(restored, RunLayer, chain.theta, sums)
-      self.assertEqual(run, [2, 0])  # Only layers that read weights, last first.
+      run = []
+      total = _WeightPass(chain, sums, lambda j, xs: run.append(j))
+      self.assertEmpty(run)  # Every layer's weights are read by MatMuls alone.
       self.assertIsNone(total[1])
       with self.session(graph=graph) as sess:
         (_, dw0, dw2), got0, got2 = sess.run([chain.Expected(), total[0], total[2]])
@@ -213,14 +222,60 @@ class WeightGradientsTest(test_utils.TestCase):
       chains = [_Chain(), _Chain()]
       total = chains[0].Sums()
       for chain in chains:
-        total = layer_gradients.WeightGradients(
-            _KeptAsArguments(chain), lambda j, xs, c=chain: _RunLayer(j, c.theta, xs),
-            chain.theta, total)
+        total = _WeightPass(chain, total)
       with self.session(graph=graph) as sess:
         (_, dw0, dw2), got0, got2 = sess.run([chains[0].Expected(), total[0], total[2]])
     self.assertAllClose(got0, SUM0 + 2 * dw0)
     self.assertAllClose(got2, SUM2 + 2 * dw2)
 
+  def _Layer(self, fn, x_shape, w, feed):
+    """(weight-gradient pass of the one-layer chain fn(x, w) -> y, its plain gradient, the layout),
+    with x fed `feed` through a placeholder of `x_shape`, y's gradient 1 + y."""
+    x = tf.placeholder_with_default(feed, x_shape)
+    theta = [tf.constant(w)]
+    first = len(tf.get_default_graph().get_operations())
+    y = fn(x, theta[0])
+    ops = tf.get_default_graph().get_operations()[first:]
+    dy = tf.stop_gradient(1.0 + y)
+    boundaries = [x, y]
+    reads = layer_gradients.WeightReads(boundaries, [('layer', ops)], theta)
+    grads, read_grads = layer_gradients.InputGradients(
+        boundaries, [dy], layer_gradients.ReadOutputs(reads, 1))
+    shared = [tf.stop_gradient(x)] + theta + [dy]
+    kept, layout = layer_gradients.Keep(boundaries, grads, reads, read_grads, shared)
+    run_layer = lambda j, inputs: fn(inputs, theta[0])
+    sums = [tf.raw_ops.DeepCopy(x=tf.zeros_like(theta[0]))]
+    total = layer_gradients.WeightGradients(layout, [tf.stop_gradient(t) for t in kept], shared,
+                                            run_layer, theta, sums)
+    return total[0], tf.gradients(y, theta[0], grad_ys=dy)[0], layout
+
+  def testAStandInOfRunTimeShapeForAnInputOnlyItsShapeIsNeeded(self):
+    graph = tf.Graph()
+    with graph.as_default():
+      # The bias add's weight gradient sums over a dimension known only at run time.
+      got, want, layout = self._Layer(lambda x, w: tf.tanh(tf.matmul(x, w) + w[0]), [None, 3], W0,
+                                      X)
+      (layer,) = layout.layers
+      stand_ins = [s for _, ins, _ in layer.ops for s in ins if s[0] == 'stand_in']
+      self.assertLen(stand_ins, 1)
+      self.assertIsNotNone(stand_ins[0][3])  # Its shape, kept.
+      with self.session(graph=graph) as sess:
+        got, want = sess.run([got, want])
+    self.assertAllClose(got, want)
+
+  def testALayerWhoseWeightsGoThroughControlFlowIsReRun(self):
+    def Loop(x, w):
+      return tf.while_loop(lambda i, _: i < 2, lambda i, h: (i + 1, tf.tanh(tf.matmul(h, w))),
+                           (0, x))[1]
+
+    graph = tf.Graph()
+    with graph.as_default():
+      got, want, layout = self._Layer(Loop, [2, 3], W0[:, :3], X)
+      (layer,) = layout.layers
+      self.assertIsInstance(layer, layer_gradients.RerunLayer)
+      with self.session(graph=graph) as sess:
+        got, want = sess.run([got, want])
+    self.assertAllClose(got, want)
 
 
 class LayerOrderTest(test_utils.TestCase):

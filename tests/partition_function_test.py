@@ -2,8 +2,11 @@
 
 import re
 
+import numpy as np
 from lingvo import compat as tf
+from lingvo.core import base_layer
 from lingvo.core import layers as lingvo_layers
+from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tests import helpers
@@ -95,6 +98,92 @@ class InPlaceUpdateTest(test_utils.TestCase):
       copies = [n.node_name for n in updates
                 if any(r.alloc_bytes > 0 for m in n.memory for r in m.allocation_records)]
       self.assertEmpty(copies)
+
+
+class Conv(helpers.Dense):
+  """relu(conv2d(x as [batch, 2, 2, dim / 4], w) + b) as [batch, dim]: a convolution with bias."""
+
+  def __init__(self, params):
+    base_layer.BaseLayer.__init__(self, params)
+    p = self.params
+    self.CreateVariable('w', py_utils.WeightParams(
+        [2, 2, p.dim // 4, p.dim // 4], py_utils.WeightInit.Gaussian(0.5, seed=p.seed)))
+    self.CreateVariable('b', py_utils.WeightParams(
+        [p.dim // 4], py_utils.WeightInit.Gaussian(0.5, seed=p.seed + 1)))
+
+  def FProp(self, theta, x):
+    p = self.params
+    images = tf.reshape(x, [-1, 2, 2, p.dim // 4])
+    y = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(images, theta.w, 1, 'SAME'), theta.b))
+    return tf.reshape(y, [-1, p.dim])
+
+
+class Loop(helpers.Dense):
+  """tanh(x w) applied twice in a tf.while_loop: weights read inside control flow."""
+
+  def FProp(self, theta, x):
+    return tf.while_loop(lambda i, _: i < 2, lambda i, h: (i + 1, tf.tanh(tf.matmul(h, theta.w))),
+                         (0, x))[1]
+
+
+def _Fc(name, seed, activation):
+  return lingvo_layers.FCLayer.Params().Set(
+      name=name, input_dim=8, output_dim=8, activation=activation,
+      params_init=py_utils.WeightInit.Gaussian(0.5, seed=seed))
+
+
+class WeightGradientTest(test_utils.TestCase):
+  """The zero-bubble weight-gradient task re-creates only the ops that read weights."""
+
+  def testWeightGradientsEqualTheReRunningSchedules(self):
+    # FC with and without activation, a convolution, batch norm (gamma and beta read by a Mul and a
+    # Sub), layer norm (read in a function call) and a while loop (both re-run).
+    def Stack():
+      return [_Fc('fc0', 1, 'TANH'), _Fc('fc1', 2, 'NONE'), Conv.Params().Set(name='conv', seed=3),
+              lingvo_layers.BatchNormLayer.Params().Set(name='bn', dim=8),
+              lingvo_layers.LayerNorm.Params().Set(name='ln', input_dim=8),
+              Loop.Params().Set(name='loop', seed=5), _Fc('fc2', 6, 'RELU')]
+
+    x = np.random.RandomState(0).normal(size=[8, 8]).astype(np.float32)
+    results = helpers.GradientsOfVariants(
+        [(name, helpers.Pipeline(Stack(), K, 2, name=name, schedule=name))
+         for name in ('gpipe', 'zero_bubble')], lambda: (tf.constant(x),), num_devices=K)
+    (want, _), (got, _) = results['gpipe'], results['zero_bubble']
+    self.assertLen(got, 13)
+    for name in want:
+      self.assertAllClose(got[name], want[name], rtol=1e-6, atol=1e-7, msg=name)
+
+  def testTheWeightGradientFunctionRunsNoForwardOp(self):
+    num_layers = 3
+    with tf.Graph().as_default() as g, helpers.Cluster(1):
+      net = helpers.Pipeline(helpers.DenseLayers(num_layers), 1, M,
+                             schedule='zero_bubble').Instantiate()
+      loss = tf.reduce_sum(net.FPropDefaultTheta(tf.ones([8, 8])))
+      grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
+      (weight,) = [f for f in g.as_graph_def().library.function
+                   if 'weight_backward' in f.signature.name]
+      with helpers.Session(g, 1) as sess:
+        sess.run(tf.global_variables_initializer())
+        _, nodes = helpers.TracedStep(sess, [loss, grads])
+    # What the function's outputs are computed from (what TensorFlow runs of it): the weight
+    # gradients' MatMuls, no Tanh, no forward MatMul.
+    nodes_by_name = {n.name: n for n in weight.node_def}
+    todo = [v.split(':')[0] for v in weight.ret.values()]
+    live = set()
+    while todo:
+      name = todo.pop()
+      if name in nodes_by_name and name not in live:
+        live.add(name)
+        todo.extend(x.lstrip('^').split(':')[0] for x in nodes_by_name[name].input)
+    types = [nodes_by_name[n].op for n in live]
+    self.assertNotIn('Tanh', types)
+    matmuls = [n for n in live if nodes_by_name[n].op == 'MatMul']
+    self.assertLen(matmuls, num_layers)
+    self.assertTrue(all('MatMul_grad' in n for n in matmuls), matmuls)
+    # Run: one forward MatMul per layer and micro-batch in the forward task, one in the
+    # input-gradient task's re-computation, none in the weight-gradient task.
+    self.assertEqual(helpers.CountByType(nodes, helpers.MATMUL_TYPES, _IsForwardMatMul),
+                     2 * num_layers * M)
 
 
 class RecomputeMemoryTest(test_utils.TestCase):

@@ -12,7 +12,8 @@ r"""Bubble of every schedule: simulated, textbook and traced.
    and 1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1) for M >= K, interleaved 1F1B (K-1)/(vM+K-1), ZB-V
    (K-1)/(6M+K-1) for M >= 2K-1); (b) with the measured times, where a backward task of
    'gpipe'/'1f1b'/'interleaved_1f1b' takes R + B + W and 'zero_bubble'/'zbv' run R + B and, later,
-   R + W (their weight-gradient task re-runs the layers).
+   their weight-gradient task as traced: W plus whatever that task re-runs (nothing for these
+   layers: it re-creates only the ops that read weights, see layer_gradients.WeightReads).
 3. Timelines: one real traced training step per schedule (K = 4 logical CPU devices, M = 8) and
    the simulator's step from the measured times, one PNG each, in --out_dir.
 
@@ -22,6 +23,7 @@ Results: docs/benchmarks.md.
 """
 
 import argparse
+import collections
 import dataclasses
 import os
 import sys
@@ -77,12 +79,35 @@ def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, 
 
 
 def MeasuredCost(args):
-  """simulator.TaskTimes of one partition (mean per task) of a traced one-device ZB step."""
+  """Task times of one partition (mean per task) of a traced one-device ZB step: (simulator.TaskTimes
+  for the schedules whose backward task is R + B + W; the same for those that split it, with the
+  input-gradient task R + B and the weight-gradient task as traced, re-computation in it included;
+  the mean re-computation span of the weight-gradient tasks)."""
   per_partition = max(1, args.layers // 4)
   trace = TracedStep(_Stack(per_partition, args.width)[:per_partition], 1, args.micro_batches,
                      args.micro_batch_size, args.width, 'zero_bubble', inter_op=1)
   (cost,) = trace.PartitionTimes()
-  return cost
+  spans = collections.defaultdict(list)  # (task, micro-batch) -> spans of its ops
+  recomputed = collections.defaultdict(list)  # micro-batch -> spans of re-computation in W
+  for op in trace.compute_ops:
+    if op.partition == 0 and op.task in ('backward', 'weight'):
+      spans[(op.task, op.micro_batch)].append((op.start, op.end))
+      if op.task == 'weight' and op.category == 'recompute':
+        recomputed[op.micro_batch].append((op.start, op.end))
+
+  def Mean(task):
+    lengths = [simulator.UnionLength(s) for (t, _), s in spans.items() if t == task]
+    return sum(lengths) / len(lengths)
+
+  split_cost = dataclasses.replace(cost, backward=Mean('backward'), weight=Mean('weight'),
+                                   recompute=0.0)
+  rerun = sum(simulator.UnionLength(s) for s in recomputed.values()) / args.micro_batches
+  return cost, split_cost, rerun
+
+
+def _CostOf(name, cost, split_cost):
+  """The measured task times schedule `name` runs: `split_cost` where it splits backward passes."""
+  return split_cost if schedule.Build(name, 1, 1, STAGES[name]).splits_backward else cost
 
 
 def Textbook(name, k, m):
@@ -103,9 +128,10 @@ def _Share(cost, v):
                              recompute=cost.recompute / v, weight=cost.weight / v)
 
 
-def BubbleTable(cost):
+def BubbleTable(cost, split_cost):
   """Rows (K, M, schedule, textbook bubble, simulated bubbles with unit and measured costs, step
-  time / 1f1b's with measured costs); `cost` is one device's share of the layers."""
+  time / 1f1b's with measured costs); `cost` and `split_cost` (see MeasuredCost) are one device's
+  share of the layers."""
   unit = simulator.TaskTimes(forward=1.0, backward=1.0, weight=1.0)
   rows = []
   for k in KS:
@@ -114,7 +140,7 @@ def BubbleTable(cost):
       for name in schedule.NAMES:
         v = STAGES[name]
         sched = schedule.Build(name, k, m, v)
-        for label, c in (('unit', unit), ('measured', cost)):
+        for label, c in (('unit', unit), ('measured', _CostOf(name, cost, split_cost))):
           sims[(label, name)] = simulator.Simulate([_Share(c, v)] * (k * v), sched)
       for name in schedule.NAMES:
         rows.append(dict(
@@ -138,16 +164,18 @@ def main(argv=None):
   parser.add_argument('--micro_batch_size', type=int, default=128, help='Examples per micro-batch.')
   args = parser.parse_args(argv)
   os.makedirs(args.out_dir, exist_ok=True)
-  cost = MeasuredCost(args)
+  cost, split_cost, rerun = MeasuredCost(args)
   print('task times of one partition (%d layers of %d, micro-batch %d), mean per task: F %.2f ms, '
-        'B %.2f ms, W %.2f ms, R %.2f ms' % (
+        'B %.2f ms, W %.2f ms, R %.2f ms; zero-bubble weight-gradient task as traced %.2f ms '
+        '(re-computation %.2f ms of it)' % (
             max(1, args.layers // 4), args.width, args.micro_batch_size, 1e3 * cost.forward,
-            1e3 * cost.backward, 1e3 * cost.weight, 1e3 * cost.recompute))
+            1e3 * cost.backward, 1e3 * cost.weight, 1e3 * cost.recompute,
+            1e3 * split_cost.weight, 1e3 * rerun))
   print('\nbubble (idle share of K separate devices, equal partitions; v partitions per device)')
   print('%3s %3s  %-16s %2s | %8s | %8s | %8s | %12s' % (
       'K', 'M', 'schedule', 'v', 'textbook', 'F=B=W', 'measured', 'step / 1f1b'))
   failures = []
-  for r in BubbleTable(cost):
+  for r in BubbleTable(cost, split_cost):
     print('%3d %3d  %-16s %2d | %8s | %8s | %8s | %11.2fx' % (
         r['k'], r['m'], r['name'], STAGES[r['name']], _Pct(r['textbook']), _Pct(r['unit']),
         _Pct(r['measured']), r['time']))
@@ -165,7 +193,8 @@ def main(argv=None):
     path = os.path.join(args.out_dir, 'traced_%s.png' % name)
     timeline.DrawTrace(trace, path, '%s: one traced training step (K = %d, v = %d, M = %d, %d '
                        'cores)' % (name, k, v, m, os.cpu_count() or 1))
-    result = simulator.Simulate([_Share(cost, v)] * (k * v), schedule.Build(name, k, m, v))
+    result = simulator.Simulate([_Share(_CostOf(name, cost, split_cost), v)] * (k * v),
+                                schedule.Build(name, k, m, v))
     sim_path = os.path.join(args.out_dir, 'simulated_%s.png' % name)
     timeline.DrawSimulated(result, sim_path, '%s: simulated (K = %d separate devices, v = %d, '
                            'M = %d, measured task times); bubble %.1f%%' %

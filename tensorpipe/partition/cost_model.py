@@ -323,8 +323,8 @@ def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompu
       for fill-drain, which runs every forward pass first; fewer for 1F1B (see
       `schedule.Schedule.InFlight`).
     waiting: micro-batches waiting for a later weight-gradient task (zero-bubble): for each layer
-      with weights, its input and its output gradient are kept until then (that task re-runs the
-      layer from them; see partition_function's _Kept).
+      with weights, about its input and its output gradient are kept until then (what the
+      weight gradients of the ops that read its weights need; see layer_gradients.Keep).
     running: with re-computation, micro-batches whose activations are held at once (default
       min(2, M): two forward passes with forward_overlap). A forward pass frees each activation
       once the next layer has read it, and a device runs one backward pass at a time, so 1 is
