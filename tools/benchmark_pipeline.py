@@ -582,9 +582,9 @@ def PrintUtilisationTargets(args, peak, rates, median, clean, mem):
   pairs = [(tp, lingvo) for tp, lingvo in HeadlineConfigs() if tp.name in rates]
   print('targets (measured beside target; * marks medians over all steps):')
   for tp, _ in pairs:
-    print('  %-58s %7.3f  >= %.2f%s' % ('hardware FLOPs fraction, %s' % tp.name,
-                                         rates[tp.name].hardware / peak, HARDWARE_FRACTION_TARGET,
-                                         star(tp.name)))
+    print('  %-58s %7.3f  >= %.2f%s' % (
+        'hardware FLOPs fraction, TensorPipe %s K=%d,M=%d' % (tp.suite, tp.k, tp.m),
+        rates[tp.name].hardware / peak, HARDWARE_FRACTION_TARGET, star(tp.name)))
   for tp, lingvo in pairs:
     if lingvo.name in median:
       print('  %-58s %6.2fx  >= %.2fx%s' % (
