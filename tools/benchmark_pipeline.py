@@ -18,6 +18,20 @@ getrusage); a step is "quiet" when that is at most `--max_foreign_cpu` CPU-secon
 steps, marked *, for a configuration with too few), and every ratio is a ratio of those medians; the
 all-step median and the minimum are printed too.
 
+FLOP rates: the report starts with each configuration's FLOP rate beside this machine's float32
+matmul rate, measured in the same process through the same session config and timed in the same
+interleaved rounds (quiet runs, median): `--inter_op_threads` chains (the ops a session runs at
+once) of `--matmul_chain` dependent [n, n] @ [n, n] matmuls, n = `--matmul_size`, chain i on
+logical device i; a run's FLOPs are chains x chain x 2 n^3. A configuration's FLOPs per step come
+from its layers' shapes (tensorpipe.measure.step_flops): forward FLOPs F = the layers' FPropMeta
+FLOPs for the mini-batch (dense: per FCLayer 2 B n m for its matmul, plus B m for the ReLU and m
+for the bias); model FLOPs = 3 F (forward once, backward twice the forward); hardware FLOPs =
+(3 + r) F, with r the forward passes re-run: 1 for recompute='always' and for Lingvo's GPipe (its
+backward pass re-runs each cell's forward), 0 for 'never' and the plain model (1 - the last
+micro-batch's share for 'except_last', one more for a schedule with weight-gradient tasks). FLOP
+rate = FLOPs per step / median step time; its fraction of the matmul rate is the model (or
+hardware) FLOPs utilisation, MFU (or HFU).
+
 Peak memory is measured in a separate process per configuration (this script with `--memory_child`),
 so that no other graph's tensors are in the allocator:
 tf.config.experimental.reset_memory_stats('CPU:0') before a step, get_memory_info('CPU:0')['peak']
@@ -69,12 +83,19 @@ from lingvo.core import py_utils
 
 from tensorpipe import layer as tensorpipe_layer
 from tensorpipe import matmul_gradient
+from tensorpipe import micro_batching
 from tensorpipe.measure import profiling
+from tensorpipe.measure import step_flops
 from tensorpipe.measure import workloads
+from tensorpipe.partition import cost_model
 from tensorpipe.partition import partitioning
 from tensorpipe import placement
+from tensorpipe import schedule as schedule_lib
 
 MIB = 1024.0 * 1024.0
+HARDWARE_FRACTION_TARGET = 0.9  # TensorPipe's hardware FLOP rate / the matmul rate, at least.
+GPIPE_SPEED_TARGET = 1.4  # TensorPipe's step rate / Lingvo GPipe's at the same K and M, at least.
+PEAK_MEMORY_TARGET = 0.4  # TensorPipe's peak memory / Lingvo GPipe's, dense K=2,M=8, at most.
 
 
 # --------------------------------------------------------------------------------------------------
@@ -96,6 +117,19 @@ def _TransformerLayers(args):
   ]
 
 
+def _Layers(suite, args):
+  """The layer Params of the suite's stack, in order."""
+  return _DenseLayers(args) if suite == 'dense' else _TransformerLayers(args)
+
+
+def _InputShapes(suite, args):
+  """The shapes of the stack's inputs (the mini-batch): dense [B, n]; transformer [T, B, D] and
+  [T, B]."""
+  if suite == 'dense':
+    return [[args.batch, args.width]]
+  return [[args.tr_seq, args.tr_batch, args.tr_dim], [args.tr_seq, args.tr_batch]]
+
+
 def _Partitions(layer_params, k):
   """Cuts the layer list into k equal consecutive partitions (one cut for TensorPipe and Lingvo)."""
   n = len(layer_params)
@@ -107,6 +141,7 @@ def _Partitions(layer_params, k):
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+  """One timed or memory-measured configuration: a stack, an implementation and its settings."""
   suite: str  # 'dense' or 'transformer'
   kind: str  # 'plain', 'plain_2d' (plain with matmul_gradient.Scope()), 'tensorpipe' or 'gpipe'
   k: int = 1
@@ -128,7 +163,7 @@ class Config:
 
 def _LayerParams(config, args):
   """The Params of the network of `config`."""
-  layer_list = _DenseLayers(args) if config.suite == 'dense' else _TransformerLayers(args)
+  layer_list = _Layers(config.suite, args)
   batch_dim = 0 if config.suite == 'dense' else 1
   if config.kind in ('plain', 'plain_2d'):
     return builder_layers.SequentialLayer.Params().Set(name='net', sub=layer_list)
@@ -148,12 +183,91 @@ def _LayerParams(config, args):
   raise ValueError(config.kind)
 
 
-class Step:
+def ForwardFlops(suite, args):
+  """FLOPs of one forward pass of the suite's stack over the mini-batch: the sum of its layers'
+  FPropMeta FLOPs (the loss, mean(square(output)), left out)."""
+  return cost_model.ChainFlops(_Layers(suite, args), _InputShapes(suite, args))[0]
+
+
+def RecomputedForwards(config, args):
+  """Forward passes of the mini-batch a step of `config` runs again (step_flops.RecomputedForwards).
+
+  The plain model: none. TensorPipe: by its layer's schedule and recompute Params. Lingvo's
+  PipeliningLayer: as recompute='always', since recurrent.StackedRecurrent's default cell gradient
+  re-runs each cell's forward pass for its micro-batch before differentiating it.
+  """
+  if config.kind in ('plain', 'plain_2d'):
+    return 0.0
+  if config.kind == 'gpipe':
+    schedule = schedule_lib.FillDrainSchedule(config.k, config.m, recompute='always')
+  else:
+    p = _LayerParams(config, args)
+    schedule = schedule_lib.SCHEDULES[p.schedule](config.k, config.m, recompute=p.recompute)
+  batch = args.batch if config.suite == 'dense' else args.tr_batch
+  return step_flops.RecomputedForwards(schedule, micro_batching.Sizes(batch, config.m))
+
+
+class Timed:
+  """A session and the fetches every run of it runs, timed in the interleaved rounds.
+
+  Subclasses build `graph`, `sess` and `fetches` (the last fetch a float scalar: a step's loss).
+  """
+
+  def __init__(self, name, steps_per_round):
+    self.name = name
+    self.steps_per_round = steps_per_round
+    self.times, self.clean_times, self.foreign = [], [], []
+    self.graph = self.sess = self.fetches = None
+    self.warmup_s = self.warmup_value = None
+
+  def Run(self):
+    """One run; returns the last fetch's value.
+
+    Always the same fetches: a new fetch set makes TF build (and grappler optimise) another
+    executor, which for the largest graphs here takes about a minute.
+    """
+    return self.sess.run(self.fetches)[-1]
+
+  def Warmup(self, steps):
+    t0 = time.perf_counter()
+    value = None
+    for _ in range(steps):
+      value = self.Run()
+    if not np.isfinite(value):
+      raise ValueError('%s: the last fetch is %r after warm-up' % (self.name, value))
+    self.warmup_s = time.perf_counter() - t0
+    self.warmup_value = float(value)
+
+  def Time(self, steps, max_foreign):
+    """Times `steps` runs, recording each one's wall time and the CPU others used meanwhile."""
+    for _ in range(steps):
+      cpu0, busy0 = _OwnCpu(), _MachineBusy()
+      t0 = time.perf_counter()
+      self.Run()
+      wall = time.perf_counter() - t0
+      foreign = (_MachineBusy() - busy0) - (_OwnCpu() - cpu0)
+      self.times.append(wall)
+      self.foreign.append(foreign)
+      if foreign <= max_foreign * wall:
+        self.clean_times.append(wall)
+
+  def Median(self, min_clean):
+    """(median run time, whether it is over clean runs only)."""
+    if self.clean_times and len(self.clean_times) >= min_clean:
+      return statistics.median(self.clean_times), True
+    return statistics.median(self.times), False
+
+  def Close(self):
+    self.sess.close()
+
+
+class Step(Timed):
   """One configuration's training step, built in its own graph and session."""
 
   def __init__(self, config, args):
+    super().__init__(config.name, (args.steps_per_round if config.suite == 'dense' else
+                                   args.tr_steps_per_round))
     self.config = config
-    self.times, self.clean_times, self.foreign = [], [], []
     t0 = time.perf_counter()
     self.graph = tf.Graph()
     with self.graph.as_default(), cluster_factory.ForTestingWorker(
@@ -202,39 +316,6 @@ class Step:
     self.sess.run(init)
     self.build_s = time.perf_counter() - t0
 
-  def Run(self):
-    # Always the same fetches: a new fetch set makes TF build (and grappler optimise) another
-    # executor, which for the largest graphs here takes about a minute.
-    return self.sess.run(self.fetches)[1]
-
-  def Warmup(self, steps):
-    t0 = time.perf_counter()
-    loss = None
-    for _ in range(steps):
-      loss = self.Run()
-    if not np.isfinite(loss):
-      raise ValueError('%s: loss is %r after warm-up' % (self.config.name, loss))
-    self.warmup_s = time.perf_counter() - t0
-    self.loss_value = float(loss)
-
-  def Time(self, steps, max_foreign):
-    for _ in range(steps):
-      cpu0, busy0 = _OwnCpu(), _MachineBusy()
-      t0 = time.perf_counter()
-      self.Run()
-      wall = time.perf_counter() - t0
-      foreign = (_MachineBusy() - busy0) - (_OwnCpu() - cpu0)
-      self.times.append(wall)
-      self.foreign.append(foreign)
-      if foreign <= max_foreign * wall:
-        self.clean_times.append(wall)
-
-  def Median(self, min_clean):
-    """(median step time, whether it is over clean steps only)."""
-    if self.clean_times and len(self.clean_times) >= min_clean:
-      return statistics.median(self.clean_times), True
-    return statistics.median(self.times), False
-
   def Trace(self):
     """One traced step: (wall seconds, {device: busy seconds}, Counter of op types)."""
     t0 = time.perf_counter()
@@ -245,8 +326,43 @@ class Step:
     op_types = collections.Counter(op.op_type for op in trace.ops if op.op_type)
     return wall, busy, op_types
 
-  def Close(self):
-    self.sess.close()
+
+class Matmuls(Timed):
+  """This machine's float32 matmul rate through the configurations' session config and devices.
+
+  `--inter_op_threads` chains (as many ops as a session runs at once) of `--matmul_chain` dependent
+  x @ w matmuls of [n, n] by [n, n], n = `--matmul_size`; chain i runs on logical CPU device i mod
+  D with its own x and w. w is orthogonal, so the values keep their size along a chain.
+  """
+
+  def __init__(self, args):
+    n = args.matmul_size
+    chains = args.inter_op_threads
+    super().__init__('float32 matmuls: %d chains of %d x %d^3' % (chains, args.matmul_chain, n),
+                     args.steps_per_round)
+    self.flops = chains * args.matmul_chain * step_flops.MatmulFlops(n, n, n)
+    rng = np.random.RandomState(1234)
+    self.graph = tf.Graph()
+    self.devices = []
+    with self.graph.as_default(), cluster_factory.ForTestingWorker(
+        cpus=args.devices, split_size=args.devices) as cluster:
+      sums = []
+      for i in range(chains):
+        device = cluster.WorkerDeviceInModelSplit(i % args.devices)
+        self.devices.append(device)
+        with tf.device(device):
+          x = tf.Variable(rng.normal(size=[n, n]).astype(np.float32), trainable=False, name='x')
+          w = tf.Variable(np.linalg.qr(rng.normal(size=[n, n]))[0].astype(np.float32),
+                          trainable=False, name='w')
+          y = x.read_value()
+          for _ in range(args.matmul_chain):
+            y = tf.matmul(y, w)
+          sums.append(tf.reduce_sum(y))
+      self.fetches = [tf.add_n(sums)]
+      init = tf.global_variables_initializer()
+    self.sess = tf.Session(graph=self.graph, config=placement.SessionConfig(
+        args.devices, args.intra_op_threads, args.inter_op_threads))
+    self.sess.run(init)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -254,6 +370,7 @@ class Step:
 
 
 def TimingConfigs(args):
+  """The configurations timed, by --suites, --devices and --diagnose."""
   configs = []
   if 'dense' in args.suites:
     configs += [
@@ -290,6 +407,15 @@ def MemoryConfigs():
   ]
 
 
+def HeadlineConfigs():
+  """(TensorPipe config, Lingvo GPipe config at the same K and M): the pairs the FLOP report's
+  targets read."""
+  return [(Config('dense', 'tensorpipe', 2, 8, 'always'), Config('dense', 'gpipe', 2, 8)),
+          (Config('dense', 'tensorpipe', 4, 8, 'always'), Config('dense', 'gpipe', 4, 8)),
+          (Config('transformer', 'tensorpipe', 2, 8, 'always'),
+           Config('transformer', 'gpipe', 2, 8))]
+
+
 def SpeedTargets():
   """(description, numerator config, denominator config, minimum speed ratio)."""
   tp = lambda k, m, r='always': Config('dense', 'tensorpipe', k, m, r)
@@ -297,8 +423,10 @@ def SpeedTargets():
       ('K=1,M=1,never >= 0.97x plain', tp(1, 1, 'never'), Config('dense', 'plain'), 0.97),
       ('K=1,M=4,always >= 0.72x plain', tp(1, 4), Config('dense', 'plain'), 0.72),
       ('K=2,M=8 >= 1.45x K=2,M=1', tp(2, 8), tp(2, 1), 1.45),
-      ('TensorPipe >= 1.2x Lingvo GPipe, K=2,M=8', tp(2, 8), Config('dense', 'gpipe', 2, 8), 1.2),
-      ('TensorPipe >= 1.2x Lingvo GPipe, K=4,M=8', tp(4, 8), Config('dense', 'gpipe', 4, 8), 1.2),
+      ('TensorPipe >= %.1fx Lingvo GPipe, K=2,M=8' % GPIPE_SPEED_TARGET, tp(2, 8),
+       Config('dense', 'gpipe', 2, 8), GPIPE_SPEED_TARGET),
+      ('TensorPipe >= %.1fx Lingvo GPipe, K=4,M=8' % GPIPE_SPEED_TARGET, tp(4, 8),
+       Config('dense', 'gpipe', 4, 8), GPIPE_SPEED_TARGET),
       ('transformer TensorPipe K=2,M=8 >= 0.7x plain',
        Config('transformer', 'tensorpipe', 2, 8, 'always'), Config('transformer', 'plain'), 0.7),
       # Not targets (need None): the no-overlap replay order, and the plain model with the 2-D
@@ -318,6 +446,7 @@ def SpeedTargets():
 
 
 def MemoryChild(args, name):
+  """In a child process: prints the peak memory of the steps of memory config `name`."""
   config = [c for c in MemoryConfigs() if c.name == name][0]
   step = Step(config, args)  # Creates the first session, so its thread settings are the process's.
   step.Warmup(args.warmup)
@@ -334,6 +463,7 @@ def MemoryChild(args, name):
 
 
 def MeasureMemory(args):
+  """{config name: peak memory result} of each of MemoryConfigs, one child process each."""
   results = {}
   for config in MemoryConfigs():
     cmd = [sys.executable, '-m', 'tools.benchmark_pipeline', '--memory_child', config.name]
@@ -368,7 +498,7 @@ def _OwnCpu():
 
 def _MachineBusy():
   """CPU seconds the whole machine has not been idle (or has lost to steal) since boot."""
-  with open('/proc/stat') as f:
+  with open('/proc/stat', encoding='ascii') as f:
     fields = [int(v) for v in f.readline().split()[1:]]
   idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
   return (sum(fields[:8]) - idle) / float(os.sysconf('SC_CLK_TCK'))
@@ -386,47 +516,89 @@ def Verdict(ok):
   return 'PASS' if ok else 'FAIL'
 
 
-def Main(args):
-  configs = TimingConfigs(args)
-  print('TensorPipe benchmark: %s, python %s, TF %s, %d CPU cores' %
-        (platform.platform(), platform.python_version(), tf2.__version__, os.cpu_count()))
-  print('sessions: %d logical CPU devices, intra_op=%d, inter_op=%d; dense %d x FC %d, batch %d; '
-        'transformer %d x (d=%d, heads=%d, hidden=%d), seq %d, batch %d' %
-        (args.devices, args.intra_op_threads, args.inter_op_threads, args.layers, args.width,
-         args.batch, args.tr_layers, args.tr_dim, args.tr_heads, args.tr_hidden, args.tr_seq,
-         args.tr_batch))
-  t_start = time.perf_counter()
-  steps = []
-  for config in configs:
-    step = Step(config, args)
-    step.Warmup(args.warmup)
-    step.steps_per_round = (args.steps_per_round if config.suite == 'dense' else
-                            args.tr_steps_per_round)
-    print('  built %-44s %6d ops  build %5.1f s  warm-up %5.1f s  loss %.4g' %
-          (config.name, step.num_ops, step.build_s, step.warmup_s, step.loss_value), flush=True)
-    steps.append(step)
+def _MedianText(timed, median, clean):
+  """Text such as '0.163 s (median of 24 quiet runs of 26)' of one timed thing's median."""
+  name = timed.name
+  return '%.3f s%s (median of %s)' % (
+      median[name], '' if clean[name] else '*',
+      '%d quiet runs of %d' % (len(timed.clean_times), len(timed.times)) if clean[name] else
+      'all %d runs: too few quiet' % len(timed.times))
 
-  print('timing: at least %d rounds, each running %d (dense) / %d (transformer) steps of every '
-        'configuration in turn; load average %s' %
-        (args.rounds, args.steps_per_round, args.tr_steps_per_round, _Load()), flush=True)
-  t_timing = time.perf_counter()
-  r = 0
-  while True:
-    shift = r % len(steps)
-    for step in steps[shift:] + steps[:shift]:
-      step.Time(step.steps_per_round, args.max_foreign_cpu)
-    r += 1
-    short = [s for s in steps if len(s.clean_times) < args.min_clean]
-    elapsed = time.perf_counter() - t_timing
-    print('  round %d done (%.0f s; load average %s; %d configs with fewer than %d quiet steps)' %
-          (r, time.perf_counter() - t_start, _Load(), len(short), args.min_clean), flush=True)
-    if r >= args.rounds and (not short or elapsed >= args.max_timing_s):
-      break
 
-  median, clean = {}, {}
+@dataclasses.dataclass(frozen=True)
+class FlopRate:
+  """A configuration's FLOP rates: FLOPs per step / median step time."""
+  recomputed: float  # r: forward passes of the mini-batch run again.
+  model: float  # Model FLOPs (3 F) per second.
+  hardware: float  # Hardware FLOPs ((3 + r) F) per second.
+
+
+def FlopRates(args, steps, median):
+  """{config name: FlopRate} of every timed configuration."""
+  forward = {suite: ForwardFlops(suite, args) for suite in args.suites}
+  rates = {}
   for s in steps:
-    median[s.config.name], clean[s.config.name] = s.Median(args.min_clean)
-  print()
+    r = RecomputedForwards(s.config, args)
+    model = step_flops.ModelFlops(forward[s.config.suite])
+    hardware = step_flops.HardwareFlops(forward[s.config.suite], r)
+    rates[s.name] = FlopRate(r, model / median[s.name], hardware / median[s.name])
+  return rates
+
+
+def PrintFlops(args, matmuls, steps, median, clean, rates):
+  """The report's first part: the model FLOPs utilisation of the headline TensorPipe configs, the
+  matmul rate, how FLOPs are counted, and every configuration's FLOP rates and fractions."""
+  peak = matmuls.flops / median[matmuls.name]
+  star = lambda name: '' if clean[name] else '*'
+  headline = [tp.name for tp, _ in HeadlineConfigs() if tp.name in rates]
+  print("model FLOPs utilisation (model FLOP rate / this machine's matmul rate): %s" %
+        ('; '.join('%s %.3f%s' % (name, rates[name].model / peak, star(name)) for name in headline)
+         or 'no TensorPipe K=2 or K=4, M=8 configuration was timed'))
+  print("matmul rate %.1f GFLOP/s%s: %s, %.1f GFLOP per run in %s, on %s, in the configurations' "
+        'session config' % (peak / 1e9, star(matmuls.name), matmuls.name, matmuls.flops / 1e9,
+                            _MedianText(matmuls, median, clean),
+                            ', '.join(profiling.ShortDevice(d) for d in matmuls.devices)))
+  print("FLOPs per step, from the layers' FPropMeta for the mini-batch: F = forward FLOPs (%s); "
+        'model = 3 F (forward once, backward twice the forward); hardware = (3 + r) F, r = '
+        "forward passes re-run (1: recompute 'always' and Lingvo GPipe; 0: 'never' and plain). "
+        'FLOP rate = FLOPs per step / median step time; MFU, HFU = model, hardware FLOP rate / '
+        'matmul rate. * marks medians over all steps.' % '; '.join(
+            '%s %.2f GFLOP%s' % (suite, ForwardFlops(suite, args) / 1e9,
+                                 ': per FCLayer 2 B n m matmul + B m ReLU + m bias'
+                                 if suite == 'dense' else '') for suite in args.suites))
+  print('%-44s %8s %4s %9s %6s %9s %6s' % ('config', 'step ms', 'r', 'model', 'MFU', 'hardware',
+                                           'HFU'))
+  print('%-44s %8s %4s %9s %6s %9s %6s' % ('', '', '', 'GFLOP/s', '', 'GFLOP/s', ''))
+  for s in steps:
+    rate = rates[s.name]
+    print('%-44s %7.1f%1s %4.2f %9.1f %6.3f %9.1f %6.3f' % (
+        s.name, 1e3 * median[s.name], star(s.name), rate.recomputed, rate.model / 1e9,
+        rate.model / peak, rate.hardware / 1e9, rate.hardware / peak))
+
+
+def PrintUtilisationTargets(args, peak, rates, median, clean, mem):
+  """The targets the FLOP report reads, each measured value beside its target (no verdict)."""
+  star = lambda *names: '' if all(clean[n] for n in names) else ' *'
+  pairs = [(tp, lingvo) for tp, lingvo in HeadlineConfigs() if tp.name in rates]
+  print('targets (measured beside target; * marks medians over all steps):')
+  for tp, _ in pairs:
+    print('  %-58s %7.3f  >= %.2f%s' % (
+        'hardware FLOPs fraction, TensorPipe %s K=%d,M=%d' % (tp.suite, tp.k, tp.m),
+        rates[tp.name].hardware / peak, HARDWARE_FRACTION_TARGET, star(tp.name)))
+  for tp, lingvo in pairs:
+    if lingvo.name in median:
+      print('  %-58s %6.2fx  >= %.2fx%s' % (
+          'step rate TensorPipe / Lingvo GPipe, %s K=%d,M=%d' % (tp.suite, tp.k, tp.m),
+          median[lingvo.name] / median[tp.name], GPIPE_SPEED_TARGET, star(tp.name, lingvo.name)))
+  tp_mem, lingvo_mem = mem.get(MemoryConfigs()[0].name), mem.get(MemoryConfigs()[2].name)
+  print('  %-58s %s' % ('peak memory TensorPipe / Lingvo GPipe, dense K=2,M=8', (
+      '%6.2fx  <= %.2fx' % (tp_mem['peak'] / lingvo_mem['peak'], PEAK_MEMORY_TARGET)
+      if tp_mem and lingvo_mem else
+      'not measured' + (' (--skip_memory)' if args.skip_memory else ''))))
+
+
+def PrintStepTimes(args, steps, median, clean):
+  """The table of step times: quiet-step median, counts, all-step median, minimum, vs plain."""
   print('Step times. "quiet" steps: other processes used <= %.2f CPU-s per step-second while it '
         'ran (from /proc/stat minus this process\'s own CPU time); medians are over quiet steps '
         'when a config has >= %d of them, else over all steps (marked *).' %
@@ -441,20 +613,19 @@ def Main(args):
            statistics.median(s.times), min(s.times),
            '%.2fx' % (plain / median[name]) if plain else '-'))
 
-  if args.trace:
-    print()
-    print('one traced step per config (device busy = time with >= 1 op running on it):')
-    for s in steps:
-      wall, busy, op_types = s.Trace()
-      mm = {k: v for k, v in op_types.items() if 'MatMul' in k}
-      print('  %-44s wall %.3f s  busy %s  matmul ops %s' %
-            (s.config.name, wall, ' '.join('%s=%.3f' % kv for kv in sorted(busy.items())),
-             dict(sorted(mm.items()))))
 
-  for s in steps:
-    s.Close()
+def PrintTraces(traces):
+  """Per config: the traced step's wall time, device busy times and matmul op counts."""
+  print('one traced step per config (device busy = time with >= 1 op running on it):')
+  for name, (wall, busy, op_types) in traces.items():
+    mm = {k: v for k, v in op_types.items() if 'MatMul' in k}
+    print('  %-44s wall %.3f s  busy %s  matmul ops %s' %
+          (name, wall, ' '.join('%s=%.3f' % kv for kv in sorted(busy.items())),
+           dict(sorted(mm.items()))))
 
-  print()
+
+def PrintSpeedTargets(args, median, clean):
+  """The step-time ratios of SpeedTargets, each beside its target."""
   if args.quick:
     print('--quick: smaller models and few steps; the verdicts below are a smoke test only.')
   print('%-56s %9s %9s %s' % ('target', 'measured', 'needed', ''))
@@ -468,39 +639,113 @@ def Main(args):
     else:
       print('%-56s %8.2fx %8.2fx %s%s' % (desc, ratio, need, Verdict(ratio >= need), noisy))
 
-  if not args.skip_memory:
-    mem = MeasureMemory(args)
-    tp_always = mem.get(MemoryConfigs()[0].name)
-    tp_never = mem.get(MemoryConfigs()[1].name)
-    lingvo = mem.get(MemoryConfigs()[2].name)
+
+def PrintMemory(args, mem):
+  """The peak-memory table and its ratios."""
+  tp_always = mem.get(MemoryConfigs()[0].name)
+  tp_never = mem.get(MemoryConfigs()[1].name)
+  lingvo = mem.get(MemoryConfigs()[2].name)
+  print('Peak memory of one training step (dense stack, one process per config, %d steps each): '
+        'the CPU allocator peak (all logical devices), max and median over the steps, and the '
+        'max minus what was allocated before the step (variables, inputs).' % args.memory_steps)
+  print('%-44s %9s %9s %12s' % ('config', 'peak MiB', 'median', 'above resid.'))
+  for name, r in mem.items():
+    print('%-44s %9.1f %9.1f %12.1f' % (name, r['peak'] / MIB,
+                                        statistics.median(r['peaks']) / MIB,
+                                        (r['peak'] - r['base']) / MIB))
+  print()
+  tp_strict = mem.get(MemoryConfigs()[3].name)
+  for label, tp in (('', tp_always), (', no_overlap', tp_strict)):
+    if tp and lingvo:
+      ratio = tp['peak'] / lingvo['peak']
+      print('%-56s %8.2fx %8.2fx %s' % (
+          'peak TensorPipe K=2,M=8%s <= %.1fx Lingvo GPipe' % (label, PEAK_MEMORY_TARGET), ratio,
+          PEAK_MEMORY_TARGET, Verdict(ratio <= PEAK_MEMORY_TARGET)))
+      print('%-56s %8.2fx   (not a target)' % (
+          '  same, above resident memory only', (tp['peak'] - tp['base']) /
+          (lingvo['peak'] - lingvo['base'])))
+  if tp_always and tp_never:
+    print('%-56s %8.2fx   (not a target)' % ("peak TensorPipe K=2,M=8 'always' / 'never'",
+                                             tp_always['peak'] / tp_never['peak']))
+
+
+def BuildSteps(args):
+  """The matmuls and every timing configuration's step, each built and warmed up."""
+  matmuls = Matmuls(args)
+  matmuls.Warmup(args.warmup)
+  print('  built %-44s  warm-up %5.1f s' % (matmuls.name, matmuls.warmup_s), flush=True)
+  steps = []
+  for config in TimingConfigs(args):
+    step = Step(config, args)
+    step.Warmup(args.warmup)
+    print('  built %-44s %6d ops  build %5.1f s  warm-up %5.1f s  loss %.4g' %
+          (config.name, step.num_ops, step.build_s, step.warmup_s, step.warmup_value), flush=True)
+    steps.append(step)
+  return matmuls, steps
+
+
+def TimeRounds(args, timed, t_start):
+  """Interleaved rounds of every timed thing until each has --min_clean quiet runs (or until
+  --max_timing_s)."""
+  print('timing: at least %d rounds, each running %d (dense and matmuls) / %d (transformer) steps '
+        'of every configuration in turn; load average %s' %
+        (args.rounds, args.steps_per_round, args.tr_steps_per_round, _Load()), flush=True)
+  t_timing = time.perf_counter()
+  r = 0
+  while True:
+    shift = r % len(timed)
+    for t in timed[shift:] + timed[:shift]:
+      t.Time(t.steps_per_round, args.max_foreign_cpu)
+    r += 1
+    short = [t for t in timed if len(t.clean_times) < args.min_clean]
+    elapsed = time.perf_counter() - t_timing
+    print('  round %d done (%.0f s; load average %s; %d configs with fewer than %d quiet steps)' %
+          (r, time.perf_counter() - t_start, _Load(), len(short), args.min_clean), flush=True)
+    if r >= args.rounds and (not short or elapsed >= args.max_timing_s):
+      break
+
+
+def Main(args):
+  """Builds, times (and traces) every configuration, measures peak memory, then reports."""
+  print('TensorPipe benchmark: %s, python %s, TF %s, %d CPU cores' %
+        (platform.platform(), platform.python_version(), tf2.__version__, os.cpu_count()))
+  print('sessions: %d logical CPU devices, intra_op=%d, inter_op=%d; dense %d x FC %d, batch %d; '
+        'transformer %d x (d=%d, heads=%d, hidden=%d), seq %d, batch %d; matmuls %d x %d^3' %
+        (args.devices, args.intra_op_threads, args.inter_op_threads, args.layers, args.width,
+         args.batch, args.tr_layers, args.tr_dim, args.tr_heads, args.tr_hidden, args.tr_seq,
+         args.tr_batch, args.matmul_chain, args.matmul_size))
+  t_start = time.perf_counter()
+  matmuls, steps = BuildSteps(args)
+  TimeRounds(args, [matmuls] + steps, t_start)
+  median, clean = {}, {}
+  for t in [matmuls] + steps:
+    median[t.name], clean[t.name] = t.Median(args.min_clean)
+  traces = {s.name: s.Trace() for s in steps} if args.trace else {}
+  for t in [matmuls] + steps:
+    t.Close()
+  mem = {} if args.skip_memory else MeasureMemory(args)
+
+  rates = FlopRates(args, steps, median)
+  print()
+  PrintFlops(args, matmuls, steps, median, clean, rates)
+  PrintUtilisationTargets(args, matmuls.flops / median[matmuls.name], rates, median, clean, mem)
+  print()
+  PrintStepTimes(args, steps, median, clean)
+  if traces:
     print()
-    print('Peak memory of one training step (dense stack, one process per config, %d steps each): '
-          'the CPU allocator peak (all logical devices), max and median over the steps, and the '
-          'max minus what was allocated before the step (variables, inputs).' % args.memory_steps)
-    print('%-44s %9s %9s %12s' % ('config', 'peak MiB', 'median', 'above resid.'))
-    for name, r in mem.items():
-      print('%-44s %9.1f %9.1f %12.1f' % (name, r['peak'] / MIB,
-                                          statistics.median(r['peaks']) / MIB,
-                                          (r['peak'] - r['base']) / MIB))
+    PrintTraces(traces)
+  print()
+  PrintSpeedTargets(args, median, clean)
+  if mem:
     print()
-    tp_strict = mem.get(MemoryConfigs()[3].name)
-    for label, tp in (('', tp_always), (', no_overlap', tp_strict)):
-      if tp and lingvo:
-        ratio = tp['peak'] / lingvo['peak']
-        print('%-56s %8.2fx %8.2fx %s' % ('peak TensorPipe K=2,M=8%s <= 0.5x Lingvo GPipe' % label,
-                                          ratio, 0.5, Verdict(ratio <= 0.5)))
-        print('%-56s %8.2fx   (not a target)' % (
-            '  same, above resident memory only', (tp['peak'] - tp['base']) /
-            (lingvo['peak'] - lingvo['base'])))
-    if tp_always and tp_never:
-      print('%-56s %8.2fx   (not a target)' % ("peak TensorPipe K=2,M=8 'always' / 'never'",
-                                               tp_always['peak'] / tp_never['peak']))
+    PrintMemory(args, mem)
   print()
   print('total %.0f s' % (time.perf_counter() - t_start))
 
 
 def ParseArgs(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
+  """The flags, with --quick's and the defaults' sizes filled in."""
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--layers', type=int, default=None,
                       help='dense stack: number of FCLayers (default 16; 8 with --quick)')
@@ -521,6 +766,12 @@ def ParseArgs(argv=None):
                       'the K=4 configurations)')
   parser.add_argument('--intra_op_threads', type=int, default=1)
   parser.add_argument('--inter_op_threads', type=int, default=2)
+  parser.add_argument('--matmul_size', type=int, default=1024,
+                      help='n of the [n, n] @ [n, n] float32 matmuls that measure this machine\'s '
+                      'matmul rate')
+  parser.add_argument('--matmul_chain', type=int, default=8,
+                      help='dependent matmuls per chain and run (one chain per inter-op thread); '
+                      'more amortises the run\'s overhead')
   parser.add_argument('--warmup', type=int, default=2, help='untimed steps per configuration')
   parser.add_argument('--rounds', type=int, default=8, help='interleaved timing rounds (at least)')
   parser.add_argument('--steps_per_round', type=int, default=3,
@@ -550,6 +801,9 @@ def ParseArgs(argv=None):
   parser.add_argument('--memory_child', default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   args.suites = [s.strip() for s in args.suites.split(',') if s.strip()]
+  for name in ('matmul_size', 'matmul_chain'):
+    if getattr(args, name) < 1:
+      parser.error('--%s must be >= 1, got %d' % (name, getattr(args, name)))
   if args.layers is None:
     args.layers = 8 if args.quick else 16
   if args.tr_layers is None:
