@@ -152,7 +152,8 @@ class SchedulesTest(test_utils.TestCase):
 
   def testUnknownSchedule(self):
     with self.assertRaisesRegex(
-        ValueError, r"schedule='zb' is not one of \('gpipe', '1f1b', 'zero_bubble'\)"):
+        ValueError, r"schedule='zb' is not one of \('gpipe', '1f1b', 'zero_bubble', "
+        r"'interleaved_1f1b', 'zbv'\)"):
       with helpers.Cluster(2):
         helpers.Pipeline(helpers.DenseLayers(2), 2, 4, schedule='zb').Instantiate()
 

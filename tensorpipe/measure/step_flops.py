@@ -11,9 +11,11 @@ for the mini-batch (e.g. `cost_model.ChainFlops` of the layers' FPropMeta):
   compares implementations by the work the model needs. The first layer's input gradient is
   counted although a step whose inputs need no gradient may skip it.
 - hardware FLOPs = (3 + r) x forward FLOPs, r the forward passes run again (`RecomputedForwards`):
-  a re-computing backward pass (GPipe's re-computation) re-runs its micro-batch's forward pass once,
-  and a split backward pass's weight-gradient task re-runs each layer once more from the inputs its
-  input-gradient task kept. They say how busy the arithmetic units were, needed work or not.
+  a re-computing backward pass (GPipe's re-computation) re-runs its micro-batch's forward pass once.
+  A split backward pass's weight-gradient task re-creates only the ops that read weights and
+  differentiates them (see layer_gradients), so it adds nothing; a layer it re-runs instead (its
+  weights go through control flow or a function call) is not counted. They say how busy the
+  arithmetic units were, needed work or not.
 
 Micro-batching changes neither count: the FLOPs of a layer's matmuls are linear in its batch.
 """
@@ -44,10 +46,8 @@ def RecomputedForwards(schedule: schedule_lib.Schedule, micro_batch_sizes: Seque
   """Forward passes of the whole mini-batch that a step run by `schedule` runs again.
 
   Each micro-batch whose backward passes re-compute their partitions (`Schedule.Recomputes`) adds
-  its share of the mini-batch once; a schedule that splits backward passes adds one more whole
-  forward pass (its weight-gradient tasks re-run every layer that has weights; counted as the whole
-  layer). 0 for recompute='never', 1 for 'always' (GPipe, and Lingvo's PipeliningLayer, whose
-  backward pass re-runs each cell), 2 for zero-bubble.
+  its share of the mini-batch once: 0 for recompute='never', 1 for 'always' (GPipe, zero-bubble, and
+  Lingvo's PipeliningLayer, whose backward pass re-runs each cell).
 
   Args:
     schedule: the step's schedule (its recompute mode and whether it splits backward passes).
@@ -60,7 +60,7 @@ def RecomputedForwards(schedule: schedule_lib.Schedule, micro_batch_sizes: Seque
     raise ValueError('RecomputedForwards: %s needs %d micro-batch sizes adding up to >= 1, got %r'
                      % (schedule.name, schedule.num_micro_batches, list(micro_batch_sizes)))
   recomputed = sum(size for t, size in enumerate(micro_batch_sizes) if schedule.Recomputes(t))
-  return recomputed / float(sum(micro_batch_sizes)) + (1.0 if schedule.splits_backward else 0.0)
+  return recomputed / float(sum(micro_batch_sizes))
 
 
 def HardwareFlops(forward_flops: float, recomputed_forwards: float) -> float:

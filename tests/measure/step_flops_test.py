@@ -28,8 +28,8 @@ class StepFlopsTest(unittest.TestCase):
         step_flops.RecomputedForwards(fill_drain('except_last'), [3, 3, 3, 2]), 9 / 11.0)
     self.assertEqual(step_flops.RecomputedForwards(
         schedule.OneFOneBSchedule(2, 4, recompute='always'), sizes), 1.0)
-    # Zero bubble: the input-gradient task re-computes, the weight-gradient task re-runs again.
-    self.assertEqual(step_flops.RecomputedForwards(schedule.ZeroBubbleSchedule(2, 4), sizes), 2.0)
+    # Zero bubble: the input-gradient task re-computes; the weight-gradient task re-runs nothing.
+    self.assertEqual(step_flops.RecomputedForwards(schedule.ZeroBubbleSchedule(2, 4), sizes), 1.0)
 
   def testRecomputedForwardsRefuseSizesNotOnePerMicroBatch(self):
     with self.assertRaisesRegex(ValueError, r'needs 4 micro-batch sizes .*got \[2, 2\]'):
