@@ -208,10 +208,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
       self._partition_layers.append([entry.name for entry in partition])
     self._skips = self._SkipConnections(where)
     if p.micro_batch_size is None:
-      try:  # Combinations of K, v and M that no schedule can run fail here, not in FProp.
-        self.Schedule(None)
-      except ValueError as e:
-        raise ValueError('%s: %s' % (where, e)) from None
+      self.Schedule(None)  # Combinations of K, v and M that cannot run fail here, not in FProp.
 
   def _CheckSharedNames(self, partitions, where):
     """Refuses a shared layer named like a layer, and two shared layers of one name that differ."""
@@ -472,8 +469,12 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """The schedule.Schedule FProp follows for a mini-batch of `batch_size` examples."""
     p = self.params
     lag = 2 if p.forward_overlap else 1
-    return schedule.Build(p.schedule, self.num_devices, self.NumMicroBatches(batch_size),
-                          p.virtual_stages, lag, p.recompute)
+    num_micro = self.NumMicroBatches(batch_size)
+    try:
+      return schedule.Build(p.schedule, self.num_devices, num_micro, p.virtual_stages, lag,
+                            p.recompute)
+    except ValueError as e:
+      raise ValueError('TensorPipeLayer %r: %s' % (p.name, e)) from None
 
   def FProp(self, theta, *args):
     """Runs the pipeline on `args` (tensors, tuples or NestedMaps): the last partition's outputs.

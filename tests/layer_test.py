@@ -585,6 +585,14 @@ class VirtualStagesTest(test_utils.TestCase):
             schedule='interleaved_1f1b', virtual_stages=2, num_partitions=None)
     with self.assertRaisesRegex(ValueError, r'8 layers cannot fill 10 partitions'):
       Build(num_partitions=5, schedule='interleaved_1f1b', virtual_stages=2, num_micro_batches=5)
+    # M known only from the batch (16 examples, at most 6 a micro-batch: M = 3): in FProp.
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      net = layer_lib.TensorPipeLayer.Params().Set(
+          name='pipe', layers=helpers.DenseLayers(8), num_partitions=2, micro_batch_size=6,
+          schedule='interleaved_1f1b', virtual_stages=2).Instantiate()
+      with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': interleaved 1F1B needs "
+                                  r'num_micro_batches M a multiple of num_devices K, got M=3, K=2'):
+        net.FPropDefaultTheta(*_Inputs())
 
 
 class PipeliningTest(test_utils.TestCase):

@@ -2,7 +2,9 @@
 
 Shows a user why a partitioning is what it is, and what it predicts: the imbalance (max/mean
 partition cost) and the fraction of device time spent working once the fill-drain bubble
-(`schedule.BubbleFraction`) and the imbalance are paid.
+(`schedule.BubbleFraction`) and the imbalance are paid. With several partitions per device
+(virtual stages), each row names its device and each device's memory is the sum of its
+partitions'.
 """
 
 import dataclasses
@@ -26,6 +28,7 @@ class PartitionRow:
   params: Optional[int]  # Trainable parameters (None without input shapes).
   param_bytes: Optional[float]  # Parameters with optimizer slots and other variables.
   activation_bytes: Optional[float]  # Stashed boundary input + activations held in the backward.
+  device: int  # The device that holds the partition.
 
 
 @dataclasses.dataclass
@@ -39,6 +42,7 @@ class PartitionReport:
   imbalance: float
   bubble: float
   efficiency: float
+  device_bytes: Optional[List[float]] = None  # Per device, with several partitions on a device.
 
   def __str__(self) -> str:
     return Format(self)
@@ -54,6 +58,7 @@ def Build(plan: partitioning.Plan, title: str = 'pipeline') -> PartitionReport:
   total = sum(costs) or 1.0
   profiles = plan.Profiles()
   mem = plan.Memory()
+  devices = plan.partition_devices or tuple(range(len(plan.sizes)))
   rows, start = [], 0
   for k, size in enumerate(plan.sizes):
     layers = plan.layer_params[start:start + size]
@@ -64,13 +69,15 @@ def Build(plan: partitioning.Plan, title: str = 'pipeline') -> PartitionReport:
       param_bytes = _Sum(p.params * plan.bytes_per_param + p.state * 4 for p in partition)
       act_bytes = mem.Of(start, start + size) - param_bytes
     rows.append(PartitionRow(k, layers[0].name, layers[-1].name, size, costs[k], costs[k] / total,
-                        params, param_bytes, act_bytes))
+                             params, param_bytes, act_bytes, devices[k]))
     start += size
   num_micro = plan.num_micro_batches
+  shared = len(set(devices)) < len(devices)
   return PartitionReport(title, plan.cost_source, plan.algorithm, num_micro, rows,
                          balancing.Imbalance(costs),
                          schedule.BubbleFraction(len(plan.sizes), num_micro),
-                         balancing.Efficiency(costs, num_micro))
+                         balancing.Efficiency(costs, num_micro),
+                         plan.DeviceMemory() if shared and profiles is not None else None)
 
 
 def _Num(value):
@@ -93,16 +100,20 @@ def Format(report: PartitionReport) -> str:
       (report.title, len(report.rows), report.cost_source, report.algorithm,
        report.num_micro_batches)
   ]
-  header = ('partition', 'layers', 'n', 'cost', 'share', 'params', 'param mem', 'act mem')
+  header = ('partition', 'layers', 'device', 'n', 'cost', 'share', 'params', 'param mem', 'act mem')
   table = [header]
   for r in report.rows:
     layers = r.first if r.num_layers == 1 else '%s .. %s' % (r.first, r.last)
-    table.append((str(r.index), layers, str(r.num_layers), _Num(r.cost), '%.1f%%' % (100 * r.share),
-                  _Num(r.params), _Bytes(r.param_bytes), _Bytes(r.activation_bytes)))
+    table.append((str(r.index), layers, str(r.device), str(r.num_layers), _Num(r.cost),
+                  '%.1f%%' % (100 * r.share), _Num(r.params), _Bytes(r.param_bytes),
+                  _Bytes(r.activation_bytes)))
   widths = [max(len(row[i]) for row in table) for i in range(len(header))]
   for row in table:
     lines.append('  '.join(partition.ljust(w) if i < 2 else partition.rjust(w)
                            for i, (partition, w) in enumerate(zip(row, widths))).rstrip())
-  lines.append('imbalance (max/mean cost) %.3f; bubble %.1f%%; predicted efficiency %.1f%%' %
-               (report.imbalance, 100 * report.bubble, 100 * report.efficiency))
+  lines.append('imbalance (max/mean cost) %.3f; fill-drain bubble %.1f%%; predicted efficiency '
+               '%.1f%%' % (report.imbalance, 100 * report.bubble, 100 * report.efficiency))
+  if report.device_bytes is not None:
+    lines.append('memory per device (its partitions together): %s' % ', '.join(
+        '%d: %s' % (d, _Bytes(b)) for d, b in enumerate(report.device_bytes)))
   return '\n'.join(lines)

@@ -29,7 +29,21 @@ class ReportTest(test_utils.TestCase):
     text = str(report)
     self.assertIn('pipe: 2 partitions, cost \'flops\', algorithm \'optimal\', M = 4', text)
     self.assertIn('d0 .. d1', text)
-    self.assertIn('imbalance (max/mean cost) 1.000; bubble 20.0%; predicted efficiency 80.0%', text)
+    self.assertIn('imbalance (max/mean cost) 1.000; fill-drain bubble 20.0%; predicted efficiency '
+                  '80.0%', text)
+    self.assertEqual([r.device for r in report.rows], [0, 1])
+    self.assertIsNone(report.device_bytes)
+    self.assertNotIn('memory per device', text)
+
+  def testVirtualStagesNameDevicesAndSumTheirMemory(self):
+    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
+    plan = partitioning.MakePlan(layers, 4, [[4, 8]], num_micro_batches=4,
+                                 partition_devices=[0, 1, 1, 0])
+    report = partition_report.Build(plan, 'pipe')
+    self.assertEqual([r.device for r in report.rows], [0, 1, 1, 0])
+    memory = [r.param_bytes + r.activation_bytes for r in report.rows]
+    self.assertEqual(report.device_bytes, [memory[0] + memory[3], memory[1] + memory[2]])
+    self.assertRegex(str(report), r'memory per device \(its partitions together\): 0: .*, 1: ')
 
   def testTensorPipeLayerLogsItsReport(self):
     layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
