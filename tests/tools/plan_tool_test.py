@@ -15,7 +15,7 @@ class PlanToolTest(unittest.TestCase):
     code, out, err = helpers.RunTool('plan', '--model=digits.TinyConvPipeline', '--devices=4',
                                      '--device=V100-16GB', '--rows=5')
     self.assertEqual(code, 0, err)
-    self.assertRegex(out, r'rank +S +K +M +schedule +recompute +step ms +examples/s +bubble')
+    self.assertRegex(out, r'rank +S +K +v +M +schedule +recompute +step ms +examples/s +bubble')
     self.assertRegex(out, r'best: S=\d K=\d M=\d+ gpipe \w+; train it with: --worker_gpus=\d')
     code, _, err = helpers.RunTool('plan', '--model=digits.TinyConvPipeline', '--devices=4',
                                    '--device=V100-16GB', '--device_memory=1KiB')

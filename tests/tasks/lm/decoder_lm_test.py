@@ -90,36 +90,50 @@ def _Error(grads, reference):
   return max(np.linalg.norm(grads[name] - reference[name]) for name in grads) / scale
 
 
+def _AssertLikeUnpipelined(test, variants):
+  """Builds `variants` ({name: Params}, one 'unpipelined') in one graph; every other's loss and
+  gradients, the tied weight's included, equal the unpipelined one's."""
+  graph, fetches, tasks, _ = _Build(variants)
+  for name, task in tasks.items():  # Per-example masks only: nothing depends on M.
+    test.assertEqual(task.pipeline.MicroBatchDependence(), [], name)
+  results = _Run(graph, fetches)
+  ref_loss, reference = results.pop('unpipelined')
+  test.assertLen(results, len(variants) - 1)
+  test.assertGreater(np.linalg.norm(reference[TIED]), 0.0)
+  for name, (loss, grads) in results.items():
+    test.assertAllClose(loss, ref_loss, rtol=1e-6, msg=name)
+    test.assertLess(_Error(grads, reference), TOLERANCE, name)
+    # The tied weight's gradient: the embedding's use on device 0 plus the softmax's on the last.
+    test.assertLess(np.linalg.norm(grads[TIED] - reference[TIED]),
+                    TOLERANCE * np.linalg.norm(reference[TIED]), name)
+
+
+class DecoderLmVirtualStagesTest(test_utils.TestCase):
+  """Two partitions per device: the tied weight's two uses are on device 0 in the V of 'zbv'."""
+
+  @pytest.mark.slow
+  def testVirtualSchedulesLikeUnpipelined(self):
+    # K = 2 devices, 4 partitions: the embedding and 3 layers, one each.
+    _AssertLikeUnpipelined(self, {
+        'unpipelined': _Params(unpipelined=True, num_layers=3),
+        'interleaved_1f1b K2 M4': _Params(4, 4, 'interleaved_1f1b', num_layers=3,
+                                          virtual_stages=2),
+        'zbv K2 M3': _Params(4, 3, 'zbv', num_layers=3, virtual_stages=2)})
+
+
 class DecoderLmGradientsTest(test_utils.TestCase):
   """Pipelined gradients equal the unpipelined task's, with dropout on, for every schedule."""
 
   @pytest.mark.slow
   def testEveryScheduleLikeUnpipelined(self):
-    # Each schedule for K in {1, 2, 3}, with an M that divides the batch of 6 and one that does
-    # not (two micro-batch sizes); the schedules with two partitions per device on K = 2 devices
-    # (4 partitions, the most the embedding and 3 layers fill). All in one graph beside one
-    # unpipelined reference.
-    cases = {'gpipe': [(1, 3), (2, 4)], '1f1b': [(3, 4)], 'zero_bubble': [(2, 4)],
-             'interleaved_1f1b': [(2, 4)], 'zbv': [(2, 3)]}
-    variants = {'unpipelined': _Params(unpipelined=True, num_layers=3)}
+    # Each schedule for two of K in {1, 2, 3}, with an M that divides the batch of 6 and one that
+    # does not (two micro-batch sizes); all in one graph beside one unpipelined reference.
+    cases = {'gpipe': [(1, 3), (2, 4)], '1f1b': [(2, 3), (3, 4)], 'zero_bubble': [(3, 3), (2, 4)]}
+    variants = {'unpipelined': _Params(unpipelined=True)}
     for schedule, ks_ms in cases.items():
-      v = 2 if schedule in ('interleaved_1f1b', 'zbv') else 1
       for k, m in ks_ms:
-        variants['%s K%d M%d' % (schedule, k, m)] = _Params(k * v, m, schedule, num_layers=3,
-                                                            virtual_stages=v)
-    graph, fetches, tasks, _ = _Build(variants)
-    for name, task in tasks.items():  # Per-example masks only: nothing depends on M.
-      self.assertEqual(task.pipeline.MicroBatchDependence(), [], name)
-    results = _Run(graph, fetches)
-    ref_loss, reference = results.pop('unpipelined')
-    self.assertLen(results, 6)
-    self.assertGreater(np.linalg.norm(reference[TIED]), 0.0)
-    for name, (loss, grads) in results.items():
-      self.assertAllClose(loss, ref_loss, rtol=1e-6, msg=name)
-      self.assertLess(_Error(grads, reference), TOLERANCE, name)
-      # The tied weight's gradient: the embedding's use on device 0 plus the softmax's on the last.
-      self.assertLess(np.linalg.norm(grads[TIED] - reference[TIED]),
-                      TOLERANCE * np.linalg.norm(reference[TIED]), name)
+        variants['%s K%d M%d' % (schedule, k, m)] = _Params(k, m, schedule)
+    _AssertLikeUnpipelined(self, variants)
 
   @pytest.mark.slow
   def testDropoutChangesTheGradients(self):
