@@ -28,7 +28,7 @@ FLOPs for the mini-batch (dense: per FCLayer 2 B n m for its matmul, plus B m fo
 for the bias); model FLOPs = 3 F (forward once, backward twice the forward); hardware FLOPs =
 (3 + r) F, with r the forward passes re-run: 1 for recompute='always' and for Lingvo's GPipe (its
 backward pass re-runs each cell's forward), 0 for 'never' and the plain model (1 - the last
-micro-batch's share for 'except_last', one more for a schedule with weight-gradient tasks). FLOP
+micro-batch's share for 'except_last'). FLOP
 rate = FLOPs per step / median step time; its fraction of the matmul rate is the model (or
 hardware) FLOPs utilisation, MFU (or HFU).
 
