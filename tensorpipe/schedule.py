@@ -787,8 +787,8 @@ def ZeroBubbleVSchedule(num_devices: int, num_micro_batches: int, forward_lag: i
   """ZB-V (Qi et al.): 2D partitions in a V, device k holding partitions k and 2D - 1 - k, each
   backward pass split into B (input gradient) and W (weight gradients); rules 1, 2, 4, 6, 9-11 (per
   partition) and 14-16. Needs per-example losses and recompute='always' (W works from what B kept
-  of a re-computation). With
-  F, B and W of equal cost and M >= 2D - 1 every device is busy from its first action to its last.
+  of a re-computation). With F, B and W of equal cost and M >= 2D - 1 every device is busy from its
+  first action to its last.
 
   Args:
     num_devices: D.
