@@ -6,6 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "pylint tensorpipe/"
-.venv/bin/python -m pylint tensorpipe
+.venv/bin/python -m pylint -j 2 tensorpipe
 echo "mypy (.mypy.ini's files)"
 .venv/bin/python -m mypy
