@@ -408,9 +408,10 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
 
   layer_seconds = LayerSeconds(profiles, device, m, layer_times, batch)
   times = balancing.PartitionCost([f + b for f, b in layer_seconds], where='planner')
-  # The split holds every partition to the most any device of the schedule holds, and to its
-  # share of the device: safe for all.
-  safe = Memory(max(sched.InFlight()), max(sched.AwaitingWeights()))
+  # The split holds every partition to the most any device of the schedule holds (one fewer
+  # awaiting its weight-gradient task, see _DeviceMemory), and to its share of the device: safe
+  # for all.
+  safe = Memory(max(sched.InFlight()), max(0, max(sched.AwaitingWeights()) - 1))
   try:
     sizes = balancing.OptimalSplit(times, num_partitions, safe, memory / v, where='planner')
   except ValueError:
