@@ -204,12 +204,17 @@ class PipelineStep:
     return out
 
   def _BatchDimChecks(self, args):
-    """On the first step, each partition's check that it keeps examples apart (batch_dim_check)."""
+    """On the first step, each partition's check that it keeps examples apart (batch_dim_check).
+
+    The checks run one after another in partition order, so where several partitions mix examples
+    the error always names the first of them (run side by side, whichever failed first would).
+    """
     checks = []
     inputs = batch_dim_check.DescribeInputs(args)
     for k in range(self._num_partitions):
       call = self._calls[self._Forward(k, 0)]
-      with tf.device(self._devices[k]), tf.name_scope('partition%d_batch_dim_check' % k):
+      with tf.device(self._devices[k]), tf.name_scope('partition%d_batch_dim_check' % k), \
+          tf.control_dependencies(checks[-1:]):
         check = batch_dim_check.Check(
             call.partition, k, call.step, call.offset, call.theta, call.x_leaves, call.ys,
             self._batch_dim, self._sizes[0] if isinstance(self._sizes[0], int) else None,

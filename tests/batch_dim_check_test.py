@@ -62,8 +62,24 @@ class BatchDimCheckTest(test_utils.TestCase):
         tf.errors.InvalidArgumentError,
         r'TensorPipeLayer pipe: on its first micro-batch, changing example 0 of the input of '
         r'partition 0 changed the outputs of other examples along batch_dim=0, .*Pipeline inputs: '
-        r'args\[0\] \[6, 4, 8\]. If they are time-major .* set batch_dim=1'):
+        r'args\[0\] \[6, 4, 8\]. If they are time-major .* set batch_dim=1') as failure:
       self._Run(graph, grads, step)
+    # Both partitions mix examples; the checks run in partition order, so the error is always the
+    # first one's: partition 1's check waits for partition 0's (by construction, not by luck).
+    self.assertNotIn('input of partition 1', str(failure.exception))
+    checks = [op for op in graph.get_operations() if op.type in ('If', 'StatelessIf')
+              and '_batch_dim_check' in op.name]
+    self.assertLen(checks, 2)
+    first, second = sorted(checks, key=lambda op: op.name)
+    self.assertIn('partition0_', first.name)
+    ancestors, todo = set(), [second]
+    while todo:
+      op = todo.pop()
+      for before in [x.op for x in op.inputs] + list(op.control_inputs):
+        if before not in ancestors:
+          ancestors.add(before)
+          todo.append(before)
+    self.assertIn(first, ancestors)
     # Only the first step is checked.
     self.assertLen(self._Run(graph, grads, step, value=1), 4)
 
