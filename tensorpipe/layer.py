@@ -170,9 +170,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
     try:
-      schedule.CheckVirtualStages(p.schedule, p.virtual_stages)
-      schedule.CheckRecompute('schedule=%r' % p.schedule, p.recompute, schedule.Build(
-          p.schedule, 1, 1, p.virtual_stages).splits_backward)
+      schedule.CheckRecompute('schedule=%r' % p.schedule, p.recompute,
+                              schedule.SplitsBackward(p.schedule, p.virtual_stages))
     except ValueError as e:
       raise ValueError('%s: %s' % (where, e)) from None
     if not isinstance(p.batch_dim, int) or p.batch_dim < 0:
@@ -186,10 +185,9 @@ class TensorPipeLayer(base_layer.BaseLayer):
       micro_batching.NumMicroBatches(None, p.num_micro_batches, None, where)
     # Step (0): cut the layers into partitions and create partition k's layers on device k.
     partitions = self._Partitions(where)
-    num_devices = len(partitions) // p.virtual_stages
-    self._placement = schedule.PartitionDevices(p.schedule, num_devices, p.virtual_stages)
-    self._devices = self._OfPartitions(
-        placement.VariableDevices(self.cluster, num_devices, p.devices, where))
+    self._placement = list(self._plan.devices)
+    self._devices = self._OfPartitions(placement.VariableDevices(
+        self.cluster, len(partitions) // p.virtual_stages, p.devices, where))
     self._loss_name = None
     if p.loss_layer is not None:
       self._loss_name = p.loss_layer.name or 'loss'

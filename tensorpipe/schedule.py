@@ -841,6 +841,18 @@ def CheckVirtualStages(name: str, virtual_stages: int) -> None:
                      "virtual_stages=2, got %d" % v)
 
 
+def LeastVirtualStages(name: str) -> int:
+  """The fewest partitions per device schedule `name` runs: 1, or 2 for VIRTUAL_SCHEDULES."""
+  CheckVirtualStages(name, 1 if name in SCHEDULES else 2)
+  return 1 if name in SCHEDULES else 2
+
+
+def SplitsBackward(name: str, virtual_stages: int = 1) -> bool:
+  """Whether schedule `name` splits backward passes into B and W (then it needs recompute='always'),
+  as its smallest schedule says."""
+  return Build(name, 1, 1, virtual_stages).splits_backward
+
+
 def PartitionDevices(name: str, num_devices: int, virtual_stages: int = 1) -> List[int]:
   """Per partition, its device under schedule `name` on `num_devices` devices: partition k on
   device k, or the interleaved or V placement of the virtual schedules."""

@@ -384,6 +384,9 @@ class VirtualStagesTest(unittest.TestCase):
 
   def testBuildByNameChecksThePartitionsPerDevice(self):
     self.assertEqual(schedule.NAMES, ('gpipe', '1f1b', 'zero_bubble', 'interleaved_1f1b', 'zbv'))
+    self.assertEqual([schedule.LeastVirtualStages(n) for n in schedule.NAMES], [1, 1, 1, 2, 2])
+    self.assertEqual([schedule.SplitsBackward(n, schedule.LeastVirtualStages(n))
+                      for n in schedule.NAMES], [False, False, True, False, True])
     for name in schedule.NAMES:
       v = 1 if name in schedule.SCHEDULES else 2
       sched = schedule.Build(name, 2, 4, v, 2)
@@ -400,6 +403,8 @@ class VirtualStagesTest(unittest.TestCase):
         ('v_shape', 2, r"schedule='v_shape' is not one of \('gpipe'")):
       with self.assertRaisesRegex(ValueError, message):
         schedule.Build(name, 2, 4, v)
+    with self.assertRaisesRegex(ValueError, r"schedule='v_shape' is not one of"):
+      schedule.LeastVirtualStages('v_shape')
 
   def testEqualCostBubblesAreTheTextbookOnes(self):
     for k in (2, 4, 8):

@@ -45,8 +45,6 @@ from tensorpipe import schedule  # pylint: disable=g-import-not-at-top
 
 KS = (4, 8)
 MS = (8, 32)
-# The partitions per device each schedule runs with here.
-STAGES = {'gpipe': 1, '1f1b': 1, 'zero_bubble': 1, 'interleaved_1f1b': 2, 'zbv': 2}
 
 
 def _Stack(num_layers, width):
@@ -57,12 +55,13 @@ def _Stack(num_layers, width):
 
 def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, inter_op, warmup=3):
   """profiling.Trace of one SGD step of `stack` as a pipeline on K = `num_partitions` devices with
-  schedule `name` (and its STAGES partitions per device)."""
+  schedule `name` (with the fewest partitions per device it runs, schedule.LeastVirtualStages)."""
   with tf.Graph().as_default() as graph, cluster_factory.ForTestingWorker(
       cpus=num_partitions, split_size=num_partitions):
     net = layer_lib.TensorPipeLayer.Params().Set(
         name='pipe', layers=stack, num_partitions=num_partitions, num_micro_batches=num_micro,
-        schedule=name, virtual_stages=STAGES[name], forward_overlap=False).Instantiate()
+        schedule=name, virtual_stages=schedule.LeastVirtualStages(name),
+        forward_overlap=False).Instantiate()
     x = tf.constant(np.random.RandomState(0).normal(
         size=[num_micro * micro_batch_size, width]).astype(np.float32))
     loss = tf.reduce_mean(net.FPropDefaultTheta(x))
@@ -79,10 +78,10 @@ def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, 
 
 
 def MeasuredCost(args):
-  """Task times of one partition (mean per task) of a traced one-device ZB step: (simulator.TaskTimes
-  for the schedules whose backward task is R + B + W; the same for those that split it, with the
-  input-gradient task R + B and the weight-gradient task as traced, re-computation in it included;
-  the mean re-computation span of the weight-gradient tasks)."""
+  """Task times of one partition (mean per task) of a traced one-device ZB step:
+  (simulator.TaskTimes for the schedules whose backward task is R + B + W; the same for those that
+  split it, with the input-gradient task R + B and the weight-gradient task as traced,
+  re-computation in it included; the mean re-computation span of the weight-gradient tasks)."""
   per_partition = max(1, args.layers // 4)
   trace = TracedStep(_Stack(per_partition, args.width)[:per_partition], 1, args.micro_batches,
                      args.micro_batch_size, args.width, 'zero_bubble', inter_op=1)
@@ -107,7 +106,7 @@ def MeasuredCost(args):
 
 def _CostOf(name, cost, split_cost):
   """The measured task times schedule `name` runs: `split_cost` where it splits backward passes."""
-  return split_cost if schedule.Build(name, 1, 1, STAGES[name]).splits_backward else cost
+  return split_cost if schedule.SplitsBackward(name, schedule.LeastVirtualStages(name)) else cost
 
 
 def Textbook(name, k, m):
@@ -118,7 +117,7 @@ def Textbook(name, k, m):
   if name == 'zero_bubble':
     return schedule.ZeroBubbleFraction(k, m) if m >= k else None
   if name == 'interleaved_1f1b':
-    return schedule.InterleavedBubbleFraction(k, m, STAGES[name])
+    return schedule.InterleavedBubbleFraction(k, m, schedule.LeastVirtualStages(name))
   return schedule.ZeroBubbleVFraction(k, m) if m >= 2 * k - 1 else None
 
 
@@ -138,7 +137,7 @@ def BubbleTable(cost, split_cost):
     for m in MS:
       sims = {}
       for name in schedule.NAMES:
-        v = STAGES[name]
+        v = schedule.LeastVirtualStages(name)
         sched = schedule.Build(name, k, m, v)
         for label, c in (('unit', unit), ('measured', _CostOf(name, cost, split_cost))):
           sims[(label, name)] = simulator.Simulate([_Share(c, v)] * (k * v), sched)
@@ -177,8 +176,8 @@ def main(argv=None):
   failures = []
   for r in BubbleTable(cost, split_cost):
     print('%3d %3d  %-16s %2d | %8s | %8s | %8s | %11.2fx' % (
-        r['k'], r['m'], r['name'], STAGES[r['name']], _Pct(r['textbook']), _Pct(r['unit']),
-        _Pct(r['measured']), r['time']))
+        r['k'], r['m'], r['name'], schedule.LeastVirtualStages(r['name']), _Pct(r['textbook']),
+        _Pct(r['unit']), _Pct(r['measured']), r['time']))
     if r['textbook'] is not None and abs(r['unit'] - r['textbook']) > 1e-9:
       failures.append('%s K=%d M=%d' % (r['name'], r['k'], r['m']))
   print('(step / 1f1b: simulated step time with the measured task times)')
@@ -188,7 +187,7 @@ def main(argv=None):
   k, m = 4, args.micro_batches
   stack = _Stack(args.layers, args.width)
   for name in schedule.NAMES:
-    v = STAGES[name]
+    v = schedule.LeastVirtualStages(name)
     trace = TracedStep(stack, k, m, args.micro_batch_size, args.width, name, inter_op=2)
     path = os.path.join(args.out_dir, 'traced_%s.png' % name)
     timeline.DrawTrace(trace, path, '%s: one traced training step (K = %d, v = %d, M = %d, %d '

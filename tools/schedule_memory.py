@@ -29,6 +29,8 @@ import os
 import subprocess
 import sys
 
+from tensorpipe import schedule  # No TensorFlow: the parent process stays light.
+
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 # The working directory of sub-runs: the repository root.
@@ -36,8 +38,6 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _RESULT = 'SCHEDULE_MEMORY '
 KIB = 1024.0
-# The partitions per device each schedule runs with here.
-STAGES = {'gpipe': 1, '1f1b': 1, 'zero_bubble': 1, 'interleaved_1f1b': 2, 'zbv': 2}
 
 
 def Child(args):
@@ -59,7 +59,8 @@ def Child(args):
   with tf.Graph().as_default() as graph, cluster_factory.ForTestingWorker(cpus=k, split_size=k):
     net = layer_lib.TensorPipeLayer.Params().Set(
         name='pipe', layers=stack, num_partitions=k, num_micro_batches=m,
-        schedule=args.schedule, virtual_stages=STAGES[args.schedule]).Instantiate()
+        schedule=args.schedule,
+        virtual_stages=schedule.LeastVirtualStages(args.schedule)).Instantiate()
     x = tf.Variable(np.random.RandomState(0).normal(size=[batch, args.width]).astype(np.float32),
                     trainable=False, name='inputs')
     loss = tf.reduce_mean(net.FPropDefaultTheta(tf.identity(x)))
@@ -111,7 +112,7 @@ def main(argv=None):
   print('%d dense tanh layers of width %d + a per-example loss, K = %d, M = %d micro-batches of %d '
         '(a boundary activation: %.0f KiB); one traced training step per schedule' %
         (args.layers, args.width, k, m, args.micro_batch_size, boundary), flush=True)
-  peaks = {name: _Measure(args, name) for name in STAGES}
+  peaks = {name: _Measure(args, name) for name in schedule.NAMES}
   print('%-8s %11s %10s %9s %14s %12s %16s %10s %8s' % (
       'device', 'gpipe KiB', '1f1b KiB', '1f1b/gp', '1f1b stash KiB', 'stash ratio',
       'predicted ratio', 'zb KiB', 'zb/gp'))
@@ -130,7 +131,6 @@ def main(argv=None):
   limit = (k + 1) / float(m)
   print('\n1f1b stash <= (K + 1)/M = %.3f of gpipe\'s on every device but the last: %.3f  %s' %
         (limit, worst, 'PASS' if worst <= limit else 'FAIL'))
-  from tensorpipe import schedule  # pylint: disable=g-import-not-at-top
   print('\nv = 2 partitions per device (stash: peak less what gpipe holds besides its stash, in '
         'boundary inputs; predicted: the schedule\'s pairs in flight)')
   print('%-8s %11s %9s %13s %10s %11s %9s %13s %10s' % (

@@ -518,12 +518,13 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
   for s, k, m in shapes:
     replica = ScaledProfiles(profiles, 1.0 / s)
     for name in schedules:
-      stages = {'interleaved_1f1b': tuple(interleaved_stages), 'zbv': (2,)}.get(name, (1,))
+      stages = (tuple(interleaved_stages) if name == 'interleaved_1f1b' else
+                (schedule.LeastVirtualStages(name),))
       for v in stages:
         if k * v > len(profiles) or (name == 'interleaved_1f1b' and m % k):
           continue  # Too few layers, or M not a multiple of K (the schedule needs it).
         for mode in recomputes:
-          if mode != 'always' and schedule.Build(name, 1, 1, v).splits_backward:
+          if mode != 'always' and schedule.SplitsBackward(name, v):
             continue
           c = Evaluate(replica, device, memory, s, k, m, name, mode, bytes_per_param,
                        bytes_per_activation, layer_times, batch / s, micro_batch_overhead, v)

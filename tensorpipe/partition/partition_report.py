@@ -58,7 +58,7 @@ def Build(plan: partitioning.Plan, title: str = 'pipeline') -> PartitionReport:
   total = sum(costs) or 1.0
   profiles = plan.Profiles()
   mem = plan.Memory()
-  devices = plan.partition_devices or tuple(range(len(plan.sizes)))
+  devices = plan.devices
   rows, start = [], 0
   for k, size in enumerate(plan.sizes):
     layers = plan.layer_params[start:start + size]

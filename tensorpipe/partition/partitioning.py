@@ -78,6 +78,11 @@ class Plan:
       self._profiles = cost_model.Profiles(self.layer_params, self.input_shapes, self.skips)
     return self._profiles
 
+  @property
+  def devices(self) -> Tuple[int, ...]:
+    """Per partition, its device: `partition_devices`, or partition k on device k."""
+    return self.partition_devices or tuple(range(len(self.sizes)))
+
   def DeviceMemory(self, sizes: Optional[Sequence[int]] = None) -> List[float]:
     """Estimated memory per device: the sum over the partitions it holds (for `sizes`, default the
     plan's); needs input shapes."""
@@ -85,9 +90,8 @@ class Plan:
     if memory is None:
       raise ValueError('per-device memory needs the input shapes')
     per_partition = memory.Partitions(self.sizes if sizes is None else sizes)
-    devices = self.partition_devices or tuple(range(len(per_partition)))
-    totals = [0.0] * (max(devices) + 1)
-    for d, need in zip(devices, per_partition):
+    totals = [0.0] * (max(self.devices) + 1)
+    for d, need in zip(self.devices, per_partition):
       totals[d] += need
     return totals
 
@@ -182,10 +186,9 @@ def _Split(plan, num_partitions, where):
   budget = plan.memory_budget
   if budget is None:
     return balancing.Split(plan.cost, num_partitions, plan.algorithm, None, None, where)
-  memory = plan.Memory()
-  devices = plan.partition_devices or tuple(range(num_partitions))
-  if len(set(devices)) == len(devices):
-    return balancing.Split(plan.cost, num_partitions, plan.algorithm, memory, budget, where)
+  devices = plan.partition_devices
+  if devices is None or len(set(devices)) == len(devices):
+    return balancing.Split(plan.cost, num_partitions, plan.algorithm, plan.Memory(), budget, where)
   if plan.algorithm != 'optimal':
     raise ValueError("%s: memory_budget needs partition_algorithm='optimal', got %r" %
                      (where, plan.algorithm))
@@ -262,7 +265,7 @@ def _CheckBudget(plan, where):
   """Raises ValueError naming the first device whose partitions' memory exceeds the budget."""
   for d, need in enumerate(plan.DeviceMemory()):
     if need > plan.memory_budget:
-      held = [k for k, dk in enumerate(plan.partition_devices or range(len(plan.sizes))) if dk == d]
+      held = [k for k, dk in enumerate(plan.devices) if dk == d]
       what = ('partition %d needs' % held[0] if len(held) == 1 else
               'device %d holds partitions %s, which need together' %
               (d, ', '.join(map(str, held))))
