@@ -67,12 +67,8 @@ class AccumulationMemoryTest(test_utils.TestCase):
       grads = build()
       with helpers.Session(g, 1) as sess:
         sess.run(tf.global_variables_initializer())
-        values = sess.run(grads)
-        # Above what is allocated before the step: earlier tests in the process may hold memory.
-        tf.config.experimental.reset_memory_stats('CPU:0')
-        before = tf.config.experimental.get_memory_info('CPU:0')['current']
         sess.run(grads)
-        return tf.config.experimental.get_memory_info('CPU:0')['peak'] - before, values
+        return helpers.StepPeakBytes(lambda: sess.run(grads))
 
   def _TensorPipe(self):
     net = helpers.Pipeline(helpers.DenseLayers(LAYERS, DIM), 1, M, self._mode).Instantiate()

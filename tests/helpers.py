@@ -82,6 +82,24 @@ def Cluster(num_devices):
   return cluster_factory.ForTestingWorker(cpus=num_devices, split_size=num_devices)
 
 
+def StepPeakBytes(run):
+  """Peak CPU allocator bytes of `run()` above what was allocated before it (earlier tests in the
+  process may hold memory), and what `run()` returned. All logical CPU devices share the allocator.
+
+  Needs an allocator that keeps statistics: the root conftest.py sets TF_CPU_ALLOCATOR_USE_BFC=true
+  before TensorFlow is imported (TensorFlow 2.13 keeps none without oneDNN)."""
+  try:
+    tf.config.experimental.reset_memory_stats('CPU:0')
+  except ValueError as e:
+    raise AssertionError(
+        'the CPU allocator keeps no statistics (%s): TF_CPU_ALLOCATOR_USE_BFC=%r; set '
+        'TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow is imported (the root conftest.py does)'
+        % (e, os.environ.get('TF_CPU_ALLOCATOR_USE_BFC'))) from e
+  before = tf.config.experimental.get_memory_info('CPU:0')['current']
+  value = run()
+  return tf.config.experimental.get_memory_info('CPU:0')['peak'] - before, value
+
+
 def Session(graph, num_devices, intra_op_threads=None, inter_op_threads=None):
   return tf.Session(graph=graph, config=placement.SessionConfig(
       num_devices, intra_op_threads, inter_op_threads))

@@ -199,11 +199,7 @@ class RecomputeMemoryTest(test_utils.TestCase):
       with helpers.Session(g, K) as sess:
         sess.run(tf.global_variables_initializer())
         sess.run(norm)
-        # Above what is allocated before the step: earlier tests in the process may hold memory.
-        tf.config.experimental.reset_memory_stats('CPU:0')
-        before = tf.config.experimental.get_memory_info('CPU:0')['current']
-        sess.run(norm)
-        return tf.config.experimental.get_memory_info('CPU:0')['peak'] - before
+        return helpers.StepPeakBytes(lambda: sess.run(norm))[0]
 
   def testAlwaysPeaksFarBelowNever(self):
     never = self._PeakBytes('never')

@@ -15,9 +15,12 @@ flag (e.g. --model_params_override) is passed to every process.
 
 It prints each process's pid and log file, and stops every process it started, by pid, when training
 ends, when any process fails, or when no training step has been logged for --stall_timeout_s
-seconds; the message names the task. Running the same command again resumes from the last checkpoint
-in --logdir. On several hosts run `python -m tensorpipe.trainer.train` with the same --cluster_spec
-(real addresses) and --job/--task on each host (see docs/guide.md, "Scale-out").
+seconds; the message names the task. SIGTERM, SIGHUP or SIGINT (Ctrl-C) to the launcher stop the
+job as a preemption does (see `Stop`): the trainer client saves a checkpoint of its current step,
+then every task ends, and the last line names the checkpoint and the step the same command resumes
+at. Running the same command again resumes from the last checkpoint in --logdir. On several hosts
+run `python -m tensorpipe.trainer.train` with the same --cluster_spec (real addresses) and
+--job/--task on each host (see docs/guide.md, "Scale-out").
 """
 
 import argparse
@@ -56,21 +59,32 @@ _EPHEMERAL_RANGE = '/proc/sys/net/ipv4/ip_local_port_range'
 _LOWEST_PORT = 10000  # Below this, ports are commonly assigned to services.
 
 
-def FreePorts(count, host='127.0.0.1', rng=None):
-  """`count` distinct free TCP ports on `host`, below the kernel's ephemeral port range.
-
-  The tasks bind their ports only once they have started, so the ports are free when picked and
-  bound later by other processes. Ports below the ephemeral range are never handed out for outgoing
-  connections or port-0 binds, so the job's own connections (and most other processes') cannot take
-  one meanwhile; in a network namespace of its own the job is the only one that binds them. The
-  search starts at a random port (`rng`: a random.Random), so two launchers rarely probe the same.
-  """
+def _UnassignedPorts():
+  """The ports the kernel never hands out on its own: from _LOWEST_PORT up to its ephemeral range
+  (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default), and above that range."""
   try:
     with open(_EPHEMERAL_RANGE, encoding='ascii') as f:
-      ephemeral_low = int(f.read().split()[0])
-  except (OSError, ValueError, IndexError):
-    ephemeral_low = 32768
-  candidates = list(range(_LOWEST_PORT, ephemeral_low))
+      low, high = (int(v) for v in f.read().split()[:2])
+  except (OSError, ValueError):
+    low, high = 32768, 60999
+  return list(range(_LOWEST_PORT, low)) + list(range(max(_LOWEST_PORT, high + 1), 65536))
+
+
+def FreePorts(count, host='127.0.0.1', rng=None):
+  """`count` distinct free TCP ports on `host`, outside the kernel's ephemeral port range.
+
+  The tasks bind their ports only once they have started, so the ports are free when picked and
+  bound later by other processes. Ports outside the ephemeral range are never handed out for
+  outgoing connections or port-0 binds, so the job's own connections (and most other processes')
+  cannot take one meanwhile; in a network namespace of its own the job is the only one that binds
+  them. The search starts at a random port (`rng`: a random.Random), so two launchers rarely probe
+  the same.
+  """
+  candidates = _UnassignedPorts()
+  if not candidates:
+    raise RuntimeError('no port from %d up lies outside the ephemeral range in %s; narrow that '
+                       'range (e.g. sysctl net.ipv4.ip_local_port_range="32768 60999")' %
+                       (_LOWEST_PORT, _EPHEMERAL_RANGE))
   start = (rng or random.Random()).randrange(len(candidates))
   socks = []
   try:
@@ -84,8 +98,8 @@ def FreePorts(count, host='127.0.0.1', rng=None):
       socks.append(s)
       if len(socks) == count:
         return [s.getsockname()[1] for s in socks]
-    raise RuntimeError('fewer than %d free ports between %d and %d on %s' %
-                       (count, _LOWEST_PORT, ephemeral_low, host))
+    raise RuntimeError('fewer than %d free ports on %s outside the ephemeral range in %s' %
+                       (count, host, _EPHEMERAL_RANGE))
   finally:
     for s in socks:
       s.close()
@@ -106,7 +120,8 @@ def Tasks(args, extra):
             '--cpu_devices=%d' % args.cpu_devices,
             '--worker_split_size=%d' % (args.tasks_per_replica * args.cpu_devices),
             '--worker_tasks_per_replica=%d' % args.tasks_per_replica,
-            '--startup_timeout_s=%d' % args.startup_timeout_s] + list(extra)
+            '--startup_timeout_s=%d' % args.startup_timeout_s,
+            '--sigterm_grace_s=%d' % args.sigterm_grace_s] + list(extra)
   logs = os.path.join(args.logdir, 'launch')
   tasks = [Task('worker', i, common + ['--job=worker', '--task=%d' % i],
                 os.path.join(logs, 'worker.%d.log' % i)) for i in range(args.worker_tasks)]
@@ -116,43 +131,146 @@ def Tasks(args, extra):
   return tasks
 
 
-def _LastStep(path):
-  """The last training step logged in `path`, or None."""
+class StepLog:
+  """The last training step a task's log shows, read incrementally.
+
+  The first read looks at the log's last 64 KiB (a log appended to by earlier runs may be long);
+  later reads only at new bytes, so a long stretch of other output (retries, warnings) after a step
+  never hides it. A log that shrank (rotated or truncated) is read again from its start; a
+  step lower than the last (a restarted task) is taken as it is. `step` stays None until a step is
+  logged, and a later poll never loses it.
+  """
+
+  def __init__(self, path):
+    self.path = path
+    self.step = None
+    self._offset = max(0, self._Size() - 65536)
+    self._partial = b''  # A line not yet ended by a newline.
+
+  def _Size(self):
+    try:
+      return os.path.getsize(self.path)
+    except OSError:
+      return 0
+
+  def Read(self):
+    """The last step logged so far (None before the first)."""
+    size = self._Size()
+    if size < self._offset:
+      self._offset, self._partial = 0, b''
+    if size == self._offset:
+      return self.step
+    try:
+      with open(self.path, 'rb') as f:
+        f.seek(self._offset)
+        data = f.read(size - self._offset)
+    except OSError:
+      return self.step
+    self._offset += len(data)
+    lines = (self._partial + data).split(b'\n')
+    self._partial = lines.pop()
+    steps = _STEP.findall(b'\n'.join(lines).decode('utf-8', 'replace'))
+    if steps:
+      self.step = int(steps[-1])
+    return self.step
+
+
+_CHECKPOINT_PATH = re.compile(r'^model_checkpoint_path: *"(.*)"', re.M)
+_CHECKPOINT_STEP = re.compile(r'ckpt-(\d+)$')
+
+
+def LatestCheckpoint(train_dir):
+  """(path, step) of the checkpoint a restart loads from `train_dir` (its `checkpoint` file, as
+  TensorFlow's saver writes it), or None."""
   try:
-    with open(path, 'rb') as f:
-      f.seek(max(0, os.path.getsize(path) - 65536))
-      steps = _STEP.findall(f.read().decode('utf-8', 'replace'))
+    with open(os.path.join(train_dir, 'checkpoint'), encoding='utf-8') as f:
+      match = _CHECKPOINT_PATH.search(f.read())
   except OSError:
     return None
-  return int(steps[-1]) if steps else None
+  if not match:
+    return None
+  path = os.path.join(train_dir, match.group(1))
+  step = _CHECKPOINT_STEP.search(path)
+  return path, int(step.group(1)) if step else None
 
 
-def Stop(tasks, grace_s=30.0):
-  """Stops every started process by pid: SIGTERM (the trainer client saves its current step, see
-  tensorpipe.trainer.train), then SIGKILL after `grace_s` seconds."""
-  alive = [t for t in tasks if t.proc is not None and t.proc.poll() is None]
-  for t in alive:
+class Signals:
+  """SIGTERM, SIGHUP and SIGINT sent to the launcher, recorded in order.
+
+  The handler only records the signal: the supervision loop and `Stop` look at `received` between
+  polls, so no process start or wait is cut in half (a task started but not yet recorded would be
+  left running).
+  """
+
+  HANDLED = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+  def __init__(self):
+    self.received = []
+
+  def Install(self):
+    for signum in self.HANDLED:
+      signal.signal(signum, self._Record)
+
+  def _Record(self, signum, unused_frame):
+    self.received.append(signum)
+
+  @property
+  def first(self):
+    """The name of the first signal received, e.g. 'SIGTERM', or None."""
+    return signal.Signals(self.received[0]).name if self.received else None
+
+
+# After SIGTERM the trainer client saves its current step within --sigterm_grace_s (or gives up and
+# exits); this much longer is left for the processes to end.
+_EXIT_MARGIN_S = 15
+
+
+def Stop(tasks, grace_s, signals=None, clock=time.monotonic, sleep=time.sleep, poll_s=0.2):
+  """Stops every started process by pid, the way a preemption does; returns 'killed' (the names of
+  the tasks that had to be killed) or ''.
+
+  (1) SIGTERM to the trainer client first: it saves a checkpoint of its current step and ends
+      (tensorpipe.trainer.train, SaveOnSigterm); then to the controller, which then writes nothing
+      more; then to the workers, which keep serving until the trainer client has ended.
+  (2) Wait until every task has ended, at most `grace_s` seconds.
+  (3) SIGKILL whatever still runs. A signal received after this stop began (a second Ctrl-C)
+      skips the rest of (2).
+  """
+  order = {'trainer_client': 0, 'controller': 1}
+  alive = sorted((t for t in tasks if t.proc is not None and t.proc.poll() is None),
+                 key=lambda t: order.get(t.job, 2))
+  for t in alive:  # (1)
     t.proc.send_signal(signal.SIGTERM)
-  deadline = time.monotonic() + grace_s
-  for t in alive:
-    try:
-      t.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
+  seen = len(signals.received) if signals else 0
+  deadline = clock() + grace_s
+  while any(t.proc.poll() is None for t in alive):  # (2)
+    if clock() >= deadline or (signals and len(signals.received) > seen):
+      break
+    sleep(poll_s)
+  killed = []
+  for t in alive:  # (3)
+    if t.proc.poll() is None:
       t.proc.kill()
       t.proc.wait()
+      killed.append(t.name)
+  return ', '.join(killed)
 
 
 def Supervise(tasks, stall_timeout_s, poll_s=1.0, out=sys.stdout, clock=time.monotonic,
-              sleep=time.sleep):
-  """Waits until the trainer client and the controller end; returns (exit status, message).
+              sleep=time.sleep, signals=None):
+  """Waits until the trainer client and the controller end; returns (exit status, message), or
+  (None, signal name) as soon as the launcher has received a signal (`signals`, a Signals).
 
   Fails as soon as any process exits with an error or a worker exits at all (workers serve until
   they are stopped), or when the trainer client has logged no new step for `stall_timeout_s`.
   `clock` and `sleep` measure and spend the time (a fake clock in tests).
   """
   trainer = [t for t in tasks if t.job == 'trainer_client'][0]
+  steps = StepLog(trainer.log)
   last_step, last_change, last_report = None, clock(), clock()
   while True:
+    if signals and signals.received:
+      return None, signals.first
     for t in tasks:
       status = t.proc.poll()
       if status is None:
@@ -164,9 +282,9 @@ def Supervise(tasks, stall_timeout_s, poll_s=1.0, out=sys.stdout, clock=time.mon
                              'again to resume from the last checkpoint.' %
                              (t.name, t.proc.pid, status, t.log))
     if all(t.proc.poll() == 0 for t in tasks if t.job != 'worker'):
-      return 0, 'training done (last step %s); logs in %s' % (
-          _LastStep(trainer.log), os.path.dirname(trainer.log))
-    step = _LastStep(trainer.log)
+      return 0, 'training done (last step %s); logs in %s' % (steps.Read(),
+                                                               os.path.dirname(trainer.log))
+    step = steps.Read()
     if step != last_step:
       last_step, last_change = step, clock()
       if clock() - last_report >= _REPORT_EVERY_S:
@@ -177,6 +295,28 @@ def Supervise(tasks, stall_timeout_s, poll_s=1.0, out=sys.stdout, clock=time.mon
       return EXIT_FAILED, ('no training step for %d s (last: %s); stopping every task. Logs: %s' %
                            (stall_timeout_s, last_step, os.path.dirname(trainer.log)))
     sleep(poll_s)
+
+
+def SignalledOutcome(name, before, after, killed):
+  """The launcher's last line after signal `name` stopped the job: what was saved, how to resume.
+
+  `before` and `after`: LatestCheckpoint(train dir) when the signal came and once every task had
+  ended; `killed`: what Stop returned.
+  """
+  if after and after != before and after[1] is not None:
+    saved = 'the trainer client saved a checkpoint of step %d: %s' % (after[1], after[0])
+    resume = 'at step %d' % (after[1] + 1)
+  else:
+    saved = 'the current step was not saved'
+    if killed:
+      saved += ' (killed: %s)' % killed
+    if after:
+      resume = 'from the last checkpoint, %s' % after[0]
+      if after[1] is not None:
+        resume += ', at step %d' % (after[1] + 1)
+    else:
+      resume = 'from step 1 (no checkpoint yet)'
+  return 'stopped by %s: %s. Run the same command again to resume %s.' % (name, saved, resume)
 
 
 def ParseArgs(argv):
@@ -198,11 +338,16 @@ def ParseArgs(argv):
   parser.add_argument('--startup_timeout_s', type=int, default=120,
                       help='Seconds the controller and trainer client wait for every worker '
                       'task to accept connections.')
+  parser.add_argument('--sigterm_grace_s', type=int, default=60,
+                      help='After SIGTERM, SIGHUP or SIGINT to the launcher: seconds the trainer '
+                      'client has to save a checkpoint of its current step before every task is '
+                      'killed; set it below the time your scheduler waits between SIGTERM and '
+                      'SIGKILL. A second signal kills every task at once.')
   args, extra = parser.parse_known_args(argv)
   if args.tasks_per_replica is None:
     args.tasks_per_replica = args.worker_tasks
   for name in ('worker_tasks', 'tasks_per_replica', 'cpu_devices', 'stall_timeout_s',
-               'startup_timeout_s'):
+               'startup_timeout_s', 'sigterm_grace_s'):
     if getattr(args, name) < 1:
       parser.error('--%s must be at least 1, got %d' % (name, getattr(args, name)))
   if args.worker_tasks % args.tasks_per_replica:
@@ -214,6 +359,8 @@ def ParseArgs(argv):
 
 def main(argv=None):
   args, extra = ParseArgs(sys.argv[1:] if argv is None else argv)
+  signals = Signals()
+  signals.Install()  # Before any task starts: from here on no signal leaves a task behind.
   tasks = Tasks(args, extra)
   os.makedirs(os.path.dirname(tasks[0].log), exist_ok=True)
   replicas = args.worker_tasks // args.tasks_per_replica
@@ -222,22 +369,35 @@ def main(argv=None):
                                 '' if replicas == 1 else 's',
                                 args.tasks_per_replica * args.cpu_devices, args.logdir),
         flush=True)
-  status, message = EXIT_FAILED, 'interrupted'
+  train_dir = os.path.join(args.logdir, 'train')
+  status, message = EXIT_FAILED, 'the launcher failed'
   try:
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     for t in tasks:
+      if signals.received:
+        break
       with open(t.log, 'ab') as log:
         log.write(('# %s\n' % shlex.join(t.argv)).encode('utf-8'))  # To run it on another host.
         log.flush()
-        # The task outlives this block: Supervise waits for it and stops it.
+        # The task outlives this block: Supervise waits for it and Stop stops it.
         t.proc = subprocess.Popen(  # pylint: disable=consider-using-with
             t.argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
       print('  %-18s pid %-7d log %s' % (t.name, t.proc.pid, t.log), flush=True)
-    status, message = Supervise(tasks, args.stall_timeout_s)
-  except KeyboardInterrupt:
-    pass
+    if signals.received:
+      status, message = None, signals.first
+    else:
+      status, message = Supervise([t for t in tasks if t.proc], args.stall_timeout_s,
+                                  signals=signals)
   finally:
-    Stop(tasks)
+    before = LatestCheckpoint(train_dir)
+    if status is None:
+      print('tensorpipe.trainer.launch: %s: the trainer client saves its current step (at most '
+            '--sigterm_grace_s=%d s; a second signal kills every task now)' %
+            (message, args.sigterm_grace_s), flush=True)
+    killed = Stop(tasks, args.sigterm_grace_s + _EXIT_MARGIN_S, signals)
+    if status is None:
+      status = 128 + signals.received[0]  # The shell's status for a process ended by that signal.
+      message = SignalledOutcome(message, before, LatestCheckpoint(train_dir), killed)
   print('tensorpipe.trainer.launch: %s%s' % ('' if status == 0 else 'error: ', message), flush=True)
   return status
 
