@@ -225,26 +225,26 @@ class Signals:
 _EXIT_MARGIN_S = 15
 
 
-def Stop(tasks, grace_s, signals=None, clock=time.monotonic, sleep=time.sleep, poll_s=0.2):
+def Stop(tasks, grace_s, kill_now=lambda: False, clock=time.monotonic, sleep=time.sleep,
+         poll_s=0.2):
   """Stops every started process by pid, the way a preemption does; returns 'killed' (the names of
   the tasks that had to be killed) or ''.
 
   (1) SIGTERM to the trainer client first: it saves a checkpoint of its current step and ends
-      (tensorpipe.trainer.train, SaveOnSigterm); then to the controller, which then writes nothing
-      more; then to the workers, which keep serving until the trainer client has ended.
+      (tensorpipe.trainer.train, SaveOnSigterm); then to the controller, which then writes
+      nothing more; then to the workers, which keep serving until the trainer client has ended.
   (2) Wait until every task has ended, at most `grace_s` seconds.
-  (3) SIGKILL whatever still runs. A signal received after this stop began (a second Ctrl-C)
-      skips the rest of (2).
+  (3) SIGKILL whatever still runs. Once `kill_now()` is true (e.g. a second Ctrl-C), the rest
+      of (2) is skipped.
   """
   order = {'trainer_client': 0, 'controller': 1}
   alive = sorted((t for t in tasks if t.proc is not None and t.proc.poll() is None),
                  key=lambda t: order.get(t.job, 2))
   for t in alive:  # (1)
     t.proc.send_signal(signal.SIGTERM)
-  seen = len(signals.received) if signals else 0
   deadline = clock() + grace_s
   while any(t.proc.poll() is None for t in alive):  # (2)
-    if clock() >= deadline or (signals and len(signals.received) > seen):
+    if clock() >= deadline or kill_now():
       break
     sleep(poll_s)
   killed = []
@@ -394,7 +394,10 @@ def main(argv=None):
       print('tensorpipe.trainer.launch: %s: the trainer client saves its current step (at most '
             '--sigterm_grace_s=%d s; a second signal kills every task now)' %
             (message, args.sigterm_grace_s), flush=True)
-    killed = Stop(tasks, args.sigterm_grace_s + _EXIT_MARGIN_S, signals)
+    # A signal more than the one that began the stop (if one did) kills at once.
+    signalled = 1 if status is None else 0
+    killed = Stop(tasks, args.sigterm_grace_s + _EXIT_MARGIN_S,
+                  kill_now=lambda: len(signals.received) > signalled)
     if status is None:
       status = 128 + signals.received[0]  # The shell's status for a process ended by that signal.
       message = SignalledOutcome(message, before, LatestCheckpoint(train_dir), killed)

@@ -386,8 +386,8 @@ class StopTest(test_utils.TestCase):
       if now == 3:
         signals.received.append(signal.SIGINT)
     clock = _FakeClock(SecondCtrlC)
-    killed = launch.Stop(tasks, grace_s=75, signals=signals, clock=clock.Now, sleep=clock.Sleep,
-                         poll_s=1.0)
+    killed = launch.Stop(tasks, grace_s=75, kill_now=lambda: len(signals.received) > 1,
+                         clock=clock.Now, sleep=clock.Sleep, poll_s=1.0)
     self.assertEqual(clock.now, 3)
     self.assertEqual(killed, 'trainer_client task 0, controller task 0, worker task 0, '
                      'worker task 1')
