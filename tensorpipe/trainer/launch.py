@@ -231,8 +231,9 @@ def Stop(tasks, grace_s, kill_now=lambda: False, clock=time.monotonic, sleep=tim
   the tasks that had to be killed) or ''.
 
   (1) SIGTERM to the trainer client first: it saves a checkpoint of its current step and ends
-      (tensorpipe.trainer.train, SaveOnSigterm); then to the controller, which then writes
-      nothing more; then to the workers, which keep serving until the trainer client has ended.
+      (tensorpipe.trainer.train, CheckpointsBetweenSteps); then to the controller, which then
+      writes nothing more; then to the workers, which keep serving until the trainer client has
+      ended.
   (2) Wait until every task has ended, at most `grace_s` seconds.
   (3) SIGKILL whatever still runs. Once `kill_now()` is true (e.g. a second Ctrl-C), the rest
       of (2) is skipped.

@@ -4,11 +4,12 @@ A job started with --cluster_spec runs one process per task (controller, trainer
 usually on separate hosts. TensorFlow's distributed runtime does not bound a step that waits on a
 task whose host is gone (a cut network leaves the step's RPC waiting for TCP, for many minutes), and
 Lingvo's runners retry a failed step without end. `PeerWatch` gives each task a bound instead: it
-tries a TCP connection to every other task of the job every `poll_s` seconds, and reports a task
-that stopped accepting connections for `lost_timeout_s` seconds (or never did within
-`startup_timeout_s`). The trainer then ends the process with one line naming the task and its
-address, so that after any fault every task of the job ends by itself, and starting the same
-commands again resumes from the last checkpoint.
+asks every other task of the job for an answer every `poll_s` seconds (`Answers`: a TCP connection,
+then gRPC's handshake, which only a running process completes: the kernel accepts connections for
+a process that is stopped, swapping or hung as well), and reports a task that stopped answering for
+`lost_timeout_s` seconds (or never did within `startup_timeout_s`). The trainer then ends the
+process with one line naming the task and its address, so that after any fault every task of the
+job ends by itself, and starting the same commands again resumes from the last checkpoint.
 
 `Preemption` turns SIGTERM (what a scheduler sends before it takes a host away) into an event seen
 by a thread of its own: Python runs signal handlers only in the main thread, which a worker spends
@@ -21,6 +22,8 @@ import socket
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
+
+import grpc
 
 POLL_S = 1.0  # Seconds between two rounds of connection attempts.
 
@@ -36,6 +39,26 @@ def CanConnect(address: str, timeout_s: float) -> Tuple[bool, str]:
     return False, str(e) or type(e).__name__
 
 
+def Answers(address: str, timeout_s: float) -> Tuple[bool, str]:
+  """(True, '') if the process at `address` (HOST:PORT) answers within `timeout_s`, else (False,
+  why): first a TCP connection (a refusal or an unreachable host says so at once), then gRPC's
+  HTTP/2 handshake, which the TensorFlow server's own threads must complete."""
+  ok, why = CanConnect(address, timeout_s)
+  if not ok:
+    return ok, why
+  # A channel of its own: gRPC shares connections between channels to an address by default, and
+  # a connection made before the process stopped would answer for it.
+  channel = grpc.insecure_channel(address, options=[('grpc.use_local_subchannel_pool', 1)])
+  try:
+    grpc.channel_ready_future(channel).result(timeout=timeout_s)
+    return True, ''
+  except grpc.FutureTimeoutError:
+    return False, ('it accepts connections but gives no gRPC answer within %g s: the process is '
+                   'stopped or hung' % timeout_s)
+  finally:
+    channel.close()
+
+
 class PeerWatch:
   """Which other task of a job stopped answering; see the module docstring.
 
@@ -45,12 +68,12 @@ class PeerWatch:
     startup_timeout_s: how long a task that never answered yet may take to start.
     lost_timeout_s: how long a task that answered before may stop answering.
     ignore: jobs not watched (e.g. those whose end is expected).
-    connect: (address, timeout_s) -> (ok, why); clock: seconds (fakes in tests).
+    connect: (address, timeout_s) -> (ok, why), default Answers; clock: seconds (fakes in tests).
   """
 
   def __init__(self, spec: Dict[str, List[str]], job: str, task: int, startup_timeout_s: float,
                lost_timeout_s: float,
-               connect: Callable[[str, float], Tuple[bool, str]] = CanConnect,
+               connect: Callable[[str, float], Tuple[bool, str]] = Answers,
                clock: Callable[[], float] = time.monotonic):
     self._peers = [(j, i, address) for j, addresses in sorted(spec.items())
                    for i, address in enumerate(addresses) if (j, i) != (job, task)]
@@ -79,7 +102,7 @@ class PeerWatch:
       elif (job, task) in self._last_answer:
         silence = now - self._last_answer[(job, task)]
         if silence > self._lost_timeout_s:
-          lost.append((silence, 'task %s:%d at %s stopped answering: no connection for %d s (%s)' %
+          lost.append((silence, 'task %s:%d at %s stopped answering: no answer for %d s (%s)' %
                        (job, task, address, self._lost_timeout_s, why)))
       elif now - self._start > self._startup_timeout_s:
         lost.append((now - self._start, 'task %s:%d at %s never answered within %d s of this '
@@ -92,7 +115,7 @@ class PeerWatch:
     return all(t in self._last_answer for t in tasks)
 
   def Unreachable(self, job: str) -> Optional[str]:
-    """'JOB:TASK at ADDRESS (why)' of the first task of `job` that accepts no connection now."""
+    """'JOB:TASK at ADDRESS (why)' of the first task of `job` that does not answer now."""
     for j, task, address in self._peers:
       if j == job:
         ok, why = self._connect(address, min(2.0, self._lost_timeout_s))
@@ -101,7 +124,7 @@ class PeerWatch:
     return None
 
   def Gone(self, job: str) -> bool:
-    """Whether no task of `job` accepts connections now."""
+    """Whether no task of `job` answers now."""
     return not any(self._connect(a, min(2.0, self._lost_timeout_s))[0]
                    for j, _, a in self._peers if j == job)
 

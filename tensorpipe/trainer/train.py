@@ -25,9 +25,10 @@ Extra flags:
                    connections, then stop with an error naming the unreachable task; any task ends
                    the same way when another has not answered S seconds after this one started.
   --lost_task_timeout_s=S (with --cluster_spec, default 60)
-                   every task (controller, trainer client, workers) tries a connection to every
-                   other task each second; one that stops answering for S seconds (host, network or
-                   process gone) ends this task with an error naming it and its address. So after a
+                   every task (controller, trainer client, workers) asks every other task for an
+                   answer each second (a TCP connection, then gRPC's handshake); one that stops
+                   answering for S seconds (host, network or process gone, or the process stopped
+                   or hung) ends this task with an error naming it and its address. So after a
                    fault every task ends by itself; start them all again to resume from the last
                    checkpoint. A worker that finds the last checkpoint at train.max_steps ends with
                    status 0 instead (training is done).
@@ -110,8 +111,9 @@ flags.DEFINE_integer(
     lower_bound=1)
 flags.DEFINE_integer(
     'lost_task_timeout_s', 60,
-    'With --cluster_spec: a task of the job that stops accepting connections for this many '
-    'seconds (its host or network is gone, or it died) ends every other task with an error naming '
+    'With --cluster_spec: a task of the job that stops answering (a TCP connection, then gRPC\'s '
+    'handshake) for this many seconds (its host or network is gone, it died, or it is stopped or '
+    'hung) ends every other task with an error naming '
     'it and its address; then start every task again with the same commands to resume from the '
     'last checkpoint. Lower it to notice faults sooner, raise it on a network with long outages.',
     lower_bound=1)
@@ -191,29 +193,45 @@ class ExplainedCheckpointWait:
 PREEMPTION = liveness.Preemption()  # Installed by main() for a task of a --cluster_spec job.
 
 
-class SaveOnSigterm:
-  """Mixin for Lingvo's Trainer in a --cluster_spec job: after SIGTERM, the check between two steps
-  saves a checkpoint of the step just run (no step is in flight then) and ends training.
+class CheckpointsBetweenSteps:
+  """Mixin for Lingvo's Trainer: in sync mode the trainer client writes every checkpoint, between
+  two steps, so a checkpoint holds one step whole and is named after that step.
 
-  In sync mode only the controller saves checkpoints; this trainer client has a checkpointer of its
-  own (as with Lingvo's --checkpoint_in_trainer_cpu) for this one save.
+  Lingvo's controller saves beside the training steps: its asynchronous saver copies the variables
+  in one session run and reads the global step for the name in another, and neither waits for the
+  trainer client, so a checkpoint could hold a step part-applied or be named after a later step
+  than the one it holds (ckpt-189 holding step 173). With --checkpoint_in_trainer_cpu (on by
+  default in sync mode, see main) the trainer client restores or initialises the variables, saves
+  every save_interval between two steps, and this mixin adds the save of the last step when
+  training ends, and after SIGTERM (preemption, --cluster_spec) the save of the step just run.
+  Without that flag (the user turned it off) the trainer client keeps a checkpointer of its own for
+  the SIGTERM save alone.
   """
 
   def __init__(self, *args, **kwargs):
     super().__init__(*args, **kwargs)
-    self._sigterm_checkpointer = None
-    if FLAGS.cluster_spec and not py_utils.IsEagerMode():
-      # pylint: disable=no-member  # Lingvo's runner's members.
+    # pylint: disable=no-member  # Lingvo's runner's members.
+    self._final_checkpointer = getattr(self, '_checkpointer', None)
+    if (self._final_checkpointer is None and FLAGS.cluster_spec and
+        not py_utils.IsEagerMode()):
       with self._graph.as_default(), tf.container(self._container_id):
-        self._sigterm_checkpointer = self._CreateCheckpointer(self._train_dir, self._model)
+        self._final_checkpointer = self._CreateCheckpointer(self._train_dir, self._model)
+
+  def _SaveUnlessSaved(self, sess, step):
+    latest = tf.train.latest_checkpoint(self._train_dir)  # pylint: disable=no-member
+    if latest is None or not latest.endswith('ckpt-%08d' % step):
+      self._final_checkpointer.Save(sess, step)
 
   def _ShouldStop(self, sess=None, step=None, check_early_stop=True):
-    if PREEMPTION.received.is_set() and self._sigterm_checkpointer and step is not None:
-      self._sigterm_checkpointer.Save(sess, step)
+    if PREEMPTION.received.is_set() and self._final_checkpointer and step is not None:
+      self._SaveUnlessSaved(sess, step)
       _Log('SIGTERM: saved a checkpoint of step %d; training ends here. Start every task again '
            'with the same commands to resume from it', step)
       return True
-    return super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
+    stop = super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
+    if stop and FLAGS.checkpoint_in_trainer_cpu and step is not None:
+      self._SaveUnlessSaved(sess, step)
+    return stop
 
 
 class QuietOnSigterm:
@@ -231,9 +249,11 @@ class TensorPipeController(startup.PromptStart, QuietOnSigterm, runners.Controll
   SIGTERM (QuietOnSigterm)."""
 
 
-class TensorPipeTrainer(startup.PromptStart, SaveOnSigterm, trainer_profiling.ProfilingTrainer):
-  """The profiling trainer, starting as soon as the model is ready (startup.PromptStart), saving
-  its current step on SIGTERM (SaveOnSigterm)."""
+class TensorPipeTrainer(startup.PromptStart, CheckpointsBetweenSteps,
+                        trainer_profiling.ProfilingTrainer):
+  """The profiling trainer, starting as soon as the model is ready (startup.PromptStart), writing
+  the checkpoints between steps, the last one and a preempted one included
+  (CheckpointsBetweenSteps)."""
 
 
 class TensorPipeEvaler(ExplainedCheckpointWait, runners.Evaler):
@@ -549,15 +569,15 @@ def _Exit(status):
   os._exit(status)  # pylint: disable=protected-access
 
 
-_CONTROLLER_END_S = 120  # Bound on the trainer client's wait for the controller's final save.
+_CONTROLLER_END_S = 120  # Bound on the trainer client's wait for the controller to end.
 
 
 class ClusterTask:
   """This process's task of a --cluster_spec job (controller, trainer client or worker).
 
   Ends the process with one line when another task of the job is lost (liveness.PeerWatch), and
-  handles SIGTERM: the trainer client saves its current step (SaveOnSigterm) and ends; the others
-  keep serving until it has ended, at most --sigterm_grace_s seconds.
+  handles SIGTERM: the trainer client saves its current step (CheckpointsBetweenSteps) and ends;
+  the others keep serving until it has ended, at most --sigterm_grace_s seconds.
   """
 
   JOBS = ('controller', 'trainer_client', 'worker')
@@ -647,6 +667,9 @@ def main(unused_argv):
     return _Fail(e)
   if FLAGS.cpu_devices:
     cpu_devices.InstallCpuDevices(FLAGS.cpu_devices)
+  if FLAGS.mode == 'sync' and not FLAGS['checkpoint_in_trainer_cpu'].present:
+    # Every task of the job decides alike: the trainer client saves, the controller does not.
+    FLAGS.checkpoint_in_trainer_cpu = True  # See CheckpointsBetweenSteps.
   jobs = _Jobs()
   _LogPlan(jobs)
   task = None

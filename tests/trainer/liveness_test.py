@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from lingvo import compat as tf
 from lingvo.core import test_utils
@@ -57,7 +58,7 @@ class PeerWatchTest(test_utils.TestCase):
     # 15 s: the first round after 10 s without an answer names it.
     self.assertEqual(net.now, 15)
     self.assertEqual(message, 'task worker:1 at 10.0.0.4:7000 stopped answering: no '
-                     'connection for 10 s (timed out)')
+                     'answer for 10 s (timed out)')
     self.assertFalse(watch.Gone('worker'))  # worker:0 still answers.
     self.assertEqual(watch.Unreachable('worker'), 'worker:1 at 10.0.0.4:7000 (timed out)')
     self.assertIsNone(watch.Unreachable('controller'))
@@ -95,6 +96,51 @@ class PeerWatchTest(test_utils.TestCase):
   def testAnUnreachableAddressIsNotConnectable(self):
     # Nothing listens on port 1 of loopback.
     ok, why = liveness.CanConnect('127.0.0.1:1', 1.0)
+    self.assertFalse(ok)
+    self.assertIn('refused', why.lower())
+
+
+# A gRPC server on a port of its own choosing (it holds it), as a TensorFlow server's threads answer.
+_GRPC_SERVER = """
+import time
+from concurrent import futures
+import grpc
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+port = server.add_insecure_port('127.0.0.1:0')
+server.start()
+print(port, flush=True)
+time.sleep(300)
+"""
+
+
+def _State(pid):
+  """The state letter of process `pid` ('T': stopped)."""
+  with open('/proc/%d/stat' % pid) as f:
+    return f.read().rsplit(')', 1)[1].split()[0]
+
+
+class AnswersTest(test_utils.TestCase):
+  """A process that is stopped (SIGSTOP: a deadlock, a swap storm look the same) still gets its
+  TCP connections accepted by the kernel, but gives no gRPC answer."""
+
+  def testAStoppedProcessDoesNotAnswerARunningOneDoes(self):
+    proc = subprocess.Popen([sys.executable, '-c', _GRPC_SERVER], stdout=subprocess.PIPE,
+                            text=True)
+    self.addCleanup(lambda: (proc.kill(), proc.wait(), proc.stdout.close()))
+    address = '127.0.0.1:%d' % int(proc.stdout.readline())
+    self.assertEqual(liveness.Answers(address, 30.0), (True, ''))
+    proc.send_signal(signal.SIGSTOP)
+    while _State(proc.pid) != 'T':  # The signal is delivered asynchronously.
+      time.sleep(0.01)
+    self.assertTrue(liveness.CanConnect(address, 30.0)[0])  # What a TCP check alone would see.
+    self.assertEqual(liveness.Answers(address, 1.0),
+                     (False, 'it accepts connections but gives no gRPC answer within 1 s: the '
+                      'process is stopped or hung'))
+    proc.send_signal(signal.SIGCONT)
+    self.assertEqual(liveness.Answers(address, 30.0), (True, ''))
+
+  def testARefusedConnectionSaysSoAtOnce(self):
+    ok, why = liveness.Answers('127.0.0.1:1', 30.0)
     self.assertFalse(ok)
     self.assertIn('refused', why.lower())
 

@@ -395,11 +395,11 @@ class TrainerSmokeTest(test_utils.TestCase):
                   run2)
     losses2 = _StepLosses(run2)
     self.assertNotEmpty(losses2, run2[-3000:])
-    # The global step continues from the restored one. (Lingvo's controller saves while the trainer
-    # runs, so the step stored in ckpt-N can differ from N by one; compare with the stored value.)
+    # The global step continues from the restored one; ckpt-N holds step N (the trainer client
+    # saves between two steps).
     restored_step = int(tf.train.load_checkpoint(
         os.path.join(train_dir, 'ckpt-%08d' % resume_from)).get_tensor('global_step'))
-    self.assertLessEqual(abs(restored_step - resume_from), 1)
+    self.assertEqual(restored_step, resume_from)
     self.assertEqual(min(losses2), restored_step + 1)
     self.assertEqual(max(losses2), final)
     self.assertIn(final, _Checkpoints(train_dir))
