@@ -153,11 +153,12 @@ class LauncherTest(test_utils.TestCase):
                      r'tensorpipe\.trainer\.train: error: SIGTERM: the current step cannot be '
                      r'saved: task worker:1 at 127\.0\.0\.1:\d+ \(.*\) does not answer; training '
                      r'resumes from the last checkpoint in ')
-    # The step the latest checkpoint holds. (The controller's periodic saves, which run beside
-    # the training steps, can name a checkpoint after a later step than the one it holds.)
+    # The latest checkpoint holds the step it is named after (the trainer client saves between
+    # steps).
     latest = tf.train.latest_checkpoint(os.path.join(logdir, 'train'))
     held = int(tf.train.load_checkpoint(latest).get_tensor('global_step'))
-    self.assertGreaterEqual(held, saved)
+    self.assertEqual(latest, os.path.join(logdir, 'train', 'ckpt-%08d' % held))
+    self.assertGreater(held, saved)
     # 3. The same command (fewer steps to go) resumes from that checkpoint and ends.
     proc, path = self._Launch(logdir, max_steps=held + 5, stall_timeout_s=90)
     proc.wait(timeout=300)
