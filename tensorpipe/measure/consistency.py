@@ -152,6 +152,11 @@ _BATCH_NORM_REASON = 'batch norm '  # How MicroBatchDependence's batch-norm reas
 _ASSERT_DATA = re.compile(r'^(\s*\[[-+0-9.eE\s\[\]naifTrueFls.]*\])*\s*$')
 
 
+# TensorFlow's lines around the cause of a session error.
+_NOT_A_CAUSE = re.compile(r'^(Graph execution error:$|\[\[|Node:|Detected at node|File "|\d+ root '
+                          r'error\(s\) found|\d+ successful operations)')
+
+
 def _AssertionMessage(text: str) -> str:
   """The message of `assertion failed: [message] [value] ...` from after its first '[': up to the
   first '] [' after which only printed values follow (the message may itself hold brackets)."""
@@ -186,9 +191,7 @@ def _Cause(error: BaseException) -> str:
     kept = lines
   for line in kept:
     line = re.sub(r'^\(\d+\) [A-Z_]+: ', '', line)  # '(0) INVALID_ARGUMENT: ' of grouped errors.
-    if (not line or line == 'Graph execution error:' or line.startswith(('[[', 'Node:')) or
-        re.match(r'^\d+ root error\(s\) found', line) or line.startswith(
-            ('Detected at node', 'File "')) or line.startswith('0 successful operations')):
+    if not line or _NOT_A_CAUSE.match(line):
       continue
     if line.startswith('assertion failed: ['):
       return _AssertionMessage(line[len('assertion failed: ['):])
