@@ -368,9 +368,8 @@ def TaskCase(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAUL
 
   axes = ExampleAxes(batch, input_params.Get('batch_size') if 'batch_size' in input_params
                      else None)
-  notes.append('examples: %s (what the micro-batch reference splits where batch norm makes '
-               'results depend on M)' % ', '.join(
-                   '%s axis %d' % (n, a) for n, a in axes.items() if a is not None))
+  notes.append('examples: %s (the axes a batch-norm model\'s micro-batch reference splits)' %
+               ', '.join('%s axis %d' % (n, a) for n, a in axes.items() if a is not None))
 
   def Builder(params):
 

@@ -74,8 +74,8 @@ class WithPipelinesTest(test_utils.TestCase):
     self.assertIn('batch: x [4, 8, 4] float32 (one batch of the training input, fed to every '
                   'variant)', case.notes)
     # ConstantInput's batch_size is 8: the examples are on axis 1 of the time-major x.
-    self.assertIn('examples: x axis 1 (what the micro-batch reference splits where batch norm '
-                  'makes results depend on M)', case.notes)
+    self.assertIn('examples: x axis 1 (the axes a batch-norm model\'s micro-batch reference '
+                  'splits)', case.notes)
 
   def testErrorsAreOneLineNamingTheValue(self):
     with self.assertRaisesRegex(ValueError, r"^task 'tiny' has no TensorPipeLayer"):
