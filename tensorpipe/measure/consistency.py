@@ -149,29 +149,8 @@ def MicroBatchReferenceName(num_micro_batches: int) -> str:
 _BATCH_NORM_REASON = 'batch norm '  # How MicroBatchDependence's batch-norm reasons begin.
 
 
-# The values tf.debugging.Assert prints after its message, each in brackets: numbers, booleans,
-# nested arrays, '...'.
-_ASSERT_DATA = re.compile(r'^(\s*\[[-+0-9.eE\s\[\]naifTrueFls.]*\])*\s*$')
-
-
-# TensorFlow's lines around the cause of a session error.
-_NOT_A_CAUSE = re.compile(r'^(Graph execution error:$|\[\[|Node:|Detected at node|File "|\d+ root '
-                          r'error\(s\) found|\d+ successful operations)')
-
-
-def _AssertionMessage(text: str) -> str:
-  """The message of `assertion failed: [message] [value] ...` from after its first '[': up to the
-  first '] [' after which only printed values follow (the message may itself hold brackets)."""
-  end = text.find('] [')
-  while end >= 0:
-    if _ASSERT_DATA.match(text[end + 1:]):
-      return text[:end]
-    end = text.find('] [', end + 1)
-  return text[:-1] if text.endswith(']') else text
-
-
 def _Cause(error: BaseException) -> str:
-  """The first meaningful line of why a variant failed to run.
+  """The first meaningful line of why a variant failed to run (all of it in this one function).
 
   For a failed `tf.debugging.Assert` (TensorPipe's checks inside the step) that is the assertion's
   message alone; for another error `Type: message`. TensorFlow's "Graph execution error:" header,
@@ -179,6 +158,11 @@ def _Cause(error: BaseException) -> str:
   error(s) found" and "[[{{node ...}}]]" lines are skipped: the user reads the cause first, not on
   line 4 or 48.
   """
+  # TensorFlow's lines around the cause, and the values an Assert prints after its message, each
+  # in brackets (numbers, booleans, nested arrays, '...').
+  not_a_cause = re.compile(r'^(Graph execution error:$|\[\[|Node:|Detected at node|File "|\d+ '
+                           r'root error\(s\) found|\d+ successful operations)')
+  assert_data = re.compile(r'^(\s*\[[-+0-9.eE\s\[\]naifTrueFls.]*\])*\s*$')
   text = (error.message if isinstance(error, tf.errors.OpError) else str(error)) or ''
   lines = [line.strip() for line in text.splitlines()]
   kept, in_traceback = [], False
@@ -193,11 +177,19 @@ def _Cause(error: BaseException) -> str:
     kept = lines
   for line in kept:
     line = re.sub(r'^\(\d+\) [A-Z_]+: ', '', line)  # '(0) INVALID_ARGUMENT: ' of grouped errors.
-    if not line or _NOT_A_CAUSE.match(line):
+    if not line or not_a_cause.match(line):
       continue
-    if line.startswith('assertion failed: ['):
-      return _AssertionMessage(line[len('assertion failed: ['):])
-    return '%s: %s' % (type(error).__name__, line)
+    if not line.startswith('assertion failed: ['):
+      return '%s: %s' % (type(error).__name__, line)
+    # `assertion failed: [message] [value] ...`: the message ends at the first '] [' followed by
+    # printed values only (the message may itself hold brackets).
+    message = line[len('assertion failed: ['):]
+    end = message.find('] [')
+    while end >= 0 and not assert_data.match(message[end + 1:]):
+      end = message.find('] [', end + 1)
+    if end >= 0:
+      return message[:end]
+    return message[:-1] if message.endswith(']') else message
   return type(error).__name__
 
 
