@@ -13,6 +13,7 @@ from lingvo import compat as tf
 from lingvo.core import base_input_generator
 from lingvo.core import base_layer
 from lingvo.core import base_model
+from lingvo.core import bn_layers
 from lingvo.core import builder_layers
 from lingvo.core import cluster_factory
 from lingvo.core import py_utils
@@ -409,7 +410,7 @@ def RunTool(name, *args, timeout=300):
   return proc.returncode, proc.stdout, proc.stderr
 
 
-# A tiny task for the consistency check: its library test and its tool test (which registers it).
+# Tiny tasks for the consistency check: its library test and its tool test (which registers them).
 
 TIME_MAJOR_SHAPE = (4, 8, 4)  # T, B, D of ConstantInput's default x.
 _TIME, _BATCH, _DIM = TIME_MAJOR_SHAPE
@@ -469,6 +470,23 @@ def TimeMajorTask(batch_dim):
   off, as it would otherwise stop the first step)."""
   layers = DenseLayers(2, _DIM)
   layers.insert(1, TimeMix.Params().Set(name='mix'))
+  return PipelineTask.Params().Set(pipeline=layer_lib.TensorPipeLayer.Params().Set(
+      name='pipe', layers=layers, num_partitions=2, num_micro_batches=2, batch_dim=batch_dim,
+      check_batch_dim=False))
+
+
+def TimeMajorBatchNormTask(batch_dim):
+  """A time-major task on x [T, B, D]: FC, Lingvo BatchNormLayer, FC, BatchNormLayer, FC. Nothing
+  but batch norm mixes positions, and it reduces over T and B alike, so only the input's example
+  axis tells batch_dim=0 (micro-batches of time steps) from the right batch_dim=1. The batch_dim
+  check is off: what is tested is the comparison, not the check inside the step."""
+  dense = DenseLayers(3, _DIM)
+
+  def Norm(name):
+    return bn_layers.BatchNormLayer.Params().Set(name=name, dim=_DIM,
+                                                 add_stats_to_moving_average_variables=True)
+
+  layers = [dense[0], Norm('bn0'), dense[1], Norm('bn1'), dense[2]]
   return PipelineTask.Params().Set(pipeline=layer_lib.TensorPipeLayer.Params().Set(
       name='pipe', layers=layers, num_partitions=2, num_micro_batches=2, batch_dim=batch_dim,
       check_batch_dim=False))

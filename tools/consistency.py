@@ -5,15 +5,20 @@ respect to every trainable variable: once unpipelined (the reference) and once p
 M micro-batches of the grid, each build on K logical CPU devices starting from the same weights.
 Prints, per variable, the reference gradient's norm and each variant's difference divided by the
 largest reference gradient norm, then the global gradient norm of each variant (the paper's
-quantity). Where results depend on M (batch norm's micro-batch statistics, dropout masks without an
-example axis) each K is compared with the smallest K at the same M, and the output says why.
-`--example=paper` runs the paper's own test (supplementary Figure 1: 16 convolutions, 8
-micro-batches, K = 1, 2, 4).
+quantity). Where batch norm makes results depend on M, each variant with M > 1 is compared with
+the same layers unpipelined, run on each of the M micro-batches of examples in turn (the input
+split along its examples' axis): a wrong batch_dim, e.g. 0 for time-major [T, B, ...] inputs,
+then differs and the last line names batch_dim. Where dropout masks without an example axis make
+results depend on M, each K is compared with the smallest K at the same M; the output says why.
+A variant that fails to run (e.g. a check inside the step) is listed as `K=.. M=.. failed to
+run: <cause>`. `--example=paper` runs the paper's own test (supplementary Figure 1: 16
+convolutions, 8 micro-batches, K = 1, 2, 4).
 
   .venv/bin/python -m tools.consistency --model=digits.TinyConvPipeline
   .venv/bin/python -m tools.consistency --model=digits.TinyConvPipeline --partitions=1,2 \
       --micro_batches=1,2
   .venv/bin/python -m tools.consistency --example=paper
+  .venv/bin/python -m tools.consistency --list_models --params_module=mymodels
 
 Exit status: 0 if every variant agrees within --tolerance, 1 if one differs or fails to run (the
 last line says PASS or FAIL and why), 2 for a usage error (one line on stderr).
@@ -69,12 +74,24 @@ def BuildCase(args):
     return case, args.tolerance or consistency.PAPER_TOLERANCE
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()  # Lingvo's registry reads its override flags; keep the defaults.
-  registry.ImportModel(args.model)
+  registry.ImportUserModules(args.model, args.params_module)
   cfg = registry.ModelParams(args.model, 'Train')
   case = consistency.TaskCase(cfg.task, partitions or consistency.DEFAULT_PARTITIONS,
                               micro_batches or consistency.DEFAULT_MICRO_BATCHES,
                               input_params=cfg.input, title=args.model)
   return case, args.tolerance or consistency.DEFAULT_TOLERANCE
+
+
+def ListModels(args, out=None):
+  """Prints one line per registered model, `name  [tiny|paper-scale]  description`: TensorPipe's own
+  and those of the user's module named by --model or --params_module."""
+  out = out or sys.stdout
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  registry.ImportUserModules(args.model, args.params_module)
+  for name, cls in sorted(registry.RegisteredModels().items()):
+    out.write('%s  [%s]  %s\n' % (name, 'tiny' if registry.IsTiny(cls) else 'paper-scale',
+                                  registry.Description(cls)))
 
 
 def main(argv=None):
@@ -97,11 +114,21 @@ def main(argv=None):
   parser.add_argument('--tolerance', type=float, default=None,
                       help='Largest allowed gradient difference, relative to the largest gradient '
                       'norm of what a variant is compared with (default %g, %g for '
-                      '--example=paper). Float32 rounding gives up to ~1e-6; raise it only if a '
-                      'deep model\'s rounding exceeds it.' %
-                      (consistency.DEFAULT_TOLERANCE, consistency.PAPER_TOLERANCE))
+                      '--example=paper): %s. Raise it only if a deep model\'s rounding, shown '
+                      'in the table, exceeds it.' %
+                      (consistency.DEFAULT_TOLERANCE, consistency.PAPER_TOLERANCE,
+                       consistency.TOLERANCE_REASON))
+  parser.add_argument('--list_models', action='store_true',
+                      help='Print the registered models (with --model or --params_module, also '
+                      'those of that user\'s module) and exit.')
+  parser.add_argument('--params_module', default=None,
+                      help='A module on PYTHONPATH (e.g. mymodels) that registers models, '
+                      'imported first: --list_models lists its models too.')
   args = parser.parse_args(argv)
   try:
+    if args.list_models:
+      ListModels(args)
+      return 0
     case, tolerance = BuildCase(args)
     report = consistency.Compare(case, tolerance)
   except (ValueError, registry.UsageError) as e:

@@ -13,9 +13,22 @@ Differences are divided by the largest gradient norm of what a variant is compar
 variable's own norm: a gradient that is zero by symmetry (e.g. Lingvo's attention key-projection
 bias) carries float noise of ~1e-8, which is ~1 relative to its own norm but no sign of a bug.
 
-Where results legitimately depend on M (`TensorPipeLayer.MicroBatchDependence`: batch norm's
-micro-batch statistics, dropout masks without an example axis), a variant with M > 1 is compared
-with the smallest K of the grid at the same M instead of the reference: results never depend on K.
+Where results legitimately depend on M because of batch norm (each micro-batch is normalised with
+its own statistics, `TensorPipeLayer.MicroBatchDependence`), the unpipelined reference cannot be
+compared with M > 1. A variant with M > 1 is then compared with the micro-batch reference
+(`Case.micro_batch_reference`): the same layers unpipelined, run on each of the M micro-batches of
+examples one at a time (the input batch split along its example axis, which the input generator
+knows, not along the pipeline's `batch_dim`), the losses combined by their Lingvo weights. That is
+what GPipe's batch norm computes, so a right `batch_dim` agrees to rounding and a wrong one (time-
+major [T, B, ...] inputs split along T) normalises other groups of values and differs. A model
+without layers that mix time steps is symmetric in T and B apart from which axis holds the
+examples, so only the input's example axis can tell a wrong `batch_dim` there; comparing across K
+at fixed M cannot (a wrong split never depends on K). Where no micro-batch reference exists (the
+paper example, dropout masks drawn per micro-batch), a variant with M > 1 is compared with the
+smallest K of the grid at the same M instead: results never depend on K.
+
+A variant that fails to run (e.g. a check inside the step) is reported with the first line of its
+cause (`_Cause`), never as a difference.
 
 The comparison core, `Compare`, runs any `Case`: variants whose `build` callable builds a model in
 the current graph and returns its loss and variables, so the task path and the paper example share
@@ -24,6 +37,7 @@ model name and calls `Check`.
 """
 
 import dataclasses
+import re
 from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -35,14 +49,21 @@ from lingvo.core import layers as lingvo_layers
 from lingvo.core import py_utils
 
 from tensorpipe import layer as layer_lib
+from tensorpipe import micro_batching
 from tensorpipe import placement
+from tensorpipe import randomness
 
 # Relative to the largest gradient norm of what a variant is compared with. Float32 rounding of the
-# re-ordered sums differs by at most 9e-7 on the registered tiny models (digits 1.9e-7, mt 7.6e-8,
-# resnet 5.9e-7, amoebanet 8.9e-7, K in {1, 2, 4}, M in {1, 4}), so 1e-4 leaves a margin of ~100x;
-# a real inconsistency (a layer that mixes examples across micro-batches, a wrong batch_dim) is
-# 1e-2 or more.
-DEFAULT_TOLERANCE = 1e-4
+# re-ordered sums differs by at most 1.1e-6 on the registered tiny models, K in {1, 2, 4}, M in
+# {1, 4} (digits 1.9e-7, U-Net 1.4e-7, lm 2.1e-7, mt 7.6e-8 to 1.1e-7, resnet 5.9e-7, amoebanet
+# 7.5e-7 to 1.1e-6; the batch-norm models at M = 4 against the micro-batch reference). 1e-5 leaves
+# a margin of ~9x over the worst of them; a real inconsistency (a layer that mixes examples across
+# micro-batches, a wrong batch_dim) is 1e-2 or more (0.59 for the time-major batch-norm stack of
+# tests/helpers.py with batch_dim=0 at M = 4).
+DEFAULT_TOLERANCE = 1e-5
+TOLERANCE_REASON = ('float32 rounding of the re-ordered sums gives 8e-8 to 1.1e-6 on the '
+                    'registered models; %.0e leaves a ~9x margin, while a wrong batch_dim or a '
+                    'layer that mixes examples gives 1e-2 or more' % DEFAULT_TOLERANCE)
 PAPER_TOLERANCE = 1e-6  # The paper's figure: global gradient norms equal to 1e-6.
 DEFAULT_PARTITIONS = (1, 2, 4)
 DEFAULT_MICRO_BATCHES = (1, 4)
@@ -77,11 +98,19 @@ class Variant(NamedTuple):
 @dataclasses.dataclass
 class Case:
   """A model to check: its reference, its pipelined variants, and notes for the report's header
-  (what was built, what was skipped)."""
+  (what was built, what was skipped).
+
+  micro_batch_reference: M -> the Variant that computes what M micro-batches must give where batch
+    norm makes results depend on M (see the module docstring), or None if the case has none.
+  batch_dim_hint: the likely cause and fix printed when only variants with M > 1 differ (e.g. the
+    pipelines' batch_dim), or None.
+  """
   title: str
   reference: Variant
   variants: List[Variant]
   notes: List[str] = dataclasses.field(default_factory=list)
+  micro_batch_reference: Optional[Callable[[int], Variant]] = None
+  batch_dim_hint: Optional[str] = None
 
 
 @dataclasses.dataclass
@@ -111,6 +140,57 @@ class VariantResult:
 
 def VariantName(num_partitions: int, num_micro_batches: int) -> str:
   return 'K=%d M=%d' % (num_partitions, num_micro_batches)
+
+
+def MicroBatchReferenceName(num_micro_batches: int) -> str:
+  return 'unpipelined M=%d' % num_micro_batches
+
+
+_BATCH_NORM_REASON = 'batch norm '  # How MicroBatchDependence's batch-norm reasons begin.
+
+
+def _Cause(error: BaseException) -> str:
+  """The first meaningful line of why a variant failed to run (all of it in this one function).
+
+  For a failed `tf.debugging.Assert` (TensorPipe's checks inside the step) that is the assertion's
+  message alone; for another error `Type: message`. TensorFlow's "Graph execution error:" header,
+  its "Detected at node ... defined at" traceback (up to the "Node:" line that ends it), "root
+  error(s) found" and "[[{{node ...}}]]" lines are skipped: the user reads the cause first, not on
+  line 4 or 48.
+  """
+  # TensorFlow's lines around the cause, and the values an Assert prints after its message, each
+  # in brackets (numbers, booleans, nested arrays, '...').
+  not_a_cause = re.compile(r'^(Graph execution error:$|\[\[|Node:|Detected at node|File "|\d+ '
+                           r'root error\(s\) found|\d+ successful operations)')
+  assert_data = re.compile(r'^(\s*\[[-+0-9.eE\s\[\]naifTrueFls.]*\])*\s*$')
+  text = (error.message if isinstance(error, tf.errors.OpError) else str(error)) or ''
+  lines = [line.strip() for line in text.splitlines()]
+  kept, in_traceback = [], False
+  for line in lines:
+    if line.startswith('Detected at node'):
+      in_traceback = True
+    elif in_traceback:
+      in_traceback = not line.startswith('Node:')
+    else:
+      kept.append(line)
+  if in_traceback:  # No line ended the traceback: keep everything rather than lose the cause.
+    kept = lines
+  for line in kept:
+    line = re.sub(r'^\(\d+\) [A-Z_]+: ', '', line)  # '(0) INVALID_ARGUMENT: ' of grouped errors.
+    if not line or not_a_cause.match(line):
+      continue
+    if not line.startswith('assertion failed: ['):
+      return '%s: %s' % (type(error).__name__, line)
+    # `assertion failed: [message] [value] ...`: the message ends at the first '] [' followed by
+    # printed values only (the message may itself hold brackets).
+    message = line[len('assertion failed: ['):]
+    end = message.find('] [')
+    while end >= 0 and not assert_data.match(message[end + 1:]):
+      end = message.find('] [', end + 1)
+    if end >= 0:
+      return message[:end]
+    return message[:-1] if message.endswith(']') else message
+  return type(error).__name__
 
 
 def _VariableName(variable: tf.Variable) -> str:
@@ -196,6 +276,43 @@ def _DescribeBatch(batch: py_utils.NestedMap) -> str:
                    for name, value in batch.FlattenItems())
 
 
+def ExampleAxes(batch: py_utils.NestedMap, batch_size: Optional[int]) -> Dict[str, Optional[int]]:
+  """{input name: the axis holding its examples, or None (the same for every example)}.
+
+  Lingvo's input generators put the examples on axis 0 (Lingvo splits a batch along it for data
+  parallelism), so axis 0 wins whenever its size is the input generator's `batch_size`; a tensor
+  whose axis 0 has another size (e.g. a time-major [T, B, ...] input) gets its first axis of
+  `batch_size`. Without a `batch_size` that any tensor has, every tensor of rank >= 1 uses axis 0.
+  """
+  shapes = {name: np.shape(value) for name, value in batch.FlattenItems()}
+  if not isinstance(batch_size, int) or not any(batch_size in shape for shape in shapes.values()):
+    return {name: 0 if shape else None for name, shape in shapes.items()}
+  return {name: list(shape).index(batch_size) if batch_size in shape else None
+          for name, shape in shapes.items()}
+
+
+def SplitExamples(batch: py_utils.NestedMap, axes: Dict[str, Optional[int]],
+                  num_micro_batches: int) -> List[Tuple[int, py_utils.NestedMap]]:
+  """(example offset, micro-batch) of each of the M micro-batches of `batch`: each input split along
+  its example axis in `axes` as the pipeline splits (the first N mod M get one example more)."""
+  sizes = {np.shape(batch.GetItem(name))[axis] for name, axis in axes.items() if axis is not None}
+  if len(sizes) != 1:
+    raise ValueError('the inputs disagree on their number of examples: %s' % ', '.join(
+        '%s %d' % (name, np.shape(batch.GetItem(name))[axis])
+        for name, axis in axes.items() if axis is not None))
+  count = sizes.pop()
+  micro_sizes = micro_batching.Sizes(count, num_micro_batches)
+  offsets = micro_batching.Offsets(micro_sizes)
+  parts = []
+  for offset, size in zip(offsets, micro_sizes):
+    part = batch.DeepCopy()
+    for name, axis in axes.items():
+      if axis is not None:
+        part.Set(name, np.take(batch.GetItem(name), range(offset, offset + size), axis=axis))
+    parts.append((offset, part))
+  return parts
+
+
 def TaskCase(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAULT_PARTITIONS,
              micro_batches: Sequence[int] = DEFAULT_MICRO_BATCHES,
              input_params: Optional[hyperparams.Params] = None,
@@ -243,6 +360,11 @@ def TaskCase(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAUL
                    (k, _TaskPath(path), fewest))
   partitions = [k for k in partitions if k <= fewest]
 
+  axes = ExampleAxes(batch, input_params.Get('batch_size') if 'batch_size' in input_params
+                     else None)
+  notes.append('examples: %s (the axes a batch-norm model\'s micro-batch reference splits)' %
+               ', '.join('%s axis %d' % (n, a) for n, a in axes.items() if a is not None))
+
   def Builder(params):
 
     def Build():
@@ -253,10 +375,35 @@ def TaskCase(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAUL
 
     return Build
 
+  def MicroBatchReference(num_micro_batches):
+    """The unpipelined task on each micro-batch of examples in turn, at its example offset (so
+    dropout masks are those of the pipeline), the losses combined by their Lingvo weights."""
+    params = WithPipelines(task_params, 1, 1, True)
+
+    def Build():
+      task = params.Instantiate()
+      towers = []
+      # The scopes of Lingvo's BaseTask.FProp, whose tower loop is what this does per micro-batch.
+      with tf.name_scope('fprop'), tf.name_scope(task.params.name), py_utils.TaskCallScope(
+          task), py_utils.GlobalStepContext(py_utils.GetGlobalStep()):
+        py_utils.ResetStepSeed()
+        for offset, part in SplitExamples(batch, axes, num_micro_batches):
+          with randomness.ExampleOffset(offset), tf.name_scope('micro_batch_%d' % len(towers)):
+            towers.append(task.FPropTower(task.theta, part.Transform(tf.constant))[0])
+      metrics = py_utils.WeightedAvgOfMetrics(towers)
+      return Built(metrics['loss'][0], tf.trainable_variables())
+
+    return Variant(MicroBatchReferenceName(num_micro_batches), None, num_micro_batches, Build)
+
+  hint = ('so the micro-batches likely split an axis other than the examples\': %s; batch_dim '
+          'must name the axis of the pipeline\'s inputs that holds the examples (set batch_dim=1 '
+          'for time-major inputs [T, B, ...])' % ', '.join(
+              'TensorPipeLayer %s has batch_dim=%d' % (_TaskPath(path), p.batch_dim)
+              for path, p in pipelines))
   reference = Variant(REFERENCE, None, None, Builder(WithPipelines(task_params, 1, 1, True)))
   variants = [Variant(VariantName(k, m), k, m, Builder(WithPipelines(task_params, k, m)))
               for m in micro_batches for k in partitions]
-  return Case(name, reference, variants, notes)
+  return Case(name, reference, variants, notes, MicroBatchReference, hint)
 
 
 def PaperExample(partitions: Sequence[int] = (1, 2, 4),
@@ -334,8 +481,7 @@ def _Run(variant: Variant, num_devices: int, seed: int) -> VariantResult:
         loss, values = sess.run((built.loss, list(fetches.values())))
         result.loss, result.grads = float(loss), dict(zip(fetches, values))
       except tf.errors.OpError as e:
-        lines = (e.message or type(e).__name__).strip().splitlines()
-        result.error = '%s: %s' % (type(e).__name__, lines[0] if lines else '')
+        result.error = _Cause(e)
   return result
 
 
@@ -345,7 +491,9 @@ def Compare(case: Case, tolerance: float = DEFAULT_TOLERANCE,
 
   A variant is compared with the unpipelined reference, except that a variant with M > 1 whose
   results depend on M (its reasons, or another variant's at the same M) is compared with the
-  variant of the smallest K at that M. Every build runs on max K logical CPU devices.
+  case's micro-batch reference at that M where only batch norm makes them depend on M and the
+  case has one, else with the variant of the smallest K at that M. Every build runs on max K
+  logical CPU devices.
   """
   if not tolerance > 0:
     raise ValueError('tolerance must be positive, got %r' % (tolerance,))
@@ -355,13 +503,33 @@ def Compare(case: Case, tolerance: float = DEFAULT_TOLERANCE,
     raise ValueError('%s: the unpipelined reference failed to run: %s' % (case.title,
                                                                           reference.error))
   results = [_Run(v, num_devices, seed) for v in case.variants]
-  for result in results:
+  micro_references = {}  # M -> the VariantResult of the case's micro-batch reference at M.
+  if case.micro_batch_reference is not None:
+    for m, reasons in _DependentMs(results).items():
+      if all(r.startswith(_BATCH_NORM_REASON) for r in reasons):
+        micro = micro_references[m] = _Run(case.micro_batch_reference(m), num_devices, seed)
+        if micro.error:
+          raise ValueError('%s: the micro-batch reference %s (the unpipelined layers on each '
+                           'micro-batch of examples) failed to run: %s' % (case.title, micro.name,
+                                                                          micro.error))
+  for result in results + list(micro_references.values()):
     if result.error is None and sorted(result.grads) != sorted(reference.grads):
       raise ValueError('%s: %s has variables %s but the reference has %s; every variant must '
                        'create the same variables' % (case.title, result.name,
                                                       sorted(result.grads),
                                                       sorted(reference.grads)))
-  return ConsistencyReport(case, tolerance, reference, results)
+  return ConsistencyReport(case, tolerance, reference, results, micro_references)
+
+
+def _DependentMs(results: Sequence[VariantResult]) -> Dict[int, List[str]]:
+  """{M > 1: why results at M depend on M} from the variants' reasons."""
+  dependent = {}
+  for result in results:
+    m = result.variant.num_micro_batches
+    if (m or 1) > 1 and result.reasons:
+      reasons = dependent.setdefault(m, [])
+      reasons.extend(r for r in result.reasons if r not in reasons)
+  return dependent
 
 
 class ConsistencyReport:
@@ -370,18 +538,17 @@ class ConsistencyReport:
   gradient norms. `ok` is False if any difference exceeds the tolerance or a variant failed."""
 
   def __init__(self, case: Case, tolerance: float, reference: VariantResult,
-               results: List[VariantResult]):
+               results: List[VariantResult],
+               micro_references: Optional[Dict[int, VariantResult]] = None):
     self.case, self.tolerance, self.reference, self.results = case, tolerance, reference, results
-    self.fixed_m = {}  # M -> reasons its results depend on M (only M > 1).
-    for result in results:
-      m = result.variant.num_micro_batches
-      if (m or 1) > 1 and result.reasons:
-        reasons = self.fixed_m.setdefault(m, [])
-        reasons.extend(r for r in result.reasons if r not in reasons)
-    self.fixed_m_bases = {}  # M -> the VariantResult of the smallest K at M that ran, if any.
+    self.micro_references = dict(micro_references or {})  # M -> micro-batch reference's result.
+    self.fixed_m = _DependentMs(results)  # M -> reasons its results depend on M (only M > 1).
+    self.fixed_m_bases = {}  # M -> what variants at M are compared with, if anything ran.
     for m in self.fixed_m:
       at_m = [r for r in results if r.variant.num_micro_batches == m and r.error is None]
-      if at_m:
+      if m in self.micro_references:
+        self.fixed_m_bases[m] = self.micro_references[m]
+      elif at_m:
         self.fixed_m_bases[m] = min(at_m, key=lambda r: r.variant.num_partitions)
     self.baselines = {}  # Variant name -> the VariantResult it is compared with.
     for result in results:
@@ -431,14 +598,25 @@ class ConsistencyReport:
     lines = ['consistency check: %s' % self.case.title]
     lines += ['  ' + note for note in self.case.notes]
     lines.append('  reference: the same layers unpipelined (unpipelined=True), one after another; '
-                 '%d logical CPU devices; tolerance %.1e' %
-                 (max([r.variant.num_partitions for r in self.results] + [1]), self.tolerance))
+                 '%d logical CPU devices' %
+                 max([r.variant.num_partitions for r in self.results] + [1]))
+    lines.append('  tolerance %.1e%s' % (self.tolerance, ': ' + TOLERANCE_REASON
+                                          if self.tolerance == DEFAULT_TOLERANCE else ''))
     lines.append('')
     for m, reasons in sorted(self.fixed_m.items()):
       base = self.fixed_m_bases.get(m)
-      lines.append('M=%d: results depend on M, so each K at M=%d is compared with %s (across K at '
-                   'fixed M), not with the unpipelined reference; results never depend on K. '
-                   'Why:' % (m, m, base.name if base else 'nothing (no variant at M=%d ran)' % m))
+      if m in self.micro_references:
+        lines.append('M=%d: results depend on M, so each K at M=%d is compared with %s: the same '
+                     'layers unpipelined, run on each of the %d micro-batches of examples in turn '
+                     '(the input split along its examples\' axis, not along batch_dim), losses '
+                     'combined by their weights; global gradient norm %.7e. A batch_dim that '
+                     'splits another axis normalises other values and differs. Why:' %
+                     (m, m, base.name, m, base.global_norm))
+      else:
+        lines.append('M=%d: results depend on M, so each K at M=%d is compared with %s (across K '
+                     'at fixed M), not with the unpipelined reference; results never depend on '
+                     'K, so a wrong batch_dim is not detected at M=%d. Why:' %
+                     (m, m, base.name if base else 'nothing (no variant at M=%d ran)' % m, m))
       lines += ['  - ' + r for r in reasons[:MAX_REASONS]]
       if len(reasons) > MAX_REASONS:
         lines.append('  - ... and %d more' % (len(reasons) - MAX_REASONS))
@@ -457,7 +635,8 @@ class ConsistencyReport:
     names = list(self.reference.grads)
     width = max([len(n) for n in names] + [len('global gradient norm (paper)')]) + 2
     columns = [r.name for r in self.results]
-    col = max([len(c) for c in columns] + [len('1.2345678e+00')]) + 2
+    col = max([len(c) for c in columns] + [len(self._Base(r)) for r in self.results] +
+              [len('1.2345678e+00')]) + 2
 
     def Row(label, first, cells):
       return ('%-*s%*s' % (width, label, 14, first) + ''.join('%*s' % (col, c) for c in cells))
@@ -491,6 +670,14 @@ class ConsistencyReport:
       return 'base' if self.baselines.get(result.name) is result else '-'
     return '%.1e%s' % (value, '' if value <= self.tolerance else ' !')
 
+  def Failed(self) -> List[VariantResult]:
+    """The variants that failed to run (not compared: they are never said to differ)."""
+    return [r for r in self.results if r.error]
+
+  def Differing(self) -> List[str]:
+    """The names of the variants that ran and differ by more than the tolerance."""
+    return sorted({variant for variant, _, value in self.mismatches if value is not None})
+
   def _Verdict(self) -> str:
     compared = len(self.differences)
     if self.ok:
@@ -498,15 +685,21 @@ class ConsistencyReport:
       where = ' (%s, %s)' % (variant, name) if variant else ''
       return ('PASS: %d variant(s) agree with what they are compared with within %.1e; largest '
               'difference %.1e%s' % (compared, self.tolerance, value, where))
-    failed = sorted({variant for variant, _, _ in self.mismatches})
-    variant, what, value = max(self.mismatches, key=lambda m: -1.0 if m[2] is None else m[2])
-    if value is None:
-      why = '%s %s' % (variant, what)
-    else:
-      why = 'largest: %s, %s differs by %.1e' % (variant, what, value)
-    return ('FAIL: %d of %d variant(s) (%s) differ by more than %.1e; %s' %
-            (len(failed), len(self.results), ', '.join(failed), self.tolerance, why))
-
+    parts = []
+    failed, differing = self.Failed(), self.Differing()
+    if failed:
+      parts.append('%d of %d variant(s) failed to run (%s); first cause: %s' % (
+          len(failed), len(self.results), ', '.join(r.name for r in failed), failed[0].error))
+    if differing:
+      variant, what, value = max((m for m in self.mismatches if m[2] is not None),
+                                 key=lambda m: m[2])
+      parts.append('%d of %d variant(s) (%s) differ by more than %.1e; largest: %s, %s differs '
+                   'by %.1e' % (len(differing), len(self.results), ', '.join(differing),
+                                self.tolerance, variant, what, value))
+      m_of = {r.name: r.variant.num_micro_batches or 1 for r in self.results}
+      if self.case.batch_dim_hint and all(m_of[name] > 1 for name in differing):
+        parts.append('only M > 1 differs, ' + self.case.batch_dim_hint)
+    return 'FAIL: ' + '; '.join(parts)
 
 def Check(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAULT_PARTITIONS,
           micro_batches: Sequence[int] = DEFAULT_MICRO_BATCHES,

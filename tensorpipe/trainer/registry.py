@@ -54,7 +54,7 @@ def _ErrorLine(e):
   return '%s: %s' % (type(e).__name__, lines[0]) if lines else type(e).__name__
 
 
-def _ImportIfExists(module_name, model_name):
+def _ImportIfExists(module_name, model_name, flag='--model'):
   """Imports `module_name`; False if it (or a parent package) does not exist, else True.
 
   Each package on the way is looked up (importlib.util.find_spec) before it runs, so a module that
@@ -63,7 +63,8 @@ def _ImportIfExists(module_name, model_name):
   ModuleNotFoundError's message and lets every other error through as a traceback.
 
   Raises:
-    UsageError: naming `model_name`, the module that failed and its error, chained to the error.
+    UsageError: naming `flag`=`model_name`, the module that failed and its error, chained to the
+      error.
   """
   parts = module_name.split('.')
   for i in range(1, len(parts) + 1):
@@ -80,8 +81,8 @@ def _ImportIfExists(module_name, model_name):
     try:
       importlib.import_module(name)
     except Exception as e:  # pylint: disable=broad-except
-      raise UsageError('--model=%s: module %s failed to import: %s' %
-                       (model_name, name, _ErrorLine(e))) from e
+      raise UsageError('%s=%s: module %s failed to import: %s' %
+                       (flag, model_name, name, _ErrorLine(e))) from e
   return True
 
 
@@ -150,6 +151,23 @@ def ImportModel(model_name):
     elif imported:
       message += '; modules %s import fine but do not register it' % ', '.join(imported)
     raise UsageError(message)
+
+
+def ImportUserModules(model_name=None, params_module=None):
+  """Imports a user's modules so that the models they register are listed (--list_models) beside
+  TensorPipe's own: `params_module` (a module on PYTHONPATH, e.g. mymodels) and the module that
+  registers `model_name` (see ImportModel). Either may be None.
+
+  Raises:
+    UsageError: (one line) if `params_module` does not exist or fails to import, or as ImportModel.
+  """
+  if params_module:
+    if not _ImportIfExists(params_module, params_module, flag='--params_module'):
+      raise UsageError('--params_module=%s: no module %s on PYTHONPATH; give a module that '
+                       'registers models, e.g. --params_module=mymodels for mymodels.py in a '
+                       'directory on PYTHONPATH' % (params_module, params_module))
+  if model_name:
+    ImportModel(model_name)
 
 
 class ModelRegistry:

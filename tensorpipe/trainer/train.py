@@ -37,7 +37,9 @@ Extra flags:
                    and ends; the controller and workers keep serving until it has ended, at most S
                    seconds.
   --list_models    prints the registered models and exits: each marked tiny (trains on 2 CPU cores
-                   in minutes) or paper-scale, with its K and its description.
+                   in minutes) or paper-scale, with its K and its description. Models a user's
+                   module registers are listed too when --model names one of them or
+                   --params_module=MODULE names the module.
   --tensorpipe_plan=N (with --tensorpipe_plan_device, --tensorpipe_plan_memory)
                    logs the planner's ranked configurations of the model for N devices at
                    start-up, and the flags that apply the best (see tools.plan).
@@ -83,7 +85,11 @@ flags.DEFINE_integer(
 flags.DEFINE_bool(
     'list_models', False,
     'Print the registered models, each marked tiny (CPU-sized) or paper-scale, with its K, and '
-    'exit.')
+    'exit. With --model or --params_module, also the models of that user\'s module.')
+flags.DEFINE_string(
+    'params_module', None,
+    'With --list_models: a module on PYTHONPATH (e.g. mymodels) whose registered models are listed '
+    'beside TensorPipe\'s own.')
 flags.DEFINE_integer(
     'worker_tasks_per_replica', None,
     'With --cluster_spec: one worker replica (a model split of --worker_split_size devices, '
@@ -542,7 +548,14 @@ def ModelLine(name, cls):
 
 
 def ListModels(out=None):
-  """Prints the legend and one ModelLine per registered model, as each is ready."""
+  """Prints the legend and one ModelLine per registered model, as each is ready: TensorPipe's own
+  and those of the user's module named by --model or --params_module (imported first, so that a
+  model `--model=` trains is listed too).
+
+  Raises:
+    registry.UsageError: if that module does not exist or fails to import.
+  """
+  registry.ImportUserModules(FLAGS.model, FLAGS.params_module)
   out = out or sys.stdout
   verbosity = tf.logging.get_verbosity()
   tf.logging.set_verbosity(tf.logging.WARNING)  # Not Lingvo's per-model 'No dataset ...' lines.
@@ -704,7 +717,10 @@ def Run(argv=None):
   except flags.Error as e:
     return _Fail(str(e).strip().splitlines()[0])
   if FLAGS.list_models:
-    ListModels()
+    try:
+      ListModels()
+    except registry.UsageError as e:
+      return _Fail(e)
     return 0
   if FLAGS.disable_tf2:
     tf.disable_v2_behavior()

@@ -1,6 +1,7 @@
 """`python -m tools.consistency`, run as a user runs it: the paper's example and a registered model
-pass with exit 0, a registered model whose results depend on M fails with exit 1, and usage errors
-are one line with exit 2."""
+pass with exit 0, a registered model whose results depend on M fails with exit 1, so does a
+time-major batch-norm model with the wrong batch_dim (naming batch_dim), --list_models lists the
+models of a user's module, and usage errors are one line with exit 2."""
 
 import os
 import re
@@ -19,18 +20,40 @@ WRONG_MODEL_MODULE = '''
 from lingvo import model_registry
 from lingvo.core import base_model_params
 
-from tests.helpers import ConstantInput, TimeMajorTask
+from tests.helpers import ConstantInput, TimeMajorBatchNormTask, TimeMajorTask
 
 
 @model_registry.RegisterSingleTaskModel
 class TimeMajorWrongBatchDim(base_model_params.SingleTaskModelParams):
+  """Time-major layers that mix time steps, split along T."""
 
   def Train(self):
     return ConstantInput.Params()
 
   def Task(self):
     return TimeMajorTask(batch_dim=0)
+
+
+@model_registry.RegisterSingleTaskModel
+class TimeMajorBatchNormWrongBatchDim(base_model_params.SingleTaskModelParams):
+  """Time-major FC and batch norm, split along T (the batch_dim check off)."""
+
+  def Train(self):
+    return ConstantInput.Params()
+
+  def Task(self):
+    return TimeMajorBatchNormTask(batch_dim=0)
 '''
+
+
+def _UserModule():
+  """The environment of a user whose module tp_consistency_models (WRONG_MODEL_MODULE) is on
+  PYTHONPATH."""
+  directory = tempfile.mkdtemp()
+  with open(os.path.join(directory, 'tp_consistency_models.py'), 'w') as f:
+    f.write(textwrap.dedent(WRONG_MODEL_MODULE))
+  path = os.pathsep.join([directory, helpers.REPO, os.environ.get('PYTHONPATH', '')])
+  return mock.patch.dict(os.environ, {'PYTHONPATH': path})
 
 
 def _GlobalNorms(out):
@@ -64,22 +87,43 @@ class ConsistencyToolTest(unittest.TestCase):
     self.assertIn('digits/pipeline/conv1/w', out)
     self.assertNotIn('results depend on M', out)  # No batch norm or dropout in this model.
     self.assertEqual(len(_GlobalNorms(out)), 5)
-    self.assertRegex(out.splitlines()[-1], r'^PASS: 4 variant\(s\) agree .* within 1\.0e-04')
+    self.assertRegex(out.splitlines()[-1], r'^PASS: 4 variant\(s\) agree .* within 1\.0e-05')
+    self.assertIn('tolerance 1.0e-05: float32 rounding of the re-ordered sums gives', out)
 
   @pytest.mark.slow
   def testModelWhoseResultsDependOnMFailsWithExitCode1(self):
-    directory = tempfile.mkdtemp()
-    with open(os.path.join(directory, 'tp_consistency_models.py'), 'w') as f:
-      f.write(textwrap.dedent(WRONG_MODEL_MODULE))
-    path = os.pathsep.join([directory, helpers.REPO, os.environ.get('PYTHONPATH', '')])
-    with mock.patch.dict(os.environ, {'PYTHONPATH': path}):
+    with _UserModule():
       code, out, err = helpers.RunTool(
           'consistency', '--model=tp_consistency_models.TimeMajorWrongBatchDim',
           '--partitions=1,2', '--micro_batches=1,2')
     self.assertEqual(code, 1, out + err)
     self.assertRegex(out.splitlines()[-1], r'^FAIL: 2 of 4 variant\(s\) \(K=1 M=2, K=2 M=2\) '
-                     r'differ by more than 1\.0e-04; largest: ')
+                     r'differ by more than 1\.0e-05; largest: ')
     self.assertIn(' !', out)  # The differing cells are marked.
+
+  @pytest.mark.slow
+  def testBatchNormModelWithTheWrongBatchDimFailsNamingBatchDim(self):
+    with _UserModule():
+      code, out, err = helpers.RunTool(
+          'consistency', '--model=tp_consistency_models.TimeMajorBatchNormWrongBatchDim',
+          '--partitions=2', '--micro_batches=2')
+    self.assertEqual(code, 1, out + err)
+    self.assertIn('compared with unpipelined M=2: the same layers unpipelined, run on each of the '
+                  '2 micro-batches of examples in turn', out)
+    self.assertRegex(out.splitlines()[-1], r'^FAIL: 1 of 1 variant\(s\) \(K=2 M=2\) differ by '
+                     r'more than 1\.0e-05; .*TensorPipeLayer task.pipeline has batch_dim=0; .*set '
+                     r'batch_dim=1 for time-major inputs \[T, B, \.\.\.\]')
+
+  @pytest.mark.slow  # Two runs of the tool, each importing TensorFlow and Lingvo.
+  def testListModelsListsTheModelsOfAUsersModule(self):
+    with _UserModule():
+      for flag in ('--params_module=tp_consistency_models',
+                   '--model=tp_consistency_models.TimeMajorWrongBatchDim'):
+        code, out, err = helpers.RunTool('consistency', '--list_models', flag)
+        self.assertEqual(code, 0, err)
+        self.assertIn('tp_consistency_models.TimeMajorBatchNormWrongBatchDim  [paper-scale]  '
+                      'Time-major FC and batch norm, split along T', out)
+        self.assertIn('digits.TinyConvPipeline  [tiny]  ', out)  # TensorPipe's own, as before.
 
   @pytest.mark.slow  # Two runs of the tool, each importing TensorFlow and Lingvo.
   def testUsageErrorsAreOneLine(self):
@@ -93,6 +137,10 @@ class ConsistencyToolTest(unittest.TestCase):
     code, _, err = helpers.RunTool('consistency', '--model=digits.NoSuchModel')
     self.assertEqual(code, 2, err)
     self.assertIn('consistency: error: unknown --model=digits.NoSuchModel; registered models:', err)
+    code, _, err = helpers.RunTool('consistency', '--list_models', '--params_module=no_such_mod')
+    self.assertEqual(code, 2, err)
+    self.assertRegex(err.strip().splitlines()[-1], r'^consistency: error: --params_module='
+                     r'no_such_mod: no module no_such_mod on PYTHONPATH; ')
 
 
 if __name__ == '__main__':

@@ -35,6 +35,26 @@ REPO = helpers.REPO
 MODEL = 'digits.TinyConvPipeline'
 
 
+# A user's params module (not in TensorPipe's params package) registering one model.
+_USER_MODULE = """
+from lingvo import model_registry
+from lingvo.core import base_model_params
+
+from tests.helpers import ConstantInput, TimeMajorTask
+
+
+@model_registry.RegisterSingleTaskModel
+class UserTimeMajor(base_model_params.SingleTaskModelParams):
+  \"\"\"A user's model.\"\"\"
+
+  def Train(self):
+    return ConstantInput.Params()
+
+  def Task(self):
+    return TimeMajorTask(batch_dim=1)
+"""
+
+
 def _Launcher(*args):
   return [sys.executable, '-m', 'tensorpipe.trainer.train'] + list(args)
 
@@ -311,12 +331,20 @@ class CommandLineErrorsTest(test_utils.TestCase):
 
   @pytest.mark.slow  # Builds every registered model's params for its K.
   def testListModels(self):
-    status, stdout, stderr = _Run(_Launcher('--list_models'), timeout=120)
+    # A user's module on PYTHONPATH, named by --params_module: its model is listed beside ours.
+    directory = self.create_tempdir().full_path
+    with open(os.path.join(directory, 'tp_list_models_user.py'), 'w') as f:
+      f.write(_USER_MODULE)
+    path = os.pathsep.join([directory, REPO, os.environ.get('PYTHONPATH', '')])
+    with mock.patch.dict(os.environ, {'PYTHONPATH': path}):
+      status, stdout, stderr = _Run(_Launcher('--list_models',
+                                              '--params_module=tp_list_models_user'), timeout=120)
     self.assertEqual(status, 0, stderr[-2000:])
     lines = stdout.splitlines()
     self.assertEqual(lines[0], train.LIST_LEGEND)
     self.assertIn('%s  [tiny, K=4]  Tiny conv net on the digits' % MODEL, stdout)
-    self.assertEqual(len(lines) - 1, len(registry.RegisteredModels()))
+    self.assertIn('tp_list_models_user.UserTimeMajor  [paper-scale, K=2]  A user\'s model.', lines)
+    self.assertEqual(len(lines) - 2, len(registry.RegisteredModels()))
 
 
 class ListModelsTest(test_utils.TestCase):
