@@ -51,7 +51,9 @@ name, the data directories of the datasets the jobs read, that the model's Tenso
 devices of one model split, and (for eval-only jobs) that a checkpoint exists; with --cluster_spec,
 also the spec's jobs and HOST:PORT addresses, that --job and --task name one of its tasks, that this
 host can write LOGDIR/train, and that this task's port is free, all before any server starts. A
-failed check prints one line `tensorpipe.trainer.train: error: ...` and exits with status 2.
+failed check prints one line `tensorpipe.trainer.train: error: ...` and exits with status 2. The
+controller removes what killed checkpoint saves left in LOGDIR/train before it restores
+(tensorpipe.trainer.stale_checkpoints).
 """
 
 import glob
@@ -73,6 +75,7 @@ from tensorpipe.trainer import liveness
 from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
+from tensorpipe.trainer import stale_checkpoints
 from tensorpipe.trainer import startup
 from tensorpipe.trainer import trainer_profiling
 
@@ -693,6 +696,8 @@ def main(unused_argv):
     cpu_devices.InstallCpuDevices(FLAGS.cpu_devices)
   jobs = _Jobs()
   _LogPlan(jobs)
+  if 'controller' in jobs:  # The job that saves checkpoints, before it restores one.
+    stale_checkpoints.RemoveStale(os.path.join(FLAGS.logdir, 'train'))
   task = None
   if FLAGS.cluster_spec and FLAGS.mode == 'sync' and len(jobs) == 1 and jobs[0] in ClusterTask.JOBS:
     task = ClusterTask(jobs[0], FLAGS.task)

@@ -333,7 +333,26 @@ class CommandLineErrorsTest(test_utils.TestCase):
 
 
 class ClusterStartTest(test_utils.TestCase):
-  """What the trainer does at start besides the checks: a taken port."""
+  """What the trainer does at start besides the checks: stale checkpoint files, a taken port."""
+
+  def _Main(self, logdir, job):
+    """Runs train.main for `job` (in this process, run_locally) with the runners stubbed out."""
+    with flagsaver.flagsaver(model=MODEL, mode='sync', run_locally='cpu', logdir=logdir,
+                             worker_split_size=4, job=job), \
+         mock.patch.object(train.RunnerManager, 'Start') as start:
+      self.assertEqual(train.main(['train']), 0)
+    start.assert_called_once()
+
+  def testTheControllerRemovesKilledSavesBeforeItStarts(self):
+    logdir = self.create_tempdir().full_path
+    train_dir = os.path.join(logdir, 'train')
+    _WriteCheckpoint(train_dir, 5)
+    os.makedirs(os.path.join(train_dir, 'ckpt-00000009_temp'))
+    self._Main(logdir, 'trainer_client')  # Not the job that saves: it removes nothing.
+    self.assertTrue(os.path.isdir(os.path.join(train_dir, 'ckpt-00000009_temp')))
+    self._Main(logdir, 'controller,trainer_client')
+    self.assertFalse(os.path.exists(os.path.join(train_dir, 'ckpt-00000009_temp')))
+    self.assertTrue(os.path.exists(os.path.join(train_dir, 'ckpt-00000005.index')))
 
   def testPortTakenAfterTheCheckIsNamed(self):
     # The port is taken between the check and the server's start: TensorFlow's 'Could not start
