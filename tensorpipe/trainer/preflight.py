@@ -247,7 +247,7 @@ def CheckClusterTask(spec, job, task, mode):
 
 def CheckWritable(directory, who):
   """Checks that this host can create files in `directory` (created if missing) by creating and
-  removing a probe file; `who` names this task in the error ('worker task 1').
+  removing a probe file; `who` names this task in the error ('task worker:1').
 
   Every training task writes there: the controller and the trainer client save checkpoints, and
   each worker writes the shards of the variables it holds. A task that cannot would otherwise train

@@ -3,6 +3,7 @@ and the several-hosts flags (--cluster_spec, --job, --task, a writable logdir, a
 through the real `python -m tensorpipe.trainer.train` (ClusterFlagsCommandLineTest)."""
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -227,6 +228,13 @@ class ClusterFlagsTest(test_utils.TestCase):
             r'process, e\.g\. a task of an earlier run, holds %s; stop it or pick another port in '
             r'--cluster_spec$' % (address, address)):
           preflight.CheckPortFree(address, 'task trainer_client:0')
+
+  def testPrivilegedPort(self):
+    self.assertEqual(
+        preflight.PortTakenMessage('10.0.0.2:700', 'task controller:0',
+                                   OSError(errno.EACCES, 'Permission denied')),
+        'task controller:0 cannot listen on 10.0.0.2:700 (Permission denied): ports below 1024 '
+        'need root; pick a port from 1024 up in --cluster_spec')
 
   def testPortAServerCouldBind(self):
     # Bound with SO_REUSEADDR and not listening, as a port in TIME_WAIT after an earlier run's
