@@ -51,8 +51,12 @@ Extra flags:
 Models are looked up in TensorPipe's top-level `params` package first (--model=digits.X imports
 params.digits), then wherever Lingvo looks. Before any job starts, the launcher checks the model
 name, the data directories of the datasets the jobs read, that the model's TensorPipeLayers fit the
-devices of one model split, and (for eval-only jobs) that a checkpoint exists; a failed check prints
-one line `tensorpipe.trainer.train: error: ...` and exits with status 2.
+devices of one model split, and (for eval-only jobs) that a checkpoint exists; with --cluster_spec,
+also the spec's jobs and HOST:PORT addresses, that --job and --task name one of its tasks, that this
+host can write LOGDIR/train, and that this task's port is free, all before any server starts. A
+failed check prints one line `tensorpipe.trainer.train: error: ...` and exits with status 2. The
+job that saves checkpoints (the trainer client in sync mode) removes what killed saves left in
+LOGDIR/train before it restores (tensorpipe.trainer.stale_checkpoints).
 """
 
 import glob
@@ -74,6 +78,7 @@ from tensorpipe.trainer import liveness
 from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
+from tensorpipe.trainer import stale_checkpoints
 from tensorpipe.trainer import startup
 from tensorpipe.trainer import trainer_profiling
 
@@ -136,6 +141,9 @@ ERROR_EXIT_CODE = 2
 
 _TRAIN_JOBS = ('controller', 'trainer', 'trainer_client', 'train_summaries', 'executor_tpu',
                'host_driven_executor_tpu')
+# Jobs that write into LOGDIR/train: checkpoints (controller, trainer client, trainer) or the
+# shards of the variables they hold (worker, ps).
+_WRITING_JOBS = ('controller', 'trainer', 'trainer_client', 'worker', 'ps')
 
 
 def _Log(msg, *args):
@@ -303,6 +311,17 @@ class RunnerManager(trainer.RunnerManager):
       cpu_devices.SpreadReplicas(cluster, len(workers), FLAGS.worker_tasks_per_replica,
                                  FLAGS.cpu_devices or 1)
 
+  def MaybeLaunchTensorFlow(self):
+    try:
+      super().MaybeLaunchTensorFlow()
+    except tf.errors.UnknownError as e:
+      if not (FLAGS.cluster_spec and 'Could not start gRPC server' in str(e)):
+        raise
+      # The port was taken after preflight.CheckPortFree: TensorFlow's error names no address.
+      address = preflight.ParseClusterSpec(FLAGS.cluster_spec)[FLAGS.job][FLAGS.task]
+      _Fail(preflight.PortTakenMessage(address, 'task %s:%d' % (FLAGS.job, FLAGS.task)))
+      _Exit(ERROR_EXIT_CODE)
+
 
 # --------------------------------------------------------------------------------------------------
 # Checks before any job starts.
@@ -348,6 +367,7 @@ def Validate():
     raise registry.UsageError(
         'say where the jobs run: --run_locally=cpu (all jobs in this process) or '
         '--cluster_spec=JOB=HOST:PORT,...@...')
+  _CheckClusterFlags()
   num_cpus = FLAGS.cpu_devices
   split = FLAGS.worker_split_size or 1
   tasks_per_replica = FLAGS.worker_tasks_per_replica or 1
@@ -394,6 +414,7 @@ def Validate():
             'partitions) but --worker_split_size=%d; use --cpu_devices=%d on CPU, or '
             '--worker_gpus=%d --worker_split_size=%d on GPUs' %
             (FLAGS.model, k, name, path, k, split, k, k, k))
+  _CheckThisHost(jobs)
   if jobs and all(_IsEvalOnlyJob(j) for j in jobs):
     _CheckEvalCheckpoints(jobs, cfg)
   if FLAGS.tensorpipe_plan and datasets:
@@ -436,6 +457,32 @@ def _CheckEvalCheckpoints(jobs, cfg):
   for job in jobs:
     if not job.startswith('evaler_once_') and step < cfg.train.max_steps:
       tf.logging.warning('TensorPipe: %s', WaitMessage(job, latest, step, cfg.train.max_steps))
+
+
+def _StartsServer():
+  """Whether Lingvo starts a TensorFlow server for --job/--task of --cluster_spec in this process
+  (trainer.RunnerManager.MaybeLaunchTensorFlow)."""
+  return bool(FLAGS.cluster_spec) and not (FLAGS.run_locally or FLAGS.tpu or FLAGS.use_eager or
+                                           FLAGS.tf_master.startswith('localhost'))
+
+
+def _CheckClusterFlags():
+  """--cluster_spec is well-formed, and --job and --task name one of its tasks."""
+  if FLAGS.cluster_spec:
+    spec = preflight.CheckClusterSpec(FLAGS.cluster_spec)
+    if _StartsServer():
+      preflight.CheckClusterTask(spec, FLAGS.job, FLAGS.task, FLAGS.mode)
+
+
+def _CheckThisHost(jobs):
+  """After the flags' checks, before any server starts: this host can write LOGDIR/train for a job
+  that writes there, and this task's port (with --cluster_spec) is free."""
+  task = 'task %s:%d' % (FLAGS.job, FLAGS.task) if _StartsServer() else None
+  if any(job in _WRITING_JOBS for job in jobs):
+    preflight.CheckWritable(os.path.join(FLAGS.logdir, 'train'), task or 'this process')
+  if task:
+    preflight.CheckPortFree(preflight.ParseClusterSpec(FLAGS.cluster_spec)[FLAGS.job][FLAGS.task],
+                            task)
 
 
 def _CheckSpreadReplicas():
@@ -685,6 +732,9 @@ def main(unused_argv):
     FLAGS.checkpoint_in_trainer_cpu = True  # See CheckpointsBetweenSteps.
   jobs = _Jobs()
   _LogPlan(jobs)
+  # The job that saves checkpoints cleans up, before it restores one.
+  if ('trainer_client' if FLAGS.checkpoint_in_trainer_cpu else 'controller') in jobs:
+    stale_checkpoints.RemoveStale(os.path.join(FLAGS.logdir, 'train'))
   task = None
   if FLAGS.cluster_spec and FLAGS.mode == 'sync' and len(jobs) == 1 and jobs[0] in ClusterTask.JOBS:
     task = ClusterTask(jobs[0], FLAGS.task)

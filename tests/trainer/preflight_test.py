@@ -1,8 +1,18 @@
-"""Checks before any job starts: the model's pipelines, its data directories, the worker tasks."""
+"""Checks before any job starts: the model's pipelines, its data directories, the worker tasks,
+and the several-hosts flags (--cluster_spec, --job, --task, a writable logdir, a free port), also
+through the real `python -m tensorpipe.trainer.train` (ClusterFlagsCommandLineTest)."""
 
+import contextlib
+import errno
 import os
+import re
+import shutil
+import signal
 import socket
+import subprocess
+import sys
 
+import pytest
 from lingvo.core import base_model
 from lingvo.core import test_utils
 
@@ -10,6 +20,7 @@ from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
 
 MODEL = 'digits.TinyConvPipeline'
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class PreflightTest(test_utils.TestCase):
@@ -88,6 +99,230 @@ class PreflightTest(test_utils.TestCase):
                                 'controller': ['127.0.0.1:1']}, timeout_s=5, clock=clock.Now,
                                sleep=clock.Sleep)
       self.assertEqual(clock.now, 0)  # Only worker tasks are waited for.
+
+
+@contextlib.contextmanager
+def _HeldPorts(count, listen=(), reuse=()):
+  """Yields `count` loopback ports, each bound by a socket held for the whole block: no other
+  process can take one meanwhile. Ports with an index in `listen` accept connections (as a running
+  task's server does); those in `reuse` are bound with SO_REUSEADDR and not listening, so a
+  TensorFlow server (and preflight.CheckPortFree, which binds as it does) could still bind them,
+  while connections to them are refused."""
+  with contextlib.ExitStack() as stack:
+    ports = []
+    for i in range(count):
+      s = stack.enter_context(socket.socket())
+      if i in reuse:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      s.bind(('127.0.0.1', 0))
+      if i in listen:
+        s.listen()
+      ports.append(s.getsockname()[1])
+    yield ports
+
+
+def _Spec(ports, workers=1):
+  """controller, trainer_client and `workers` worker tasks at 127.0.0.1:ports[0], [1], [2:]."""
+  return 'controller=127.0.0.1:%d@trainer_client=127.0.0.1:%d@worker=%s' % (
+      ports[0], ports[1], ','.join('127.0.0.1:%d' % p for p in ports[2:2 + workers]))
+
+
+class ClusterFlagsTest(test_utils.TestCase):
+  """--cluster_spec, --job and --task: each mistake is one line naming the value and the fix."""
+
+  def _SpecError(self, spec, pattern):
+    with self.assertRaisesRegex(registry.UsageError, pattern):
+      preflight.CheckClusterSpec(spec)
+
+  def testAValidSpec(self):
+    spec = 'controller=h0:7000@trainer_client=h0:7001@worker=10.0.0.3:7000,[::1]:7000'
+    self.assertEqual(preflight.CheckClusterSpec(spec),
+                     {'controller': ['h0:7000'], 'trainer_client': ['h0:7001'],
+                      'worker': ['10.0.0.3:7000', '[::1]:7000']})
+    self.assertEqual(list(preflight.CheckClusterSpec('evaler_test=h0:7000')), ['evaler_test'])
+
+  def testAddressWithoutPort(self):
+    self._SpecError('controller=h0:7000@worker=10.0.0.3',
+                    r"^--cluster_spec: address '10\.0\.0\.3' of task worker:0 has no port; write "
+                    r'HOST:PORT, e\.g\. 10\.0\.0\.3:7000$')
+    self._SpecError('worker=10.0.0.3:', "address '10.0.0.3:' of task worker:0 has no port")
+
+  def testPortOutOfRange(self):
+    self._SpecError('worker=h1:7000,h2:70000',
+                    r"^--cluster_spec: address 'h2:70000' of task worker:1: port 70000 is outside "
+                    r'1-65535; pick a port in that range$')
+    self._SpecError('worker=h1:0', 'port 0 is outside 1-65535')
+    self._SpecError('worker=h1:7o00', r"port '7o00' is not a number; write HOST:PORT with PORT in "
+                    r'1-65535')
+
+  def testMalformedHostsAndEmptyAddresses(self):
+    self._SpecError('worker=:7000', r"address ':7000' of task worker:0 has no host")
+    self._SpecError('worker=h 1:7000', r"'h 1' is not a host name or IP address")
+    self._SpecError('worker=::1:7000', r"'::1' is not a host name or IP address; write HOST:PORT "
+                    r'\(an IPv6 address in brackets: \[::1\]:7000\)')
+    self._SpecError('worker=h1:7000,', r'the address of task worker:1 is empty')
+
+  def testDuplicateAddress(self):
+    self._SpecError('controller=127.0.0.1:7000@worker=127.0.0.1:7001,127.0.0.1:07001',
+                    r'^--cluster_spec gives task worker:0 and task worker:1 the same address '
+                    r'127\.0\.0\.1:07001; every task needs an address of its own')
+    self._SpecError('controller=H0:7000@trainer_client=h0:7000',
+                    'gives task controller:0 and task trainer_client:0 the same address')
+
+  def testJobNamedTwice(self):
+    self._SpecError('worker=h1:7000@worker=h2:7000',
+                    r'names job worker 2 times; list all its tasks in one part: '
+                    r'worker=HOST:PORT,HOST:PORT')
+
+  def testUnknownJob(self):
+    self._SpecError('controller=h0:7000@workers=h1:7000',
+                    r"^--cluster_spec has unknown job 'workers'; did you mean worker\? Lingvo's jobs "
+                    r'are controller, trainer_client, worker \(sync mode\)')
+    self._SpecError('evaler=h0:7000', "unknown job 'evaler'")
+    self._SpecError('foo=h0:7000', r"unknown job 'foo'; Lingvo's jobs are")
+
+  def _TaskError(self, job, task, pattern, spec='controller=h0:1@trainer_client=h0:2@worker=h1:1',
+                 mode='sync'):
+    with self.assertRaisesRegex(registry.UsageError, pattern):
+      preflight.CheckClusterTask(preflight.CheckClusterSpec(spec), job, task, mode)
+
+  def testJobAndTask(self):
+    spec = preflight.CheckClusterSpec('controller=h0:1@trainer_client=h0:2@worker=h1:1,h2:1')
+    for job, task in (('controller', 0), ('trainer_client', 0), ('worker', 1)):
+      preflight.CheckClusterTask(spec, job, task, 'sync')
+    self._TaskError('', 0, r'^--cluster_spec needs --job and --task: .*\(controller, '
+                    r'trainer_client, worker\)$')
+    self._TaskError('controller,trainer_client', 0, r'^--job=controller,trainer_client: with '
+                    r'--cluster_spec a process runs one task')
+    self._TaskError('trainer', 0, r'^--job=trainer is not a job of --cluster_spec \(its jobs: '
+                    r'controller, trainer_client, worker\); give one of them, or add '
+                    r'trainer=HOST:PORT to the spec$')
+    self._TaskError('worker', 1, r'^--task=1 is out of range for job worker: --cluster_spec gives '
+                    r'it 1 task, so --task=0\.\.0$')
+    self._TaskError('worker', -1, r'^--task=-1 is out of range for job worker')
+    self._TaskError('controller', 0, r'^--mode=sync runs the training steps on worker tasks, but '
+                    r'--cluster_spec has no worker job; add worker=HOST:PORT', spec='controller=h0:1')
+    self._TaskError('trainer_client', 1, r"^--task=1 of trainer_client: Lingvo's trainer client "
+                    r'sends its steps to worker task --task, and --cluster_spec has 1 worker task',
+                    spec='trainer_client=h0:1,h0:2@worker=h1:1')
+
+  def testWritable(self):
+    logdir = self.create_tempdir().full_path
+    preflight.CheckWritable(os.path.join(logdir, 'train'), 'task worker:0')
+    self.assertEqual(os.listdir(os.path.join(logdir, 'train')), [])  # The probe is gone.
+    blocker = os.path.join(logdir, 'file')
+    with open(blocker, 'w') as f:
+      f.write('not a directory')
+    with self.assertRaisesRegex(
+        registry.UsageError, r'^cannot write to .*/file/train from this host \(task worker:1: '
+        r'.*not a directory\): checkpoints go there, .*make --logdir writable on every host'):
+      preflight.CheckWritable(os.path.join(blocker, 'train'), 'task worker:1')
+
+  def testPortTaken(self):
+    with _HeldPorts(2, listen=(0,)) as (listening, bound):
+      for port in (listening, bound):
+        address = '127.0.0.1:%d' % port
+        with self.assertRaisesRegex(
+            registry.UsageError,
+            r'^task trainer_client:0 cannot listen on %s \(Address already in use\): another '
+            r'process, e\.g\. a task of an earlier run, holds %s; stop it or pick another port in '
+            r'--cluster_spec$' % (address, address)):
+          preflight.CheckPortFree(address, 'task trainer_client:0')
+
+  def testPrivilegedPort(self):
+    self.assertEqual(
+        preflight.PortTakenMessage('10.0.0.2:700', 'task controller:0',
+                                   OSError(errno.EACCES, 'Permission denied')),
+        'task controller:0 cannot listen on 10.0.0.2:700 (Permission denied): ports below 1024 '
+        'need root; pick a port from 1024 up in --cluster_spec')
+
+  def testPortAServerCouldBind(self):
+    # Bound with SO_REUSEADDR and not listening, as a port in TIME_WAIT after an earlier run's
+    # task ended: TensorFlow's server binds it, so the check passes.
+    with _HeldPorts(1, reuse=(0,)) as (port,):
+      preflight.CheckPortFree('127.0.0.1:%d' % port, 'task worker:0')
+
+
+def _Trainer(*args):
+  return [sys.executable, '-m', 'tensorpipe.trainer.train', '--model=%s' % MODEL,
+          '--mode=sync', '--cpu_devices=4'] + list(args)
+
+
+class ClusterFlagsCommandLineTest(test_utils.TestCase):
+  """The real trainer: a bad several-hosts flag ends it with one line, exit status 2, before any
+  TensorFlow server starts and before any wait for other tasks (--startup_timeout_s is an hour, so
+  a check that came after the wait would end the test by its time-out instead)."""
+
+  TIMEOUT_S = 300  # A bound for a hung process only: a passing run takes seconds.
+
+  def _CheckError(self, argv, pattern):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='0')  # So a started server would log.
+    proc = subprocess.Popen(argv + ['--startup_timeout_s=3600'], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+      output, _ = proc.communicate(timeout=self.TIMEOUT_S)
+    finally:
+      if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)  # Its own session: the trainer and nothing else.
+        proc.wait()
+    self.assertEqual(proc.returncode, 2, output[-3000:])
+    self.assertNotIn('Traceback', output)
+    self.assertNotIn('Started server with target', output)
+    lines = output.strip().splitlines()
+    self.assertRegex(lines[-1], r'^tensorpipe\.trainer\.train: error: ' + pattern)
+    self.assertLen([l for l in lines if 'error: ' in l], 1, output[-3000:])
+
+  @pytest.mark.slow
+  def testWorkerAddressWithoutPort(self):
+    # Today's trainer client would wait --startup_timeout_s for "127.0.0.1" before "not reachable".
+    with _HeldPorts(2) as ports:
+      spec = _Spec(ports, workers=0) + '127.0.0.1'
+      self._CheckError(_Trainer('--cluster_spec=%s' % spec, '--job=trainer_client', '--task=0',
+                                '--logdir=%s' % self.create_tempdir().full_path),
+                       r"--cluster_spec: address '127\.0\.0\.1' of task worker:0 has no port; "
+                       r'write HOST:PORT, e\.g\. 127\.0\.0\.1:7000$')
+
+  @pytest.mark.slow
+  def testTaskOutOfRange(self):
+    with _HeldPorts(4) as ports:
+      self._CheckError(_Trainer('--cluster_spec=%s' % _Spec(ports, workers=2), '--job=worker',
+                                '--task=2', '--logdir=%s' % self.create_tempdir().full_path),
+                       r'--task=2 is out of range for job worker: --cluster_spec gives it 2 '
+                       r'tasks, so --task=0\.\.1$')
+
+  @pytest.mark.slow
+  def testSecondTrainerClient(self):
+    # The trainer client's port is held by a listening socket, as by the first run's trainer
+    # client; the controller's and the worker's ports are bound, not listening (refused).
+    with _HeldPorts(3, listen=(1,)) as ports:
+      self._CheckError(_Trainer('--cluster_spec=%s' % _Spec(ports), '--job=trainer_client',
+                                '--task=0', '--logdir=%s' % self.create_tempdir().full_path),
+                       r'task trainer_client:0 cannot listen on 127\.0\.0\.1:%d \(Address already in '
+                       r'use\): another process, e\.g\. a task of an earlier run, holds '
+                       r'127\.0\.0\.1:%d; stop it or pick another port in --cluster_spec$' %
+                       (ports[1], ports[1]))
+
+  @pytest.mark.slow
+  def testReadOnlyLogdirOnAWorkerHost(self):
+    # A read-only bind mount of the logdir in a mount namespace of the trainer's own (as root):
+    # the worker's host sees it read-only, nothing else does.
+    if os.geteuid() != 0 or not shutil.which('unshare'):
+      self.skipTest('a read-only mount needs root and unshare(1)')
+    if subprocess.run(['unshare', '-m', 'true'], capture_output=True, timeout=30,
+                      check=False).returncode:
+      self.skipTest('unshare -m is not permitted here')
+    logdir = self.create_tempdir().full_path
+    mount = ('mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"')
+    with _HeldPorts(3) as ports:
+      self._CheckError(['unshare', '-m', 'sh', '-c', mount, logdir] +
+                       _Trainer('--cluster_spec=%s' % _Spec(ports), '--job=worker', '--task=0',
+                                '--logdir=%s' % logdir),
+                       r'cannot write to %s/train from this host \(task worker:0: %s/train; '
+                       r'Read-only file system\): checkpoints go there, and the controller, the '
+                       r'trainer client and every worker write their part; make --logdir writable '
+                       r'on every host' % (re.escape(logdir), re.escape(logdir)))
+    self.assertEqual(os.listdir(logdir), [])  # Read-only for the trainer, as meant.
 
 
 class _FakeClock:

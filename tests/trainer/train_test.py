@@ -8,6 +8,7 @@ cores: the runners start as soon as the model is ready (tensorpipe.trainer.start
 """
 
 import collections
+import contextlib
 import glob
 import json
 import os
@@ -257,6 +258,21 @@ class _WaitingRunner(train.ExplainedCheckpointWait):
     return step >= self.params.train.max_steps
 
 
+@contextlib.contextmanager
+def _HeldPorts(count, reuse=()):
+  """Yields `count` loopback ports, each bound (not listening) by a socket held for the block;
+  those with an index in `reuse` with SO_REUSEADDR, so a TensorFlow server could bind them too."""
+  with contextlib.ExitStack() as stack:
+    ports = []
+    for i in range(count):
+      s = stack.enter_context(socket.socket())
+      if i in reuse:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      s.bind(('127.0.0.1', 0))
+      ports.append(s.getsockname()[1])
+    yield ports
+
+
 class CommandLineErrorsTest(test_utils.TestCase):
   """The command line: one-line messages and exit status 2, no traceback."""
 
@@ -290,13 +306,12 @@ class CommandLineErrorsTest(test_utils.TestCase):
 
   @pytest.mark.slow
   def testUnreachableWorker(self):
-    # A port held bound but not listening for the whole test: connections to it are refused, and
-    # no other process can take it meanwhile.
-    with socket.socket() as held:
-      held.bind(('127.0.0.1', 0))
-      port = held.getsockname()[1]
+    # Ports held bound but not listening for the whole test: connections to them are refused, and
+    # no other process can take them meanwhile. The trainer client's own is held with SO_REUSEADDR,
+    # so its server could bind it too (the check that its port is free passes).
+    with _HeldPorts(3, reuse=(1,)) as (controller, client, port):
       spec = ('controller=127.0.0.1:%d@trainer_client=127.0.0.1:%d@worker=127.0.0.1:%d' %
-              (port, port, port))
+              (controller, client, port))
       self._CheckError(['--model=%s' % MODEL, '--cpu_devices=4', '--mode=sync',
                         '--job=trainer_client', '--task=0', '--cluster_spec=%s' % spec,
                         '--startup_timeout_s=2', '--logdir=%s' % self.get_temp_dir()],
@@ -313,12 +328,10 @@ class CommandLineErrorsTest(test_utils.TestCase):
 
   def testSplitSpansTheWorkerTasksOfAReplica(self):
     # --worker_split_size defaults to --cpu_devices x --worker_tasks_per_replica: 1 x 2 < K = 4.
-    # The check fails before any connection: a port nobody listens on (held for the test).
-    with socket.socket() as held:
-      held.bind(('127.0.0.1', 0))
-      spec = 'controller=127.0.0.1:{0}@worker=127.0.0.1:{0},127.0.0.1:{0}'.format(
-          held.getsockname()[1])
-      self._CheckSplitError(spec)
+    # The check fails before any connection: ports nobody listens on (held for the test).
+    with _HeldPorts(3) as ports:
+      self._CheckSplitError('controller=127.0.0.1:%d@worker=127.0.0.1:%d,127.0.0.1:%d' %
+                            tuple(ports))
 
   def _CheckSplitError(self, spec):
     self._CheckError(['--model=%s' % MODEL, '--cpu_devices=1', '--mode=sync', '--job=controller',
@@ -345,6 +358,49 @@ class CommandLineErrorsTest(test_utils.TestCase):
     self.assertIn('%s  [tiny, K=4]  Tiny conv net on the digits' % MODEL, stdout)
     self.assertIn('tp_list_models_user.UserTimeMajor  [paper-scale, K=2]  A user\'s model.', lines)
     self.assertEqual(len(lines) - 2, len(registry.RegisteredModels()))
+
+
+class ClusterStartTest(test_utils.TestCase):
+  """What the trainer does at start besides the checks: stale checkpoint files, a taken port."""
+
+  def _Main(self, logdir, job):
+    """Runs train.main for `job` (in this process, run_locally) with the runners stubbed out."""
+    with flagsaver.flagsaver(model=MODEL, mode='sync', run_locally='cpu', logdir=logdir,
+                             worker_split_size=4, job=job), \
+         mock.patch.object(train.RunnerManager, 'Start') as start:
+      self.assertEqual(train.main(['train']), 0)
+    start.assert_called_once()
+
+  def testTheControllerRemovesKilledSavesBeforeItStarts(self):
+    logdir = self.create_tempdir().full_path
+    train_dir = os.path.join(logdir, 'train')
+    _WriteCheckpoint(train_dir, 5)
+    os.makedirs(os.path.join(train_dir, 'ckpt-00000009_temp'))
+    self._Main(logdir, 'trainer_client')  # Not the job that saves: it removes nothing.
+    self.assertTrue(os.path.isdir(os.path.join(train_dir, 'ckpt-00000009_temp')))
+    self._Main(logdir, 'controller,trainer_client')
+    self.assertFalse(os.path.exists(os.path.join(train_dir, 'ckpt-00000009_temp')))
+    self.assertTrue(os.path.exists(os.path.join(train_dir, 'ckpt-00000005.index')))
+
+  def testPortTakenAfterTheCheckIsNamed(self):
+    # The port is taken between the check and the server's start: TensorFlow's 'Could not start
+    # gRPC server' becomes the line naming the address.
+    with socket.socket() as held:
+      held.bind(('127.0.0.1', 0))
+      held.listen()
+      address = '127.0.0.1:%d' % held.getsockname()[1]
+      with flagsaver.flagsaver(cluster_spec='worker=%s' % address, job='worker', task=0,
+                               mode='sync', run_locally='', tf_master=''), \
+           mock.patch.object(train, '_Exit', side_effect=SystemExit) as end, \
+           mock.patch.object(train.sys, 'stderr') as stderr, \
+           self.assertRaises(SystemExit):
+        train.RunnerManager(MODEL).MaybeLaunchTensorFlow()
+    end.assert_called_once_with(train.ERROR_EXIT_CODE)
+    self.assertEqual(
+        ''.join(c.args[0] for c in stderr.write.call_args_list),
+        'tensorpipe.trainer.train: error: task worker:0 cannot listen on %s: another process, '
+        'e.g. a task of an earlier run, holds %s; stop it or pick another port in '
+        '--cluster_spec\n' % (address, address))
 
 
 class ListModelsTest(test_utils.TestCase):
