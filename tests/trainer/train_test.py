@@ -371,14 +371,14 @@ class ClusterStartTest(test_utils.TestCase):
       self.assertEqual(train.main(['train']), 0)
     start.assert_called_once()
 
-  def testTheControllerRemovesKilledSavesBeforeItStarts(self):
+  def testTheTrainerClientRemovesKilledSavesBeforeItStarts(self):
     logdir = self.create_tempdir().full_path
     train_dir = os.path.join(logdir, 'train')
     _WriteCheckpoint(train_dir, 5)
     os.makedirs(os.path.join(train_dir, 'ckpt-00000009_temp'))
-    self._Main(logdir, 'trainer_client')  # Not the job that saves: it removes nothing.
+    self._Main(logdir, 'controller')  # In sync mode not the job that saves: it removes nothing.
     self.assertTrue(os.path.isdir(os.path.join(train_dir, 'ckpt-00000009_temp')))
-    self._Main(logdir, 'controller,trainer_client')
+    self._Main(logdir, 'trainer_client')
     self.assertFalse(os.path.exists(os.path.join(train_dir, 'ckpt-00000009_temp')))
     self.assertTrue(os.path.exists(os.path.join(train_dir, 'ckpt-00000005.index')))
 
