@@ -26,6 +26,7 @@ from lingvo.core import hyperparams
 from lingvo.core import py_utils
 
 from tensorpipe import batch_norm
+from tensorpipe import check_failure
 from tensorpipe import executor
 from tensorpipe import micro_batching
 from tensorpipe import nested_params
@@ -559,10 +560,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
     example."""
     p = self.params
     batch = self._RunTimeBatch(args)
-    check = tf.compat.v1.debugging.assert_greater_equal(
-        batch, num_micro,
-        message='TensorPipeLayer %r: the batch has fewer examples than its %d micro-batches; '
-        'batch:' % (p.name, num_micro), data=[batch], summarize=1)
+    check = check_failure.Assert(
+        tf.greater_equal(batch, num_micro),
+        ['TensorPipeLayer %r: this batch has ' % p.name, batch, ' examples along batch_dim=%d, '
+         'fewer than its num_micro_batches=%d (each micro-batch needs one): feed batches of at '
+         'least %d examples or lower num_micro_batches' % (p.batch_dim, num_micro, num_micro)])
     with tf.control_dependencies([check]):
       return tf.nest.map_structure(lambda x: None if x is None else tf.identity(x), args)
 
