@@ -337,6 +337,68 @@ class ListModelsTest(test_utils.TestCase):
                           'mt.T24H8192A16  [paper-scale, K=4 (encoder), 4 (decoder)]  ')
 
 
+# A user's model registered from a module of its own: time-major x [T, B, D] through FC layers, a
+# layer that mixes time steps and Lingvo's BatchNormLayer in every partition, with batch_dim left at
+# 0 (it should be 1).
+WRONG_BATCH_DIM_MODULE = """
+from lingvo import model_registry
+from lingvo.core import base_model_params
+from lingvo.core import bn_layers
+
+from tensorpipe import layer as layer_lib
+from tests import helpers
+
+
+@model_registry.RegisterSingleTaskModel
+class WrongBatchDim(base_model_params.SingleTaskModelParams):
+  \"\"\"FC + time mixing + batch norm on time-major inputs, batch_dim left at 0.\"\"\"
+
+  def Train(self):
+    return helpers.ConstantInput.Params()
+
+  def Task(self):
+    dim = helpers.TIME_MAJOR_SHAPE[2]
+    dense = helpers.DenseLayers(2, dim)
+    bn = [bn_layers.BatchNormLayer.Params().Set(name='bn%d' % i, dim=dim) for i in range(2)]
+    partitions = [[dense[0], helpers.TimeMix.Params().Set(name='mix'), bn[0]], [dense[1], bn[1]]]
+    p = helpers.PipelineTask.Params().Set(pipeline=layer_lib.TensorPipeLayer.Params().Set(
+        name='pipe', partitions=partitions, num_micro_batches=2))
+    p.train.max_steps = 1000
+    return p
+"""
+
+
+class CheckFailureEndsTheJobTest(test_utils.TestCase):
+  """A TensorPipe check that fails in the step ends the trainer at once with its line, instead of
+  Lingvo's retries (minutes of them, then an idle process)."""
+
+  @pytest.mark.slow
+  def testWrongBatchDimEndsTheRunWithItsLine(self):
+    directory = self.create_tempdir().full_path
+    with open(os.path.join(directory, 'tp_wrong_batch_dim.py'), 'w') as f:
+      f.write(WRONG_BATCH_DIM_MODULE)
+    logdir = os.path.join(directory, 'logdir')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([directory, REPO]))
+    # The guide's trainer command. Lingvo's retries would outlast the timeout (which fails the
+    # test); the check ends the run at its first step.
+    proc = subprocess.run(
+        _Launcher('--model=tp_wrong_batch_dim.WrongBatchDim', '--cpu_devices=2', '--mode=sync',
+                  '--run_locally=cpu', '--logdir=%s' % logdir),
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False, env=env)
+    log = proc.stdout + proc.stderr
+    self.assertEqual(proc.returncode, train.ERROR_EXIT_CODE, log[-3000:])
+    last = proc.stderr.strip().splitlines()[-1]
+    self.assertRegex(
+        last, r"^tensorpipe\.trainer\.train: error: TensorPipeLayer 'pipe': batch_dim=0 looks "
+        r"wrong: layer 'mix' \(layer 1 of partition 0\) mixes examples along batch_dim=0 \(batch "
+        r'norm probed with its moving statistics\): .*set batch_dim=1')
+    self.assertNotIn('Retrying as expected', log)
+    self.assertNotRegex(log, r'\] step:\s*1,')  # No step was trained.
+    # The line is recorded for the other tasks of a multi-process job (ClusterTask ends them too).
+    with open(os.path.join(logdir, 'tensorpipe_check_failure.txt')) as f:
+      self.assertEqual(f.read().strip(), last[len('tensorpipe.trainer.train: error: '):])
+
+
 class TrainerSmokeTest(test_utils.TestCase):
   """Kill + resume, loss going down, and the evaler restoring the final checkpoint (K=2)."""
 
