@@ -63,12 +63,23 @@ def _Change(y, y_probe, axis):
 
 
 def RunFlag(device: str) -> tf.Variable:
-  """A local (not checkpointed) boolean variable on `device`, False at the start of every run:
-  Lingvo's runners (and tests) initialise local variables when their session starts, so a run
-  resumed from a checkpoint at any global step checks again. Set True once this run has checked."""
+  """A local (not checkpointed) boolean variable on `device` that says whether this run has
+  checked (see `Checked`); the executor sets it True after the checks.
+
+  Lingvo's runners initialise local variables (to False) when their loop starts, and a variable of
+  a new session or process starts uninitialised, which `Checked` reads as False: so every run
+  checks its first step, a run resumed from a checkpoint at any global step included, and a
+  session that runs no local-variable initialiser needs none.
+  """
   with tf.init_scope(), tf.device(device):
     return tf.compat.v1.Variable(False, trainable=False, name='batch_dim_checked',
                                  collections=[tf.GraphKeys.LOCAL_VARIABLES], use_resource=True)
+
+
+def Checked(flag: tf.Variable) -> tf.Tensor:
+  """Whether this run has checked: `flag`'s value, False while it is uninitialised."""
+  return tf.cond(tf.compat.v1.is_variable_initialized(flag), flag.read_value,
+                 lambda: tf.constant(False))
 
 
 def _Compare(batch_dim):

@@ -214,7 +214,7 @@ class PipelineStep:
     inputs = batch_dim_check.DescribeInputs(args)
     flag = batch_dim_check.RunFlag(self._devices[0])
     with tf.device(self._devices[0]):
-      done = flag.read_value()
+      done = batch_dim_check.Checked(flag)
     frozen = []
     for k in range(self._num_partitions):
       call = self._calls[self._Forward(k, 0)]

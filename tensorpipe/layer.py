@@ -125,10 +125,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
              'the destination, after its usual inputs, as an extra FProp argument (across '
              'partitions it goes straight to the destination\'s device).')
     p.Define('check_batch_dim', True,
-             'On the first training step (global step 0), check that changing one example of a '
-             "partition's input changes no other example's output (so results cannot depend on "
-             'M) and fail naming the partition and batch_dim if it does. False: skip the check '
-             '(batch-norm partitions are skipped anyway).')
+             'On the first training step of every run (a run resumed from a checkpoint '
+             "included), check that changing one example of a partition's input changes no "
+             "other example's output of any of its layers (so results cannot depend on M; batch "
+             'norm is probed with its moving statistics) and fail naming batch_dim and the first '
+             'layer that mixes examples if it does. False: skip the check.')
     p.Define('unpipelined', False,
              'Run the layers one after another in the caller\'s graph, with no micro-batches, '
              'partition functions or re-computation: the reference the consistency check '

@@ -121,6 +121,11 @@ class BatchDimCheckTest(test_utils.TestCase):
 
   def testEveryRunChecksItsFirstStepOnce(self):
     graph, grads, step = _Step(_Layers(), batch_dim=0)
+    # A session that initialises no local variables checks too (the flag reads False until set).
+    with graph.as_default(), helpers.Session(graph, 2) as sess:
+      sess.run(tf.global_variables_initializer())
+      with self.assertRaisesRegex(check_failure.CheckFailure, 'batch_dim=0 looks wrong'):
+        check_failure.Run(sess, grads)
     # A run resumed at global step 5 is checked too.
     with self.assertRaisesRegex(check_failure.CheckFailure, 'batch_dim=0 looks wrong'):
       self._Run(graph, grads, step, value=5)
@@ -135,6 +140,10 @@ class BatchDimCheckTest(test_utils.TestCase):
     graph, grads, step = _Step(_Layers(), batch_dim=1)
     values, flag = self._Run(graph, grads, step)
     self.assertTrue(flag)  # Checked: later steps of this run skip the check.
+    with graph.as_default(), helpers.Session(graph, 2) as sess:
+      sess.run(tf.global_variables_initializer())  # No local-variable initialiser.
+      sess.run(grads)
+      self.assertTrue(sess.run(_Flag(graph)))
     graph, plain_grads, step = _Step(_Layers(), batch_dim=1, plain=True)
     with graph.as_default(), helpers.Session(graph, 2) as sess:
       sess.run(tf.global_variables_initializer())

@@ -372,6 +372,27 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
   """A TensorPipe check that fails in the step ends the trainer at once with its line, instead of
   Lingvo's retries (minutes of them, then an idle process)."""
 
+  def testOtherTasksOfAClusterJobEndWithTheRecordedLine(self):
+    """The controller and the workers end with the line the trainer client recorded in --logdir;
+    a line an earlier run left there ends nothing."""
+    logdir = self.create_tempdir().full_path
+    path = os.path.join(logdir, train._CHECK_FAILURE_FILE)  # pylint: disable=protected-access
+    with open(path, 'w') as f:
+      f.write("TensorPipeLayer 'pipe': batch_dim=0 looks wrong\n")
+    task = object.__new__(train.ClusterTask)  # Only its watch of recorded failures runs here.
+    task._stop = mock.Mock()  # pylint: disable=protected-access
+    task._stop.wait.side_effect = [False, False, True]  # pylint: disable=protected-access
+    with flagsaver.flagsaver(logdir=logdir), mock.patch.object(train, '_Exit') as exit_, \
+        mock.patch.object(train, '_Fail') as fail:
+      os.utime(path, (0, 0))  # Written before this process started: an earlier run's.
+      task._WatchCheckFailure()  # pylint: disable=protected-access
+      fail.assert_not_called()
+      os.utime(path, None)
+      task._stop.wait.side_effect = [False, True]  # pylint: disable=protected-access
+      task._WatchCheckFailure()  # pylint: disable=protected-access
+    fail.assert_called_once_with("TensorPipeLayer 'pipe': batch_dim=0 looks wrong")
+    exit_.assert_called_once_with(train.ERROR_EXIT_CODE)
+
   @pytest.mark.slow
   def testWrongBatchDimEndsTheRunWithItsLine(self):
     directory = self.create_tempdir().full_path

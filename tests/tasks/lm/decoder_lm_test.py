@@ -183,8 +183,8 @@ class DecoderLmTest(test_utils.TestCase):
     the first training step fails, saying what to set."""
     graph, fetches, _, _ = _Build({'lm': _Params(2, 2, '1f1b', batch_dim=0)}, num_devices=2)
     with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
-                                r'changed the outputs of other examples along batch_dim=0.*'
-                                r'set batch_dim=1'):
+                                r"batch_dim=0 looks wrong: layer 'layer0' \(layer 2 of partition "
+                                r'0\) mixes examples along batch_dim=0.*set batch_dim=1'):
       _Run(graph, fetches, num_devices=2)
 
   def testMissingPipelineOrLossLayerIsRefused(self):
