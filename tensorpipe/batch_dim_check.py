@@ -20,7 +20,7 @@ partitions. A first micro-batch of one example is not checked (nothing to compar
 without a global step.
 """
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from lingvo import compat as tf
 
@@ -79,7 +79,7 @@ def RunFlag(device: str) -> tf.Variable:
 def Checked(flag: tf.Variable) -> tf.Tensor:
   """Whether this run has checked: `flag`'s value, False while it is uninitialised."""
   return tf.cond(tf.compat.v1.is_variable_initialized(flag), flag.read_value,
-                 lambda: tf.constant(False))
+                 lambda: tf.constant(False), name='checked_this_run')
 
 
 def _Compare(batch_dim):
@@ -99,8 +99,9 @@ def _Compare(batch_dim):
 
 def Check(partition: Any, k: int, step: Optional[tf.Tensor], offset: tf.Tensor,
           theta: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor], batch_dim: int,
-          count: Optional[int], inputs: str, where: str, done: tf.Tensor) -> Optional[tf.Operation]:
-  """The check of partition k on its first micro-batch, unless `done`; None where there is
+          count: Optional[int], inputs: str, where: str,
+          done: Callable[[], tf.Tensor]) -> Optional[tf.Operation]:
+  """The check of partition k on its first micro-batch, unless `done()`; None where there is
   nothing to check.
 
   Args:
@@ -111,7 +112,8 @@ def Check(partition: Any, k: int, step: Optional[tf.Tensor], offset: tf.Tensor,
     count: the first micro-batch's examples, if known when the graph is built.
     inputs: the pipeline's input leaves and shapes, for the message.
     where: names the pipeline.
-    done: boolean scalar, whether this run has checked already (`RunFlag`).
+    done: makes (once) the boolean scalar that says whether this run has checked already
+      (`Checked`), only if there is something to check.
   """
   if step is None or (count is not None and count < 2):
     return None
@@ -143,7 +145,7 @@ def Check(partition: Any, k: int, step: Optional[tf.Tensor], offset: tf.Tensor,
     with tf.control_dependencies([assert_op]):
       return tf.constant(True)
 
-  return tf.cond(done, lambda: tf.constant(True), Probe).op
+  return tf.cond(done(), lambda: tf.constant(True), Probe).op
 
 
 def DescribeInputs(args: Any) -> str:

@@ -212,9 +212,15 @@ class PipelineStep:
     """
     checks = []
     inputs = batch_dim_check.DescribeInputs(args)
-    flag = batch_dim_check.RunFlag(self._devices[0])
-    with tf.device(self._devices[0]):
-      done = batch_dim_check.Checked(flag)
+    flag = []  # The run's flag (batch_dim_check.RunFlag), made with the first check.
+
+    def Done():
+      if not flag:
+        flag.append(batch_dim_check.RunFlag(self._devices[0]))
+        with tf.device(self._devices[0]), tf.control_dependencies(None):
+          flag.append(batch_dim_check.Checked(flag[0]))
+      return flag[1]
+
     frozen = []
     for k in range(self._num_partitions):
       call = self._calls[self._Forward(k, 0)]
@@ -223,7 +229,7 @@ class PipelineStep:
         check = batch_dim_check.Check(
             call.partition, k, call.step, call.offset, call.theta, call.x_leaves,
             self._batch_dim, self._sizes[0] if isinstance(self._sizes[0], int) else None,
-            inputs, self._where, done)
+            inputs, self._where, Done)
       if check is not None:
         checks.append(check)
         if call.partition.has_batch_norm:
@@ -237,7 +243,7 @@ class PipelineStep:
           ', '.join(map(str, frozen)), self._batch_dim)
     if checks:
       with tf.device(self._devices[0]), tf.control_dependencies(checks):
-        checks.append(flag.assign(True, read_value=False))
+        checks.append(flag[0].assign(True, read_value=False))
     return checks
 
   def _Origins(self, k, t, x_leaves, piece):

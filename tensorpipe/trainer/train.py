@@ -240,7 +240,7 @@ def _RecordedCheckFailure():
   try:
     if os.path.getmtime(path) < _STARTED - 1.0:
       return None  # An earlier run's.
-    with open(path) as f:
+    with open(path, encoding='utf-8') as f:
       return f.read().strip() or None
   except OSError:
     return None
@@ -251,7 +251,7 @@ def _EndOnCheckFailure(line):
   _ENDING.set()
   if FLAGS.logdir:
     try:
-      with open(os.path.join(FLAGS.logdir, _CHECK_FAILURE_FILE), 'w') as f:
+      with open(os.path.join(FLAGS.logdir, _CHECK_FAILURE_FILE), 'w', encoding='utf-8') as f:
         f.write(line + '\n')
     except OSError as e:
       tf.logging.warning('TensorPipe: cannot record the failed check for the other tasks: %s', e)
@@ -278,6 +278,7 @@ class EndOnCheckFailure:
         if line is None:
           raise
         _EndOnCheckFailure(line)
+        raise  # Not reached: the process has ended.
 
     return super()._RunLoop(job_name, Loop, loop_args, cleanup_func)  # pylint: disable=no-member
 
