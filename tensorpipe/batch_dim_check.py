@@ -97,6 +97,14 @@ def _Compare(batch_dim):
   return Compare
 
 
+def _BatchDimFix(batch_dim):
+  """The message's first way out: the batch_dim of the other layout."""
+  if batch_dim == 1:
+    return 'If they are batch-major [B, ...], set batch_dim=0 (the axis of the examples)'
+  return ('If they are time-major [T, B, ...] (the Lingvo convention), set batch_dim=1 (the axis '
+          'of the examples)')
+
+
 def Check(partition: Any, k: int, step: Optional[tf.Tensor], offset: tf.Tensor,
           theta: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor], batch_dim: int,
           count: Optional[int], inputs: str, where: str,
@@ -132,16 +140,15 @@ def Check(partition: Any, k: int, step: Optional[tf.Tensor], offset: tf.Tensor,
     layer = tf.strings.join(["'", name, "' (layer ", tf.strings.as_string(first),
                              ' of partition %d' % k])
     assert_op = check_failure.Assert(tf.logical_not(tf.reduce_any(mixed)), [
-        '%s: batch_dim=%d looks wrong: layer ' % (where, batch_dim), layer,
+        '%s: the batch_dim check failed: layer ' % where, layer,
         ') mixes examples along batch_dim=%d%s: changing example 0 of the first micro-batch '
         "changed other examples' outputs by " % (
             batch_dim, ' (batch norm probed with its moving statistics)' if frozen else ''),
         tf.gather(changes, first), ' (their largest: ', tf.gather(scales, first),
-        '), so results would depend on num_micro_batches. Pipeline inputs: %s. If they are '
-        'time-major [T, B, ...] (the Lingvo convention), set batch_dim=1 (the axis of the '
-        'examples); if the layer should treat each example alone, make it reduce over axes other '
-        'than %d; if it mixes examples on purpose, results depend on num_micro_batches: '
-        'check_batch_dim=False accepts that' % (inputs, batch_dim), ''])
+        '), so results would depend on num_micro_batches. Pipeline inputs: %s. %s; if the layer '
+        'should treat each example alone, make it reduce over axes other than batch_dim=%d; if it '
+        'mixes examples on purpose, its results depend on num_micro_batches, which '
+        'check_batch_dim=False accepts' % (inputs, _BatchDimFix(batch_dim), batch_dim)])
     with tf.control_dependencies([assert_op]):
       return tf.constant(True)
 

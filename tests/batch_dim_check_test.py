@@ -2,6 +2,7 @@
 batch_dim."""
 
 import numpy as np
+import pytest
 from lingvo import compat as tf
 from lingvo.core import bn_layers
 from lingvo.core import py_utils
@@ -99,9 +100,9 @@ class BatchDimCheckTest(test_utils.TestCase):
     message = str(failure.exception)
     self.assertRegex(
         message,
-        r"^TensorPipeLayer 'pipe': batch_dim=0 looks wrong: layer 'layer0' \(layer 0 of partition 0\) "
-        r'mixes examples along batch_dim=0: .*Pipeline inputs: args\[0\] \[6, 4, 8\]\. If they are '
-        r'time-major .* set batch_dim=1')
+        r"^TensorPipeLayer 'pipe': the batch_dim check failed: layer 'layer0' \(layer 0 of "
+        r'partition 0\) mixes examples along batch_dim=0: .*Pipeline inputs: args\[0\] \[6, 4, 8\]\. '
+        r'If they are time-major .* set batch_dim=1')
     self.assertNotIn('\n', message)
     # Both partitions mix examples; the checks run in partition order, so the error is always the
     # first one's: partition 1's check waits for partition 0's (by construction, not by luck).
@@ -124,10 +125,10 @@ class BatchDimCheckTest(test_utils.TestCase):
     # A session that initialises no local variables checks too (the flag reads False until set).
     with graph.as_default(), helpers.Session(graph, 2) as sess:
       sess.run(tf.global_variables_initializer())
-      with self.assertRaisesRegex(check_failure.CheckFailure, 'batch_dim=0 looks wrong'):
+      with self.assertRaisesRegex(check_failure.CheckFailure, 'mixes examples along batch_dim=0'):
         check_failure.Run(sess, grads)
     # A run resumed at global step 5 is checked too.
-    with self.assertRaisesRegex(check_failure.CheckFailure, 'batch_dim=0 looks wrong'):
+    with self.assertRaisesRegex(check_failure.CheckFailure, 'mixes examples along batch_dim=0'):
       self._Run(graph, grads, step, value=5)
     # Once this run's flag is set, the check does not run again.
     values, _ = self._Run(graph, grads, step, value=5, flag=True)
@@ -151,13 +152,14 @@ class BatchDimCheckTest(test_utils.TestCase):
     self.assertLess(helpers.MaxRelativeError(dict(enumerate(values)), dict(enumerate(plain))),
                     1e-5)
 
+  @pytest.mark.slow
   def testBatchNormPartitionsAreCheckedWithMovingStatistics(self):
     graph, grads, step = _Step(_TimeMajorBatchNorm(), batch_dim=0)
     with self.assertRaises(check_failure.CheckFailure) as failure:
       self._Run(graph, grads, step)
     self.assertRegex(str(failure.exception),
-                     r"^TensorPipeLayer 'pipe': batch_dim=0 looks wrong: layer 'fc0' \(layer 0 of "
-                     r'partition 0\) mixes examples along batch_dim=0 \(batch norm probed with its '
+                     r"^TensorPipeLayer 'pipe': the batch_dim check failed: layer 'fc0' \(layer "
+                     r'0 of partition 0\) mixes examples along batch_dim=0 \(batch norm probed with its '
                      r'moving statistics\).* set batch_dim=1')
     # The right batch_dim passes, and the check changes no gradient.
     graph, grads, step = _Step(_TimeMajorBatchNorm(), batch_dim=1)
@@ -177,9 +179,10 @@ class BatchDimCheckTest(test_utils.TestCase):
     graph, grads, step = _Step(layers, batch_dim=1)
     with self.assertRaisesRegex(
         check_failure.CheckFailure,
-        r"^TensorPipeLayer 'pipe': batch_dim=1 looks wrong: layer 'centre' \(layer 1 of partition "
-        r'0\) mixes examples along batch_dim=1: .*if the layer should treat each example alone, '
-        r'make it reduce over axes other than 1'):
+        r"^TensorPipeLayer 'pipe': the batch_dim check failed: layer 'centre' \(layer 1 of "
+        r'partition 0\) mixes examples along batch_dim=1: .*If they are batch-major \[B, \.\.\.\], '
+        r'set batch_dim=0 .*; if the layer should treat each example alone, make it reduce over '
+        r'axes other than batch_dim=1'):
       self._Run(graph, grads, step)
 
   def testSwitchedOffIsNotChecked(self):

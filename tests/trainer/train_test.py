@@ -378,7 +378,7 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
     logdir = self.create_tempdir().full_path
     path = os.path.join(logdir, train._CHECK_FAILURE_FILE)  # pylint: disable=protected-access
     with open(path, 'w') as f:
-      f.write("TensorPipeLayer 'pipe': batch_dim=0 looks wrong\n")
+      f.write("TensorPipeLayer 'pipe': the batch_dim check failed\n")
     task = object.__new__(train.ClusterTask)  # Only its watch of recorded failures runs here.
     task._stop = mock.Mock()  # pylint: disable=protected-access
     task._stop.wait.side_effect = [False, False, True]  # pylint: disable=protected-access
@@ -390,7 +390,7 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
       os.utime(path, None)
       task._stop.wait.side_effect = [False, True]  # pylint: disable=protected-access
       task._WatchCheckFailure()  # pylint: disable=protected-access
-    fail.assert_called_once_with("TensorPipeLayer 'pipe': batch_dim=0 looks wrong")
+    fail.assert_called_once_with("TensorPipeLayer 'pipe': the batch_dim check failed")
     exit_.assert_called_once_with(train.ERROR_EXIT_CODE)
 
   @pytest.mark.slow
@@ -410,8 +410,8 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
     self.assertEqual(proc.returncode, train.ERROR_EXIT_CODE, log[-3000:])
     last = proc.stderr.strip().splitlines()[-1]
     self.assertRegex(
-        last, r"^tensorpipe\.trainer\.train: error: TensorPipeLayer 'pipe': batch_dim=0 looks "
-        r"wrong: layer 'mix' \(layer 1 of partition 0\) mixes examples along batch_dim=0 \(batch "
+        last, r"^tensorpipe\.trainer\.train: error: TensorPipeLayer 'pipe': the batch_dim check "
+        r"failed: layer 'mix' \(layer 1 of partition 0\) mixes examples along batch_dim=0 \(batch "
         r'norm probed with its moving statistics\): .*set batch_dim=1')
     self.assertNotIn('Retrying as expected', log)
     self.assertNotRegex(log, r'\] step:\s*1,')  # No step was trained.

@@ -186,7 +186,7 @@ class DecoderLmTest(test_utils.TestCase):
     with self.assertRaises(tf.errors.InvalidArgumentError) as failure:
       _Run(graph, fetches, num_devices=2)
     self.assertRegex(check_failure.OneLine(failure.exception),
-                     r"batch_dim=0 looks wrong: layer 'layer0' \(layer 2 of partition 0\) mixes "
+                     r"the batch_dim check failed: layer 'layer0' \(layer 2 of partition 0\) mixes "
                      r'examples along batch_dim=0.*set batch_dim=1')
 
   def testMissingPipelineOrLossLayerIsRefused(self):
