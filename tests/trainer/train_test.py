@@ -368,9 +368,64 @@ class WrongBatchDim(base_model_params.SingleTaskModelParams):
 """
 
 
+# Runs the WrongBatchDim model as a --cluster_spec job of three processes on fixed loopback ports
+# (run in a network namespace of its own, where no other process can hold them); each task's output
+# goes to LOGDIR/JOB.log. Every task is stopped by pid after 180 s at most; prints {job: status}.
+_CLUSTER_DRIVER = """
+import json, os, subprocess, sys, time
+logdir = sys.argv[1]
+spec = 'controller=127.0.0.1:7000@trainer_client=127.0.0.1:7001@worker=127.0.0.1:7002'
+procs = {}
+for job in ('worker', 'controller', 'trainer_client'):
+  with open(os.path.join(logdir, job + '.log'), 'w') as log:
+    procs[job] = subprocess.Popen(
+        [sys.executable, '-m', 'tensorpipe.trainer.train', '--model=tp_wrong_batch_dim.WrongBatchDim',
+         '--cpu_devices=2', '--mode=sync', '--logdir=' + logdir, '--cluster_spec=' + spec,
+         '--job=' + job, '--task=0'], stdout=log, stderr=subprocess.STDOUT)
+deadline = time.time() + 180
+status = {}
+for job, proc in procs.items():
+  try:
+    status[job] = proc.wait(timeout=max(1.0, deadline - time.time()))
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.wait()
+    status[job] = None
+print(json.dumps(status))
+"""
+
+
 class CheckFailureEndsTheJobTest(test_utils.TestCase):
   """A TensorPipe check that fails in the step ends the trainer at once with its line, instead of
   Lingvo's retries (minutes of them, then an idle process)."""
+
+  def _WriteModel(self):
+    """The directory of the module registering WrongBatchDim, and the environment to import it."""
+    directory = self.create_tempdir().full_path
+    with open(os.path.join(directory, 'tp_wrong_batch_dim.py'), 'w') as f:
+      f.write(WRONG_BATCH_DIM_MODULE)
+    return directory, dict(os.environ, PYTHONPATH=os.pathsep.join([directory, REPO]),
+                           TF_CPP_MIN_LOG_LEVEL='2')
+
+  @pytest.mark.slow
+  def testEveryTaskOfAClusterJobEndsWithTheLine(self):
+    directory, env = self._WriteModel()
+    args = helpers.InPrivateNetwork(
+        [sys.executable, '-c', _CLUSTER_DRIVER, os.path.join(directory, 'logdir')])
+    if args is None:
+      self.skipTest('needs root with unshare and ip, to run the job in its own network namespace')
+    os.makedirs(os.path.join(directory, 'logdir'))
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=240,
+                          check=False, env=env)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    status = json.loads(proc.stdout.strip().splitlines()[-1])
+    for job in ('controller', 'trainer_client', 'worker'):
+      with open(os.path.join(directory, 'logdir', job + '.log')) as f:
+        log = f.read()
+      self.assertEqual(status[job], train.ERROR_EXIT_CODE, (job, log[-3000:]))
+      self.assertRegex(log.strip().splitlines()[-1],
+                       r"^tensorpipe\.trainer\.train: error: TensorPipeLayer 'pipe': the batch_dim "
+                       r"check failed: layer 'mix' .*set batch_dim=1", job)
 
   def testOtherTasksOfAClusterJobEndWithTheRecordedLine(self):
     """The controller and the workers end with the line the trainer client recorded in --logdir;
@@ -395,11 +450,8 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
 
   @pytest.mark.slow
   def testWrongBatchDimEndsTheRunWithItsLine(self):
-    directory = self.create_tempdir().full_path
-    with open(os.path.join(directory, 'tp_wrong_batch_dim.py'), 'w') as f:
-      f.write(WRONG_BATCH_DIM_MODULE)
+    directory, env = self._WriteModel()
     logdir = os.path.join(directory, 'logdir')
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([directory, REPO]))
     # The guide's trainer command. Lingvo's retries would outlast the timeout (which fails the
     # test); the check ends the run at its first step.
     proc = subprocess.run(
