@@ -5,11 +5,12 @@ alone: then splitting the mini-batch along `batch_dim` changes nothing. A wrong 
 that without any error: time-major inputs [T, B, ...] split along 0 cut the sequence, attention
 then sees a part of it, and the loss changes with M. So on the first step of every run (a run
 resumed from a checkpoint included; `RunFlag`, a local variable, says whether this run has checked)
-each partition runs once more, layer by layer, on its first micro-batch as given and with example 0
-changed (floats +1, integers and booleans taken from example 1) (`PartitionFunctions.Probe`), and
-the step fails if any layer's output of another example changed. The message names the first such
-layer (the one that mixes examples), the pipeline's inputs and the fix; it is a
-`check_failure` line, so `check_failure.Run` raises it as the step's error.
+each partition runs twice more, on its first micro-batch as given and with example 0 changed (floats
++1, integers and booleans taken from example 1), through a function that returns every layer's
+outputs (`PartitionFunctions.Probe`), and the step fails if any layer's output of another example
+changed. The message names the first such layer (the one that mixes examples), the pipeline's
+inputs and the fix; it is a `check_failure` line, so `check_failure.Run` raises it as the step's
+error.
 
 Batch norm mixes the examples of a micro-batch on purpose (through its statistics), so a partition
 with batch norm is probed in evaluation mode, where batch norm normalises with its moving
@@ -82,19 +83,15 @@ def Checked(flag: tf.Variable) -> tf.Tensor:
                  lambda: tf.constant(False), name='checked_this_run')
 
 
-def _Compare(batch_dim):
+def _Compare(ys: List[tf.Tensor], probe_ys: List[tf.Tensor], batch_dim: int):
   """(a layer's output leaves on the micro-batch, on the probe) -> (the largest change of the
   examples other than 0, their largest magnitude)."""
-
-  def Compare(ys: List[tf.Tensor], probe_ys: List[tf.Tensor]):
-    changes = [_Change(y, p, batch_dim) for y, p in zip(ys, probe_ys)
-               if _Axis(y, batch_dim) is not None and y.dtype.is_floating]
-    if not changes:
-      return tf.constant(0.0), tf.constant(0.0)
-    return (tf.reduce_max(tf.stack([c for c, _ in changes])),
-            tf.reduce_max(tf.stack([m for _, m in changes])))
-
-  return Compare
+  changes = [_Change(y, p, batch_dim) for y, p in zip(ys, probe_ys)
+             if _Axis(y, batch_dim) is not None and y.dtype.is_floating]
+  if not changes:
+    return tf.constant(0.0), tf.constant(0.0)
+  return (tf.reduce_max(tf.stack([c for c, _ in changes])),
+          tf.reduce_max(tf.stack([m for _, m in changes])))
 
 
 def _BatchDimFix(batch_dim):
@@ -133,7 +130,9 @@ def Check(partition: Any, k: int, step: Optional[tf.Tensor], offset: tf.Tensor,
 
   def Probe():
     probe = [x if a is None else _Perturbed(x, a) for x, a in zip(x_leaves, axes)]
-    changes, scales = partition.Probe(step, offset, theta, x_leaves, probe, _Compare(batch_dim))
+    runs = [partition.Probe(step, offset, theta, x) for x in (x_leaves, probe)]
+    pairs = [_Compare(ys, probe_ys, batch_dim) for ys, probe_ys in zip(*runs)]
+    changes, scales = tf.stack([c for c, _ in pairs]), tf.stack([s for _, s in pairs])
     mixed = changes > _TOLERANCE * scales
     first = tf.argmax(tf.cast(mixed, tf.int32), output_type=tf.int32)
     name = tf.gather(tf.constant(names), first)

@@ -32,7 +32,7 @@ for each order and attribute.
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
@@ -125,46 +125,38 @@ class PartitionFunctions:
     return [name for name, _ in self._body.layers]
 
   def Probe(self, step: Optional[tf.Tensor], offset: tf.Tensor,
-            theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
-            probe_leaves: Sequence[tf.Tensor],
-            compare: Callable[[List[tf.Tensor], List[tf.Tensor]], Tuple[tf.Tensor, tf.Tensor]]
-            ) -> Tuple[tf.Tensor, tf.Tensor]:
-    """One call of a function that runs the partition on `x_leaves` and on `probe_leaves` and
-    compares each layer's outputs (see `batch_dim_check`).
+            theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor]
+            ) -> List[List[tf.Tensor]]:
+    """One call of a function that runs the partition and returns every layer's outputs (for
+    `batch_dim_check`): per layer, its output leaves (None leaves left out).
 
-    A partition with batch norm runs both in evaluation mode: batch norm normalises with its
-    moving statistics, so it keeps examples apart and only the other layers can mix them.
+    A partition with batch norm runs in evaluation mode: batch norm normalises with its moving
+    statistics, so it keeps examples apart and only the other layers can mix them.
 
     Args:
       step, offset, theta_leaves, x_leaves: as for Forward.
-      probe_leaves: other inputs, of the same specs as x_leaves.
-      compare: (a layer's output leaves on x, on the probe) -> two float32 scalars.
-
-    Returns:
-      compare's two results per layer, stacked: two float32 vectors [layers].
     """
     if 'probe' not in self._functions:
       frozen = self.has_batch_norm
 
       def ProbeBody(args):
-        step, offset = self._Step(args), args['offset'][0]
-        runs = []
-        with cluster_factory.SetEval(True if frozen else None), tf.name_scope('probe'):
-          for x in (args['x'], args['probe']):
-            boundaries = []
-            self._body.Run(step, offset, args['theta'], x, batch_norm.Discarding(), boundaries)
-            runs.append([leaves.Present(b) for b in boundaries[1:]])
-        pairs = [compare(a, b) for a, b in zip(*runs)]
-        return {'first': [tf.stack([a for a, _ in pairs])],
-                'second': [tf.stack([b for _, b in pairs])]}, None
+        boundaries = []
+        with cluster_factory.SetEval(True if frozen else None):
+          self._body.Run(self._Step(args), args['offset'][0], args['theta'], args['x'],
+                         batch_norm.Discarding(), boundaries)
+        outputs = [leaves.Present(b) for b in boundaries[1:]]
+        return {'y': [y for ys in outputs for y in ys]}, [len(ys) for ys in outputs]
 
       self._functions['probe'] = self._Trace('probe', ProbeBody, self._Leading() + [
-          ('theta', self._theta_specs), ('x', self._x_specs), ('probe', self._x_specs)])
-    args = dict(self._LeadingValues(step, offset), theta=list(theta_leaves), x=list(x_leaves),
-                probe=list(probe_leaves))
+          ('theta', self._theta_specs), ('x', self._x_specs)])
+    function = self._functions['probe']
+    args = dict(self._LeadingValues(step, offset), theta=list(theta_leaves), x=list(x_leaves))
     with tf.device(self._device):
-      results, _ = self._functions['probe'].Call(args, 'probe')
-    return results['first'][0], results['second'][0]
+      results, _ = function.Call(args, 'probe')
+    ys, out = iter(results['y']), []
+    for count in function.facts:
+      out.append([next(ys) for _ in range(count)])
+    return out
 
   def MicroBatchDependence(self) -> List[str]:
     """Why the partition's results depend on the micro-batches (empty if they do not): batch
