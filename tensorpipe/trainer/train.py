@@ -236,6 +236,8 @@ _ENDING = threading.Event()  # Set once this process ends at a failed check.
 def _RecordedCheckFailure():
   """The line of a TensorPipe check that failed in another task of this job since this process
   started (written to --logdir by EndOnCheckFailure), or None."""
+  if not FLAGS.logdir:
+    return None
   path = os.path.join(FLAGS.logdir, _CHECK_FAILURE_FILE)
   try:
     if os.path.getmtime(path) < _STARTED - 1.0:
@@ -246,10 +248,11 @@ def _RecordedCheckFailure():
     return None
 
 
-def _EndOnCheckFailure(line):
-  """Ends the process with a failed check's line as its last output, for every task to see."""
+def _EndOnCheckFailure(line, record):
+  """Ends the process with a failed check's line as its last output; with `record`, first writes
+  it to --logdir, where the other tasks of a --cluster_spec job find it (ClusterTask)."""
   _ENDING.set()
-  if FLAGS.logdir:
+  if record and FLAGS.logdir:
     try:
       with open(os.path.join(FLAGS.logdir, _CHECK_FAILURE_FILE), 'w', encoding='utf-8') as f:
         f.write(line + '\n')
@@ -266,7 +269,10 @@ class EndOnCheckFailure:
   """Mixin for Lingvo's runners: a failed TensorPipe in-step check (see tensorpipe.check_failure)
   ends the process at once with its one line and ERROR_EXIT_CODE. Lingvo's `_RunLoop` would
   retry it as an expected error (InvalidArgumentError), for minutes, then leave the process idle;
-  the check fails the same way every time."""
+  the check fails the same way every time. The training runners record the line for the other
+  tasks of the job; evaluation jobs, which share the logdir of a training job, do not."""
+
+  RECORD_CHECK_FAILURE = True
 
   def _RunLoop(self, job_name, loop_func, loop_args=(), cleanup_func=None):
 
@@ -277,7 +283,7 @@ class EndOnCheckFailure:
         line = check_failure.OneLine(e)
         if line is None:
           raise
-        _EndOnCheckFailure(line)
+        _EndOnCheckFailure(line, self.RECORD_CHECK_FAILURE)
         raise  # Not reached: the process has ended.
 
     return super()._RunLoop(job_name, Loop, loop_args, cleanup_func)  # pylint: disable=no-member
@@ -299,6 +305,8 @@ class TensorPipeEvaler(EndOnCheckFailure, ExplainedCheckpointWait, runners.Evale
   """Lingvo's Evaler, saying why it waits for a checkpoint (ExplainedCheckpointWait), ending at a
   failed check (EndOnCheckFailure)."""
 
+  RECORD_CHECK_FAILURE = False
+
   def _UpdateProcessedCheckpoints(self, runner_dir, ckpt_path):
     # Lingvo 0.14.0's Evaler calls this method, which it lacks, after evaluating the checkpoint of
     # task.eval.load_checkpoint_from (the Decoder calls py_utils' function of that name).
@@ -308,6 +316,8 @@ class TensorPipeEvaler(EndOnCheckFailure, ExplainedCheckpointWait, runners.Evale
 class TensorPipeDecoder(EndOnCheckFailure, ExplainedCheckpointWait, runners.Decoder):
   """Lingvo's Decoder, saying why it waits for a checkpoint (ExplainedCheckpointWait), ending at a
   failed check (EndOnCheckFailure)."""
+
+  RECORD_CHECK_FAILURE = False
 
 
 class RunnerManager(trainer.RunnerManager):
