@@ -49,7 +49,8 @@ Models are looked up in TensorPipe's top-level `params` package first (--model=d
 params.digits), then wherever Lingvo looks. Before any job starts, the launcher checks the model
 name, the data directories of the datasets the jobs read, that the model's TensorPipeLayers fit the
 devices of one model split, and (for eval-only jobs) that a checkpoint exists; a failed check prints
-one line `tensorpipe.trainer.train: error: ...` and exits with status 2.
+one line `tensorpipe.trainer.train: error: ...` and exits with status 2. So does a TensorPipe check
+that fails inside a step (tensorpipe.check_failure; EndOnCheckFailure), in every task of the job.
 """
 
 import glob
