@@ -1,6 +1,8 @@
 """The check, on the first step of every run, that each partition keeps examples apart along
 batch_dim."""
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from lingvo import compat as tf
@@ -154,7 +156,13 @@ class BatchDimCheckTest(test_utils.TestCase):
 
   @pytest.mark.slow
   def testBatchNormPartitionsAreCheckedWithMovingStatistics(self):
-    graph, grads, step = _Step(_TimeMajorBatchNorm(), batch_dim=0)
+    with mock.patch.object(tf.logging, 'warning') as warning:
+      graph, grads, step = _Step(_TimeMajorBatchNorm(), batch_dim=0)
+    # What the probe cannot see is said when the graph is built, naming the partitions.
+    said = [call.args[0] % call.args[1:] for call in warning.call_args_list]
+    self.assertTrue([m for m in said if m.startswith(
+        "TensorPipeLayer 'pipe': partition(s) 0, 1 have batch norm: the batch_dim check probes "
+        "them with batch norm's moving statistics")], said)
     with self.assertRaises(check_failure.CheckFailure) as failure:
       self._Run(graph, grads, step)
     self.assertRegex(str(failure.exception),
