@@ -18,7 +18,8 @@ statistics and keeps examples apart: the probe then finds every other layer that
 What it cannot see is a wrong batch_dim that only batch norm's statistics would notice (a partition
 whose other layers all act on each position alone); the executor says so at build time, naming the
 partitions. A first micro-batch of one example is not checked (nothing to compare), nor is a graph
-without a global step.
+without a global step, nor a pipeline inside another pipeline's partition (the outer check probes
+it as a layer).
 """
 
 from typing import Any, Callable, List, Optional, Sequence
@@ -27,6 +28,7 @@ from lingvo import compat as tf
 
 from tensorpipe import check_failure
 from tensorpipe import micro_batching
+from tensorpipe import trace_context
 
 _TOLERANCE = 1e-4  # Relative to the largest output magnitude among the other examples.
 
@@ -121,6 +123,11 @@ def Check(partition: Any, k: int, step: Optional[tf.Tensor], offset: tf.Tensor,
       (`Checked`), only if there is something to check.
   """
   if step is None or (count is not None and count < 2):
+    return None
+  context = trace_context.Current()
+  if context is not None and context.routing is not None:
+    # A pipeline inside another pipeline's partition: the outer pipeline's check probes it as one
+    # of its layers (a variable write here would be refused in the outer partition's function).
     return None
   axes = [_Axis(x, batch_dim) for x in x_leaves]
   if all(a is None for a in axes):
