@@ -193,6 +193,7 @@ class BatchDimCheckTest(test_utils.TestCase):
         r'axes other than batch_dim=1'):
       self._Run(graph, grads, step)
 
+  @pytest.mark.slow
   def testSwitchedOffIsNotChecked(self):
     graph, grads, step = _Step(_Layers(), batch_dim=0, check_batch_dim=False)
     self.assertEmpty([op for op in graph.get_operations() if 'batch_dim_check' in op.name])
