@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Sequence
 
 from lingvo import compat as tf
 
+from tensorpipe import check_failure
 from tensorpipe import tf_internals
 
 # Ops that read only their input's shape (and dtype), never its values.
@@ -168,8 +169,10 @@ def Detach(grads: Sequence[tf.Tensor], stand_ins: Dict[tf.Tensor, Callable[[], t
       stand_in = copier.StandIn(x)
       tf_internals.UpdateInput(op, index, stand_in)
       with tf.device(x.device):
-        checks.append(tf.compat.v1.debugging.assert_equal(
-            tf.shape(x), tf.shape(stand_in),
-            message='%s: a shape the loss gradient read early differs from that of %s' %
-            (where, x.name)))
+        checks.append(check_failure.Assert(
+            tf.reduce_all(tf.equal(tf.shape(x), tf.shape(stand_in))),
+            ['%s: a shape the loss gradient read early differs from that of %s: ' %
+             (where, x.name), tf.shape(stand_in), ' read, ', tf.shape(x),
+             " computed; compute per-example losses inside the pipeline or use "
+             "schedule='gpipe'"]))
   return checks

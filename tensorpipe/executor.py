@@ -88,8 +88,8 @@ class PipelineStep:
       partition k - 1's outputs. Gradients flow back along the same tensors.
     output_batch_dim: the batch dimension of the outputs (default batch_dim; see
       micro_batching.OutputAxis).
-    check_batch_dim: in training, check on the first step that each partition keeps examples
-      apart along batch_dim (see `batch_dim_check`).
+    check_batch_dim: in training, check on the first step of every run that each partition keeps
+      examples apart along batch_dim (see `batch_dim_check`).
   """
 
   def __init__(self, sched: schedule_lib.Schedule,
@@ -204,23 +204,46 @@ class PipelineStep:
     return out
 
   def _BatchDimChecks(self, args):
-    """On the first step, each partition's check that it keeps examples apart (batch_dim_check).
+    """On the first step of every run, each partition's check that it keeps examples apart
+    (batch_dim_check), then the run's flag set: later steps skip the checks.
 
     The checks run one after another in partition order, so where several partitions mix examples
     the error always names the first of them (run side by side, whichever failed first would).
     """
     checks = []
     inputs = batch_dim_check.DescribeInputs(args)
+    flag = []  # The run's flag (batch_dim_check.RunFlag), made with the first check.
+
+    def Done():
+      if not flag:
+        flag.append(batch_dim_check.RunFlag(self._devices[0]))
+        with tf.device(self._devices[0]), tf.control_dependencies(None):
+          flag.append(batch_dim_check.Checked(flag[0]))
+      return flag[1]
+
+    frozen = []
     for k in range(self._num_partitions):
       call = self._calls[self._Forward(k, 0)]
       with tf.device(self._devices[k]), tf.name_scope('partition%d_batch_dim_check' % k), \
           tf.control_dependencies(checks[-1:]):
         check = batch_dim_check.Check(
-            call.partition, k, call.step, call.offset, call.theta, call.x_leaves, call.ys,
+            call.partition, k, call.step, call.offset, call.theta, call.x_leaves,
             self._batch_dim, self._sizes[0] if isinstance(self._sizes[0], int) else None,
-            inputs, self._where)
+            inputs, self._where, Done)
       if check is not None:
         checks.append(check)
+        if call.partition.has_batch_norm:
+          frozen.append(k)
+    if frozen:
+      tf.logging.warning(
+          '%s: partition(s) %s have batch norm: the batch_dim check probes them with batch norm\'s '
+          'moving statistics, so it finds their other layers that mix examples, but not a wrong '
+          'batch_dim that only batch norm\'s statistics see (a partition whose other layers all '
+          'act on each position alone): check batch_dim=%d by hand for those', self._where,
+          ', '.join(map(str, frozen)), self._batch_dim)
+    if checks:
+      with tf.device(self._devices[0]), tf.control_dependencies(checks):
+        checks.append(flag[0].assign(True, read_value=False))
     return checks
 
   def _Origins(self, k, t, x_leaves, piece):

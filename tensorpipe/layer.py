@@ -26,6 +26,7 @@ from lingvo.core import hyperparams
 from lingvo.core import py_utils
 
 from tensorpipe import batch_norm
+from tensorpipe import check_failure
 from tensorpipe import executor
 from tensorpipe import micro_batching
 from tensorpipe import nested_params
@@ -124,10 +125,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
              'the destination, after its usual inputs, as an extra FProp argument (across '
              'partitions it goes straight to the destination\'s device).')
     p.Define('check_batch_dim', True,
-             'On the first training step (global step 0), check that changing one example of a '
-             "partition's input changes no other example's output (so results cannot depend on "
-             'M) and fail naming the partition and batch_dim if it does. False: skip the check '
-             '(batch-norm partitions are skipped anyway).')
+             'On the first training step of every run (a run resumed from a checkpoint '
+             "included), check that changing one example of a partition's input changes no "
+             "other example's output of any of its layers (so results cannot depend on M; batch "
+             'norm is probed with its moving statistics) and fail naming batch_dim and the first '
+             'layer that mixes examples if it does. False: skip the check.')
     p.Define('unpipelined', False,
              'Run the layers one after another in the caller\'s graph, with no micro-batches, '
              'partition functions or re-computation: the reference the consistency check '
@@ -559,10 +561,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
     example."""
     p = self.params
     batch = self._RunTimeBatch(args)
-    check = tf.compat.v1.debugging.assert_greater_equal(
-        batch, num_micro,
-        message='TensorPipeLayer %r: the batch has fewer examples than its %d micro-batches; '
-        'batch:' % (p.name, num_micro), data=[batch], summarize=1)
+    check = check_failure.Assert(
+        tf.greater_equal(batch, num_micro),
+        ['TensorPipeLayer %r: this batch has ' % p.name, batch, ' examples along batch_dim=%d, '
+         'fewer than its num_micro_batches=%d (each micro-batch needs one): feed batches of at '
+         'least %d examples or lower num_micro_batches' % (p.batch_dim, num_micro, num_micro)])
     with tf.control_dependencies([check]):
       return tf.nest.map_structure(lambda x: None if x is None else tf.identity(x), args)
 

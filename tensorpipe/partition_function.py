@@ -35,6 +35,7 @@ import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
+from lingvo.core import cluster_factory
 from lingvo.core import py_utils
 
 from tensorpipe import accumulation
@@ -117,6 +118,45 @@ class PartitionFunctions:
   def has_batch_norm(self) -> bool:
     """Whether the forward function (traced) records batch-norm statistics."""
     return bool(self._ForwardFacts().stats_slots)
+
+  @property
+  def layer_names(self) -> List[str]:
+    """The names of the partition's layers, in order."""
+    return [name for name, _ in self._body.layers]
+
+  def Probe(self, step: Optional[tf.Tensor], offset: tf.Tensor,
+            theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor]
+            ) -> List[List[tf.Tensor]]:
+    """One call of a function that runs the partition and returns every layer's outputs (for
+    `batch_dim_check`): per layer, its output leaves (None leaves left out).
+
+    A partition with batch norm runs in evaluation mode: batch norm normalises with its moving
+    statistics, so it keeps examples apart and only the other layers can mix them.
+
+    Args:
+      step, offset, theta_leaves, x_leaves: as for Forward.
+    """
+    if 'probe' not in self._functions:
+      frozen = self.has_batch_norm
+
+      def ProbeBody(args):
+        boundaries = []
+        with cluster_factory.SetEval(True if frozen else None):
+          self._body.Run(self._Step(args), args['offset'][0], args['theta'], args['x'],
+                         batch_norm.Discarding(), boundaries)
+        outputs = [leaves.Present(b) for b in boundaries[1:]]
+        return {'y': [y for ys in outputs for y in ys]}, [len(ys) for ys in outputs]
+
+      self._functions['probe'] = self._Trace('probe', ProbeBody, self._Leading() + [
+          ('theta', self._theta_specs), ('x', self._x_specs)])
+    function = self._functions['probe']
+    args = dict(self._LeadingValues(step, offset), theta=list(theta_leaves), x=list(x_leaves))
+    with tf.device(self._device):
+      results, _ = function.Call(args, 'probe')
+    ys, out = iter(results['y']), []
+    for count in function.facts:
+      out.append([next(ys) for _ in range(count)])
+    return out
 
   def MicroBatchDependence(self) -> List[str]:
     """Why the partition's results depend on the micro-batches (empty if they do not): batch

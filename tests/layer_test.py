@@ -12,6 +12,7 @@ from lingvo.core import layers as lingvo_layers
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
+from tensorpipe import check_failure
 from tensorpipe import layer as layer_lib
 from tensorpipe import micro_batching as micro_batching_lib
 from tensorpipe import randomness
@@ -355,9 +356,17 @@ class BehaviourTest(test_utils.TestCase):
         self.assertEqual(sess.run(out, {x: np.ones([8, DIM])}).shape, (8, DIM))
         self.assertEqual(sess.run(out, {x: np.ones([6, DIM])}).shape, (6, DIM))
         with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
-                                    'the batch has fewer examples than its 4 micro-batches; '
-                                    'batch:.*3'):
+                                    'this batch has 3 examples along batch_dim=0, fewer than its '
+                                    'num_micro_batches=4'):
           sess.run(out, {x: np.ones([3, DIM])})
+        # Through check_failure.Run the check's line is the whole message.
+        with self.assertRaises(check_failure.CheckFailure) as failure:
+          check_failure.Run(sess, out, {x: np.ones([3, DIM])})
+        self.assertEqual(
+            str(failure.exception),
+            "TensorPipeLayer 'pipe': this batch has 3 examples along batch_dim=0, fewer than its "
+            'num_micro_batches=4 (each micro-batch needs one): feed batches of at least 4 examples '
+            'or lower num_micro_batches')
 
   def testFPropMetaSumsLayers(self):
     params = helpers.Pipeline(helpers.DenseLayers(3), 3, 1)

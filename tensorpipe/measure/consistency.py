@@ -48,6 +48,7 @@ from lingvo.core import hyperparams
 from lingvo.core import layers as lingvo_layers
 from lingvo.core import py_utils
 
+from tensorpipe import check_failure
 from tensorpipe import layer as layer_lib
 from tensorpipe import micro_batching
 from tensorpipe import placement
@@ -152,8 +153,9 @@ _BATCH_NORM_REASON = 'batch norm '  # How MicroBatchDependence's batch-norm reas
 def _Cause(error: BaseException) -> str:
   """The first meaningful line of why a variant failed to run (all of it in this one function).
 
-  For a failed `tf.debugging.Assert` (TensorPipe's checks inside the step) that is the assertion's
-  message alone; for another error `Type: message`. TensorFlow's "Graph execution error:" header,
+  For a TensorPipe check that failed inside the step, its one line (check_failure.OneLine); for
+  another failed `tf.debugging.Assert`, the assertion's message alone; for another error `Type:
+  message`. TensorFlow's "Graph execution error:" header,
   its "Detected at node ... defined at" traceback (up to the "Node:" line that ends it), "root
   error(s) found" and "[[{{node ...}}]]" lines are skipped: the user reads the cause first, not on
   line 4 or 48.
@@ -163,6 +165,9 @@ def _Cause(error: BaseException) -> str:
   not_a_cause = re.compile(r'^(Graph execution error:$|\[\[|Node:|Detected at node|File "|\d+ '
                            r'root error\(s\) found|\d+ successful operations)')
   assert_data = re.compile(r'^(\s*\[[-+0-9.eE\s\[\]naifTrueFls.]*\])*\s*$')
+  line = check_failure.OneLine(error)
+  if line:
+    return line
   text = (error.message if isinstance(error, tf.errors.OpError) else str(error)) or ''
   lines = [line.strip() for line in text.splitlines()]
   kept, in_traceback = [], False

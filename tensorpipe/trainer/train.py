@@ -54,12 +54,14 @@ name, the data directories of the datasets the jobs read, that the model's Tenso
 devices of one model split, and (for eval-only jobs) that a checkpoint exists; with --cluster_spec,
 also the spec's jobs and HOST:PORT addresses, that --job and --task name one of its tasks, that this
 host can write LOGDIR/train, and that this task's port is free, all before any server starts. A
-failed check prints one line `tensorpipe.trainer.train: error: ...` and exits with status 2. The
-job that saves checkpoints (the trainer client in sync mode) removes what killed saves left in
-LOGDIR/train before it restores (tensorpipe.trainer.stale_checkpoints).
+failed check prints one line `tensorpipe.trainer.train: error: ...` and exits with status 2. So
+does a TensorPipe check that fails inside a step (tensorpipe.check_failure; EndOnCheckFailure), in
+every task of the job. The job that saves checkpoints (the trainer client in sync mode) removes what
+killed saves left in LOGDIR/train before it restores (tensorpipe.trainer.stale_checkpoints).
 """
 
 import glob
+import logging
 import os
 import re
 import sys
@@ -73,6 +75,7 @@ from lingvo import trainer
 import lingvo.compat as tf
 from lingvo.core import py_utils
 
+from tensorpipe import check_failure
 from tensorpipe.trainer import cpu_devices
 from tensorpipe.trainer import liveness
 from tensorpipe.trainer import model_plan
@@ -258,20 +261,85 @@ class QuietOnSigterm:
     return super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
 
 
-class TensorPipeController(startup.PromptStart, QuietOnSigterm, runners.Controller):
+_CHECK_FAILURE_FILE = 'tensorpipe_check_failure.txt'  # In --logdir: a failed check's line.
+_STARTED = time.time()
+_ENDING = threading.Event()  # Set once this process ends at a failed check.
+
+
+def _RecordedCheckFailure():
+  """The line of a TensorPipe check that failed in another task of this job since this process
+  started (written to --logdir by EndOnCheckFailure), or None."""
+  if not FLAGS.logdir:
+    return None
+  path = os.path.join(FLAGS.logdir, _CHECK_FAILURE_FILE)
+  try:
+    if os.path.getmtime(path) < _STARTED - 1.0:
+      return None  # An earlier run's.
+    with open(path, encoding='utf-8') as f:
+      return f.read().strip() or None
+  except OSError:
+    return None
+
+
+def _EndOnCheckFailure(line, record):
+  """Ends the process with a failed check's line as its last output; with `record`, first writes
+  it to --logdir, where the other tasks of a --cluster_spec job find it (ClusterTask)."""
+  _ENDING.set()
+  if record and FLAGS.logdir:
+    try:
+      with open(os.path.join(FLAGS.logdir, _CHECK_FAILURE_FILE), 'w', encoding='utf-8') as f:
+        f.write(line + '\n')
+    except OSError as e:
+      tf.logging.warning('TensorPipe: cannot record the failed check for the other tasks: %s', e)
+  # No other thread logs after the line: hold every logging handler's lock until the process ends.
+  for handler in logging.getLogger().handlers + logging.getLogger('absl').handlers:
+    handler.acquire()
+  _Fail(line)
+  _Exit(ERROR_EXIT_CODE)
+
+
+class EndOnCheckFailure:
+  """Mixin for Lingvo's runners: a failed TensorPipe in-step check (see tensorpipe.check_failure)
+  ends the process at once with its one line and ERROR_EXIT_CODE. Lingvo's `_RunLoop` would
+  retry it as an expected error (InvalidArgumentError), for minutes, then leave the process idle;
+  the check fails the same way every time. The training runners record the line for the other
+  tasks of the job; evaluation jobs, which share the logdir of a training job, do not."""
+
+  RECORD_CHECK_FAILURE = True
+
+  def _RunLoop(self, job_name, loop_func, loop_args=(), cleanup_func=None):
+
+    def Loop(*args):
+      try:
+        return loop_func(*args)
+      except Exception as e:  # pylint: disable=broad-except
+        line = check_failure.OneLine(e)
+        if line is None:
+          raise
+        _EndOnCheckFailure(line, self.RECORD_CHECK_FAILURE)
+        raise  # Not reached: the process has ended.
+
+    return super()._RunLoop(job_name, Loop, loop_args, cleanup_func)  # pylint: disable=no-member
+
+
+class TensorPipeController(EndOnCheckFailure, startup.PromptStart, QuietOnSigterm,
+                           runners.Controller):
   """Lingvo's Controller, starting as soon as the model is ready (startup.PromptStart), quiet after
-  SIGTERM (QuietOnSigterm)."""
+  SIGTERM (QuietOnSigterm), ending at a failed check (EndOnCheckFailure)."""
 
 
-class TensorPipeTrainer(startup.PromptStart, CheckpointsBetweenSteps,
+class TensorPipeTrainer(EndOnCheckFailure, startup.PromptStart, CheckpointsBetweenSteps,
                         trainer_profiling.ProfilingTrainer):
   """The profiling trainer, starting as soon as the model is ready (startup.PromptStart), writing
   the checkpoints between steps, the last one and a preempted one included
-  (CheckpointsBetweenSteps)."""
+  (CheckpointsBetweenSteps), ending at a failed check (EndOnCheckFailure)."""
 
 
-class TensorPipeEvaler(ExplainedCheckpointWait, runners.Evaler):
-  """Lingvo's Evaler, saying why it waits for a checkpoint (ExplainedCheckpointWait)."""
+class TensorPipeEvaler(EndOnCheckFailure, ExplainedCheckpointWait, runners.Evaler):
+  """Lingvo's Evaler, saying why it waits for a checkpoint (ExplainedCheckpointWait), ending at a
+  failed check (EndOnCheckFailure)."""
+
+  RECORD_CHECK_FAILURE = False
 
   def _UpdateProcessedCheckpoints(self, runner_dir, ckpt_path):
     # Lingvo 0.14.0's Evaler calls this method, which it lacks, after evaluating the checkpoint of
@@ -279,8 +347,11 @@ class TensorPipeEvaler(ExplainedCheckpointWait, runners.Evaler):
     py_utils.UpdateProcessedCheckpoints(runner_dir, ckpt_path)
 
 
-class TensorPipeDecoder(ExplainedCheckpointWait, runners.Decoder):
-  """Lingvo's Decoder, saying why it waits for a checkpoint (ExplainedCheckpointWait)."""
+class TensorPipeDecoder(EndOnCheckFailure, ExplainedCheckpointWait, runners.Decoder):
+  """Lingvo's Decoder, saying why it waits for a checkpoint (ExplainedCheckpointWait), ending at a
+  failed check (EndOnCheckFailure)."""
+
+  RECORD_CHECK_FAILURE = False
 
 
 class RunnerManager(trainer.RunnerManager):
@@ -654,6 +725,17 @@ class ClusterTask:
   def StartWatch(self):
     threading.Thread(target=self.watch.Run, args=(self._OnLost, self._stop), daemon=True,
                      name='tensorpipe-peer-watch').start()
+    threading.Thread(target=self._WatchCheckFailure, daemon=True,
+                     name='tensorpipe-check-failure-watch').start()
+
+  def _WatchCheckFailure(self):
+    """A check that failed in the trainer client (EndOnCheckFailure) ends this task too, with the
+    check's line."""
+    while not self._stop.wait(liveness.POLL_S):
+      line = _RecordedCheckFailure()
+      if line and not _ENDING.is_set():
+        _Fail(line)
+        _Exit(ERROR_EXIT_CODE)
 
   def Finish(self):
     """After this task's runners ended: the trainer client waits for the controller's last save."""

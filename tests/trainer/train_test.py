@@ -421,6 +421,141 @@ class ListModelsTest(test_utils.TestCase):
                           'mt.T24H8192A16  [paper-scale, K=4 (encoder), 4 (decoder)]  ')
 
 
+# A user's model registered from a module of its own: time-major x [T, B, D] through FC layers, a
+# layer that mixes time steps and Lingvo's BatchNormLayer in every partition, with batch_dim left at
+# 0 (it should be 1).
+WRONG_BATCH_DIM_MODULE = """
+from lingvo import model_registry
+from lingvo.core import base_model_params
+from lingvo.core import bn_layers
+
+from tensorpipe import layer as layer_lib
+from tests import helpers
+
+
+@model_registry.RegisterSingleTaskModel
+class WrongBatchDim(base_model_params.SingleTaskModelParams):
+  \"\"\"FC + time mixing + batch norm on time-major inputs, batch_dim left at 0.\"\"\"
+
+  def Train(self):
+    return helpers.ConstantInput.Params()
+
+  def Task(self):
+    dim = helpers.TIME_MAJOR_SHAPE[2]
+    dense = helpers.DenseLayers(2, dim)
+    bn = [bn_layers.BatchNormLayer.Params().Set(name='bn%d' % i, dim=dim) for i in range(2)]
+    partitions = [[dense[0], helpers.TimeMix.Params().Set(name='mix'), bn[0]], [dense[1], bn[1]]]
+    p = helpers.PipelineTask.Params().Set(pipeline=layer_lib.TensorPipeLayer.Params().Set(
+        name='pipe', partitions=partitions, num_micro_batches=2))
+    p.train.max_steps = 1000
+    return p
+"""
+
+
+# Runs the WrongBatchDim model as a --cluster_spec job of three processes on fixed loopback ports
+# (run in a network namespace of its own, where no other process can hold them); each task's output
+# goes to LOGDIR/JOB.log. Every task is stopped by pid after 180 s at most; prints {job: status}.
+_CLUSTER_DRIVER = """
+import json, os, subprocess, sys, time
+logdir = sys.argv[1]
+spec = 'controller=127.0.0.1:7000@trainer_client=127.0.0.1:7001@worker=127.0.0.1:7002'
+procs = {}
+for job in ('worker', 'controller', 'trainer_client'):
+  with open(os.path.join(logdir, job + '.log'), 'w') as log:
+    procs[job] = subprocess.Popen(
+        [sys.executable, '-m', 'tensorpipe.trainer.train', '--model=tp_wrong_batch_dim.WrongBatchDim',
+         '--cpu_devices=2', '--mode=sync', '--logdir=' + logdir, '--cluster_spec=' + spec,
+         '--job=' + job, '--task=0'], stdout=log, stderr=subprocess.STDOUT)
+deadline = time.time() + 180
+status = {}
+for job, proc in procs.items():
+  try:
+    status[job] = proc.wait(timeout=max(1.0, deadline - time.time()))
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.wait()
+    status[job] = None
+print(json.dumps(status))
+"""
+
+
+class CheckFailureEndsTheJobTest(test_utils.TestCase):
+  """A TensorPipe check that fails in the step ends the trainer at once with its line, instead of
+  Lingvo's retries (minutes of them, then an idle process)."""
+
+  def _WriteModel(self):
+    """The directory of the module registering WrongBatchDim, and the environment to import it."""
+    directory = self.create_tempdir().full_path
+    with open(os.path.join(directory, 'tp_wrong_batch_dim.py'), 'w') as f:
+      f.write(WRONG_BATCH_DIM_MODULE)
+    return directory, dict(os.environ, PYTHONPATH=os.pathsep.join([directory, REPO]),
+                           TF_CPP_MIN_LOG_LEVEL='2')
+
+  @pytest.mark.slow
+  def testEveryTaskOfAClusterJobEndsWithTheLine(self):
+    directory, env = self._WriteModel()
+    args = helpers.InPrivateNetwork(
+        [sys.executable, '-c', _CLUSTER_DRIVER, os.path.join(directory, 'logdir')])
+    if args is None:
+      self.skipTest('needs root with unshare and ip, to run the job in its own network namespace')
+    os.makedirs(os.path.join(directory, 'logdir'))
+    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=240,
+                          check=False, env=env)
+    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+    status = json.loads(proc.stdout.strip().splitlines()[-1])
+    for job in ('controller', 'trainer_client', 'worker'):
+      with open(os.path.join(directory, 'logdir', job + '.log')) as f:
+        log = f.read()
+      self.assertEqual(status[job], train.ERROR_EXIT_CODE, (job, log[-3000:]))
+      self.assertRegex(log.strip().splitlines()[-1],
+                       r"^tensorpipe\.trainer\.train: error: TensorPipeLayer 'pipe': the batch_dim "
+                       r"check failed: layer 'mix' .*set batch_dim=1", job)
+
+  def testOtherTasksOfAClusterJobEndWithTheRecordedLine(self):
+    """The controller and the workers end with the line the trainer client recorded in --logdir;
+    a line an earlier run left there ends nothing."""
+    logdir = self.create_tempdir().full_path
+    path = os.path.join(logdir, train._CHECK_FAILURE_FILE)  # pylint: disable=protected-access
+    with open(path, 'w') as f:
+      f.write("TensorPipeLayer 'pipe': the batch_dim check failed\n")
+    task = object.__new__(train.ClusterTask)  # Only its watch of recorded failures runs here.
+    task._stop = mock.Mock()  # pylint: disable=protected-access
+    task._stop.wait.side_effect = [False, False, True]  # pylint: disable=protected-access
+    with flagsaver.flagsaver(logdir=logdir), mock.patch.object(train, '_Exit') as exit_, \
+        mock.patch.object(train, '_Fail') as fail:
+      os.utime(path, (0, 0))  # Written before this process started: an earlier run's.
+      task._WatchCheckFailure()  # pylint: disable=protected-access
+      fail.assert_not_called()
+      os.utime(path, None)
+      task._stop.wait.side_effect = [False, True]  # pylint: disable=protected-access
+      task._WatchCheckFailure()  # pylint: disable=protected-access
+    fail.assert_called_once_with("TensorPipeLayer 'pipe': the batch_dim check failed")
+    exit_.assert_called_once_with(train.ERROR_EXIT_CODE)
+
+  @pytest.mark.slow
+  def testWrongBatchDimEndsTheRunWithItsLine(self):
+    directory, env = self._WriteModel()
+    logdir = os.path.join(directory, 'logdir')
+    # The guide's trainer command. Lingvo's retries would outlast the timeout (which fails the
+    # test); the check ends the run at its first step.
+    proc = subprocess.run(
+        _Launcher('--model=tp_wrong_batch_dim.WrongBatchDim', '--cpu_devices=2', '--mode=sync',
+                  '--run_locally=cpu', '--logdir=%s' % logdir),
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False, env=env)
+    log = proc.stdout + proc.stderr
+    self.assertEqual(proc.returncode, train.ERROR_EXIT_CODE, log[-3000:])
+    last = proc.stderr.strip().splitlines()[-1]
+    self.assertRegex(
+        last, r"^tensorpipe\.trainer\.train: error: TensorPipeLayer 'pipe': the batch_dim check "
+        r"failed: layer 'mix' \(layer 1 of partition 0\) mixes examples along batch_dim=0 \(batch "
+        r'norm probed with its moving statistics\): .*set batch_dim=1')
+    self.assertNotIn('Retrying as expected', log)
+    self.assertNotRegex(log, r'\] step:\s*1,')  # No step was trained.
+    # The line is recorded for the other tasks of a multi-process job (ClusterTask ends them too).
+    with open(os.path.join(logdir, 'tensorpipe_check_failure.txt')) as f:
+      self.assertEqual(f.read().strip(), last[len('tensorpipe.trainer.train: error: '):])
+
+
 class TrainerSmokeTest(test_utils.TestCase):
   """Kill + resume, loss going down, and the evaler restoring the final checkpoint (K=2)."""
 

@@ -15,6 +15,7 @@ from lingvo import compat as tf
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
+from tensorpipe import check_failure
 from tensorpipe import placement
 from tensorpipe.tasks.lm import decoder_lm
 from tests import helpers
@@ -182,10 +183,11 @@ class DecoderLmTest(test_utils.TestCase):
     """Time-major inputs split along T (batch_dim=0) would let attention see part of a sequence:
     the first training step fails, saying what to set."""
     graph, fetches, _, _ = _Build({'lm': _Params(2, 2, '1f1b', batch_dim=0)}, num_devices=2)
-    with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
-                                r'changed the outputs of other examples along batch_dim=0.*'
-                                r'set batch_dim=1'):
+    with self.assertRaises(tf.errors.InvalidArgumentError) as failure:
       _Run(graph, fetches, num_devices=2)
+    self.assertRegex(check_failure.OneLine(failure.exception),
+                     r"the batch_dim check failed: layer 'layer0' \(layer 2 of partition 0\) mixes "
+                     r'examples along batch_dim=0.*set batch_dim=1')
 
   def testMissingPipelineOrLossLayerIsRefused(self):
     with self.assertRaisesRegex(ValueError, r"DecoderLm 'lm': set `pipeline`"):
