@@ -1,8 +1,10 @@
 """Small layers and session helpers shared by the TensorPipe tests."""
 
 import collections
+import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -336,6 +338,26 @@ def Num2WordsCorpus():
     num2words_corpus.EnsureCorpus(_NUM2WORDS_DIR, max_number=299, num_test=10, max_train=200,
                                   min_train=10, vocab_size=400)
   return _NUM2WORDS_DIR
+
+
+@contextlib.contextmanager
+def HeldPorts(count, listen=(), reuse=()):
+  """Yields `count` loopback ports, each bound by a socket held for the whole block: no other
+  process can take one meanwhile. Ports with an index in `listen` accept connections (as a running
+  task's server does); those in `reuse` are bound with SO_REUSEADDR and not listening, so a
+  TensorFlow server (and preflight.CheckPortFree, which binds as it does) could still bind them,
+  while connections to them are refused."""
+  with contextlib.ExitStack() as stack:
+    ports = []
+    for i in range(count):
+      s = stack.enter_context(socket.socket())
+      if i in reuse:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      s.bind(('127.0.0.1', 0))
+      if i in listen:
+        s.listen()
+      ports.append(s.getsockname()[1])
+    yield ports
 
 
 def InPrivateNetwork(argv):

@@ -179,10 +179,11 @@ class CheckTest(test_utils.TestCase):
     failed = [l for l in lines if l.startswith('K=2 M=2 failed to run: ')]
     self.assertLen(failed, 1, text)
     # The first line of the cause is TensorPipe's message, not TensorFlow's header.
-    self.assertRegex(failed[0], r'^K=2 M=2 failed to run: TensorPipeLayer pipe\b.*batch_dim=0')
+    self.assertRegex(failed[0], r"^K=2 M=2 failed to run: TensorPipeLayer 'pipe': the batch_dim "
+                     r'check failed: .*batch_dim=0')
     self.assertNotIn('Graph execution error', text)
     self.assertRegex(lines[-1], r'^FAIL: 1 of 1 variant\(s\) failed to run \(K=2 M=2\); first '
-                     r'cause: TensorPipeLayer pipe\b.*batch_dim=0')
+                     r"cause: TensorPipeLayer 'pipe': the batch_dim check failed: .*batch_dim=0")
     self.assertNotIn('differ', lines[-1])
 
 

@@ -2,7 +2,6 @@
 and the several-hosts flags (--cluster_spec, --job, --task, a writable logdir, a free port), also
 through the real `python -m tensorpipe.trainer.train` (ClusterFlagsCommandLineTest)."""
 
-import contextlib
 import errno
 import os
 import re
@@ -18,6 +17,7 @@ from lingvo.core import test_utils
 
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
+from tests import helpers
 
 MODEL = 'digits.TinyConvPipeline'
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -99,26 +99,6 @@ class PreflightTest(test_utils.TestCase):
                                 'controller': ['127.0.0.1:1']}, timeout_s=5, clock=clock.Now,
                                sleep=clock.Sleep)
       self.assertEqual(clock.now, 0)  # Only worker tasks are waited for.
-
-
-@contextlib.contextmanager
-def _HeldPorts(count, listen=(), reuse=()):
-  """Yields `count` loopback ports, each bound by a socket held for the whole block: no other
-  process can take one meanwhile. Ports with an index in `listen` accept connections (as a running
-  task's server does); those in `reuse` are bound with SO_REUSEADDR and not listening, so a
-  TensorFlow server (and preflight.CheckPortFree, which binds as it does) could still bind them,
-  while connections to them are refused."""
-  with contextlib.ExitStack() as stack:
-    ports = []
-    for i in range(count):
-      s = stack.enter_context(socket.socket())
-      if i in reuse:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-      s.bind(('127.0.0.1', 0))
-      if i in listen:
-        s.listen()
-      ports.append(s.getsockname()[1])
-    yield ports
 
 
 def _Spec(ports, workers=1):
@@ -219,7 +199,7 @@ class ClusterFlagsTest(test_utils.TestCase):
       preflight.CheckWritable(os.path.join(blocker, 'train'), 'task worker:1')
 
   def testPortTaken(self):
-    with _HeldPorts(2, listen=(0,)) as (listening, bound):
+    with helpers.HeldPorts(2, listen=(0,)) as (listening, bound):
       for port in (listening, bound):
         address = '127.0.0.1:%d' % port
         with self.assertRaisesRegex(
@@ -239,7 +219,7 @@ class ClusterFlagsTest(test_utils.TestCase):
   def testPortAServerCouldBind(self):
     # Bound with SO_REUSEADDR and not listening, as a port in TIME_WAIT after an earlier run's
     # task ended: TensorFlow's server binds it, so the check passes.
-    with _HeldPorts(1, reuse=(0,)) as (port,):
+    with helpers.HeldPorts(1, reuse=(0,)) as (port,):
       preflight.CheckPortFree('127.0.0.1:%d' % port, 'task worker:0')
 
 
@@ -276,7 +256,7 @@ class ClusterFlagsCommandLineTest(test_utils.TestCase):
   @pytest.mark.slow
   def testWorkerAddressWithoutPort(self):
     # Today's trainer client would wait --startup_timeout_s for "127.0.0.1" before "not reachable".
-    with _HeldPorts(2) as ports:
+    with helpers.HeldPorts(2) as ports:
       spec = _Spec(ports, workers=0) + '127.0.0.1'
       self._CheckError(_Trainer('--cluster_spec=%s' % spec, '--job=trainer_client', '--task=0',
                                 '--logdir=%s' % self.create_tempdir().full_path),
@@ -285,7 +265,7 @@ class ClusterFlagsCommandLineTest(test_utils.TestCase):
 
   @pytest.mark.slow
   def testTaskOutOfRange(self):
-    with _HeldPorts(4) as ports:
+    with helpers.HeldPorts(4) as ports:
       self._CheckError(_Trainer('--cluster_spec=%s' % _Spec(ports, workers=2), '--job=worker',
                                 '--task=2', '--logdir=%s' % self.create_tempdir().full_path),
                        r'--task=2 is out of range for job worker: --cluster_spec gives it 2 '
@@ -295,7 +275,7 @@ class ClusterFlagsCommandLineTest(test_utils.TestCase):
   def testSecondTrainerClient(self):
     # The trainer client's port is held by a listening socket, as by the first run's trainer
     # client; the controller's and the worker's ports are bound, not listening (refused).
-    with _HeldPorts(3, listen=(1,)) as ports:
+    with helpers.HeldPorts(3, listen=(1,)) as ports:
       self._CheckError(_Trainer('--cluster_spec=%s' % _Spec(ports), '--job=trainer_client',
                                 '--task=0', '--logdir=%s' % self.create_tempdir().full_path),
                        r'task trainer_client:0 cannot listen on 127\.0\.0\.1:%d \(Address already in '
@@ -314,7 +294,7 @@ class ClusterFlagsCommandLineTest(test_utils.TestCase):
       self.skipTest('unshare -m is not permitted here')
     logdir = self.create_tempdir().full_path
     mount = ('mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"')
-    with _HeldPorts(3) as ports:
+    with helpers.HeldPorts(3) as ports:
       self._CheckError(['unshare', '-m', 'sh', '-c', mount, logdir] +
                        _Trainer('--cluster_spec=%s' % _Spec(ports), '--job=worker', '--task=0',
                                 '--logdir=%s' % logdir),

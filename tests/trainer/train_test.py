@@ -8,7 +8,6 @@ cores: the runners start as soon as the model is ready (tensorpipe.trainer.start
 """
 
 import collections
-import contextlib
 import glob
 import json
 import os
@@ -258,21 +257,6 @@ class _WaitingRunner(train.ExplainedCheckpointWait):
     return step >= self.params.train.max_steps
 
 
-@contextlib.contextmanager
-def _HeldPorts(count, reuse=()):
-  """Yields `count` loopback ports, each bound (not listening) by a socket held for the block;
-  those with an index in `reuse` with SO_REUSEADDR, so a TensorFlow server could bind them too."""
-  with contextlib.ExitStack() as stack:
-    ports = []
-    for i in range(count):
-      s = stack.enter_context(socket.socket())
-      if i in reuse:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-      s.bind(('127.0.0.1', 0))
-      ports.append(s.getsockname()[1])
-    yield ports
-
-
 class CommandLineErrorsTest(test_utils.TestCase):
   """The command line: one-line messages and exit status 2, no traceback."""
 
@@ -309,7 +293,7 @@ class CommandLineErrorsTest(test_utils.TestCase):
     # Ports held bound but not listening for the whole test: connections to them are refused, and
     # no other process can take them meanwhile. The trainer client's own is held with SO_REUSEADDR,
     # so its server could bind it too (the check that its port is free passes).
-    with _HeldPorts(3, reuse=(1,)) as (controller, client, port):
+    with helpers.HeldPorts(3, reuse=(1,)) as (controller, client, port):
       spec = ('controller=127.0.0.1:%d@trainer_client=127.0.0.1:%d@worker=127.0.0.1:%d' %
               (controller, client, port))
       self._CheckError(['--model=%s' % MODEL, '--cpu_devices=4', '--mode=sync',
@@ -329,7 +313,7 @@ class CommandLineErrorsTest(test_utils.TestCase):
   def testSplitSpansTheWorkerTasksOfAReplica(self):
     # --worker_split_size defaults to --cpu_devices x --worker_tasks_per_replica: 1 x 2 < K = 4.
     # The check fails before any connection: ports nobody listens on (held for the test).
-    with _HeldPorts(3) as ports:
+    with helpers.HeldPorts(3) as ports:
       self._CheckSplitError('controller=127.0.0.1:%d@worker=127.0.0.1:%d,127.0.0.1:%d' %
                             tuple(ports))
 
