@@ -738,7 +738,7 @@ class ClusterTask:
         _Exit(ERROR_EXIT_CODE)
 
   def Finish(self):
-    """After this task's runners ended: the trainer client waits for the controller's last save."""
+    """After this task's runners ended: the trainer client waits for the controller to end."""
     self._stop.set()
     if self.job == 'trainer_client' and not PREEMPTION.received.is_set():
       deadline = time.monotonic() + _CONTROLLER_END_S
