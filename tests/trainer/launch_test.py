@@ -21,6 +21,16 @@ from tests import helpers
 _REPO = helpers.REPO
 
 
+def _Runs(pid, logdir):
+  """Whether process `pid` is a task of the job in `logdir` (its command line names it), so that
+  a pid the system has since given to another process is never killed."""
+  try:
+    with open('/proc/%d/cmdline' % pid, 'rb') as f:
+      return logdir.encode() in f.read()
+  except OSError:
+    return False
+
+
 class LauncherTest(test_utils.TestCase):
   """tensorpipe.trainer.launch with K = 4 partitions in 2 worker processes: a killed worker stops
   the job with a message naming it, every process is stopped, and the same command resumes from the
@@ -46,17 +56,20 @@ class LauncherTest(test_utils.TestCase):
 
   def _Stop(self, proc, out):
     """Stops the launcher (SIGINT: it then stops its tasks), and then by pid every task it
-    reported that still runs."""
+    reported that still runs (its output read again now: a test that failed early may not have
+    seen every pid)."""
     if proc.poll() is None:
       proc.send_signal(signal.SIGINT)
       try:
-        proc.wait(timeout=30)
+        proc.wait(timeout=120)
       except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=30)
     out.close()
-    for pid in self._task_pids:
-      if self._Alive(pid):
+    printed = [int(p) for p in re.findall(r'^\s+\w+ task \d+\s+pid (\d+)', self._Read(out.name),
+                                          re.M)]
+    for pid in set(self._task_pids + printed):
+      if self._Alive(pid) and _Runs(pid, os.path.dirname(out.name)):
         os.kill(pid, signal.SIGKILL)
 
   def setUp(self):
@@ -118,9 +131,9 @@ class LauncherTest(test_utils.TestCase):
     out = self._Read(path)
     self.assertEqual(proc.returncode, 128 + signal.SIGTERM, out[-3000:])
     self._AssertAllEnded(pids)
-    match = re.search(r'^tensorpipe\.trainer\.launch: error: stopped by SIGTERM: the trainer client '
-                      r'saved a checkpoint of step (\d+): (\S+)\. Run the same command again to '
-                      r'resume at step (\d+)\.$', out.strip().splitlines()[-1])
+    match = re.search(r'^tensorpipe\.trainer\.launch: error: stopped by SIGTERM: the trainer '
+                      r'client saved a checkpoint of step (\d+): (\S+)\. Run the same command '
+                      r'again to resume at step (\d+)\.$', out.strip().splitlines()[-1])
     self.assertIsNotNone(match, out[-3000:])
     saved, path_saved, resume = int(match.group(1)), match.group(2), int(match.group(3))
     self.assertEqual(resume, saved + 1)
@@ -483,10 +496,18 @@ class LauncherSignalsTest(test_utils.TestCase):
     pids = []
 
     def Cleanup():
-      for pid in [proc.pid] + pids:
-        if LauncherTest._Alive(pid):
-          os.kill(pid, signal.SIGKILL)
-      proc.wait(timeout=30)
+      """Stops the launcher (SIGINT: it stops its tasks; then SIGKILL), then by pid every task it
+      reported, read again now: a test that failed early may not have seen them all."""
+      if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+          proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+          proc.kill()
+          proc.wait(timeout=30)
+      for pid in re.findall(r'^\s+\w+ task \d+\s+pid (\d+)', LauncherTest._Read(out.name), re.M):
+        if LauncherTest._Alive(int(pid)) and _Runs(int(pid), logdir):
+          os.kill(int(pid), signal.SIGKILL)
     self.addCleanup(Cleanup)
     trainer_log = os.path.join(logdir, 'launch', 'trainer_client.0.log')
     deadline = time.time() + 60  # A bound on the test's run time.
