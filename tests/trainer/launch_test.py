@@ -21,6 +21,24 @@ from tests import helpers
 _REPO = helpers.REPO
 
 
+def _StopLauncher(proc, out_path, logdir, timeout_s):
+  """Stops a launcher the test started (SIGINT: it stops its tasks; SIGKILL after `timeout_s`),
+  then by pid every task it printed that still runs and belongs to the job in `logdir`. The output
+  is read again here: a test that failed early may not have seen every pid."""
+  if proc.poll() is None:
+    proc.send_signal(signal.SIGINT)
+    try:
+      proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+      proc.kill()
+      proc.wait(timeout=30)
+  with open(out_path) as f:
+    pids = [int(p) for p in re.findall(r'^\s+\w+ task \d+\s+pid (\d+)', f.read(), re.M)]
+  for pid in pids:
+    if LauncherTest._Alive(pid) and _Runs(pid, logdir):
+      os.kill(pid, signal.SIGKILL)
+
+
 def _Runs(pid, logdir):
   """Whether process `pid` is a task of the job in `logdir` (its command line names it), so that
   a pid the system has since given to another process is never killed."""
@@ -51,30 +69,15 @@ class LauncherTest(test_utils.TestCase):
     self._outs.append(out.name)
     proc = subprocess.Popen(args, cwd=_REPO, stdout=out, stderr=subprocess.STDOUT,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
-    self.addCleanup(self._Stop, proc, out)
+    self.addCleanup(self._Stop, proc, out, logdir)
     return proc, out.name
 
-  def _Stop(self, proc, out):
-    """Stops the launcher (SIGINT: it then stops its tasks), and then by pid every task it
-    reported that still runs (its output read again now: a test that failed early may not have
-    seen every pid)."""
-    if proc.poll() is None:
-      proc.send_signal(signal.SIGINT)
-      try:
-        proc.wait(timeout=120)
-      except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=30)
+  def _Stop(self, proc, out, logdir):
     out.close()
-    printed = [int(p) for p in re.findall(r'^\s+\w+ task \d+\s+pid (\d+)', self._Read(out.name),
-                                          re.M)]
-    for pid in set(self._task_pids + printed):
-      if self._Alive(pid) and _Runs(pid, os.path.dirname(out.name)):
-        os.kill(pid, signal.SIGKILL)
+    _StopLauncher(proc, out.name, logdir, timeout_s=120)
 
   def setUp(self):
     super().setUp()
-    self._task_pids = []
     self._outs = []
 
   @staticmethod
@@ -89,7 +92,6 @@ class LauncherTest(test_utils.TestCase):
       pids = {m.group(1): int(m.group(2)) for m in re.finditer(
           r'^\s+(\w+ task \d+)\s+pid (\d+)', self._Read(path), re.M)}
       if len(pids) == num_tasks or time.time() > deadline:
-        self._task_pids.extend(pids.values())
         return pids
       time.sleep(0.5)
 
@@ -141,7 +143,6 @@ class LauncherTest(test_utils.TestCase):
     self.assertEqual(tf.train.load_checkpoint(path_saved).get_tensor('global_step'), saved)
     # 2. The same command resumes at that step + 1; a killed worker then stops the whole job.
     proc, path = self._Launch(logdir, max_steps=100000, stall_timeout_s=90)
-    self._task_pids.clear()
     pids = self._Pids(path, 4)
     deadline = time.time() + 240
     while not [f for f in glob.glob(os.path.join(logdir, 'train', 'ckpt-*.index'))
@@ -495,20 +496,7 @@ class LauncherSignalsTest(test_utils.TestCase):
         cwd=_REPO, stdout=out, stderr=subprocess.STDOUT)
     pids = []
 
-    def Cleanup():
-      """Stops the launcher (SIGINT: it stops its tasks; then SIGKILL), then by pid every task it
-      reported, read again now: a test that failed early may not have seen them all."""
-      if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-          proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-          proc.kill()
-          proc.wait(timeout=30)
-      for pid in re.findall(r'^\s+\w+ task \d+\s+pid (\d+)', LauncherTest._Read(out.name), re.M):
-        if LauncherTest._Alive(int(pid)) and _Runs(int(pid), logdir):
-          os.kill(int(pid), signal.SIGKILL)
-    self.addCleanup(Cleanup)
+    self.addCleanup(_StopLauncher, proc, out.name, logdir, 60)
     trainer_log = os.path.join(logdir, 'launch', 'trainer_client.0.log')
     deadline = time.time() + 60  # A bound on the test's run time.
     while True:
