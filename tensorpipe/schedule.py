@@ -109,6 +109,15 @@ gaps):
   device 0 | F0,0 F0,1 .    F3,0 B3,0 W3,0 F3,1 B3,1 W3,1 B0,0 W0,0 .    B0,1 W0,1
   device 1 | .    F1,0 F2,0 F1,1 F2,1 B2,0 W2,0 B1,0 W1,0 B2,1 W2,1 B1,1 W1,1 .
 
+A decode step (`DecodeSchedule`) has forward actions only, each partition k's ExtendStep on
+micro-batch t with that micro-batch's states (see TensorPipeLayer.ExtendStep), and keeps rules 1
+and 2, so partition k runs micro-batch t while partition k + 1 runs micro-batch t - 1. For K = 2,
+M = 3 (`DecodeSchedule(2, 3).Render()`):
+
+  tick        | 0    1    2    3
+  partition 0 | F0,0 F0,1 F0,2 .
+  partition 1 | .    F1,0 F1,1 F1,2
+
 Rules 14-16 make the executor, which sees only edges, keep the bounds the device's list keeps
 whatever order it picks among ready actions; each is read off the list:
   14. IN_FLIGHT_ON_DEVICE: a device's (n + F)-th forward action after its n-th backward action,
@@ -249,6 +258,8 @@ class Schedule:
       'except_last' (not the last micro-batch's) or 'never'.
     partition_devices: per partition, the index of its device (default: partition k on device k);
       every device in [0, max + 1) holds at least one partition.
+    forward_only: the schedule has forward actions only (a decode step, `DecodeSchedule`): no
+      backward action is expected.
 
   Raises:
     ValueError: if an action is missing, repeated or on the wrong device, if an edge names an action
@@ -258,12 +269,14 @@ class Schedule:
 
   def __init__(self, num_partitions: int, num_micro_batches: int,
                device_actions: Sequence[Sequence[Action]], edges: Sequence[Edge], name: str,
-               recompute: str = 'always', partition_devices: Optional[Sequence[int]] = None):
+               recompute: str = 'always', partition_devices: Optional[Sequence[int]] = None,
+               forward_only: bool = False):
     _CheckSizes(num_partitions, num_micro_batches)
     self.num_partitions = num_partitions
     self.num_micro_batches = num_micro_batches
     self.name = name
     self.recompute = recompute
+    self.forward_only = forward_only
     self._devices = self._Placement(partition_devices)
     self.num_devices = max(self._devices) + 1
     self._device_actions = [list(actions) for actions in device_actions]
@@ -319,10 +332,16 @@ class Schedule:
         if action in seen:
           raise ValueError('%s: %s appears twice' % (self.name, action))
         seen.add(action)
-    kinds = (FORWARD, BACKWARD) + ((WEIGHT,) if any(a.kind == WEIGHT for a in seen) else ())
+    if self.forward_only:
+      kinds: Tuple[str, ...] = (FORWARD,)
+    else:
+      kinds = (FORWARD, BACKWARD) + ((WEIGHT,) if any(a.kind == WEIGHT for a in seen) else ())
     expected = {Action(kind, k, t) for kind in kinds
                 for k in range(self.num_partitions) for t in range(self.num_micro_batches)}
     if seen != expected:
+      if seen - expected:
+        raise ValueError('%s: a forward-only schedule has other actions: %s' %
+                         (self.name, ', '.join(str(a) for a in sorted(seen - expected))))
       raise ValueError('%s: actions missing: %s' %
                        (self.name, ', '.join(str(a) for a in sorted(expected - seen))))
     for edge in self._edges:
@@ -806,6 +825,41 @@ def ZeroBubbleVSchedule(num_devices: int, num_micro_batches: int, forward_lag: i
     edges.extend(_DeviceBoundEdges(actions))
   return Schedule(2 * d, m, device_actions, edges, 'ZB-V K=%d, M=%d' % (d, m), recompute,
                   VPartitionDevices(d))
+
+
+def DecodeSchedule(num_partitions: int, num_micro_batches: int, forward_lag: int = 1,
+                   partition_devices: Optional[Sequence[int]] = None) -> Schedule:
+  """One decode step: forward actions only, F(k, t) after F(k-1, t) and F(k, t - lag) (rules 1
+  and 2), so partition k runs micro-batch t while partition k + 1 runs micro-batch t - 1.
+
+  Each F(k, t) of a decode step is partition k's ExtendStep on micro-batch t, with that
+  micro-batch's states (see TensorPipeLayer.ExtendStep). A device's list is in the order of the
+  earliest tick each action can start at (k + t), so a device that holds several partitions
+  (`partition_devices`, as the training schedule places them) goes down the pipeline's wave.
+
+  Args:
+    num_partitions: the partitions (K x virtual stages).
+    num_micro_batches: M.
+    forward_lag: rule 2's lag, as for FillDrainSchedule.
+    partition_devices: per partition, its device (default: partition k on device k).
+  """
+  _CheckSizes(num_partitions, num_micro_batches)
+  _CheckLag(forward_lag)
+  edges = [e for k in range(num_partitions) for t in range(num_micro_batches)
+           for e in _DataAndOrderEdges(k, t, num_partitions, forward_lag)
+           if e.after.kind == FORWARD]
+  devices = list(range(num_partitions)) if partition_devices is None else list(partition_devices)
+  if len(devices) != num_partitions:
+    raise ValueError('DecodeSchedule: partition_devices must give a device for each of the %d '
+                     'partitions, got %r' % (num_partitions, partition_devices))
+  actions = sorted((Action(FORWARD, k, t) for k in range(num_partitions)
+                    for t in range(num_micro_batches)), key=lambda a: (a.partition + a.micro_batch,
+                                                                       a.partition))
+  device_actions = [[a for a in actions if devices[a.partition] == d]
+                    for d in range(max(devices) + 1)]
+  return Schedule(num_partitions, num_micro_batches, device_actions, edges,
+                  'decode step K=%d, M=%d' % (num_partitions, num_micro_batches),
+                  partition_devices=partition_devices, forward_only=True)
 
 
 SCHEDULES: Dict[str, Callable[..., Schedule]] = {

@@ -590,5 +590,40 @@ class ZeroBubbleVScheduleTest(unittest.TestCase):
       schedule.ZeroBubbleVSchedule(2, 4, forward_lag=0)
 
 
+class DecodeScheduleTest(unittest.TestCase):
+
+  def testForwardActionsOnlyWithRulesOneAndTwoAndTheDocstringGrid(self):
+    for k, m, lag in itertools.product(range(1, 5), range(1, 6), (1, 2)):
+      s = schedule.DecodeSchedule(k, m, lag)
+      self.assertTrue(s.forward_only)
+      self.assertEqual(s.device_actions, [[_A(F, p, t) for t in range(m)] for p in range(k)])
+      self.assertEqual({e.rule for e in s.edges} - {schedule.Rule.FORWARD_INPUT,
+                                                    schedule.Rule.FORWARD_ORDER}, set())
+      ticks = s.DryRun()
+      for e in s.edges:
+        self.assertLess(ticks[e.before], ticks[e.after])
+      # Partition p runs micro-batch t at tick p + t: while p + 1 runs t - 1.
+      self.assertEqual(ticks, {_A(F, p, t): p + t for p in range(k) for t in range(m)})
+      self.assertIs(s.Task(_A(F, 0, 0)), schedule.Task.FORWARD)
+    self.assertEqual(schedule.DecodeSchedule(2, 3).Render().splitlines(), [
+        'partition 0 | F0,0 F0,1 F0,2 .   ', 'partition 1 | .    F1,0 F1,1 F1,2'])
+
+  def testSeveralPartitionsPerDeviceGoDownTheWave(self):
+    s = schedule.DecodeSchedule(4, 2, 1, schedule.VPartitionDevices(2))
+    self.assertEqual(s.Render().splitlines(), [
+        'device 0 | F0,0 F0,1 .    .    F3,0 F3,1', 'device 1 | .    F1,0 F1,1 F2,0 F2,1 .   '])
+    s = schedule.DecodeSchedule(4, 3, 2, schedule.InterleavedPartitionDevices(2, 2))
+    self.assertEqual([s.DeviceOf(p) for p in range(4)], [0, 1, 0, 1])
+    self.assertEqual(len(s.DryRun()), 12)
+
+  def testAForwardOnlyScheduleHasNoOtherActions(self):
+    lists = [[_A(F, 0, 0), _A(B, 0, 0)]]
+    with self.assertRaisesRegex(ValueError, 'mine: a forward-only schedule has other actions: B0,0'):
+      schedule.Schedule(1, 1, lists, [], 'mine', forward_only=True)
+    with self.assertRaisesRegex(ValueError, 'partition_devices must give a device for each of the '
+                                '3 partitions'):
+      schedule.DecodeSchedule(3, 2, 1, [0, 1])
+
+
 if __name__ == '__main__':
   unittest.main()
