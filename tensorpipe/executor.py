@@ -30,6 +30,11 @@ for that task (see `partition_function`). An edge into a forward action from a b
 IN_FLIGHT, in 1F1B and zero-bubble) is added to the forward call once step (5) has built the
 backward action, which needs a loss gradient that does not wait for the forward passes (checked in
 (5)).
+
+A decode step (`DecodeStep`, for TensorPipeLayer.ExtendStep) builds only forward actions, of a
+`schedule.DecodeSchedule`, in the same build order and through the same `_After`: each is a call of
+partition k's step function on micro-batch t, which takes and returns partition k's states for t on
+partition k's device.
 """
 
 import dataclasses
@@ -177,23 +182,8 @@ class PipelineStep:
           theta_leaves, token = self._Anchor(k, theta_leaves)  # Step (2).
         tokens.append(token)
       thetas.append(theta_leaves)
-    outputs = [[None] * num_micro for _ in range(num_partitions)]
-    for action in self._sched.BuildOrder((schedule_lib.FORWARD,)):  # Step (3).
-      k, t = action.partition, action.micro_batch
-      inputs = self._route(k, pieces[t], [outputs[j][t] for j in range(k)])
-      x_leaves = leaves.Present(inputs)
-      self._calls[action] = _Call(k, t, self._make_partition(k, t, partition_theta[k], inputs),
-                                  thetas[k], x_leaves, [], step, offsets[t],
-                                  self._Origins(k, t, x_leaves, pieces[t]))
-      # Rules FORWARD_INPUT and FORWARD_ORDER: after F(k-1, t) and the device's forward pass
-      # before it. Rule IN_FLIGHT's edge from a backward action is added by `_Built` once that
-      # action is built in step (5).
-      with tf.name_scope('partition%d_mb%d' % (k, t)), self._After(action):
-        outputs[k][t], records, ops = self._HANDLERS[self._sched.Task(action)](
-            self, self._calls[action], training)
-      self._Built(action, ops)
-      for update in records:
-        collector.Add(update)
+    outputs = self._Forwards(partition_theta, thetas, pieces, step, offsets, training,
+                             collector)  # Step (3).
     last = outputs[-1]
     with tf.device(self._devices[-1]):
       if not training:
@@ -202,6 +192,72 @@ class PipelineStep:
     if self._check_batch_dim:
       self._checks.extend(self._BatchDimChecks(args))
     return out
+
+  def _Forwards(self, partition_theta, thetas, pieces, step, offsets, training, collector,
+                states=None, time_step=None):
+    """Every forward action, in build order: step (3), or a decode step's actions when `states` (per
+    partition and micro-batch) are given. Returns outputs[k][t]; in a decode step each is (the
+    outputs, partition k's new states for micro-batch t)."""
+    num_micro, num_partitions = self._num_micro, self._num_partitions
+    decoding = states is not None
+    outputs = [[None] * num_micro for _ in range(num_partitions)]
+    for action in self._sched.BuildOrder((schedule_lib.FORWARD,)):
+      k, t = action.partition, action.micro_batch
+      inputs = self._route(k, pieces[t], [outputs[j][t][0] if decoding else outputs[j][t]
+                                          for j in range(k)])
+      if decoding:
+        # Partition k's decode function takes its states for t and the time step besides its
+        # inputs, and returns its new states for t besides its outputs (and the time step).
+        inputs = (inputs, states[k][t], time_step)
+      x_leaves = leaves.Present(inputs)
+      self._calls[action] = _Call(
+          k, t, self._make_partition(k, t, partition_theta[k], inputs), thetas[k], x_leaves, [],
+          step, offsets[t], [] if decoding else self._Origins(k, t, x_leaves, pieces[t]))
+      # Rules FORWARD_INPUT and FORWARD_ORDER: after F(k-1, t) and the device's forward pass
+      # before it. Rule IN_FLIGHT's edge from a backward action is added by `_Built` once that
+      # action is built in step (5).
+      with tf.name_scope('partition%d_mb%d' % (k, t)), self._After(action):
+        out, records, ops = self._HANDLERS[self._sched.Task(action)](
+            self, self._calls[action], training)
+      self._Built(action, ops)
+      outputs[k][t] = tuple(out[:2]) if decoding else out
+      for update in records if collector is not None else []:
+        collector.Add(update)
+    return outputs
+
+  def DecodeStep(self, partition_theta: Sequence[py_utils.NestedMap], args: Any,
+                 sizes: Sequence[Union[int, tf.Tensor]], states: Sequence[Sequence[Any]],
+                 time_step: tf.Tensor) -> Tuple[Any, List[List[Any]]]:
+    """One decode step, on a forward-only schedule (`schedule.DecodeSchedule`): micro-batch t of the
+    step's inputs goes through the partitions, and partition k's call on it extends partition k's
+    states for t. The states are inputs and outputs of calls on partition k's device, so they stay
+    there; only the step's activations pass between partitions.
+
+    Args:
+      partition_theta: K NestedMaps, partition k's weights.
+      args: the step's inputs (tensors, tuples, NestedMaps; None allowed), split like FProp's.
+      sizes: per micro-batch, its number of examples (see micro_batching.Sizes).
+      states: states[k][t], partition k's states for micro-batch t (any structure of tensors).
+      time_step: the step's index (int32 scalar), given to every call.
+
+    Returns:
+      (the last partition's outputs joined along the output batch axis, the new states[k][t]).
+    """
+    self._sizes = list(sizes)
+    step = py_utils.GetGlobalStep()
+    with tf.device(self._devices[0]):
+      if step is not None:
+        step = tf.cast(step, tf.int64)
+      offsets = [tf.constant(o, tf.int64) if isinstance(o, int) else tf.cast(o, tf.int64)
+                 for o in micro_batching.Offsets(self._sizes)]
+      pieces = micro_batching.Split(args, self._num_micro, self._batch_dim, self._sizes)
+    thetas = [theta.Flatten() for theta in partition_theta]
+    outputs = self._Forwards(partition_theta, thetas, pieces, step, offsets, False, None, states,
+                             time_step)
+    with tf.device(self._devices[-1]):
+      joined = micro_batching.Concat([out for out, _ in outputs[-1]], self._output_batch_dim,
+                                     self._where)
+    return joined, [[new for _, new in per_partition] for per_partition in outputs]
 
   def _BatchDimChecks(self, args):
     """On the first step of every run, each partition's check that it keeps examples apart

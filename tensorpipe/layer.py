@@ -27,6 +27,7 @@ from lingvo.core import py_utils
 
 from tensorpipe import batch_norm
 from tensorpipe import check_failure
+from tensorpipe import decode_state
 from tensorpipe import executor
 from tensorpipe import micro_batching
 from tensorpipe import nested_params
@@ -165,6 +166,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
              'small. See matmul_gradient.')
     p.Define('devices', None,
              'Optional list of K device strings overriding cluster.WorkerDeviceInModelSplit(k).')
+    p.Define('decode_micro_batches', None,
+             'M of each incremental decode step (InitStates, ExtendStep): the step\'s batch '
+             '(batch x beam) is split into this many micro-batches; None: as num_micro_batches '
+             '(or micro_batch_size). Decode steps are small: fewer micro-batches may run faster.')
     return p
 
   def __init__(self, params):
@@ -207,6 +212,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
           self._CreateEntry(entry, where)
       self._partition_layers.append([entry.name for entry in partition])
     self._skips = self._SkipConnections(where)
+    self._state_axes = {}  # Entry -> its decoding states' batch axes (set by InitStates).
     if p.micro_batch_size is None:
       self.Schedule(None)  # Combinations of K, v and M that cannot run fail here, not in FProp.
 
@@ -372,13 +378,17 @@ class TensorPipeLayer(base_layer.BaseLayer):
       reasons.extend(r for r in functions.MicroBatchDependence() if r not in reasons)
     return reasons
 
-  def _LayerFunctions(self, names):
+  def _LayerFunctions(self, names, decoding=False):
     """The entries `names` as (name, function (theta, state) -> state), in order.
 
     A state is (main, loss inputs or None, {skip key: tensor}): an entry gets the main value as its
     inputs (the loss layer gets it and then the loss inputs), then the skip connections it is the
     destination of; its output becomes the main value and the value of the skip connections it is
     the source of. The pipeline's last entry returns its output alone.
+
+    With `decoding`, a function takes and returns (state, {entry: decoding states}, time step): an
+    entry with decoding states runs its ExtendStep on them and replaces them with what it returns
+    (see `decode_state`); the others run as in FProp.
     """
     last = [name for names_k in self._partition_layers for name in names_k][-1]
 
@@ -389,15 +399,22 @@ class TensorPipeLayer(base_layer.BaseLayer):
       out_of = [key for key, (src, _) in self._skips.items() if src == name]
 
       def Fn(theta, state):
+        caches, time_step = {}, None
+        if decoding:
+          state, caches, time_step = state
         main, extra, carried = state
         args = (main,) + _ToTuple(extra) if name == self._loss_name else _ToTuple(main)
-        out = shared_layer.Run(layer, method, theta[child],
-                               *(args + tuple(carried[key] for key in into)))
-        if name == last:
-          return out
-        carried = {key: value for key, value in carried.items() if key not in into}
-        carried.update((key, out) for key in out_of)
-        return (out, extra, carried)
+        args += tuple(carried[key] for key in into)
+        if name in caches:
+          out, new = layer.ExtendStep(theta[child], *(args + (caches[name], time_step)))
+          caches = dict(caches, **{name: new})
+        else:
+          out = shared_layer.Run(layer, method, theta[child], *args)
+        if name != last:
+          carried = {key: value for key, value in carried.items() if key not in into}
+          carried.update((key, out) for key in out_of)
+          out = (out, extra, carried)
+        return (out, caches, time_step) if decoding else out
 
       return Fn
 
@@ -434,24 +451,27 @@ class TensorPipeLayer(base_layer.BaseLayer):
         carried[key] = earlier[source][2][key]
     return (main, extra, carried)
 
-  def _PartitionFunctions(self, k, device, theta, inputs, example_count, recomputes):
+  def _PartitionFunctions(self, k, device, theta, inputs, example_count, recomputes,
+                          decoding=False):
     """Partition k's graph functions on `device` for inputs like `inputs`.
 
     Traced once per graph, device, input signature, mode (layers compute differently in evaluation)
     and whether backward passes re-compute, so the graph does not grow with M (micro-batches of two
-    sizes, when M does not divide the batch, trace twice).
+    sizes, when M does not divide the batch, trace twice). With `decoding`, the functions of a
+    decode step (see `_LayerFunctions`), whose forward function is partition k's ExtendStep.
     """
     p = self.params
     graph = tf.get_default_graph()
     leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
                    for x in tf.nest.flatten(inputs))
     signature = (k, device, self.do_eval, recomputes, example_count, leaves,
-                 str(tf.nest.map_structure(lambda _: 0, inputs)))
+                 str(tf.nest.map_structure(lambda _: 0, inputs)), decoding)
     cache = self._functions.setdefault(graph, {})
     if signature not in cache:
       cache[signature] = partition_function.PartitionFunctions(
-          self._LayerFunctions(self._partition_layers[k]), theta, inputs, device,
-          '%s_partition%d' % (p.name, k), p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
+          self._LayerFunctions(self._partition_layers[k], decoding), theta, inputs, device,
+          '%s_partition%d%s' % (p.name, k, '_step' if decoding else ''),
+          p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
           site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
           example_count=example_count, recomputes=recomputes)
     return cache[signature]
@@ -549,6 +569,186 @@ class TensorPipeLayer(base_layer.BaseLayer):
             example_count=batch if isinstance(batch, int) else None,
             two_d_weight_gradients=p.two_d_weight_gradients)
     return state
+
+  # ------------------------------------------------------------------------------------------------
+  # Incremental decoding (see `decode_state`): InitStates, then one ExtendStep per position.
+
+  def DecodeMicroBatches(self, batch_size):
+    """M of a decode step of `batch_size` examples (1 when unpipelined): decode_micro_batches, or
+    as NumMicroBatches."""
+    p = self.params
+    if p.unpipelined:
+      return 1
+    if p.decode_micro_batches is None:
+      return self.NumMicroBatches(batch_size)
+    return micro_batching.NumMicroBatches(batch_size, p.decode_micro_batches, None,
+                                          'TensorPipeLayer %r: decode_micro_batches' % p.name)
+
+  def DecodeSchedule(self, batch_size):
+    """The schedule.DecodeSchedule of a decode step of `batch_size` examples."""
+    p = self.params
+    return schedule.DecodeSchedule(self.num_partitions, self.DecodeMicroBatches(batch_size),
+                                   2 if p.forward_overlap else 1, self._placement)
+
+  def _DecodingEntries(self, where):
+    """The names of the entries that decode with a state, each checked (see decode_state.Check)."""
+    names = []
+    for k, partition in enumerate(self._partition_layers):
+      for name in partition:
+        child, method = self._entries[name]
+        decode_state.Check(self.children[child], method, name, k, where)
+        if decode_state.Decodes(self.children[child], method):
+          names.append(name)
+    return names
+
+  def InitStates(self, theta, batch_size, max_length, context=None):
+    """The decoding states of `batch_size` examples (batch x beam) for up to `max_length` steps.
+
+    Every entry whose layer has InitStates and ExtendStep makes its states on its partition's
+    device, once per micro-batch of the decode steps (DecodeMicroBatches); the states stay there
+    for the whole decode. `context` (tensors, tuples or NestedMaps with a batch axis, e.g. an
+    encoder's output) is split into the same micro-batches, and each piece goes once to the
+    devices whose entries' InitStates get it. Raises ValueError naming an entry that keeps state
+    between positions but has no ExtendStep, before anything is built.
+
+    Returns:
+      states[k][t]: partition k's {entry: states} for micro-batch t, to pass to ExtendStep.
+    """
+    p = self.params
+    where = 'TensorPipeLayer %r' % p.name
+    decoding = self._DecodingEntries(where)
+    static = batch_size if isinstance(batch_size, int) else None
+    num_micro = self.DecodeMicroBatches(static)
+    sizes = micro_batching.Sizes(batch_size, num_micro)
+    devices = self._OfPartitions(
+        placement.PartitionDevices(self.cluster, self.num_devices, p.devices, where))
+    with tf.device(devices[0]):
+      contexts = ([None] * num_micro if context is None else
+                  micro_batching.Split(context, num_micro, p.batch_dim, sizes))
+    self._state_axes = {}
+    states = []
+    with tf.name_scope(p.name):
+      for k, names in enumerate(self._partition_layers):
+        per_micro = [{} for _ in range(num_micro)]
+        for name in names:
+          if name not in decoding:
+            continue
+          child = self._entries[name][0]
+          layer = self.children[child]
+
+          def Init(size, piece, layer=layer, child=child):
+            args = () if context is None else (piece,)
+            return layer.InitStates(theta[child], size, max_length, *args)
+
+          with tf.device(devices[k]), tf.name_scope('%s_init_states' % name):
+            made = decode_state.Create(Init, sizes, contexts)
+          for t, value in enumerate(made):
+            per_micro[t][name] = value
+          if static is not None:
+            self._state_axes[name] = decode_state.BatchAxes(
+                Init, made[0], sizes[0], contexts[0], p.batch_dim,
+                '%s: layer %r' % (where, name))
+        states.append(per_micro)
+    return states
+
+  def ExtendStep(self, theta, step_inputs, states, t):
+    """One decode step: the pipeline on one position of each example, given the states before it.
+
+    Args:
+      theta: the layer's weights.
+      step_inputs: what FProp takes, for one position (e.g. [B, 1, D] batch-major, or [1, B, D]
+        time-major); with a loss_layer, (inputs, loss_inputs), where loss_inputs may be None.
+      states: what InitStates or the previous ExtendStep returned.
+      t: the position's index (int32 scalar), 0 for the first step.
+
+    The step's batch is split into the micro-batches of InitStates, and micro-batch t of a step
+    runs on partition k while micro-batch t + 1 runs on partition k - 1 (a decode step's schedule,
+    DecodeSchedule). Entries with states run ExtendStep on them, the others their FProp (or a
+    SharedLayer's method); tied weights and skip connections work as in FProp.
+
+    Returns:
+      (the last entry's outputs, joined over micro-batches as FProp's, the new states).
+    """
+    p = self.params
+    where = 'TensorPipeLayer %r' % p.name
+    args = _ToTuple(step_inputs)
+    if self._loss_name is not None and len(args) != 2:
+      raise ValueError('%s: with a loss_layer, ExtendStep takes step_inputs=(inputs, loss_inputs) '
+                       '(loss_inputs may be None); got %d' % (where, len(args)))
+    batch = micro_batching.BatchSize(args, p.batch_dim, where)
+    num_micro = self.DecodeMicroBatches(batch)
+    if len(states) != self.num_partitions or any(len(s) != num_micro for s in states):
+      raise ValueError('%s: ExtendStep got states for %s micro-batches of %d partitions, but a '
+                       'step of %s examples has %d micro-batches of %d partitions; pass the states '
+                       'InitStates made for this batch' %
+                       (where, [len(s) for s in states], len(states), batch, num_micro,
+                        self.num_partitions))
+    devices = self._OfPartitions(
+        placement.PartitionDevices(self.cluster, self.num_devices, p.devices, where))
+    partition_theta = [py_utils.NestedMap({name: theta[name] for name in self._ThetaNames(names)})
+                       for names in self._partition_layers]
+    t = tf.convert_to_tensor(t, tf.int32)
+    with tf.name_scope(p.name):
+      with tf.device(devices[0]):
+        sizes = micro_batching.Sizes(self._RunTimeBatch(args) if batch is None else batch,
+                                     num_micro)
+      if p.unpipelined:
+        return self._ExtendStepUnpipelined(partition_theta, args, devices, states, t)
+      sched = self.DecodeSchedule(batch)
+
+      def MakePartition(k, u, theta_k, inputs):
+        count = sizes[u] if isinstance(sizes[u], int) else None
+        return self._PartitionFunctions(k, devices[k], theta_k, inputs, count, False,
+                                        decoding=True)
+
+      step = executor.PipelineStep(
+          sched, MakePartition, devices, p.batch_dim, where, route=self._PartitionInputs,
+          output_batch_dim=p.batch_dim if p.output_batch_dim is None else p.output_batch_dim)
+      return step.DecodeStep(partition_theta, args, sizes, states, t)
+
+  def _ExtendStepUnpipelined(self, partition_theta, args, devices, states, t):
+    """A decode step without micro-batches or partition functions: partition k's entries, one
+    after another, on device k (the reference of the pipelined decode step)."""
+    p = self.params
+    step = py_utils.GetGlobalStep()
+    state = self._PartitionInputs(0, args, [])
+    new_states = []
+    for k, names in enumerate(self._partition_layers):
+      with tf.device(devices[k]):
+        state, caches, _ = partition_trace.RunInline(
+            self._LayerFunctions(names, decoding=True), partition_theta[k],
+            (state, states[k][0], t), None if step is None else tf.cast(step, tf.int64),
+            batch_norm.Discarding(), site_prefix=randomness.LayerKey(self),
+            example_axis=p.batch_dim, two_d_weight_gradients=p.two_d_weight_gradients)
+      new_states.append([caches])
+    return state, new_states
+
+  def ReorderStates(self, states, rows):
+    """`states` with row r of the step's batch taken from row rows[r] (beam search's parents),
+    each partition's by a gather on its own device: no state moves between devices.
+
+    Args:
+      states: what InitStates or ExtendStep returned (InitStates with a static batch size).
+      rows: [batch] int32, the row each row's states come from.
+    """
+    p = self.params
+    where = 'TensorPipeLayer %r' % p.name
+    devices = self._OfPartitions(
+        placement.PartitionDevices(self.cluster, self.num_devices, p.devices, where))
+    batch = tf.compat.dimension_value(rows.shape[0])
+    sizes = micro_batching.Sizes(batch, len(states[0]) if states else 1)
+    out = []
+    with tf.name_scope(p.name), tf.name_scope('reorder_states'):
+      for k, per_micro in enumerate(states):
+        names = sorted(per_micro[0])
+        missing = [name for name in names if name not in self._state_axes]
+        if missing:
+          raise ValueError('%s: ReorderStates needs states that InitStates made with a static '
+                           'batch size; layer %r\'s were not' % (where, missing[0]))
+        with tf.device(devices[k]):
+          out.append(decode_state.Reorder(per_micro, {n: self._state_axes[n] for n in names},
+                                          rows, sizes))
+    return out
 
   def _RunTimeBatch(self, args):
     """The batch size of `args` when the graph runs (int32 scalar)."""

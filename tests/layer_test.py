@@ -16,6 +16,7 @@ from tensorpipe import check_failure
 from tensorpipe import layer as layer_lib
 from tensorpipe import micro_batching as micro_batching_lib
 from tensorpipe import randomness
+from tensorpipe import shared_layer
 from tests import helpers
 
 BATCH = 16
@@ -731,6 +732,197 @@ class BadInputTest(test_utils.TestCase):
                               2, 2)
     with self.assertRaisesRegex(ValueError, r': outputs has rank 0, so it has no batch dimension'):
       self._Build(params, _Inputs)
+
+
+# ------------------------------------------------------------------------------------------------
+# Incremental decoding: InitStates and ExtendStep.
+
+DECODE_BATCH, DECODE_LEN = 5, 4  # M in {2, 3} does not divide the batch.
+
+
+class _CausalMix(helpers.Dense):
+  """y_t = tanh(x_t w + mean(x_0 .. x_t)) over [B, T, D]: each position sees the ones before it.
+
+  Decoding keeps the inputs so far in a float64 cache [B, max_length, D] (no other tensor of the
+  tests' graphs is float64, so a transfer of a state between devices is visible by its type).
+  """
+
+  def FProp(self, theta, x, *skips):
+    count = tf.cast(tf.range(1, py_utils.GetShape(x)[1] + 1), x.dtype)[None, :, None]
+    y = tf.tanh(tf.einsum('btd,de->bte', x, theta.w) + tf.cumsum(x, axis=1) / count)
+    return y + tf.add_n(list(skips)) if skips else y
+
+  def InitStates(self, theta, batch_size, max_length):
+    return py_utils.NestedMap(inputs=tf.zeros([batch_size, max_length, self.params.dim],
+                                              tf.float64))
+
+  def ExtendStep(self, theta, x, *skips_states_t):
+    *skips, states, t = skips_states_t
+    inputs = states.inputs + tf.cast(x, tf.float64) * tf.one_hot(
+        t, py_utils.GetShape(states.inputs)[1], dtype=tf.float64)[None, :, None]
+    mean = tf.cast(tf.reduce_sum(inputs, axis=1, keepdims=True), x.dtype) / tf.cast(t + 1, x.dtype)
+    y = tf.tanh(tf.einsum('btd,de->bte', x, theta.w) + mean)
+    return (y + tf.add_n(skips) if skips else y), py_utils.NestedMap(inputs=inputs)
+
+
+class _TiedProjection(helpers.Dense):
+  """One weight used twice: In (x w) at the start of a pipeline, Out (x w^T) at its end."""
+
+  def In(self, theta, x):
+    return tf.einsum('btd,de->bte', x, theta.w)
+
+  def Out(self, theta, x):
+    return tf.einsum('bte,de->btd', x, theta.w)
+
+
+class _Positionwise(helpers.Dense):
+  """tanh(x w) at each position of [B, T, D] (no state); adds the skip connections it gets."""
+
+  def FProp(self, theta, x, *skips):
+    y = tf.tanh(tf.einsum('btd,de->bte', x, theta.w))
+    return y + tf.add_n(list(skips)) if skips else y
+
+
+class _HidesItsState(helpers.Dense):
+  """A layer whose sublayer keeps decoding state, without an ExtendStep of its own."""
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateChild('mix', _CausalMix.Params().Set(dim=self.params.dim))
+
+  def FProp(self, theta, x):
+    return self.mix.FProp(theta.mix, x)
+
+
+def _DecodeLayers(tied):
+  """Five entries alternating state and no state; with `tied`, a SharedLayer first and last."""
+  def Dense(cls, i):
+    return cls.Params().Set(name='d%d' % i, dim=DIM, seed=700 + i)
+  layers = [Dense(_Positionwise, 0), Dense(_CausalMix, 1), Dense(_Positionwise, 2),
+            Dense(_CausalMix, 3), Dense(_Positionwise, 4)]
+  if tied:
+    tie = _TiedProjection.Params().Set(name='tie', dim=DIM, seed=799)
+    layers = ([shared_layer.SharedLayer.Params().Set(name='into', layer=tie, method='In')] +
+              layers + [shared_layer.SharedLayer.Params().Set(name='out', layer=tie.Copy(),
+                                                             method='Out')])
+  return layers
+
+
+def _DecodeInputs():
+  rng = np.random.RandomState(11)
+  return rng.uniform(-1, 1, size=[DECODE_BATCH, DECODE_LEN, DIM]).astype(np.float32)
+
+
+def _Decode(net, x, reorder=None):
+  """Every position of x [B, T, D] through net.ExtendStep in a while loop: [B, T, D]; with
+  `reorder` (step, rows), the states are reordered by rows after that step."""
+  b, length = py_utils.GetShape(x)[0], py_utils.GetShape(x)[1]
+  states = net.InitStates(net.theta, b, length)
+
+  def Body(i, states, out):
+    y, states = net.ExtendStep(net.theta, tf.gather(x, [i], axis=1), states, i)
+    if reorder is not None:
+      states = tf.cond(tf.equal(i, reorder[0]), lambda: net.ReorderStates(states, reorder[1]),
+                       lambda: states)
+    return i + 1, states, out.write(i, y[:, 0])
+
+  _, _, out = tf.while_loop(lambda i, *_: i < length, Body,
+                            [tf.constant(0), states, tf.TensorArray(tf.float32, length)])
+  return tf.transpose(out.stack(), [1, 0, 2])
+
+
+def _DecodeVariants(tied, skips):
+  """(name, TensorPipeLayer Params) of K in {1, 2, 3} x M in {1, 2, 3} and the unpipelined one."""
+  variants = []
+  for k, m in itertools.product((1, 2, 3), (1, 2, 3)):
+    variants.append(('K%dM%d' % (k, m), layer_lib.TensorPipeLayer.Params().Set(
+        name='K%dM%d' % (k, m), partitions=_Partition(_DecodeLayers(tied), k),
+        num_micro_batches=m, skip_connections=skips)))
+  variants.append(('unpipelined', layer_lib.TensorPipeLayer.Params().Set(
+      name='unpipelined', partitions=_Partition(_DecodeLayers(tied), 3), skip_connections=skips,
+      unpipelined=True)))
+  return variants
+
+
+class DecodingTest(test_utils.TestCase):
+  """ExtendStep position by position gives FProp's outputs on the whole sequence, for every K and
+  M (dividing the batch or not), pipelined or not, with tied weights and skip connections; the
+  states stay on their partition's device; beam search's reorder is a gather of rows; a layer that
+  keeps state without ExtendStep is refused by name."""
+
+  def _Check(self, tied, skips):
+    x = _DecodeInputs()
+    with tf.Graph().as_default() as g, cluster_factory.ForTestingWorker(
+        cpus=3, split_size=3, do_eval=True):
+      fetches = {}
+      for name, params in _DecodeVariants(tied, skips):
+        net = params.Instantiate()
+        fetches[name] = (net.FPropDefaultTheta(tf.constant(x)), _Decode(net, tf.constant(x)))
+      with tf.Session(graph=g, config=helpers.ValuesOnlyConfig(3)) as sess:
+        sess.run(tf.global_variables_initializer())
+        values = sess.run(fetches)
+    reference = values['unpipelined'][0]
+    self.assertEqual(reference.shape, (DECODE_BATCH, DECODE_LEN, DIM))
+    for name, (full, incremental) in sorted(values.items()):
+      self.assertAllClose(full, reference, rtol=1e-5, atol=1e-6, msg=name)
+      self.assertAllClose(incremental, reference, rtol=1e-5, atol=1e-6, msg=name)
+
+  def testEveryKAndMLikeFProp(self):
+    self._Check(tied=False, skips=None)
+
+  def testTiedWeightsAndSkipConnections(self):
+    self._Check(tied=True, skips=[('d1', 'd4'), ('into', 'd3')])
+
+  def testStatesStayOnTheirPartitionsDevice(self):
+    with tf.Graph().as_default() as g, cluster_factory.ForTestingWorker(
+        cpus=3, split_size=3, do_eval=True):
+      net = layer_lib.TensorPipeLayer.Params().Set(
+          name='pipe', partitions=_Partition(_DecodeLayers(True), 3), num_micro_batches=2,
+          skip_connections=[('d1', 'd4')]).Instantiate()
+      out = _Decode(net, tf.constant(_DecodeInputs()))
+      with helpers.Session(g, 3) as sess:
+        sess.run(tf.global_variables_initializer())
+        metadata = tf.RunMetadata()
+        sess.run(out, options=tf.RunOptions(output_partition_graphs=True), run_metadata=metadata)
+    sent = [node.attr['T'].type for graph in metadata.partition_graphs for node in graph.node
+            if node.op == '_Send']
+    # Activations go from partition to partition; no state (the only float64 tensors) ever does.
+    self.assertIn(tf.float32.as_datatype_enum, sent)
+    self.assertNotIn(tf.float64.as_datatype_enum, sent)
+
+  def testReorderedStatesAreTheParentRowsStates(self):
+    x = _DecodeInputs()
+    rows = np.array([4, 0, 4, 2, 1], np.int32)  # Rows from other micro-batches, one twice.
+    # After step 1 row r continues row rows[r]'s prefix: FProp on that spliced sequence.
+    spliced = np.concatenate([x[rows, :2], x[:, 2:]], axis=1)
+    with tf.Graph().as_default() as g, cluster_factory.ForTestingWorker(
+        cpus=2, split_size=2, do_eval=True):
+      fetches = {}
+      for m in (1, 3):
+        net = layer_lib.TensorPipeLayer.Params().Set(
+            name='M%d' % m, partitions=_Partition(_DecodeLayers(False), 2),
+            num_micro_batches=m).Instantiate()
+        fetches[m] = (_Decode(net, tf.constant(x), (1, tf.constant(rows))),
+                      net.FPropDefaultTheta(tf.constant(spliced)))
+      with tf.Session(graph=g, config=helpers.ValuesOnlyConfig(2)) as sess:
+        sess.run(tf.global_variables_initializer())
+        values = sess.run(fetches)
+    for m, (incremental, full) in values.items():
+      self.assertAllClose(incremental[:, 2:], full[:, 2:], rtol=1e-5, atol=1e-6, msg=m)
+
+  def testAStateWithoutExtendStepIsRefusedByName(self):
+    layers = _DecodeLayers(False)
+    layers[3] = _HidesItsState.Params().Set(name='hides', dim=DIM)
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      net = layer_lib.TensorPipeLayer.Params().Set(
+          name='pipe', partitions=_Partition(layers, 2), num_micro_batches=2).Instantiate()
+      with self.assertRaisesRegex(
+          ValueError, r"TensorPipeLayer 'pipe': layer 'hides' \(a _HidesItsState, in partition 1\) "
+          r"keeps state between positions \(its sublayer 'hides/mix', a _CausalMix, has "
+          r"InitStates\) but has no ExtendStep, so a decode step cannot run it.*Give "
+          r"_HidesItsState both InitStates\(theta, batch_size, max_length\[, context\]\) -> "
+          r"states and ExtendStep\(theta, \*inputs, states, t\)"):
+        net.InitStates(net.theta, DECODE_BATCH, DECODE_LEN)
 
 
 if __name__ == '__main__':
