@@ -94,43 +94,46 @@ def Create(init: InitFn, sizes: Sequence[Union[int, tf.Tensor]],
   return [init(size, context) for size, context in zip(sizes, contexts)]
 
 
-def BatchAxes(init: InitFn, states: Any, size: Union[int, tf.Tensor], context: Any,
-              batch_dim: int, what: str) -> Any:
-  """Per leaf of `states` (what init(size, context) made), its batch axis, or None for a leaf
-  without one: the axis that grows by one when `init` makes the states of size + 1 examples.
+def BatchAxes(init: InitFn, context: Any, batch_dim: int, what: str) -> Any:
+  """Per leaf of the states `init` makes, its batch axis, or None for a leaf without one: the axis
+  whose size follows the number of examples, found by making the states of 2 and of 3 examples
+  (with `context` leaves of that many examples along `batch_dim`).
 
-  The second states are only traced, in a graph function never called, so the caller's graph gets
-  no op. `context` leaves grow by one along `batch_dim` likewise.
+  Those states are only traced, in graph functions never called, so the caller's graph gets no op.
 
   Raises:
-    ValueError: naming `what` if a leaf's shape is not known when the graph is built.
+    ValueError: naming `what` for a leaf whose examples share an axis with something else (its
+      size grows by more than one per example), which no gather of rows could reorder.
   """
-  if not isinstance(size, int):
-    raise ValueError('%s: reordering decoding states needs a batch size known when the graph is '
-                     'built, got %s' % (what, size))
-  context_leaves = [x for x in tf.nest.flatten(context) if x is not None]
-  specs = []
-  for x in context_leaves:
-    shape = x.shape.as_list()
-    if micro_batching.IsBatched(x, batch_dim):
-      shape[batch_dim] = size + 1
-    specs.append(tf.TensorSpec(shape, x.dtype))
+  def Shapes(size):
+    leaves = [x for x in tf.nest.flatten(context) if x is not None]
+    specs = []
+    for x in leaves:
+      shape = x.shape.as_list()
+      if micro_batching.IsBatched(x, batch_dim):
+        shape[batch_dim] = size
+      specs.append(tf.TensorSpec(shape, x.dtype))
 
-  def Bigger(*xs):
-    it = iter(xs)
-    filled = tf.nest.map_structure(lambda x: None if x is None else next(it), context)
-    return tf.nest.flatten(init(size + 1, filled))
+    def Made(*xs):
+      it = iter(xs)
+      filled = tf.nest.map_structure(lambda x: None if x is None else next(it), context)
+      return init(size, filled)
 
-  bigger = tf2.function(Bigger, autograph=False).get_concrete_function(*specs).structured_outputs
+    made = tf2.function(Made, autograph=False).get_concrete_function(*specs).structured_outputs
+    return made, [x.shape.as_list() for x in tf.nest.flatten(made)]
+
+  made, two = Shapes(2)
+  _, three = Shapes(3)
   axes = []
-  for leaf, grown in zip(tf.nest.flatten(states), bigger):
-    a, b = leaf.shape.as_list(), grown.shape.as_list()
-    if None in a or None in b or len(a) != len(b):
-      raise ValueError('%s: the batch axis of a decoding state of shape %s cannot be found; '
-                       'InitStates must make states of static shapes' % (what, leaf.shape))
-    grows = [i for i, (m, n) in enumerate(zip(a, b)) if n == m + 1]
-    axes.append(grows[0] if grows else None)
-  return tf.nest.pack_sequence_as(states, axes)
+  for a, b in zip(two, three):
+    grows = [(i, n - m) for i, (m, n) in enumerate(zip(a, b))
+             if m is not None and n is not None and m != n]
+    if grows and (len(grows) > 1 or grows[0][1] != 1):
+      raise ValueError('%s: a decoding state of shape %s for 3 examples has no axis of its own for '
+                       'the examples (its shape for 2 is %s), so beam search cannot reorder it; '
+                       'keep the examples on one axis' % (what, b, a))
+    axes.append(grows[0][0] if grows else None)
+  return tf.nest.pack_sequence_as(made, axes)
 
 
 def Reorder(states: Sequence[Any], axes: Any, rows: tf.Tensor,

@@ -96,7 +96,16 @@ class GraphFunction:
   @classmethod
   def Trace(cls, name: str, body: Callable[[Groups], Tuple[Groups, Any]], inputs: Signature,
             device: str) -> 'GraphFunction':
-    """`body` traced on `device` for `inputs`: body(input groups) -> (output groups, facts)."""
+    """`body` traced on `device` for `inputs`: body(input groups) -> (output groups, facts).
+
+    The trace is made in the outermost graph (`tf.init_scope`) even while a loop body is being
+    built, so what it captures are that graph's tensors, and any loop body of it may call it.
+    """
+    with tf.init_scope():
+      return cls._Trace(name, body, inputs, device)
+
+  @classmethod
+  def _Trace(cls, name, body, inputs, device):
     result = {}
 
     def Body(*args):

@@ -63,6 +63,12 @@ def _SkipIndices(layer_params, skip_connections):
 RECOMPUTE_MODES = schedule.RECOMPUTE_MODES
 
 
+def _OutermostGraph():
+  """The graph being built, or the one a loop body being built belongs to."""
+  with tf.init_scope():
+    return tf.get_default_graph()
+
+
 class TensorPipeLayer(base_layer.BaseLayer):
   """Pipelines a sequence of layers over K devices with M micro-batches (GPipe).
 
@@ -374,7 +380,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     FProp has traced in the current graph: batch norm's micro-batch statistics, dropout masks with
     no example axis. Results never depend on K."""
     reasons = []
-    for functions in self._functions.get(tf.get_default_graph(), {}).values():
+    for functions in self._functions.get(_OutermostGraph(), {}).values():
       reasons.extend(r for r in functions.MicroBatchDependence() if r not in reasons)
     return reasons
 
@@ -461,7 +467,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     decode step (see `_LayerFunctions`), whose forward function is partition k's ExtendStep.
     """
     p = self.params
-    graph = tf.get_default_graph()
+    graph = _OutermostGraph()  # Where traces are made (graph_function.GraphFunction.Trace).
     leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
                    for x in tf.nest.flatten(inputs))
     signature = (k, device, self.do_eval, recomputes, example_count, leaves,
@@ -644,10 +650,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
             made = decode_state.Create(Init, sizes, contexts)
           for t, value in enumerate(made):
             per_micro[t][name] = value
-          if static is not None:
-            self._state_axes[name] = decode_state.BatchAxes(
-                Init, made[0], sizes[0], contexts[0], p.batch_dim,
-                '%s: layer %r' % (where, name))
+          self._state_axes[name] = decode_state.BatchAxes(Init, contexts[0], p.batch_dim,
+                                                          '%s: layer %r' % (where, name))
         states.append(per_micro)
     return states
 
@@ -728,7 +732,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     each partition's by a gather on its own device: no state moves between devices.
 
     Args:
-      states: what InitStates or ExtendStep returned (InitStates with a static batch size).
+      states: what InitStates or ExtendStep returned.
       rows: [batch] int32, the row each row's states come from.
     """
     p = self.params
@@ -736,15 +740,17 @@ class TensorPipeLayer(base_layer.BaseLayer):
     devices = self._OfPartitions(
         placement.PartitionDevices(self.cluster, self.num_devices, p.devices, where))
     batch = tf.compat.dimension_value(rows.shape[0])
-    sizes = micro_batching.Sizes(batch, len(states[0]) if states else 1)
+    with tf.device(devices[0]):
+      sizes = micro_batching.Sizes(tf.shape(rows)[0] if batch is None else batch,
+                                   len(states[0]) if states else 1)
     out = []
     with tf.name_scope(p.name), tf.name_scope('reorder_states'):
       for k, per_micro in enumerate(states):
         names = sorted(per_micro[0])
         missing = [name for name in names if name not in self._state_axes]
         if missing:
-          raise ValueError('%s: ReorderStates needs states that InitStates made with a static '
-                           'batch size; layer %r\'s were not' % (where, missing[0]))
+          raise ValueError('%s: ReorderStates got states of layer %r, which this pipeline\'s '
+                           'InitStates did not make' % (where, missing[0]))
         with tf.device(devices[k]):
           out.append(decode_state.Reorder(per_micro, {n: self._state_axes[n] for n in names},
                                           rows, sizes))

@@ -68,12 +68,15 @@ class DecodeStateTest(test_utils.TestCase):
       layer = _Extends.Params().Set(name='ext').Instantiate()
       context = tf.zeros([4, 7])
       init = lambda size, piece: layer.InitStates(layer.theta, size, 9, piece)
-      states = init(4, context)
       before = len(g.get_operations())
-      axes = decode_state.BatchAxes(init, states, 4, context, 0, 'ext')
+      axes = decode_state.BatchAxes(init, context, 0, 'ext')
       self.assertLen(g.get_operations(), before)
+      self.assertEqual(decode_state.Bytes(init(4, context)), 4 * (9 * 4 * 3 + 2 + 4 * 7))
+      merged = lambda size, piece: py_utils.NestedMap(x=tf.zeros([2 * size, 3]))
+      with self.assertRaisesRegex(ValueError, r'ext: a decoding state of shape \[6, 3\] for 3 '
+                                  r'examples has no axis of its own for the examples'):
+        decode_state.BatchAxes(merged, None, 0, 'ext')
     self.assertEqual(axes, py_utils.NestedMap(key=1, steps=None, memory=0))
-    self.assertEqual(decode_state.Bytes(states), 4 * (9 * 4 * 3 + 2 + 4 * 7))
 
   def testReorderGathersRowsAcrossMicroBatches(self):
     rng = np.random.RandomState(0)
