@@ -52,11 +52,14 @@ from lingvo.core import base_layer
 from lingvo.core import base_model
 from lingvo.core import layers
 from lingvo.core import layers_with_attention
+from lingvo.core import metrics as metrics_lib
 from lingvo.core import py_utils
 
 from tensorpipe import layer as layer_lib
 from tensorpipe import shared_layer
 from tensorpipe.tasks import array_input
+from tensorpipe.tasks import sampling
+from tensorpipe.tasks.mt import beam_search
 
 # The corpus: English number words of 0..999 and the tokens around them.
 _ONES = ('zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen '
@@ -69,6 +72,7 @@ PAD_ID = VOCABULARY.index(PAD)
 MAX_NUMBER = 999
 MAX_WORDS_PER_NUMBER = 4  # 'nine hundred ninety nine'
 SPLITS = ('train', 'test')
+DECODE_METHODS = sampling.METHODS + ('beam',)
 
 
 def NumberWords(n):
@@ -191,8 +195,13 @@ class TiedEmbeddingSoftmax(layers.SharedSoftmaxLayer):
 
     Returns NestedMap(xent [T, B] float, argmax [T, B] int32): Lingvo's FProp's per-example fields
     only, since its mini-batch scalars (avg_xent, total_weight) cannot be joined across
-    micro-batches. Padded positions get a value too; the task weights them out.
+    micro-batches. Padded positions get a value too; the task weights them out. Without labels
+    (decoding), NestedMap(logits [T, B, V]).
     """
+    if labels is None:
+      t, b, d = py_utils.GetShape(inputs.vec, 3)
+      logits = self.Logits(theta, tf.reshape(inputs.vec, [t * b, d]))
+      return py_utils.NestedMap(logits=tf.reshape(logits, [t, b, self.params.num_classes]))
     out = self.FProp(theta, inputs.vec, class_weights=1.0 - inputs.paddings,
                      class_ids=tf.cast(labels, tf.int32))
     return py_utils.NestedMap(xent=out.per_example_xent,
@@ -232,6 +241,17 @@ class AddPositions(base_layer.BaseLayer):
       return py_utils.NestedMap(vec=self.dropout.FProp(theta.dropout, vec),
                                 paddings=inputs.paddings)
 
+  def InitStates(self, theta, batch_size, max_length):
+    """No state: a decode step needs only its position, t."""
+    return py_utils.NestedMap()
+
+  def ExtendStep(self, theta, inputs, states, t):
+    """Position t: inputs NestedMap(vec [1, B, D], paddings [1, B]) plus position t's embedding."""
+    with tf.name_scope(self.params.name):
+      vec = inputs.vec + self.position.FPropWithPosition(theta.position, tf.reshape(t, [1, 1]))
+      return py_utils.NestedMap(vec=self.dropout.FProp(theta.dropout, vec),
+                                paddings=inputs.paddings), states
+
 
 class DecoderBlock(layers_with_attention.TransformerLayer):
   """Lingvo's TransformerLayer on NestedMap(vec [T, B, D], paddings [T, B]), in and out.
@@ -243,6 +263,17 @@ class DecoderBlock(layers_with_attention.TransformerLayer):
   def FProp(self, theta, inputs):  # pylint: disable=arguments-differ
     vec, _ = super().FProp(theta, inputs.vec, inputs.paddings)
     return py_utils.NestedMap(vec=vec, paddings=inputs.paddings)
+
+  def InitStates(self, theta, batch_size, max_length):
+    """The causal self-attention's cache: Lingvo's prefix states key and value [L, B, D]."""
+    dim = self.params.source_dim
+    zeros = tf.zeros([max_length, batch_size, dim], py_utils.FPropDtype(self.params))
+    return py_utils.NestedMap(key=zeros, value=zeros)
+
+  def ExtendStep(self, theta, inputs, states, t):  # pylint: disable=arguments-differ
+    """Position t: inputs NestedMap(vec [1, B, D], paddings [1, B]) through Lingvo's ExtendStep."""
+    vec, _, states = super().ExtendStep(theta, inputs.vec[0], states, t=t)
+    return py_utils.NestedMap(vec=vec[None], paddings=inputs.paddings), states
 
 
 class DecoderLm(base_model.BaseTask):
@@ -263,6 +294,22 @@ class DecoderLm(base_model.BaseTask):
              'TensorPipeLayer Params with batch_dim=1 and a loss_layer: FProp(NestedMap(ids [T, B],'
              ' paddings [T, B]), labels [T, B]) -> NestedMap(xent [T, B], argmax [T, B]). '
              'DecoderLmParams builds one.')
+    p.Define('decode_prompt_length', 4,
+             "Tokens of each held-out sequence the decoder job gives as the prompt; the rest of "
+             'the sequence is the reference continuation.')
+    p.Define('decode_new_tokens', 16, 'Tokens the decoder job generates after each prompt.')
+    p.Define('decode_method', 'greedy',
+             "How the decoder job picks tokens: 'greedy', 'temperature' (draws from "
+             "softmax(logits / decode_temperature)), 'top_k' (the same among the decode_top_k "
+             "most likely tokens) or 'beam' (beam search of decode_beam_size hypotheses).")
+    p.Define('decode_temperature', 1.0, "Divides the logits of 'temperature' and 'top_k' draws.")
+    p.Define('decode_top_k', 5, "'top_k' draws among this many most likely tokens.")
+    p.Define('decode_beam_size', 4, "Hypotheses per prompt of 'beam' decoding.")
+    p.Define('decode_seed', 1, 'Seed of the draws: the same seed gives the same samples.')
+    p.Define('incremental_decode', True,
+             "True: decode with the pipeline's InitStates/ExtendStep (each layer's cache on its "
+             "partition's device, one new position per step); False: re-run the pipeline on the "
+             'whole prefix each step (the reference, O(L^2)).')
     return p
 
   def __init__(self, params):
@@ -276,6 +323,12 @@ class DecoderLm(base_model.BaseTask):
           '%s: the pipeline needs a loss_layer returning per-token cross-entropy (e.g. a '
           "SharedLayer calling TiedEmbeddingSoftmax.PerTokenXent), so that every schedule works; "
           'DecoderLmParams sets it' % where)
+    if p.decode_method not in DECODE_METHODS:
+      raise ValueError('%s: decode_method must be one of %s, got %r' %
+                       (where, DECODE_METHODS, p.decode_method))
+    if p.decode_prompt_length < 1 or p.decode_new_tokens < 1:
+      raise ValueError('%s: decode_prompt_length and decode_new_tokens must be >= 1, got %r, %r' %
+                       (where, p.decode_prompt_length, p.decode_new_tokens))
     self.CreateChild('pipeline', p.pipeline.Copy().Set(name=p.pipeline.name or 'pipeline'))
 
   def ComputePredictions(self, theta, input_batch):
@@ -305,6 +358,129 @@ class DecoderLm(base_model.BaseTask):
         'num_samples_in_batch': (sequences, tf.constant(1.0)),
     }
     return metrics, {}
+
+
+  # ------------------------------------------------------------------------------------------------
+  # Decoding: continue a prompt.
+
+  def _StepLogProbs(self, theta, tokens, position, states):
+    """Incremental decoding's step: ([N, V] log-probabilities of the token after `tokens` [N] at
+    `position`, the pipeline's new states)."""
+    with tf.device(self.pipeline.devices[0]):
+      inputs = py_utils.NestedMap(ids=tokens[None, :], paddings=tf.zeros([1, tf.size(tokens)]))
+    out, states = self.pipeline.ExtendStep(theta.pipeline, (inputs, None), states, position)
+    return tf.nn.log_softmax(out.logits[0], axis=-1), states
+
+  def _PrefixLogProbs(self, theta, tokens, position):
+    """[N, V] log-probabilities of the token after position `position` of tokens [N, T], from the
+    pipeline re-run on the whole prefix (the reference of incremental decoding)."""
+    with tf.device(self.pipeline.devices[0]):
+      inputs = py_utils.NestedMap(ids=tf.transpose(tokens),
+                                  paddings=tf.zeros(py_utils.GetShape(tf.transpose(tokens))))
+    logits = self.pipeline.FProp(theta.pipeline, inputs, None).logits
+    return tf.nn.log_softmax(tf.gather(logits, position), axis=-1)
+
+  def _PromptStates(self, theta, prompt, max_length):
+    """The pipeline's states after the prompt [N, P] but its last token, fed one step at a time."""
+    rows, length = py_utils.GetShape(prompt, 2)
+    states = self.pipeline.InitStates(theta.pipeline, rows, max_length)
+
+    def Body(t, states):
+      _, states = self._StepLogProbs(theta, prompt[:, t], t, states)
+      return t + 1, states
+
+    return tf.while_loop(lambda t, _: t < length - 1, Body, [tf.constant(0), states],
+                         back_prop=False)[1]
+
+  def Generate(self, theta, prompt, method=None, incremental=None):
+    """The continuation of prompt [B, P] int32 by `method` (default: decode_method).
+
+    Returns NestedMap(ids [B, decode_new_tokens] int32 (after eos: eos), scores [B] (log P of the
+    tokens up to eos; beam search's best hypothesis' score), lengths [B]). `incremental` (default:
+    incremental_decode) chooses the pipeline's ExtendStep over re-running it on the prefix.
+    """
+    p = self.params
+    method = method or p.decode_method
+    incremental = p.incremental_decode if incremental is None else incremental
+    b, length = py_utils.GetShape(prompt, 2)
+    eos = VOCABULARY.index(EOS)
+    beam = p.decode_beam_size if method == 'beam' else 1
+    prompt = tf.repeat(tf.cast(prompt, tf.int32), beam, axis=0)
+    last = prompt[:, -1]  # The token at position length - 1, before the first new one.
+    if incremental:
+      states = self._PromptStates(theta, prompt, length + p.decode_new_tokens)
+      log_probs_fn = lambda ids, step, states: self._StepLogProbs(
+          theta, tf.where(tf.equal(step, 0), last, ids[:, step]), length - 1 + step, states)
+    else:
+      states = None
+      log_probs_fn = lambda ids, step: self._PrefixLogProbs(
+          theta, tf.concat([prompt, ids[:, 1:]], axis=1), length - 1 + step)
+    if method == 'beam':
+      return beam_search.BeamSearch(
+          log_probs_fn, b, beam, p.decode_new_tokens, VOCABULARY.index(BOS), eos, states=states,
+          reorder_fn=self.pipeline.ReorderStates if incremental else None)
+    return sampling.Sample(log_probs_fn, last, p.decode_new_tokens, eos, method,
+                           p.decode_temperature, p.decode_top_k, p.decode_seed, states)
+
+  def Decode(self, input_batch):
+    """The decoder job's fetches: each held-out sequence's prompt (its first decode_prompt_length
+    tokens), the continuation generated after it, the reference, and the decode's wall time."""
+    p = self.params
+    prompt = input_batch.ids[:, :p.decode_prompt_length]
+    start = tf.timestamp()
+    with tf.control_dependencies([start]):
+      prompt = tf.identity(prompt)
+    with tf.name_scope('decode'):
+      out = self.Generate(self.theta, prompt)
+    with tf.control_dependencies([out.ids]):
+      seconds = tf.timestamp() - start
+    real = 1.0 - tf.cast(input_batch.paddings, tf.float32)
+    return {
+        'prompt_ids': prompt,
+        'hyp_ids': out.ids,
+        'scores': out.scores,
+        'ref_ids': input_batch.labels[:, p.decode_prompt_length - 1:],
+        'ref_paddings': 1.0 - real[:, p.decode_prompt_length - 1:],
+        'real_rows': tf.reduce_max(real, axis=1),
+        'decode_seconds': seconds,
+    }
+
+  def CreateDecoderMetrics(self):
+    return {
+        'num_samples_in_batch': metrics_lib.AverageMetric(),
+        'tokens_per_second': metrics_lib.AverageMetric(),
+        'continuation_accuracy': metrics_lib.AverageMetric(),
+    }
+
+  def PostProcessDecodeOut(self, dec_out, dec_metrics):
+    """Text samples (prompt => continuation, and the reference) of the sequences with a real token;
+    tokens/s of the batch's decode (every row's new tokens over its wall time); the share of the
+    reference continuation's tokens the continuation matches, position by position."""
+    p = self.params
+    words = lambda ids: ' '.join(VOCABULARY[int(i)] for i in ids)
+    samples = []
+    matched = total = 0
+    for i, real in enumerate(dec_out['real_rows']):
+      if real <= 0:
+        continue
+      hyp = list(dec_out['hyp_ids'][i])
+      ref_len = int(round(np.sum(1.0 - dec_out['ref_paddings'][i])))
+      ref = list(dec_out['ref_ids'][i][:ref_len])
+      n = min(len(ref), len(hyp))
+      matched += sum(int(a == b) for a, b in zip(hyp[:n], ref[:n]))
+      total += n
+      if VOCABULARY.index(EOS) in hyp:
+        hyp = hyp[:hyp.index(VOCABULARY.index(EOS)) + 1]
+      prompt = words(dec_out['prompt_ids'][i])
+      samples.append((prompt, '%s => %s (reference: %s; score %.4f)' % (
+          prompt, words(hyp), words(ref), dec_out['scores'][i])))
+    rows = len(dec_out['hyp_ids']) * (p.decode_beam_size if p.decode_method == 'beam' else 1)
+    dec_metrics['tokens_per_second'].Update(
+        rows * p.decode_new_tokens / max(float(dec_out['decode_seconds']), 1e-9))
+    if total:
+      dec_metrics['continuation_accuracy'].Update(matched / total, total)
+    dec_metrics['num_samples_in_batch'].Update(len(samples))
+    return samples
 
 
 def DecoderLmParams(vocab_size=VOCAB_SIZE, model_dim=64, hidden_dim=256, num_heads=4,

@@ -1,10 +1,11 @@
 """Beam search over any model given as "log-probs of the next token given these prefixes".
 
 The search never looks inside the model, so it is tested with toy callbacks against brute-force
-enumeration, and the translation task (mt_task.PipelinedTransformer) plugs in its pipelined decoder.
-The callback gets whole prefixes, and the task simply re-runs its decoder on the whole prefix every
-step, as its greedy decoding does (no incremental state cache): L steps cost O(L^2) decoder
-positions, fine for the short sequences decoded here, and the pipelined decoder stays untouched.
+enumeration, and the translation task (mt_task.PipelinedTransformer) and the language model
+(decoder_lm.DecoderLm) plug in their pipelined decoders. The callback gets whole prefixes: a model
+may re-run itself on the whole prefix every step (L steps cost O(L^2) positions), or decode
+incrementally from the prefix's last token and states it keeps (O(L)); the search then hands the
+states back reordered, each hypothesis getting its parent's (`reorder_fn`).
 
 What is searched: a hypothesis is y_1..y_n ending with eos (n <= max_length, eos counted in n), or
 max_length tokens without eos. Its score is the GNMT length-normalised log-probability
@@ -45,7 +46,7 @@ def _Check(batch_size, beam_size, max_length, length_normalization):
 
 
 def BeamSearch(log_probs_fn, batch_size, beam_size, max_length, sos_id, eos_id,
-               length_normalization=0.0):
+               length_normalization=0.0, states=None, reorder_fn=None):
   """The best hypothesis per example under the length-normalised score (see the module docstring).
 
   Args:
@@ -53,13 +54,18 @@ def BeamSearch(log_probs_fn, batch_size, beam_size, max_length, sos_id, eos_id,
       normalised distribution, so every entry <= 0) of the token at position step + 1. `ids` is
       [batch_size * beam_size, max_length + 1] int32: sos in column 0, the hypothesis' tokens in
       columns 1..step, eos as filler after that (a causal decoder ignores it). Row b * beam_size + k
-      is hypothesis k of example b. `step` is a scalar int32 tensor. V must be static.
+      is hypothesis k of example b. `step` is a scalar int32 tensor. V must be static. With
+      `states`: (ids, step, states) -> (log-probabilities, new states).
     batch_size: number of examples B (int or scalar tensor).
     beam_size: K, alive hypotheses per example.
     max_length: most tokens per hypothesis, eos included.
     sos_id: id in column 0 of every prefix.
     eos_id: id that ends a hypothesis.
     length_normalization: GNMT alpha >= 0.
+    states: incremental decoding's states of the batch_size * beam_size rows before step 0 (every
+      row's the same as its example's), or None.
+    reorder_fn: with `states`, (states, rows) -> states with row r taken from row rows[r] ([B * K]
+      int32): after each step, hypothesis k of example b continues the one in row rows[b * K + k].
 
   Returns:
     NestedMap(ids=[B, max_length] int32 tokens y_1..y_n then eos, scores=[B] float32 normalised
@@ -74,8 +80,15 @@ def BeamSearch(log_probs_fn, batch_size, beam_size, max_length, sos_id, eos_id,
   alpha = float(length_normalization)
   columns = tf.range(t)
 
-  def Extend(alive_ids, alive_scores, step):
-    log_probs = log_probs_fn(tf.reshape(alive_ids, [b * k, t]), step)
+  if (states is None) != (reorder_fn is None):
+    raise ValueError('BeamSearch: give both states and reorder_fn (incremental decoding) or '
+                     'neither')
+
+  def Extend(alive_ids, alive_scores, step, states):
+    if states is None:
+      log_probs = log_probs_fn(tf.reshape(alive_ids, [b * k, t]), step)
+    else:
+      log_probs, states = log_probs_fn(tf.reshape(alive_ids, [b * k, t]), step, states)
     v = log_probs.shape[-1]
     if v is None or v < 2:
       raise ValueError('BeamSearch: log_probs_fn must return [B * K, V] with a static V >= 2, got '
@@ -85,10 +98,11 @@ def BeamSearch(log_probs_fn, batch_size, beam_size, max_length, sos_id, eos_id,
     tokens = index % v
     parents = tf.gather(alive_ids, index // v, batch_dims=1)
     ids = tf.where_v2(tf.equal(columns, step + 1)[None, None, :], tokens[:, :, None], parents)
-    return ids, scores, tokens
+    return ids, scores, tokens, index // v, states
 
-  def Body(step, alive_ids, alive_scores, best_ids, best_scores, best_lengths):
-    ids, scores, tokens = Extend(alive_ids, alive_scores, step)
+  def Body(step, alive_ids, alive_scores, best_ids, best_scores, best_lengths, *states):
+    ids, scores, tokens, parent_beams, new_states = Extend(alive_ids, alive_scores, step,
+                                                           states[0] if states else None)
     is_eos = tf.equal(tokens, eos_id)
     ends = tf.logical_or(is_eos, step + 1 >= max_length)
     in_beam = tf.range(2 * k) < k
@@ -102,9 +116,14 @@ def BeamSearch(log_probs_fn, batch_size, beam_size, max_length, sos_id, eos_id,
     best_lengths = tf.where_v2(better, step + 1, best_lengths)
     alive_scores, keep = tf.math.top_k(tf.where_v2(is_eos, -float('inf'), scores), k)
     alive_ids = tf.gather(ids, keep, batch_dims=1)
-    return step + 1, alive_ids, alive_scores, best_ids, best_scores, best_lengths
+    out = (step + 1, alive_ids, alive_scores, best_ids, best_scores, best_lengths)
+    if not states:
+      return out
+    rows = tf.gather(parent_beams, keep, batch_dims=1) + tf.range(b)[:, None] * k
+    return out + (reorder_fn(new_states, tf.reshape(rows, [b * k])),)
 
-  def Continue(step, unused_alive_ids, alive_scores, unused_best_ids, best_scores, unused_lengths):
+  def Continue(step, unused_alive_ids, alive_scores, unused_best_ids, best_scores, unused_lengths,
+               *unused_states):
     bound = tf.reduce_max(alive_scores, axis=1) / LengthPenalty(max_length, alpha)
     return tf.logical_and(step < max_length, tf.logical_not(tf.reduce_all(bound < best_scores)))
 
@@ -113,6 +132,8 @@ def BeamSearch(log_probs_fn, batch_size, beam_size, max_length, sos_id, eos_id,
   init = (tf.constant(0), tf.reshape(start, [b, k, t]), alive_scores,
           tf.reshape(start, [b, k, t])[:, 0, :], tf.fill([b], -float('inf')),
           tf.zeros([b], tf.int32))
+  if states is not None:
+    init += (states,)
   _, _, _, best_ids, best_scores, best_lengths = tf.while_loop(Continue, Body, init,
-                                                               back_prop=False)
+                                                               back_prop=False)[:6]
   return py_utils.NestedMap(ids=best_ids[:, 1:], scores=best_scores, lengths=best_lengths)

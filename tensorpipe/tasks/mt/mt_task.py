@@ -18,10 +18,13 @@ decoder's loss layer (`TokenSoftmax`, variables decoder/softmax/{w,b} instead of
 softmax_b), fed the target labels. The encoder keeps 'gpipe': its outputs' gradients come from the
 decoder's backward passes, which need every encoder output.
 
-Decode runs greedy decoding (beam_size = 1) or beam search (tensorpipe/tasks/mt/beam_search.py),
-both re-running the decoder on the whole growing prefix each step (no cache), and
-PostProcessDecodeOut scores corpus BLEU overall and per language (input_batch.lang indexes
-`languages`), with Lingvo's CorpusBleuMetric.
+Decode runs greedy decoding (beam_size = 1) or beam search (tensorpipe/tasks/mt/beam_search.py).
+By default both decode incrementally (`incremental_decode`): the decoder pipeline's InitStates gives
+each decoder layer, on its partition's device, its self-attention cache and the encoder output's
+keys and values, and each step runs its ExtendStep on the new token only (O(L) positions for L
+steps). Otherwise they re-run the decoder on the whole growing prefix each step (O(L^2)), the
+reference. PostProcessDecodeOut scores corpus BLEU overall and per language (input_batch.lang
+indexes `languages`), with Lingvo's CorpusBleuMetric.
 """
 
 import math
@@ -36,6 +39,7 @@ from lingvo.core import py_utils
 
 from tensorpipe import layer as layer_lib
 from tensorpipe import randomness
+from tensorpipe.tasks import sampling
 from tensorpipe.tasks.mt import beam_search
 from tensorpipe.tasks.mt import transformer
 
@@ -121,6 +125,10 @@ class PipelinedTransformer(base_model.BaseTask):
              'Beam search ranks log P / ((5 + length) / 6)^alpha with this alpha >= 0; larger '
              'favours longer outputs (0: plain log P; 0.6 is common). Unused when beam_size is 1.')
     p.Define('languages', [], 'Language codes indexed by input_batch.lang, for per-language BLEU.')
+    p.Define('incremental_decode', True,
+             "True: decode with the decoder's InitStates/ExtendStep (each decoder layer's cache on "
+             'its partition\'s device, one new position per step); False: re-run the decoder on '
+             'the whole prefix each step (the reference, O(L^2)).')
     return p
 
   def __init__(self, params):
@@ -162,11 +170,15 @@ class PipelinedTransformer(base_model.BaseTask):
         self.CreateVariable('softmax_w', w)
         self.CreateVariable('softmax_b', b)
 
-  def _Embed(self, theta, ids, use):
+  def _Embed(self, theta, ids, use, position=None):
+    """The embedding of ids [B, T] at positions 0..T-1, or of ids [B, 1] at `position`."""
     p = self.params
     length = py_utils.GetShape(ids)[1]
     x = tf.gather(theta.emb, ids) * math.sqrt(p.model_dim)
-    x += self.position.FProp(theta.position, length)[None, :, :]
+    if position is None:
+      x += self.position.FProp(theta.position, length)[None, :, :]
+    else:
+      x += self.position.FPropWithPosition(theta.position, tf.reshape(position, [1, 1]))
     if not self.do_eval and p.dropout_keep_prob < 1.0:
       x = randomness.Dropout(x, p.dropout_keep_prob, randomness.Site(self, use),
                              where='PipelinedTransformer %r' % p.name)
@@ -188,10 +200,8 @@ class PipelinedTransformer(base_model.BaseTask):
                                 aux_paddings=tf.cast(src_paddings, y.dtype))
     if self._softmax_in_decoder:
       return self.decoder.FProp(theta.decoder, inputs, labels)
-    out = self.decoder.FProp(theta.decoder, inputs)
-    with tf.device(_Devices(self.decoder)[-1]):
-      return py_utils.NestedMap(logits=_Logits(out.vec, theta.softmax_w, theta.softmax_b,
-                                               self.params.logits_abs_max))
+    return py_utils.NestedMap(logits=self._SoftmaxLogits(theta, self.decoder.FProp(theta.decoder,
+                                                                                    inputs)))
 
   def ComputePredictions(self, theta, input_batch):
     enc = self.Encode(theta, input_batch.src)
@@ -227,35 +237,71 @@ class PipelinedTransformer(base_model.BaseTask):
       m['num_samples_in_batch'] = (tf.reduce_sum(input_batch.weight), tf.constant(1.0))
     return m, {'loss': per_example}
 
-  def GreedyDecode(self, theta, src):
-    """[B, max_decode_length] greedy target ids (after eos: eos) for src.ids / src.paddings."""
+  def _SoftmaxLogits(self, theta, out):
+    """The logits of the decoder's outputs: its loss layer's, or the softmax after it."""
+    if self._softmax_in_decoder:
+      return out.logits
+    with tf.device(_Devices(self.decoder)[-1]):
+      return _Logits(out.vec, theta.softmax_w, theta.softmax_b, self.params.logits_abs_max)
+
+  def _StepLogProbs(self, theta, tokens, step, states):
+    """Incremental decoding's step: ([N, V] log-probabilities of the token after `tokens` [N] at
+    position `step`, the decoder's new states)."""
+    with tf.device(_Devices(self.decoder)[0]):
+      y = self._Embed(theta, tokens[:, None], 'tgt_embedding', step)
+    inputs = py_utils.NestedMap(vec=y, paddings=tf.zeros(py_utils.GetShape(y)[:2], y.dtype))
+    step_inputs = (inputs, None) if self._softmax_in_decoder else inputs
+    out, states = self.decoder.ExtendStep(theta.decoder, step_inputs, states, step)
+    logits = self._SoftmaxLogits(theta, out)
+    return tf.nn.log_softmax(logits[:, 0, :], axis=-1), states
+
+  def _DecoderStates(self, theta, enc_vec, src_paddings, rows):
+    """The decoder's InitStates for `rows` rows, each decoder layer keeping the encoder output's
+    keys and values."""
+    if not callable(getattr(self.decoder, 'InitStates', None)):
+      raise ValueError('PipelinedTransformer %r: the decoder (a %s) has no InitStates for '
+                       'incremental decoding; set incremental_decode=False' %
+                       (self.params.name, type(self.decoder).__name__))
+    context = py_utils.NestedMap(aux_vec=enc_vec, aux_paddings=tf.cast(src_paddings, enc_vec.dtype))
+    return self.decoder.InitStates(theta.decoder, rows, self.params.max_decode_length, context)
+
+  def _Incremental(self, incremental):
+    return self.params.incremental_decode if incremental is None else incremental
+
+  def GreedyDecode(self, theta, src, incremental=None):
+    """Greedy decoding of src.ids / src.paddings: NestedMap(ids [B, max_decode_length] (after eos:
+    eos), scores [B] (log P of the tokens up to eos), lengths [B]); `incremental` (default
+    `incremental_decode`) chooses the decoder's ExtendStep over re-running it on the prefix."""
     p = self.params
     enc = self.Encode(theta, src)
     b = py_utils.GetShape(src.ids)[0]
-    t = p.max_decode_length + 1
-    ids0 = tf.concat([tf.fill([b, 1], p.sos_id), tf.zeros([b, t - 1], tf.int32)], axis=1)
-    paddings = tf.zeros([b, t], tf.float32)
+    sos = tf.fill([b], p.sos_id)
+    if self._Incremental(incremental):
+      return sampling.Sample(
+          lambda ids, step, states: self._StepLogProbs(theta, ids[:, step], step, states), sos,
+          p.max_decode_length, p.eos_id,
+          states=self._DecoderStates(theta, enc.vec, src.paddings, b))
+    paddings = tf.zeros([b, p.max_decode_length + 1], tf.float32)
 
-    def Body(i, ids):
+    def LogProbs(ids, step):
       logits = self.DecoderLogits(theta, enc.vec, src.paddings, ids, paddings).logits
-      step_logits = tf.gather(logits, i, axis=1)
-      nxt = tf.argmax(step_logits, axis=-1, output_type=tf.int32)
-      prev = tf.gather(ids, i, axis=1)
-      done = tf.logical_and(tf.equal(prev, p.eos_id), i > 0)
-      nxt = tf.where(done, tf.fill([b], p.eos_id), nxt)
-      ids += tf.one_hot(i + 1, t, dtype=tf.int32)[None, :] * nxt[:, None]
-      return i + 1, ids
+      return tf.nn.log_softmax(tf.gather(logits, step, axis=1), axis=-1)
 
-    _, ids = tf.while_loop(lambda i, ids: i < t - 1, Body, [tf.constant(0), ids0],
-                           back_prop=False)
-    return ids[:, 1:]
+    return sampling.Sample(LogProbs, sos, p.max_decode_length, p.eos_id)
 
-  def BeamSearchDecode(self, theta, src, beam_size, length_normalization):
-    """beam_search.BeamSearch's NestedMap(ids [B, max_decode_length], scores, lengths) for src."""
+  def BeamSearchDecode(self, theta, src, beam_size, length_normalization, incremental=None):
+    """beam_search.BeamSearch's NestedMap(ids [B, max_decode_length], scores, lengths) for src;
+    `incremental` as for GreedyDecode (the decoder's states reordered on their devices)."""
     p = self.params
     enc = self.Encode(theta, src)
     b = py_utils.GetShape(src.ids)[0]
     enc_vec, src_paddings = [tf.repeat(x, beam_size, axis=0) for x in (enc.vec, src.paddings)]
+    if self._Incremental(incremental):
+      return beam_search.BeamSearch(
+          lambda ids, step, states: self._StepLogProbs(theta, ids[:, step], step, states),
+          b, beam_size, p.max_decode_length, p.sos_id, p.eos_id, length_normalization,
+          states=self._DecoderStates(theta, enc_vec, src_paddings, b * beam_size),
+          reorder_fn=self.decoder.ReorderStates)
     paddings = tf.zeros([b * beam_size, p.max_decode_length + 1], tf.float32)
 
     def LogProbs(ids, step):
@@ -269,7 +315,7 @@ class PipelinedTransformer(base_model.BaseTask):
     p = self.params
     with tf.name_scope('decode'):
       if p.beam_size == 1:
-        hyps = self.GreedyDecode(self.theta, input_batch.src)
+        hyps = self.GreedyDecode(self.theta, input_batch.src).ids
       else:
         hyps = self.BeamSearchDecode(self.theta, input_batch.src, p.beam_size,
                                      p.length_normalization).ids

@@ -51,28 +51,66 @@ class MultiHeadAttention(base_layer.BaseLayer):
       self.CreateVariable(name, py_utils.WeightParams([p.model_dim, width], _Gaussian(p.model_dim)))
     self.CreateVariable('w_o', py_utils.WeightParams([width, p.model_dim], _Gaussian(width)))
 
+  def _Heads(self, x, w):
+    """x [B, T, D] projected by w into heads [B, T, num_heads, head_dim]."""
+    p = self.params
+    b, t = py_utils.GetShape(x)[0], py_utils.GetShape(x)[1]
+    return tf.reshape(tf.einsum('BTD,DH->BTH', x, w), [b, t, p.num_heads, p.head_dim])
+
+  def PackMemory(self, theta, memory, memory_paddings):
+    """NestedMap(key, value [B, S, num_heads, head_dim], paddings [B, S]) of memory [B, S, D]: what
+    attention to it needs, computed once (a decoder's cross-attention keeps it for every step)."""
+    return py_utils.NestedMap(key=self._Heads(memory, theta.w_k),
+                              value=self._Heads(memory, theta.w_v),
+                              paddings=tf.cast(memory_paddings, memory.dtype))
+
+  def _Attend(self, theta, query, key, value, mask, memory_axes='BSNH'):
+    """query [B, T, D] attends to key and value (axes `memory_axes`), where mask [B, 1 or N, T, S]
+    is 1.0; returns [B, T, D]."""
+    p = self.params
+    b, t = py_utils.GetShape(query)[0], py_utils.GetShape(query)[1]
+    q = self._Heads(query, theta.w_q) * (p.head_dim**-0.5)
+    logits = tf.einsum('BTNH,%s->BNTS' % memory_axes, q, key)
+    logits += mask * -1e9
+    probs = tf.nn.softmax(logits, axis=-1)
+    ctx = tf.einsum('BNTS,%s->BTNH' % memory_axes, probs, value)
+    return tf.einsum('BTH,HD->BTD', tf.reshape(ctx, [b, t, p.num_heads * p.head_dim]), theta.w_o)
+
+  def AttendToPacked(self, theta, query, packed):
+    """query [B, T, D] attends to PackMemory's `packed`; returns [B, T, D]."""
+    with tf.name_scope(self.params.name):
+      return self._Attend(theta, query, packed.key, packed.value,
+                          packed.paddings[:, None, None, :])
+
   def FProp(self, theta, query, memory, memory_paddings, causal=False):
     """query [B, T, D] attends to memory [B, S, D] (paddings [B, S]); returns [B, T, D]."""
-    p = self.params
-    with tf.name_scope(p.name):
-      b, t = py_utils.GetShape(query)[0], py_utils.GetShape(query)[1]
-      s = py_utils.GetShape(memory)[1]
-
-      def Heads(x, w, length):
-        return tf.reshape(tf.einsum('BTD,DH->BTH', x, w), [b, length, p.num_heads, p.head_dim])
-
-      q = Heads(query, theta.w_q, t) * (p.head_dim**-0.5)
-      k = Heads(memory, theta.w_k, s)
-      v = Heads(memory, theta.w_v, s)
-      logits = tf.einsum('BTNH,BSNH->BNTS', q, k)
-      mask = tf.cast(memory_paddings, logits.dtype)[:, None, None, :]
+    with tf.name_scope(self.params.name):
+      packed = self.PackMemory(theta, memory, memory_paddings)
+      mask = packed.paddings[:, None, None, :]
       if causal:
-        future = 1.0 - tf.linalg.band_part(tf.ones([t, s], logits.dtype), -1, 0)
+        t, s = py_utils.GetShape(query)[1], py_utils.GetShape(memory)[1]
+        future = 1.0 - tf.linalg.band_part(tf.ones([t, s], mask.dtype), -1, 0)
         mask = tf.maximum(mask, future[None, None, :, :])
-      logits += mask * -1e9
-      probs = tf.nn.softmax(logits, axis=-1)
-      ctx = tf.reshape(tf.einsum('BNTS,BSNH->BTNH', probs, v), [b, t, p.num_heads * p.head_dim])
-      return tf.einsum('BTH,HD->BTD', ctx, theta.w_o)
+      return self._Attend(theta, query, packed.key, packed.value, mask)
+
+  def InitStates(self, theta, batch_size, max_length):
+    """Causal self-attention's cache for `max_length` positions: time-major key and value [L, B,
+    num_heads, head_dim] and paddings [L, B], 1.0 where no position has been written yet."""
+    p = self.params
+    zeros = tf.zeros([max_length, batch_size, p.num_heads, p.head_dim])
+    return py_utils.NestedMap(key=zeros, value=zeros, paddings=tf.ones([max_length, batch_size]))
+
+  def ExtendStep(self, theta, query, paddings, states, t):
+    """Causal self-attention of position t: query [B, 1, D] (paddings [B, 1]) is written into the
+    cache at t and attends to positions 0 .. t. Returns ([B, 1, D], the new cache)."""
+    with tf.name_scope(self.params.name):
+      write = lambda cache, x: tf.tensor_scatter_nd_update(cache, [[t]], x)
+      states = py_utils.NestedMap(
+          key=write(states.key, tf.transpose(self._Heads(query, theta.w_k), [1, 0, 2, 3])),
+          value=write(states.value, tf.transpose(self._Heads(query, theta.w_v), [1, 0, 2, 3])),
+          paddings=write(states.paddings, tf.transpose(tf.cast(paddings, query.dtype))))
+      mask = tf.transpose(states.paddings)[:, None, None, :]
+      return self._Attend(theta, query, states.key, states.value, mask, 'SBNH'), states
 
 
 class TransformerLayer(base_layer.BaseLayer):
@@ -134,26 +172,70 @@ class TransformerLayer(base_layer.BaseLayer):
     return randomness.Dropout(x, p.dropout_keep_prob, randomness.Site(self, use),
                               where='TransformerLayer %r' % p.name)
 
+  def _Apply(self, theta, x, self_attention, cross_attention):
+    """The layer on x [B, T, D], given its attentions as functions of their normalised inputs:
+    FProp's and ExtendStep's one computation."""
+    p = self.params
+    h = self.self_norm.FProp(theta.self_norm, x)
+    x += self._Dropout(self_attention(h), 'self_att')
+    if p.is_decoder:
+      h = self.cross_norm.FProp(theta.cross_norm, x)
+      x += self._Dropout(cross_attention(h), 'cross_att')
+    h = self.ffn_norm.FProp(theta.ffn_norm, x)
+    h = tf.nn.relu(tf.einsum('BTD,DH->BTH', h, theta.ffn_w1) + theta.ffn_b1)
+    h = self._Dropout(h, 'ffn_hidden')
+    h = tf.einsum('BTH,HD->BTD', h, theta.ffn_w2) + theta.ffn_b2
+    return x + self._Dropout(h, 'ffn_out')
+
   def FProp(self, theta, inputs):
     p = self.params
+    causal = p.is_decoder if p.causal is None else p.causal
     with tf.name_scope(p.name):
-      x = inputs.vec
-      h = self.self_norm.FProp(theta.self_norm, x)
-      causal = p.is_decoder if p.causal is None else p.causal
-      h = self.self_att.FProp(theta.self_att, h, h, inputs.paddings, causal=causal)
-      x += self._Dropout(h, 'self_att')
-      if p.is_decoder:
-        h = self.cross_norm.FProp(theta.cross_norm, x)
-        h = self.cross_att.FProp(theta.cross_att, h, inputs.aux_vec, inputs.aux_paddings)
-        x += self._Dropout(h, 'cross_att')
-      h = self.ffn_norm.FProp(theta.ffn_norm, x)
-      h = tf.nn.relu(tf.einsum('BTD,DH->BTH', h, theta.ffn_w1) + theta.ffn_b1)
-      h = self._Dropout(h, 'ffn_hidden')
-      h = tf.einsum('BTH,HD->BTD', h, theta.ffn_w2) + theta.ffn_b2
-      x += self._Dropout(h, 'ffn_out')
       out = py_utils.NestedMap(inputs)
-      out.vec = x
+      out.vec = self._Apply(
+          theta, inputs.vec,
+          lambda h: self.self_att.FProp(theta.self_att, h, h, inputs.paddings, causal=causal),
+          lambda h: self.cross_att.FProp(theta.cross_att, h, inputs.aux_vec,
+                                         inputs.aux_paddings))
       return out
+
+  def InitStates(self, theta, batch_size, max_length, context=None):
+    """Incremental decoding's states: the self-attention cache, and for a decoder layer the encoder
+    output's keys and values (from context=NestedMap(aux_vec [B, S, D], aux_paddings [B, S])),
+    computed once here instead of at every step."""
+    p = self.params
+    causal = p.is_decoder if p.causal is None else p.causal
+    if not causal:
+      raise ValueError('TransformerLayer %r: only a causal layer (is_decoder or causal) decodes '
+                       'one position at a time' % p.name)
+    with tf.name_scope(p.name):
+      states = py_utils.NestedMap(
+          self_att=self.self_att.InitStates(theta.self_att, batch_size, max_length))
+      if p.is_decoder:
+        if context is None or context.get('aux_vec') is None:
+          raise ValueError("TransformerLayer %r: a decoder layer's InitStates needs "
+                           'context=NestedMap(aux_vec, aux_paddings), the encoder output' % p.name)
+        states.cross_att = self.cross_att.PackMemory(theta.cross_att, context.aux_vec,
+                                                     context.aux_paddings)
+    return states
+
+  def ExtendStep(self, theta, inputs, states, t):
+    """Position t: inputs NestedMap(vec [B, 1, D], paddings [B, 1]); returns (the same with vec
+    transformed, the new states)."""
+    p = self.params
+    new = py_utils.NestedMap(states)
+
+    def SelfAttention(h):
+      out, new.self_att = self.self_att.ExtendStep(theta.self_att, h, inputs.paddings,
+                                                   states.self_att, t)
+      return out
+
+    with tf.name_scope(p.name):
+      out = py_utils.NestedMap(inputs)
+      out.vec = self._Apply(
+          theta, inputs.vec, SelfAttention,
+          lambda h: self.cross_att.AttendToPacked(theta.cross_att, h, states.cross_att))
+      return out, new
 
 
 class FinalNorm(base_layer.BaseLayer):

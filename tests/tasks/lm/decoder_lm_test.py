@@ -9,9 +9,13 @@ key-projection bias has a zero gradient by symmetry (float noise of ~1e-8), whic
 relative error of its own.
 """
 
+import zlib
+
 import numpy as np
 import pytest
 from lingvo import compat as tf
+from lingvo.core import base_layer
+from lingvo.core import cluster_factory
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
@@ -198,6 +202,86 @@ class DecoderLmTest(test_utils.TestCase):
       p.Instantiate()
     with self.assertRaisesRegex(ValueError, '3 partitions need num_layers >= 2 .*got num_layers=1'):
       _Params(3, num_layers=1)
+
+
+class _AddSkip(base_layer.BaseLayer):
+  """vec plus a skip connection's vec, per position: no weights, no state."""
+
+  def FProp(self, theta, inputs, skip):
+    return py_utils.NestedMap(vec=inputs.vec + skip.vec, paddings=inputs.paddings)
+
+
+def _DecodeValue(name, shape):
+  """Weights under which the random model's continuations vary (and beam search beats greedy)."""
+  rng = np.random.RandomState(zlib.crc32(name.encode()))
+  if 'bias' in name or name.endswith('/b/var') or name.endswith('_b/var'):
+    return np.zeros(shape, np.float32)
+  if 'scale' in name:
+    return (1.0 + 0.1 * rng.normal(size=shape)).astype(np.float32)
+  return (rng.normal(size=shape) * (1.0 if name == TIED else 0.3)).astype(np.float32)
+
+
+def _Prompts():
+  """Five prompts of 4 tokens ('<s> w w ,' and the like): M = 2 and 3 divide neither them nor
+  their 20 beam-search hypotheses."""
+  tokens, _ = decoder_lm.CountingTable('test', max_numbers=3)
+  return tokens[::7][:5, :4]
+
+
+class DecoderLmDecodingTest(test_utils.TestCase):
+  """The pipelined incremental decoder (each layer's cache on its partition's device) continues
+  prompts with the tokens, and scores within 1e-5, of the unpipelined incremental decoder and of
+  re-running the pipeline on the whole prefix: greedy, beam search of 4 and top-k sampling, for K in
+  {1, 2, 3} and M in {1, 2, 3}, with a skip connection from the first partition to the last in one
+  case."""
+
+  @pytest.mark.slow
+  def testPipelinedIncrementalLikeUnpipelinedAndFullPrefix(self):
+    # (K, M, skip connection): each group is compared with the unpipelined model of its group.
+    configs = [(1, 1, False), (2, 2, False), (2, 3, False), (3, 3, True)]
+    graph = tf.Graph()
+    fetches = {}
+    with graph.as_default(), cluster_factory.ForTestingWorker(cpus=3, split_size=3,
+                                                              do_eval=True):
+      py_utils.GetOrCreateGlobalStepVar()
+      with py_utils.VariableStore(), tf.variable_scope('', reuse=tf.AUTO_REUSE):
+        for k, m, skip in configs + [(3, 1, False), (3, 1, True)]:
+          unpipelined = m == 1 and k == 3
+          p = _Params(k, m, dropout_prob=0.0, unpipelined=unpipelined)
+          p.decode_new_tokens = 6
+          if skip:
+            p.pipeline.partitions[-1].append(_AddSkip.Params().Set(name='add'))
+            p.pipeline.skip_connections = [('position', 'add')]
+          task = p.Instantiate()
+          prompt = tf.constant(_Prompts())
+          name = ('unpipelined' if unpipelined else 'K%dM%d' % (k, m)) + ('skip' if skip else '')
+          paths = (True, False) if unpipelined else (True,)
+          methods = ('greedy', 'beam') + (('top_k',) if m == 3 or unpipelined else ())
+          for incremental in paths:
+            for method in methods:
+              out = task.Generate(task.theta, prompt, method, incremental)
+              fetches[(name, method, incremental)] = (out.ids, out.scores)
+      variables = tf.trainable_variables()
+      with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(3)) as sess:
+        sess.run(tf.global_variables_initializer())
+        sess.run([v.initializer for v in variables], feed_dict={
+            v.initial_value: _DecodeValue(v.op.name[len('lm/'):], v.shape.as_list())
+            for v in variables})
+        decoded = sess.run(fetches)
+    reference = {key[1:]: value for key, value in decoded.items() if key[0] == 'unpipelined'}
+    greedy, beam = reference[('greedy', False)], reference[('beam', False)]
+    # The check means something: continuations vary, beam search beats greedy decoding somewhere.
+    self.assertGreater(len(np.unique(greedy[0])), 4)
+    self.assertFalse(np.array_equal(greedy[0], beam[0]))
+    self.assertTrue(np.all(beam[1] >= greedy[1] - 1e-5))
+    # Two unpipelined models with both paths and three methods; four pipelined ones.
+    self.assertLen(decoded, 2 * 2 * 3 + 2 + 2 + 3 + 3)
+    for (name, method, incremental), (ids, scores) in sorted(decoded.items()):
+      want = decoded[('unpipelinedskip' if name.endswith('skip') else 'unpipelined', method,
+                      False)]
+      what = '%s %s incremental=%s' % (name, method, incremental)
+      self.assertAllEqual(ids, want[0], msg=what)
+      self.assertAllClose(scores, want[1], rtol=0, atol=1e-5, msg=what)
 
 
 class TinyTiedLmTest(test_utils.TestCase):

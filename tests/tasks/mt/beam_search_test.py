@@ -78,6 +78,22 @@ class ToyModel:
 
     return Fn
 
+  def IncrementalCallback(self, beam_size):
+    """(callback, states, reorder_fn) of incremental decoding over the same table: each row's
+    state is its prefix's part of the table row, extended by one token per step; a row whose state
+    was not its own hypothesis's would read another prefix's log-probs."""
+    table = tf.constant(self._table)
+    offsets = tf.constant(self._offsets, tf.int32)
+
+    def Fn(ids, step, partial):
+      partial += ids[:, step] * VOCAB**tf.maximum(step - 1, 0) * tf.cast(step >= 1, tf.int32)
+      n = py_utils.GetShape(ids)[0]
+      row = offsets[step] + partial
+      return tf.gather_nd(table, tf.stack([tf.range(n) // beam_size, row], axis=1)), partial
+
+    return (Fn, tf.zeros([self.batch_size * beam_size], tf.int32),
+            lambda partial, rows: tf.gather(partial, rows))
+
   def Score(self, example, hyp, alpha):
     """GNMT-normalised log P of hyp (tokens up to and including eos, or max_length tokens)."""
     log_p = sum(self.LogProbs(example, hyp[:i])[tok] for i, tok in enumerate(hyp))
@@ -224,6 +240,21 @@ class BeamSearchTest(test_utils.TestCase):
       chosen.add(predicted)
     self.assertEqual(chosen, {short, long})
 
+  def testIncrementalStatesFollowTheirHypotheses(self):
+    for seed, k, alpha in ((5, 2, 0.0), (6, 3, 0.6), (7, 108, 0.0)):
+      model = _RandomModel(batch_size=3, max_length=4, seed=seed, scale=1.0)
+      with tf.Graph().as_default():
+        fn, states, reorder = model.IncrementalCallback(k)
+        incremental = beam_search.BeamSearch(fn, model.batch_size, k, model.max_length, SOS, EOS,
+                                             alpha, states=states, reorder_fn=reorder)
+        with tf.Session() as sess:
+          incremental = sess.run(incremental)
+      whole = _Search(model, k, alpha)
+      self.assertAllEqual(incremental.ids, whole.ids, msg=str((seed, k)))
+      self.assertAllClose(incremental.scores, whole.scores, msg=str((seed, k)))
+    with self.assertRaisesRegex(ValueError, 'give both states and reorder_fn'):
+      beam_search.BeamSearch(fn, 3, 2, 4, SOS, EOS, states=tf.zeros([6]))
+
   def testBadArguments(self):
     model = _RandomModel(batch_size=1, max_length=2, seed=0)
     for kwargs, message in (({'beam_size': 0}, 'beam_size must be an int >= 1, got 0'),
@@ -274,7 +305,7 @@ class PipelinedTransformerBeamSearchTest(test_utils.TestCase):
       batch = task.input_generator.GetPreprocessedInputBatch()
       dec_out = task.Decode(batch)
       theta, src = task.theta, batch.src
-      greedy = task.GreedyDecode(theta, src)
+      greedy = task.GreedyDecode(theta, src).ids
       one = task.BeamSearchDecode(theta, src, 1, 0.0)
       two = task.BeamSearchDecode(theta, src, 2, 0.6)
       # The model's own log P of the beam's hypotheses, by teacher forcing.
