@@ -16,9 +16,9 @@ by the decoding methods it or a sublayer has (`STATE_METHODS`) and refused witho
 (`Check`), before anything is built.
 
 Partition k's states are made on partition k's device, one set per micro-batch (`Create`). Each
-decode step's call of partition k on micro-batch t takes and returns that set, so the states never
-leave the device. Beam search reorders them there (`Reorder`): each leaf is gathered along its batch
-axis, which `BatchAxes` finds once by making the states of one more example.
+decode step's ops of partition k on micro-batch t take and return that set on that device, so the
+states never leave it. Beam search reorders them there (`Reorder`): each leaf is gathered along its
+batch axis, which `BatchAxes` finds by making the states of 2 and of 3 examples.
 """
 
 from typing import Any, Callable, List, Optional, Sequence, Union

@@ -32,9 +32,9 @@ backward action, which needs a loss gradient that does not wait for the forward 
 (5)).
 
 A decode step (`DecodeStep`, for TensorPipeLayer.ExtendStep) builds only forward actions, of a
-`schedule.DecodeSchedule`, in the same build order and through the same `_After`: each is a call of
-partition k's step function on micro-batch t, which takes and returns partition k's states for t on
-partition k's device.
+`schedule.DecodeSchedule`, in the same build order and through the same `_After`: each runs
+partition k's step on micro-batch t (its `make_partition` object's Forward), taking and returning
+partition k's states for t on partition k's device.
 """
 
 import dataclasses
@@ -229,8 +229,8 @@ class PipelineStep:
                  sizes: Sequence[Union[int, tf.Tensor]], states: Sequence[Sequence[Any]],
                  time_step: tf.Tensor) -> Tuple[Any, List[List[Any]]]:
     """One decode step, on a forward-only schedule (`schedule.DecodeSchedule`): micro-batch t of the
-    step's inputs goes through the partitions, and partition k's call on it extends partition k's
-    states for t. The states are inputs and outputs of calls on partition k's device, so they stay
+    step's inputs goes through the partitions, and partition k's step on it extends partition k's
+    states for t. The states are inputs and outputs of ops on partition k's device, so they stay
     there; only the step's activations pass between partitions.
 
     Args:

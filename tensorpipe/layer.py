@@ -457,27 +457,24 @@ class TensorPipeLayer(base_layer.BaseLayer):
         carried[key] = earlier[source][2][key]
     return (main, extra, carried)
 
-  def _PartitionFunctions(self, k, device, theta, inputs, example_count, recomputes,
-                          decoding=False):
+  def _PartitionFunctions(self, k, device, theta, inputs, example_count, recomputes):
     """Partition k's graph functions on `device` for inputs like `inputs`.
 
     Traced once per graph, device, input signature, mode (layers compute differently in evaluation)
     and whether backward passes re-compute, so the graph does not grow with M (micro-batches of two
-    sizes, when M does not divide the batch, trace twice). With `decoding`, the functions of a
-    decode step (see `_LayerFunctions`), whose forward function is partition k's ExtendStep.
+    sizes, when M does not divide the batch, trace twice).
     """
     p = self.params
     graph = _OutermostGraph()  # Where traces are made (graph_function.GraphFunction.Trace).
     leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
                    for x in tf.nest.flatten(inputs))
     signature = (k, device, self.do_eval, recomputes, example_count, leaves,
-                 str(tf.nest.map_structure(lambda _: 0, inputs)), decoding)
+                 str(tf.nest.map_structure(lambda _: 0, inputs)))
     cache = self._functions.setdefault(graph, {})
     if signature not in cache:
       cache[signature] = partition_function.PartitionFunctions(
-          self._LayerFunctions(self._partition_layers[k], decoding), theta, inputs, device,
-          '%s_partition%d%s' % (p.name, k, '_step' if decoding else ''),
-          p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
+          self._LayerFunctions(self._partition_layers[k]), theta, inputs, device,
+          '%s_partition%d' % (p.name, k), p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
           site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
           example_count=example_count, recomputes=recomputes)
     return cache[signature]
@@ -700,10 +697,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
         return self._ExtendStepUnpipelined(partition_theta, args, devices, states, t)
       sched = self.DecodeSchedule(batch)
 
-      def MakePartition(k, u, theta_k, inputs):
-        count = sizes[u] if isinstance(sizes[u], int) else None
-        return self._PartitionFunctions(k, devices[k], theta_k, inputs, count, False,
-                                        decoding=True)
+      def MakePartition(k, unused_micro_batch, theta_k, inputs):
+        return partition_trace.InlinePartition(
+            self._LayerFunctions(self._partition_layers[k], decoding=True), theta_k, inputs,
+            devices[k], randomness.LayerKey(self), p.batch_dim, p.two_d_weight_gradients)
 
       step = executor.PipelineStep(
           sched, MakePartition, devices, p.batch_dim, where, route=self._PartitionInputs,

@@ -7,7 +7,7 @@ stateful entry points routed, 2-D weight gradients), each layer with the same dr
 seeds whenever it runs. Every layer is checked for shortcuts: a tensor an earlier layer computed
 used other than through the layer's inputs, whose gradient the layer-by-layer backward pass would
 lose. `RunInline` runs the same layers on a whole mini-batch outside any function, as an unpipelined
-reference. """
+reference; `InlinePartition` runs them so on one micro-batch, for a decode step. """
 
 import contextlib
 import weakref
@@ -82,6 +82,45 @@ def RunInline(layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any,
     for layer in layers:
       out = _RunLayer(layer, site_prefix, theta, out, 'the unpipelined %s' % site_prefix)
   return out
+
+
+class InlinePartition:
+  """A partition's layers built as ops of the caller's graph, called as PartitionFunctions.Forward
+  is: a decode step's partitions (see TensorPipeLayer.ExtendStep).
+
+  A decode step is built once, in its loop's body, so its graph does not grow with the number of
+  steps; inline ops spare each call the cost of a function call and let ops of neighbouring
+  micro-batches interleave. The loop body holds one copy of the partition per micro-batch.
+
+  Args:
+    layers, theta, inputs, site_prefix, example_axis, two_d: as for PartitionBody (only the
+      structures of theta and inputs count).
+    device: the partition's device.
+  """
+
+  def __init__(self, layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any, device: str,
+               site_prefix: str = '', example_axis: int = 0, two_d: bool = True):
+    self._layers = list(layers)
+    self._theta = theta
+    self._in_template = inputs
+    self._device = device
+    self._site_prefix = site_prefix
+    self._example_axis = example_axis
+    self._two_d = two_d
+
+  def Forward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
+              theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
+              differentiable: bool = False) -> Tuple[Any, list, List[tf.Tensor]]:
+    """The layers on one micro-batch, on the partition's device: (outputs, no batch-norm records,
+    the output tensors). `offset` and `differentiable` are not used: nothing here is re-computed or
+    differentiated by the pipeline."""
+    del offset, differentiable
+    theta = self._theta.Pack(list(theta_leaves))
+    with tf.device(self._device):
+      out = RunInline(self._layers, theta, leaves.Fill(self._in_template, x_leaves), step,
+                      batch_norm.Discarding(), self._site_prefix, self._example_axis,
+                      two_d_weight_gradients=self._two_d)
+    return out, [], leaves.Present(out)
 
 
 class PartitionBody:

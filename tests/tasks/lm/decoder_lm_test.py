@@ -202,6 +202,38 @@ class DecoderLmTest(test_utils.TestCase):
       p.Instantiate()
     with self.assertRaisesRegex(ValueError, '3 partitions need num_layers >= 2 .*got num_layers=1'):
       _Params(3, num_layers=1)
+    with self.assertRaisesRegex(ValueError, "decode_method must be one of .*got 'nucleus'"), \
+        helpers.Cluster(2):
+      _Params().Set(decode_method='nucleus').Instantiate()
+
+  def testTheDecoderJobWritesSamplesAndTokensPerSecond(self):
+    """Decode and PostProcessDecodeOut, as Lingvo's decoder job runs them on the held-out split."""
+    p = _Params(2, 2, dropout_prob=0.0)
+    p.decode_new_tokens = 5
+    p.input = decoder_lm.CountingInput.Params().Set(split='test', batch_size=4, max_numbers=2,
+                                                    resettable=True)
+    graph = tf.Graph()
+    with graph.as_default(), cluster_factory.ForTestingWorker(cpus=2, split_size=2, do_eval=True):
+      py_utils.GetOrCreateGlobalStepVar()
+      task = p.Instantiate()
+      dec_out = task.Decode(task.input_generator.GetPreprocessedInputBatch())
+      with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(2)) as sess:
+        sess.run(tf.global_variables_initializer())
+        task.input_generator.Initialize(sess)
+        dec_metrics = task.CreateDecoderMetrics()
+        samples = []
+        for _ in range(2):
+          out = sess.run(dec_out)
+          samples += task.PostProcessDecodeOut(out, dec_metrics)
+    self.assertEqual(out['hyp_ids'].shape, (4, 5))
+    self.assertEqual(out['prompt_ids'].shape, (4, p.decode_prompt_length))
+    self.assertLen(samples, 8)
+    prompt, text = samples[0]
+    self.assertTrue(prompt.startswith('<s> '), prompt)
+    self.assertRegex(text, r'^%s => (\S+ ?){1,5} \(reference: .*; score -?\d+\.\d+\)$' % prompt)
+    self.assertEqual(dec_metrics['num_samples_in_batch'].GetTotalValue(), 8)
+    self.assertGreater(dec_metrics['tokens_per_second'].value, 0.0)
+    self.assertBetween(dec_metrics['continuation_accuracy'].value, 0.0, 1.0)
 
 
 class _AddSkip(base_layer.BaseLayer):

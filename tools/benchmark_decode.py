@@ -1,0 +1,201 @@
+"""Decode speed: pipelined incremental decoding against the full-prefix and unpipelined decodes.
+
+The model is the tied-embedding language model of tensorpipe/tasks/lm/decoder_lm.py (Lingvo's
+causal TransformerLayers, time-major) at a size set by the flags, cut into K partitions on K logical
+CPU devices. Each configuration greedily continues a batch of one-token prompts by N new tokens
+(DecoderLm.Generate) in one session.run:
+
+  pipelined    the pipeline's ExtendStep: each layer's cache on its partition's device, the batch
+               split into --micro_batches micro-batches per decode step (decode_micro_batches);
+  unpipelined  ExtendStep with unpipelined=True: partition k's layers on device k one after the
+               other, no micro-batches, no partition functions (the same devices);
+  full_prefix  the pipeline (as `pipelined`, M micro-batches) re-run on the whole prefix, N + 1
+               positions, at every step: what decoding did before incremental decoding.
+
+Tokens/s = batch x N / the median time of a decode. The three configurations of one (K, N) are
+built, warmed up (the first run instantiates the functions), then timed in --rounds rounds, one run
+of each per round in rotating order, so that a busy machine slows them alike. Every session shares
+one ConfigProto (the most devices of any K, TensorFlow's default thread pools unless set), since
+TensorFlow fixes its pools with the first session of a process. The report also gives each
+device's decoding states for the largest N (bytes of the caches, from their static shapes), the
+machine (CPU model, cores, oneDNN on or off, load average before and after) and the commit.
+
+  .venv/bin/python -m tools.benchmark_decode                    # 16/64/128 tokens, K in {1, 2, 4}
+  .venv/bin/python -m tools.benchmark_decode --new_tokens=16 --partitions=2 --rounds=2  # smoke
+
+Results: docs/benchmarks.md, "Decoding".
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+# pylint: disable=wrong-import-position
+import numpy as np
+import tensorflow as tf2
+from absl import flags
+from lingvo import compat as tf
+from lingvo.core import cluster_factory
+from lingvo.core import py_utils
+
+from tensorpipe import decode_state
+from tensorpipe import placement
+from tensorpipe.tasks.lm import decoder_lm
+# pylint: enable=wrong-import-position
+
+MODES = ('pipelined', 'unpipelined', 'full_prefix')
+
+
+def _Args(argv):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ints = lambda text: [int(v) for v in text.split(',')]
+  parser.add_argument('--new_tokens', type=ints, default=[16, 64, 128], help='N values.')
+  parser.add_argument('--partitions', type=ints, default=[1, 2, 4], help='K values (devices).')
+  parser.add_argument('--micro_batches', type=int, default=2,
+                      help='M of a pipelined decode step (decode_micro_batches).')
+  parser.add_argument('--batch', type=int, default=64, help='Prompts decoded at once.')
+  parser.add_argument('--model_dim', type=int, default=128, help='Model width D.')
+  parser.add_argument('--hidden_dim', type=int, default=512, help='Feed-forward width.')
+  parser.add_argument('--num_heads', type=int, default=4, help='Attention heads.')
+  parser.add_argument('--num_layers', type=int, default=4, help='Transformer layers.')
+  parser.add_argument('--rounds', type=int, default=3, help='Timed runs of each configuration.')
+  parser.add_argument('--intra_op_threads', type=int, default=None,
+                      help="Session intra-op threads (default: TensorFlow's).")
+  parser.add_argument('--inter_op_threads', type=int, default=None,
+                      help="Session inter-op threads (default: TensorFlow's).")
+  return parser.parse_args(argv)
+
+
+def _Params(args, k, n, mode):
+  p = decoder_lm.DecoderLmParams(
+      model_dim=args.model_dim, hidden_dim=args.hidden_dim, num_heads=args.num_heads,
+      num_layers=args.num_layers, num_partitions=k, num_micro_batches=1, dropout_prob=0.0,
+      name='lm')
+  p.pipeline.decode_micro_batches = args.micro_batches
+  p.pipeline.unpipelined = mode == 'unpipelined'
+  p.decode_new_tokens = n
+  p.incremental_decode = mode != 'full_prefix'
+  return p
+
+
+class _Config:
+  """One configuration's graph and session, built and warmed up."""
+
+  def __init__(self, args, k, n, mode, config):
+    self.mode = mode
+    self.graph = tf.Graph()
+    with self.graph.as_default(), cluster_factory.ForTestingWorker(cpus=k, split_size=k,
+                                                                   do_eval=True):
+      py_utils.GetOrCreateGlobalStepVar()
+      task = _Params(args, k, n, mode).Instantiate()
+      prompt = tf.fill([args.batch, 1], decoder_lm.VOCABULARY.index(decoder_lm.BOS))
+      start = time.time()
+      self.ids = task.Generate(task.theta, prompt, 'greedy').ids
+      self.build_s = time.time() - start
+      # Each device's states for the whole decode (static shapes; nothing runs).
+      states = task.pipeline.InitStates(task.pipeline.theta, args.batch, 1 + n)
+      self.state_bytes = {}
+      for device, per_partition in zip(task.pipeline.devices, states):
+        self.state_bytes[device] = self.state_bytes.get(device, 0) + decode_state.Bytes(
+            per_partition)
+      self.session = tf.Session(graph=self.graph, config=config)
+      self.session.run(tf.global_variables_initializer())
+    start = time.time()
+    self.session.run(self.ids)
+    self.warmup_s = time.time() - start
+    self.times = []
+
+  def Time(self):
+    start = time.time()
+    self.session.run(self.ids)
+    self.times.append(time.time() - start)
+
+
+def _Machine():
+  model = '?'
+  with open('/proc/cpuinfo', encoding='ascii', errors='replace') as f:
+    for line in f:
+      if line.startswith('model name'):
+        model = line.split(':', 1)[1].strip()
+        break
+  onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '(unset: on where the CPU supports it)')
+  try:
+    commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True,
+                            text=True, check=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    commit = '?'
+  return model, os.cpu_count(), onednn, commit
+
+
+def _Load():
+  return '%.2f %.2f %.2f' % os.getloadavg()
+
+
+def main(argv):
+  args = _Args(argv)
+  flags.FLAGS.mark_as_parsed()
+  model, cores, onednn, commit = _Machine()
+  print('commit %s; CPU %s, %d cores; TF_ENABLE_ONEDNN_OPTS=%s; TensorFlow %s' %
+        (commit, model, cores, onednn, tf2.__version__))
+  print('model: D=%d, hidden %d, %d heads, %d layers, vocabulary %d; batch %d one-token prompts; '
+        'pipelined M=%d' % (args.model_dim, args.hidden_dim, args.num_heads, args.num_layers,
+                            decoder_lm.VOCAB_SIZE, args.batch, args.micro_batches))
+  print('load average at the start: %s' % _Load())
+  config = placement.SessionConfig(max(args.partitions), args.intra_op_threads,
+                                   args.inter_op_threads)
+  rows = []
+  memory = {}
+  for k in args.partitions:
+    for n in args.new_tokens:
+      configs = [_Config(args, k, n, mode, config) for mode in MODES]
+      for r in range(args.rounds):
+        for i in range(len(configs)):
+          configs[(i + r) % len(configs)].Time()
+      median = {c.mode: float(np.median(c.times)) for c in configs}
+      rows.append((k, n, median, {c.mode: (c.build_s, c.warmup_s) for c in configs}))
+      memory[k] = configs[0].state_bytes
+      for c in configs:
+        c.session.close()
+      tokens = args.batch * n
+      print('K=%d N=%d: %s (load %s)' % (
+          k, n, ', '.join('%s %.3f s, %.0f tokens/s' % (m, median[m], tokens / median[m])
+                          for m in MODES), _Load()), flush=True)
+  print()
+  print('| K | new tokens | pipelined incremental | unpipelined incremental | full prefix | '
+        'incremental / full prefix | pipelined time / unpipelined time |')
+  print('|---|---|---|---|---|---|---|')
+  for k, n, median, _ in rows:
+    tokens = args.batch * n
+    print('| %d | %d | %.0f tokens/s (%.3f s) | %.0f tokens/s (%.3f s) | %.0f tokens/s (%.3f s) | '
+          '%.1fx | %.2f |' % (
+              k, n, tokens / median['pipelined'], median['pipelined'],
+              tokens / median['unpipelined'], median['unpipelined'],
+              tokens / median['full_prefix'], median['full_prefix'],
+              median['full_prefix'] / median['pipelined'],
+              median['pipelined'] / median['unpipelined']))
+  print()
+  print('Decoding states per device, %d prompts x %d positions:' %
+        (args.batch, 1 + max(args.new_tokens)))
+  for k in args.partitions:
+    print('  K=%d: %s' % (k, ', '.join('%s %.2f MiB' % (placement_name, b / 2.0**20)
+                                       for placement_name, b in sorted(memory[k].items()))))
+  print()
+  for k, n, median, _ in rows:
+    if n == 64:
+      print('N=64, K=%d: incremental %.1fx the full-prefix tokens/s (goal >= 10x): %s' % (
+          k, median['full_prefix'] / median['pipelined'],
+          'PASS' if median['full_prefix'] >= 10 * median['pipelined'] else 'FAIL'))
+      if k == 2:
+        print('N=64, K=2: pipelined %.2fx the unpipelined time (goal <= 1.3x): %s' % (
+            median['pipelined'] / median['unpipelined'],
+            'PASS' if median['pipelined'] <= 1.3 * median['unpipelined'] else 'FAIL'))
+  print('load average at the end: %s' % _Load())
+
+
+if __name__ == '__main__':
+  main(sys.argv[1:])
