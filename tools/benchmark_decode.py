@@ -12,9 +12,12 @@ CPU devices. Each configuration greedily continues a batch of one-token prompts 
   full_prefix  the pipeline (as `pipelined`, M micro-batches) re-run on the whole prefix, N + 1
                positions, at every step: what decoding did before incremental decoding.
 
-Tokens/s = batch x N / the median time of a decode. The three configurations of one (K, N) are
+Tokens/s = batch x N / the median wall time of a decode (the lines printed per (K, N) also give
+the median CPU seconds the process used per decode: on a shared machine, when the wall time
+is about the CPU time, the decode got one core). The three configurations of one (K, N) are
 built, warmed up (the first run instantiates the functions), then timed in --rounds rounds, one run
-of each per round in rotating order, so that a busy machine slows them alike. Every session shares
+of each per round in rotating order, so that a busy machine slows them alike (the full-prefix
+decode, whose runs take up to minutes, only in the first --full_prefix_rounds). Every session shares
 one ConfigProto (the most devices of any K, TensorFlow's default thread pools unless set), since
 TensorFlow fixes its pools with the first session of a process. The report also gives each
 device's decoding states for the largest N (bytes of the caches, from their static shapes), the
@@ -28,6 +31,7 @@ Results: docs/benchmarks.md, "Decoding".
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -57,12 +61,16 @@ def _Args(argv):
   parser.add_argument('--partitions', type=ints, default=[1, 2, 4], help='K values (devices).')
   parser.add_argument('--micro_batches', type=int, default=2,
                       help='M of a pipelined decode step (decode_micro_batches).')
-  parser.add_argument('--batch', type=int, default=64, help='Prompts decoded at once.')
-  parser.add_argument('--model_dim', type=int, default=128, help='Model width D.')
-  parser.add_argument('--hidden_dim', type=int, default=512, help='Feed-forward width.')
+  parser.add_argument('--batch', type=int, default=32, help='Prompts decoded at once.')
+  parser.add_argument('--model_dim', type=int, default=256, help='Model width D.')
+  parser.add_argument('--hidden_dim', type=int, default=1024, help='Feed-forward width.')
   parser.add_argument('--num_heads', type=int, default=4, help='Attention heads.')
   parser.add_argument('--num_layers', type=int, default=4, help='Transformer layers.')
-  parser.add_argument('--rounds', type=int, default=3, help='Timed runs of each configuration.')
+  parser.add_argument('--rounds', type=int, default=5,
+                      help='Timed runs of each incremental configuration.')
+  parser.add_argument('--full_prefix_rounds', type=int, default=1,
+                      help='Timed runs of the full-prefix configuration (the first rounds): a '
+                      'run of it takes up to minutes.')
   parser.add_argument('--intra_op_threads', type=int, default=None,
                       help="Session intra-op threads (default: TensorFlow's).")
   parser.add_argument('--inter_op_threads', type=int, default=None,
@@ -108,11 +116,19 @@ class _Config:
     self.session.run(self.ids)
     self.warmup_s = time.time() - start
     self.times = []
+    self.cpu_times = []
 
   def Time(self):
-    start = time.time()
+    cpu, start = _OwnCpu(), time.time()
     self.session.run(self.ids)
     self.times.append(time.time() - start)
+    self.cpu_times.append(_OwnCpu() - cpu)
+
+
+def _OwnCpu():
+  """CPU seconds this process has used (all its threads)."""
+  usage = resource.getrusage(resource.RUSAGE_SELF)
+  return usage.ru_utime + usage.ru_stime
 
 
 def _Machine():
@@ -155,16 +171,19 @@ def main(argv):
       configs = [_Config(args, k, n, mode, config) for mode in MODES]
       for r in range(args.rounds):
         for i in range(len(configs)):
-          configs[(i + r) % len(configs)].Time()
+          config_i = configs[(i + r) % len(configs)]
+          if config_i.mode != 'full_prefix' or r < args.full_prefix_rounds:
+            config_i.Time()
       median = {c.mode: float(np.median(c.times)) for c in configs}
       rows.append((k, n, median, {c.mode: (c.build_s, c.warmup_s) for c in configs}))
       memory[k] = configs[0].state_bytes
       for c in configs:
         c.session.close()
       tokens = args.batch * n
+      cpu = {c.mode: float(np.median(c.cpu_times)) for c in configs}
       print('K=%d N=%d: %s (load %s)' % (
-          k, n, ', '.join('%s %.3f s, %.0f tokens/s' % (m, median[m], tokens / median[m])
-                          for m in MODES), _Load()), flush=True)
+          k, n, ', '.join('%s %.3f s (CPU %.3f s), %.0f tokens/s' % (
+              m, median[m], cpu[m], tokens / median[m]) for m in MODES), _Load()), flush=True)
   print()
   print('| K | new tokens | pipelined incremental | unpipelined incremental | full prefix | '
         'incremental / full prefix | pipelined time / unpipelined time |')
