@@ -698,9 +698,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
       sched = self.DecodeSchedule(batch)
 
       def MakePartition(k, unused_micro_batch, theta_k, inputs):
-        return partition_trace.InlinePartition(
+        return partition_trace.InlinePartition(partition_trace.PartitionBody(
             self._LayerFunctions(self._partition_layers[k], decoding=True), theta_k, inputs,
-            devices[k], randomness.LayerKey(self), p.batch_dim, p.two_d_weight_gradients)
+            '%s_partition%d_step' % (p.name, k), where, randomness.LayerKey(self), p.batch_dim,
+            None, p.two_d_weight_gradients), devices[k])
 
       step = executor.PipelineStep(
           sched, MakePartition, devices, p.batch_dim, where, route=self._PartitionInputs,

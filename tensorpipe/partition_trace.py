@@ -93,20 +93,13 @@ class InlinePartition:
   micro-batches interleave. The loop body holds one copy of the partition per micro-batch.
 
   Args:
-    layers, theta, inputs, site_prefix, example_axis, two_d: as for PartitionBody (only the
-      structures of theta and inputs count).
+    body: the partition's layers (a PartitionBody).
     device: the partition's device.
   """
 
-  def __init__(self, layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any, device: str,
-               site_prefix: str = '', example_axis: int = 0, two_d: bool = True):
-    self._layers = list(layers)
-    self._theta = theta
-    self._in_template = inputs
+  def __init__(self, body: 'PartitionBody', device: str):
+    self._body = body
     self._device = device
-    self._site_prefix = site_prefix
-    self._example_axis = example_axis
-    self._two_d = two_d
 
   def Forward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
               theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
@@ -115,11 +108,8 @@ class InlinePartition:
     the output tensors). `offset` and `differentiable` are not used: nothing here is re-computed or
     differentiated by the pipeline."""
     del offset, differentiable
-    theta = self._theta.Pack(list(theta_leaves))
     with tf.device(self._device):
-      out = RunInline(self._layers, theta, leaves.Fill(self._in_template, x_leaves), step,
-                      batch_norm.Discarding(), self._site_prefix, self._example_axis,
-                      two_d_weight_gradients=self._two_d)
+      out = self._body.RunInline(step, theta_leaves, x_leaves)
     return out, [], leaves.Present(out)
 
 
@@ -157,6 +147,14 @@ class PartitionBody:
            ) -> Tuple[Any, Any]:
     """(theta NestedMap, inputs structure) from their leaves (the inputs' present leaves)."""
     return self._theta.Pack(list(theta_leaves)), leaves.Fill(self._in_template, x_leaves)
+
+  def RunInline(self, step: Optional[tf.Tensor], theta_leaves: Sequence[tf.Tensor],
+                x_leaves: Sequence[tf.Tensor]) -> Any:
+    """The layers on `x_leaves` as ops of the caller's graph (see `RunInline`), in evaluation's
+    terms: example offset 0, batch-norm statistics discarded."""
+    theta, inputs = self.Pack(theta_leaves, x_leaves)
+    return RunInline(self.layers, theta, inputs, step, batch_norm.Discarding(), self._site_prefix,
+                     self._example_axis, self._example_count, self._two_d)
 
   def Tracing(self, step, offset, collector, check_numerics):
     """The context the partition's layers are traced in, inside a function body."""
