@@ -873,6 +873,24 @@ class DecodingTest(test_utils.TestCase):
   def testTiedWeightsAndSkipConnections(self):
     self._Check(tied=True, skips=[('d1', 'd4'), ('into', 'd3')])
 
+  def testSeveralPartitionsPerDevice(self):
+    x = _DecodeInputs()
+    with tf.Graph().as_default() as g, cluster_factory.ForTestingWorker(
+        cpus=2, split_size=2, do_eval=True):
+      fetches = {}
+      for sched, v in (('interleaved_1f1b', 2), ('zbv', 2)):
+        net = layer_lib.TensorPipeLayer.Params().Set(
+            name=sched, layers=_DecodeLayers(True), num_partitions=2, virtual_stages=v,
+            num_micro_batches=2, schedule=sched).Instantiate()
+        self.assertEqual(net.DecodeSchedule(DECODE_BATCH).partition_devices,
+                         [0, 1, 0, 1] if sched == 'interleaved_1f1b' else [0, 1, 1, 0])
+        fetches[sched] = (net.FPropDefaultTheta(tf.constant(x)), _Decode(net, tf.constant(x)))
+      with tf.Session(graph=g, config=helpers.ValuesOnlyConfig(2)) as sess:
+        sess.run(tf.global_variables_initializer())
+        values = sess.run(fetches)
+    for sched, (full, incremental) in values.items():
+      self.assertAllClose(incremental, full, rtol=1e-5, atol=1e-6, msg=sched)
+
   def testStatesStayOnTheirPartitionsDevice(self):
     with tf.Graph().as_default() as g, cluster_factory.ForTestingWorker(
         cpus=3, split_size=3, do_eval=True):
@@ -909,6 +927,18 @@ class DecodingTest(test_utils.TestCase):
         values = sess.run(fetches)
     for m, (incremental, full) in values.items():
       self.assertAllClose(incremental[:, 2:], full[:, 2:], rtol=1e-5, atol=1e-6, msg=m)
+
+  def testStatesOfAnotherBatchAreRefused(self):
+    with tf.Graph().as_default(), helpers.Cluster(2):
+      net = layer_lib.TensorPipeLayer.Params().Set(
+          name='pipe', partitions=_Partition(_DecodeLayers(False), 2), num_micro_batches=4,
+          decode_micro_batches=3).Instantiate()
+      states = net.InitStates(net.theta, 4, DECODE_LEN)
+      self.assertEqual([len(s) for s in states], [3, 3])  # decode_micro_batches, not 4.
+      with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': ExtendStep got states for "
+                                  r'\[1, 1\] micro-batches of 2 partitions, but a step of 4 '
+                                  r'examples has 3 micro-batches'):
+        net.ExtendStep(net.theta, tf.zeros([4, 1, DIM]), [s[:1] for s in states], 0)
 
   def testAStateWithoutExtendStepIsRefusedByName(self):
     layers = _DecodeLayers(False)
