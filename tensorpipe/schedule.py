@@ -267,6 +267,9 @@ class Schedule:
     self._devices = self._Placement(partition_devices)
     self.num_devices = max(self._devices) + 1
     self._device_actions = [list(actions) for actions in device_actions]
+    # Read for every action by Task (the simulator asks per action): computed once.
+    self._splits_backward = any(a.kind == WEIGHT for actions in self._device_actions
+                                for a in actions)
     self._edges = [dataclasses.replace(e, devices=(self._DeviceOfAction(e.before),
                                                    self._DeviceOfAction(e.after))) for e in edges]
     self._waits: Dict[Action, List[Edge]] = {}
@@ -353,7 +356,7 @@ class Schedule:
   @property
   def splits_backward(self) -> bool:
     """Whether backward passes are split into input-gradient (B) and weight-gradient (W) actions."""
-    return any(a.kind == WEIGHT for actions in self._device_actions for a in actions)
+    return self._splits_backward
 
   @property
   def device_actions(self) -> List[List[Action]]:

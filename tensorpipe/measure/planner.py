@@ -23,6 +23,7 @@ op and of a graph-function call, a copy rate) as TensorPipe's CPU sessions run o
 """
 
 import dataclasses
+import functools
 import os
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -399,7 +400,7 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
   its partitions' (see _DeviceMemory).
   """
   k, m, v = partitions, micro_batches, virtual_stages
-  sched = schedule.Build(schedule_name, k, m, v, 2)
+  sched, in_flight, awaiting = _Schedule(schedule_name, k, m, v)
   num_partitions = k * v
 
   def Memory(stashed, waiting):
@@ -411,7 +412,7 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
   # The split holds every partition to the most any device of the schedule holds (one fewer
   # awaiting its weight-gradient task, see _DeviceMemory), and to its share of the device: safe
   # for all.
-  safe = Memory(max(sched.InFlight()), max(0, max(sched.AwaitingWeights()) - 1))
+  safe = Memory(in_flight, max(0, awaiting - 1))
   try:
     sizes = balancing.OptimalSplit(times, num_partitions, safe, memory / v, where='planner')
   except ValueError:
@@ -436,6 +437,15 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
     step += 2.0 * (replicas - 1) / replicas * grads / device.link_bandwidth
   return Configuration(replicas, k, m, schedule_name, recompute, list(sizes), step, 0.0,
                        result.idle_fraction, device_memory, fits, why, v)
+
+
+@functools.lru_cache(maxsize=1024)
+def _Schedule(name, k, m, v):
+  """(schedule, most micro-batches in flight on a device, most awaiting weight-gradient tasks):
+  built once per process for each (schedule, K, M, v), which every S and recompute mode shares (a
+  search builds each schedule up to 6 times otherwise; they are only read)."""
+  sched = schedule.Build(name, k, m, v, 2)
+  return sched, max(sched.InFlight()), max(sched.AwaitingWeights())
 
 
 def _DeviceMemory(sched, memory_cost, profiles, bounds, bytes_per_element):
