@@ -24,6 +24,7 @@ op and of a graph-function call, a copy rate) as TensorPipe's CPU sessions run o
 
 import dataclasses
 import functools
+import heapq
 import os
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -31,6 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from tensorpipe.measure import simulator
 from tensorpipe.partition import balancing
 from tensorpipe.partition import cost_model
+from tensorpipe import progress as progress_lib
 from tensorpipe import schedule
 from tensorpipe import units
 
@@ -216,9 +218,11 @@ class Configuration:
   schedule: str
   recompute: str
   sizes: List[int]  # Layers per partition.
-  step_time: float  # Seconds per mini-batch (all replicas together).
-  examples_per_second: float
-  bubble: float  # Idle share of the devices in the simulated step.
+  # Seconds per mini-batch (all replicas together), examples/s and the idle share of the devices
+  # in the simulated step; None where the search did not simulate it (see PlanPipeline's `exact`).
+  step_time: Optional[float]
+  examples_per_second: Optional[float]
+  bubble: Optional[float]
   device_memory: List[float]  # Predicted peak bytes of each partition's device.
   fits: bool
   why: str = ''  # Why it does not fit (empty if it does).
@@ -231,6 +235,10 @@ class Configuration:
   @property
   def devices(self) -> int:
     return self.replicas * self.partitions
+
+  @property
+  def simulated(self) -> bool:
+    return self.step_time is not None
 
   def Label(self) -> str:
     v = ' v=%d' % self.virtual_stages if self.virtual_stages > 1 else ''
@@ -399,6 +407,39 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
   none does, the one that needs the least memory, marked as not fitting. A device's memory sums
   its partitions' (see _DeviceMemory).
   """
+  config = _Prepare(profiles, device, memory, replicas, partitions, micro_batches, schedule_name,
+                    recompute, bytes_per_param, bytes_per_activation, layer_times, batch,
+                    micro_batch_overhead, virtual_stages).Simulate()
+  config.examples_per_second = 0.0  # PlanPipeline's: it knows the global batch.
+  return config
+
+
+@dataclasses.dataclass
+class _Candidate:
+  """A configuration split and sized (its memory and whether it fits are known), with what
+  simulating its step needs; Simulate fills in its step time and bubble."""
+  config: Configuration
+  costs: List[simulator.TaskTimes]
+  sched: schedule.Schedule
+  transfer: float
+  cores: Optional[float]
+  all_reduce: float  # Seconds the replicas' gradient all-reduce adds to the step.
+
+  def LowerBound(self) -> float:
+    """A step time the simulation cannot come out below (simulator.LowerBound)."""
+    return simulator.LowerBound(self.costs, self.sched, self.cores) + self.all_reduce
+
+  def Simulate(self) -> Configuration:
+    result = simulator.Simulate(self.costs, self.sched, transfer=self.transfer, cores=self.cores)
+    self.config.step_time = result.step_time + self.all_reduce
+    self.config.bubble = result.idle_fraction
+    return self.config
+
+
+def _Prepare(profiles, device, memory, replicas, partitions, micro_batches, schedule_name,
+             recompute, bytes_per_param, bytes_per_activation, layer_times, batch,
+             micro_batch_overhead, virtual_stages) -> _Candidate:
+  """Evaluate's split, memory and task times: all but the simulation."""
   k, m, v = partitions, micro_batches, virtual_stages
   sched, in_flight, awaiting = _Schedule(schedule_name, k, m, v)
   num_partitions = k * v
@@ -428,15 +469,14 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
   boundary = max((profiles[b].in_elements * bytes_per_activation / m for b in bounds[1:-1]),
                  default=0.0)  # Transfers between partitions of one device are counted too.
   cores = None if device.cores is None else device.cores / replicas
-  result = simulator.Simulate(costs, sched, transfer=boundary / device.link_bandwidth,
-                              cores=cores)
-  step = result.step_time
+  all_reduce = 0.0
   if replicas > 1:  # Ring all-reduce of the fullest device's float32 gradients.
     grads = max(sum(sum(p.params for p in profiles[bounds[c]:bounds[c + 1]])
                     for c in sched.DevicePartitions(d)) for d in range(k)) * 4
-    step += 2.0 * (replicas - 1) / replicas * grads / device.link_bandwidth
-  return Configuration(replicas, k, m, schedule_name, recompute, list(sizes), step, 0.0,
-                       result.idle_fraction, device_memory, fits, why, v)
+    all_reduce = 2.0 * (replicas - 1) / replicas * grads / device.link_bandwidth
+  config = Configuration(replicas, k, m, schedule_name, recompute, list(sizes), None, None, None,
+                         device_memory, fits, why, v)
+  return _Candidate(config, costs, sched, boundary / device.link_bandwidth, cores, all_reduce)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -486,7 +526,8 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
                  partitions: Optional[Sequence[int]] = None,
                  replicas: Optional[Sequence[int]] = None,
                  micro_batch_overhead: float = 0.0,
-                 interleaved_stages: Sequence[int] = (2,)) -> Ranking:
+                 interleaved_stages: Sequence[int] = (2,), exact: Optional[int] = None,
+                 progress: progress_lib.Progress = progress_lib.QUIET) -> Ranking:
   """Ranks every configuration of the layers of `profiles` on `num_devices` devices.
 
   Args:
@@ -508,6 +549,13 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
       layers (model_plan.MeasureMicroBatchSeconds; see PartitionCosts).
     interleaved_stages: the partitions per device v to try with 'interleaved_1f1b' ('zbv' takes 2,
       the others 1).
+    exact: None: simulate every configuration. N: only the first N ranks (and the first N + 3 of
+      those that do not fit, which a table of N rows shows) must be exact: the fitting
+      configurations are simulated in order of a lower bound of their step time
+      (simulator.LowerBound), and once that bound exceeds the N-th best step found, the rest cannot
+      rank among the first N and are not simulated. Their step_time is None and they follow the
+      simulated ones; the first N ranks are those of exact=None.
+    progress: where the search reports its phases.
 
   Returns:
     A Ranking: fitting configurations by predicted step time (ties: fewer devices, then less
@@ -524,35 +572,93 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
             for k in range(1, min(num_devices // s, len(profiles)) + 1)
             if partitions is None or k in partitions
             for m in micro_batches if m <= batch // s]
-  configurations = []
+  if exact is not None and exact < 1:
+    raise ValueError('planner: exact must be None or a positive number of ranks, got %r' %
+                     (exact,))
+  tries = []  # (S, K, M, schedule, v, recompute)
   for s, k, m in shapes:
-    replica = ScaledProfiles(profiles, 1.0 / s)
     for name in schedules:
       stages = (tuple(interleaved_stages) if name == 'interleaved_1f1b' else
                 (schedule.LeastVirtualStages(name),))
       for v in stages:
         if k * v > len(profiles) or (name == 'interleaved_1f1b' and m % k):
           continue  # Too few layers, or M not a multiple of K (the schedule needs it).
-        for mode in recomputes:
-          if mode != 'always' and schedule.SplitsBackward(name, v):
-            continue
-          c = Evaluate(replica, device, memory, s, k, m, name, mode, bytes_per_param,
-                       bytes_per_activation, layer_times, batch / s, micro_batch_overhead, v)
-          c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
-          configurations.append(c)
+        tries.extend((s, k, m, name, v, mode) for mode in recomputes
+                     if mode == 'always' or not schedule.SplitsBackward(name, v))
+  sizing = progress.Phase('splitting and sizing configurations (S x K x M x schedule x '
+                          'recompute)', len(tries))
+  replicas_profiles = {}
+  candidates = []
+  for s, k, m, name, v, mode in tries:
+    if s not in replicas_profiles:
+      replicas_profiles[s] = ScaledProfiles(profiles, 1.0 / s)
+    candidates.append(_Prepare(replicas_profiles[s], device, memory, s, k, m, name, mode,
+                               bytes_per_param, bytes_per_activation, layer_times, batch / s,
+                               micro_batch_overhead, v))
+    sizing.Step()
+  configurations = [c.config for c in candidates]
+  fitting = sum(c.fits for c in configurations)
+  sizing.End('%d fit the memory' % fitting)
   if not configurations:
     raise ValueError('planner: no configuration to try with %d devices, batch %d and M in %s' %
                      (num_devices, batch, list(micro_batches)))
-  if not any(c.fits for c in configurations):
+  if not fitting:
     least = min(configurations, key=lambda c: c.peak_memory)
     raise ValueError(
         '%s fits no configuration on %d devices of %s: the least memory one needs is %s per '
         'device (%s); give devices of at least that much memory, more devices, or a smaller '
         'batch' % (title, num_devices, units.FormatBytes(memory),
                    units.FormatBytes(least.peak_memory), least.Label()))
-  configurations.sort(key=lambda c: (not c.fits, c.step_time if c.fits else c.peak_memory,
-                                     c.devices, c.peak_memory))
+  _SimulateRanked(candidates, exact, progress)
+  for c in configurations:
+    if c.simulated:
+      c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
+  configurations.sort(key=_RankKey)
   return Ranking(title, device, memory, batch, configurations)
+
+
+def _RankKey(c):
+  """Fitting configurations by step time (those not simulated after them), then fewer devices,
+  then less memory; then the others by memory, then fewer devices."""
+  if c.fits:
+    return (0, not c.simulated, c.step_time or 0.0, c.devices, c.peak_memory)
+  return (1, False, c.peak_memory, c.devices, c.peak_memory)
+
+
+def _SimulateRanked(candidates, exact, progress):
+  """Simulates every candidate, or with `exact` those that can rank among the first (see
+  PlanPipeline)."""
+  shown = []
+  if exact is None:
+    chosen = [(0.0, c) for c in candidates]
+  else:
+    fitting = [(c.LowerBound(), c) for c in candidates if c.config.fits]
+    chosen = sorted(fitting, key=lambda pair: pair[0])
+    others = sorted((c for c in candidates if not c.config.fits), key=lambda c: _RankKey(c.config))
+    # Those that do not fit rank by memory, known now: a table shows the first few.
+    shown = others[:exact + 3]
+  phase = progress.Phase('simulating steps' + ('' if exact is None else ', best first by a lower '
+                                              'bound'), len(chosen) + len(shown))
+  best = []  # With `exact`: minus the step times of the best `exact` so far (a max-heap).
+  simulated = 0
+  for bound, c in chosen:
+    # Sorted by bound: once one cannot beat the exact-th best, none of the rest can (the margin
+    # covers rounding: the bound sums the same times in another order).
+    if exact is not None and len(best) == exact and bound * (1 - 1e-9) > -best[0]:
+      break
+    step = c.Simulate().step_time
+    simulated += 1
+    phase.Step()
+    if exact is not None:
+      (heapq.heappush if len(best) < exact else heapq.heappushpop)(best, -step)
+  if exact is not None:
+    for c in shown:
+      c.Simulate()
+      phase.Step()
+    phase.End('%d simulated; %d skipped: a lower bound of their step time shows they rank '
+              'below the first %d' % (simulated + len(shown), len(chosen) - simulated, exact))
+  else:
+    phase.End()
 
 
 def Overrides(config: Configuration, pipeline_path: str = 'task.pipeline') -> str:
@@ -589,11 +695,11 @@ def Format(ranking: Ranking, limit: Optional[int] = 20) -> str:
   not_shown = [c for c in ranking.configurations[len(shown):] if not c.fits][:3]
   for i, c in enumerate(shown + not_shown):
     rank = str(i + 1) if i < len(shown) else str(ranking.configurations.index(c) + 1)
-    rows.append((rank, str(c.replicas), str(c.partitions), str(c.virtual_stages),
-                 str(c.micro_batches), c.schedule,
-                 c.recompute, '%.3f' % (1e3 * c.step_time), '%.1f' % c.examples_per_second,
-                 '%.1f%%' % (100 * c.bubble), units.FormatBytes(c.peak_memory),
-                 'yes' if c.fits else 'no: ' + c.why))
+    predicted = (['%.3f' % (1e3 * c.step_time), '%.1f' % c.examples_per_second,
+                  '%.1f%%' % (100 * c.bubble)] if c.simulated else ['-'] * 3)
+    rows.append(tuple([rank, str(c.replicas), str(c.partitions), str(c.virtual_stages),
+                       str(c.micro_batches), c.schedule, c.recompute] + predicted +
+                      [units.FormatBytes(c.peak_memory), 'yes' if c.fits else 'no: ' + c.why]))
   widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
   for r in rows:
     lines.append('  '.join(v.ljust(w) if i in (5, 6, 11) else v.rjust(w)

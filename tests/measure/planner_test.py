@@ -1,11 +1,13 @@
 """Planner: rankings on constructed costs, schedule-aware memory, profiles and errors."""
 
 import functools
+import re
 
 import pytest
 
 from tensorpipe.partition import cost_model
 from tensorpipe.measure import planner
+from tensorpipe import progress as progress_lib
 from tensorpipe import schedule
 from tensorpipe import units
 
@@ -75,6 +77,70 @@ class TestRanking:
     two = planner.Evaluate(half, slow, 1e12, 2, 1, 1, 'gpipe', 'never')
     # Ring all-reduce of 8000 float32 gradients over 1 kB/s: 2 (S - 1) / S x 32 kB = 32 s.
     assert two.step_time == pytest.approx(alone.step_time + 32.0)
+
+
+class TestPruning:
+  """exact=N simulates only what can rank among the first N: the same first N ranks, the same
+  table of N rows, fewer simulations."""
+
+  @staticmethod
+  def _Uneven():
+    return [cost_model.LayerProfile('l%d' % i, 1e9 * (1 + i % 3), 1000 * (i + 1), 0, 10000,
+                                    10000, 100000 * (1 + i % 2), forward_ops=10, backward_ops=20)
+            for i in range(8)]
+
+  @pytest.mark.parametrize('device', [
+      _DEVICE,
+      planner.DeviceProfile('shared', 1e9, 1e9, 1e9, 'constructed', efficiency=1.0,
+                            op_overhead=1e-4, call_overhead=1e-3, cores=2.0,
+                            backward_parallelism=2.0)])
+  def testTheFirstRanksAndTheTableAreTheExhaustiveSearchs(self, device, monkeypatch):
+    simulate = planner.simulator.Simulate
+    calls = []
+    monkeypatch.setattr(planner.simulator, 'Simulate',
+                        lambda *a, **k: calls.append(1) or simulate(*a, **k))
+    args = dict(schedules=('gpipe', '1f1b', 'zero_bubble', 'interleaved_1f1b', 'zbv'),
+                micro_batches=(1, 4), replicas=(1, 2))
+    least = min(c.peak_memory for c in planner.PlanPipeline(self._Uneven(), 16, 4, device, 1e12,
+                                                             **args).configurations)
+    for memory_share in (1.05, 100.0):  # Few fit, all fit.
+      memory = memory_share * least
+      del calls[:]
+      full = planner.PlanPipeline(self._Uneven(), 16, 4, device, memory, **args)
+      everything = len(calls)
+      assert everything == len(full.configurations)
+      for rows in (1, 6):
+        del calls[:]
+        pruned = planner.PlanPipeline(self._Uneven(), 16, 4, device, memory, exact=rows, **args)
+        assert planner.Format(pruned, rows) == planner.Format(full, rows)
+        assert pruned.configurations[:rows] == full.configurations[:rows]
+        assert len(pruned.configurations) == everything == len(calls) + sum(
+            not c.simulated for c in pruned.configurations)
+        if memory_share == 100.0:
+          assert len(calls) < everything / 2, (rows, len(calls), everything)
+        # Those not simulated fit, and follow every simulated one that fits.
+        ranks = [(c.fits, c.simulated) for c in pruned.configurations]
+        assert ranks == sorted(ranks, key=lambda r: (not r[0], not r[1]))
+
+  def testExactMustBePositive(self):
+    with pytest.raises(ValueError, match='exact must be None or a positive number of ranks, got 0'):
+      _Plan(exact=0)
+
+  def testProgressNamesThePhasesAndWhatWasSkipped(self):
+    lines = []
+    clock = iter(range(1000)).__next__
+    progress = progress_lib.Progress(lines.append, interval=1e9, clock=lambda: float(clock()))
+    ranking = _Plan(memory=1e12, exact=3, progress=progress)
+    n = len(ranking.configurations)
+    assert lines[0] == ('splitting and sizing configurations (S x K x M x schedule x recompute): '
+                        '%d' % n)
+    assert re.fullmatch(r'splitting and sizing .*: done in [0-9.]+ s; %d fit the memory' % n,
+                        lines[1])
+    simulated = sum(c.simulated for c in ranking.configurations)
+    assert lines[2] == 'simulating steps, best first by a lower bound: %d' % n
+    assert lines[3].endswith('; %d simulated; %d skipped: a lower bound of their step time shows '
+                             'they rank below the first 3' % (simulated, n - simulated))
+    assert len(lines) == 4
 
 
 class TestScheduleMemory:
