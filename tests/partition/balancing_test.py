@@ -115,6 +115,20 @@ class OptimalSplitTest(unittest.TestCase):
       checked += 1
     self.assertGreater(checked, 100)
 
+  def testFitsIsWhetherABudgetedSplitExists(self):
+    rng = random.Random(5)
+    for _ in range(200):
+      num_layers = rng.randint(1, 8)
+      num_partitions = rng.randint(1, num_layers)
+      mem = balancing.PartitionCost([rng.randint(1, 10) for _ in range(num_layers)],
+                                    [rng.randint(0, 6) for _ in range(num_layers)])
+      budget = rng.randint(3, 30)
+      fits = balancing.Fits(mem, num_partitions, budget)
+      self.assertEqual(fits, _BruteForce(mem, num_partitions, mem, budget) is not None)
+      if not fits:
+        with self.assertRaisesRegex(ValueError, 'no split of'):
+          balancing.OptimalSplit([1] * num_layers, num_partitions, mem, budget)
+
   def testBudgetErrorGivesTheSmallestBudgetThatFits(self):
     mem = balancing.PartitionCost([3 * 2**30, 2**30, 2**30, 2**30])
     with self.assertRaisesRegex(ValueError, r'budget of 2.00 GiB per device; the best split needs '
