@@ -248,6 +248,22 @@ def MatMulsRun(sess, step, repeats=1):
   return CountByType(nodes, MATMUL_TYPES)
 
 
+def MatMulElementsRun(sess, step, repeats=1):
+  """A deterministic stand-in for cost_model.StepSeconds that follows the batch: the elements
+  the MatMul ops of one traced run of `step` write (`repeats` is accepted and ignored). A Dense
+  layer of width D on B examples: B x D forward, B x D and D x D backward."""
+  del repeats
+  _, meta = profiling.TracedRun(sess, step)
+  total = 0
+  for dev in meta.step_stats.dev_stats:
+    for n in dev.node_stats:
+      op_type = n.timeline_label.split('(')[0].split('=')[-1].strip() if n.timeline_label else ''
+      if op_type in MATMUL_TYPES:
+        total += sum(int(np.prod([d.size for d in o.tensor_description.shape.dim]))
+                     for o in n.output)
+  return total
+
+
 def CountByType(nodes, types, predicate=lambda name: True):
   counts = collections.Counter()
   for _, name, op_type, _, _ in nodes:
