@@ -38,7 +38,7 @@ class Phase:
     self.start = progress.clock()
     self._last = self.start
     self._ended = False
-    line = '%s: %d' % (what, total) if total else what
+    line = '%s: %d to do' % (what, total) if total else what
     if estimate is not None:
       line += ', about %s' % Seconds(estimate)
     progress.write(line)

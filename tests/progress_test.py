@@ -25,7 +25,7 @@ def testAPhaseSaysWhatItDoesItsPaceAndItsTime():
       clock.now += 3.0  # Each item takes 3 s: a line once 10 s have passed since the last one.
       phase.Step()
   assert lines == [
-      'measuring 8 layers: 8, about 12 s',
+      'measuring 8 layers: 8 to do, about 12 s',
       'measuring 8 layers: 4 of 8 done, 12 s, about 12 s left',
       'measuring 8 layers: 8 of 8 done, 24 s',
       'measuring 8 layers: done in 24 s',
@@ -38,7 +38,7 @@ def testEndCarriesANoteOnce():
     clock.now += 0.25
     phase.End('2 simulated; 1 skipped')
   progress.Say('cache: 3 of 4 layers read')
-  assert lines == ['simulating: 3', 'simulating: done in 0.2 s; 2 simulated; 1 skipped',
+  assert lines == ['simulating: 3 to do', 'simulating: done in 0.2 s; 2 simulated; 1 skipped',
                    'cache: 3 of 4 layers read']
 
 
@@ -49,7 +49,7 @@ def testAFailedPhaseSaysNothingMore():
       raise ValueError('bad layer')
   except ValueError:
     pass
-  assert lines == ['building: 2']
+  assert lines == ['building: 2 to do']
 
 
 def testDurationsReadAsPeopleWriteThem():

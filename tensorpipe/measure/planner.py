@@ -16,6 +16,12 @@ existing parts:
 - `simulator.Simulate`: plays the schedule's action lists with those times; logical CPU devices
   share their cores (`DeviceProfile.cores`), accelerators are independent.
 Data-parallel replicas add a ring all-reduce of the fullest partition's gradients over the link.
+With `exact`, only the configurations that can rank among the first rows are simulated (a lower
+bound of the step time, simulator.LowerBound, rules out the rest).
+
+On this machine's CPU devices the layers' times are measured (MeasureLayerTimes): each distinct
+layer once, alone, at batch sizes a time budget allows (ChooseMeasuring), kept in a
+disk_cache.DiskCache for the next run with the CPU profile they were measured with.
 
 Device profiles: `PROFILES` holds public spec-sheet figures of accelerators (with their sources);
 `MeasureCpu` measures this machine's CPU devices on the spot (a matmul rate, the launch cost of an
@@ -26,8 +32,9 @@ import dataclasses
 import functools
 import heapq
 import os
+import platform
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tensorpipe.measure import simulator
 from tensorpipe.partition import balancing
@@ -123,18 +130,45 @@ def KnownProfiles() -> List[str]:
   return [CPU] + sorted(PROFILES)
 
 
-def Profile(name: str) -> DeviceProfile:
-  """The named profile of PROFILES, or this machine's CPU devices measured now for 'cpu'.
+def Profile(name: str, cache: Optional[Any] = None,
+            progress: progress_lib.Progress = progress_lib.QUIET) -> DeviceProfile:
+  """The named profile of PROFILES, or this machine's CPU devices for 'cpu': measured now
+  (MeasureCpu), or read from `cache` (a disk_cache.DiskCache) where a run on this machine
+  (MachineKey) measured them, so that its layers' times and the profile come from one run.
 
   Raises:
     ValueError: for an unknown name, listing the known ones.
   """
   if name == CPU:
-    return MeasureCpu()
+    key = MachineKey()
+    profile = _ProfileFromCache(None if cache is None else cache.Get(_PROFILE_KIND, key))
+    if profile is not None:
+      return profile
+    progress.Say('measuring this machine\'s CPU devices')
+    profile = MeasureCpu()
+    if cache is not None:
+      cache.Put(_PROFILE_KIND, key, dataclasses.asdict(profile))
+    return profile
   if name not in PROFILES:
     raise ValueError('unknown device profile %r; known profiles: %s' %
                      (name, ', '.join(KnownProfiles())))
   return PROFILES[name]
+
+
+_PROFILE_KIND = 'cpu_profile'
+
+
+def _ProfileFromCache(value):
+  """The DeviceProfile a disk_cache entry holds, or None if it holds none."""
+  fields = {f.name for f in dataclasses.fields(DeviceProfile)}
+  if not isinstance(value, dict) or set(value) != fields:
+    return None
+  numbers = [v for k, v in value.items() if k not in ('name', 'source', 'cores')]
+  if (not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers) or
+      not isinstance(value['name'], str) or not isinstance(value['source'], str) or
+      not (value['cores'] is None or isinstance(value['cores'], (int, float)))):
+    return None
+  return DeviceProfile(**value)
 
 
 def _SessionConfig(intra_op_threads, inter_op_threads):
@@ -280,29 +314,173 @@ class LayerTime:
   per_example: float
 
 
+@dataclasses.dataclass(frozen=True)
+class Measuring:
+  """How MeasureLayerTimes measures: each distinct layer at `high` and at `low` examples, each with
+  one warm-up run and `repeats` timed runs (their median counts)."""
+  high: int
+  low: int
+  repeats: int = 5
+
+  @classmethod
+  def Full(cls, batch: int, small: int = 8) -> 'Measuring':
+    """The mini-batch and 1/`small` of it: the most faithful, and for big models the slowest."""
+    return cls(batch, max(1, batch // small))
+
+
+# Seconds to set up a layer's measurement, per op the cost model counts of it (forward_ops +
+# backward_ops): building its forward and backward pass (Lingvo's layer construction, TensorFlow's
+# graph) and its first run (grappler, kernel set-up), as on the benchmarks' machine (AmoebaNet-D
+# cells: about 1.25 s for 450 ops). For estimates only.
+SETUP_SECONDS_PER_OP = 2.8e-3
+
+
+def RunSeconds(profile: cost_model.LayerProfile, device: DeviceProfile, batch: int,
+               examples: int) -> float:
+  """About how long one forward + backward run of a layer takes on `examples` examples (its
+  `profile` is for `batch`), for estimates: three times its flops at half the device's rate (the
+  matmul rate of MeasureCpu; convolutions and element-wise ops on one thread run at about half of
+  it, as AmoebaNet-D's cells do), plus its ops' launches."""
+  return (6 * profile.flops * examples / batch / device.rate +
+          (profile.forward_ops + profile.backward_ops) * device.op_overhead)
+
+
+def MeasuringSeconds(profiles: Sequence[cost_model.LayerProfile], distinct: Sequence[int],
+                     device: DeviceProfile, batch: int, measuring: Measuring) -> float:
+  """About how long MeasureLayerTimes takes to measure the layers of `profiles` (for `batch`
+  examples) at the indices `distinct` with `measuring` on `device`: setting each one up
+  (SETUP_SECONDS_PER_OP), then its runs (RunSeconds) at both sizes."""
+  sizes = sorted({measuring.high, measuring.low})
+  total = 0.0
+  for i in distinct:
+    p = profiles[i]
+    total += ((p.forward_ops + p.backward_ops) * SETUP_SECONDS_PER_OP +
+              (1 + measuring.repeats) * sum(RunSeconds(p, device, batch, n) for n in sizes))
+  return total
+
+
+def ChooseMeasuring(profiles: Sequence[cost_model.LayerProfile], distinct: Sequence[int],
+                    device: DeviceProfile, batch: int, budget: float, small: int = 8
+                    ) -> Tuple[Optional[Measuring], float]:
+  """The most faithful Measuring whose estimated time (MeasuringSeconds) fits `budget` seconds:
+  the largest `high` first (the mini-batch, then halving it down to 2; low = high / `small`, at
+  least 1), then at the least high fewer repeats (3, 1). Returns (measuring, its estimate), or
+  (None, the estimate of the least) when none fits."""
+  highs = [batch]
+  while highs[-1] // 2 >= 2:
+    highs.append(highs[-1] // 2)
+  least = highs[-1]
+  choices = [Measuring.Full(h, small) for h in highs] + [
+      Measuring(least, max(1, least // small), repeats) for repeats in (3, 1)]
+  for measuring in choices:
+    seconds = MeasuringSeconds(profiles, distinct, device, batch, measuring)
+    if seconds <= budget:
+      return measuring, seconds
+  return None, seconds
+
+
+def MicroBatchSecondsEstimate(profiles: Sequence[cost_model.LayerProfile],
+                              device: DeviceProfile) -> float:
+  """What each micro-batch after the first costs beyond its layers, estimated instead of measured
+  (see trainer.model_plan.MeasureMicroBatchSeconds): adding its float32 weight gradients to the
+  others' (two read, one written per parameter) at the device's copy rate (link_bandwidth)."""
+  return 3 * 4 * sum(p.params for p in profiles) / device.link_bandwidth
+
+
+def MachineKey() -> str:
+  """This machine as measured times depend on it (a part of their disk_cache keys): the CPU model,
+  its cores, TensorFlow's version and TF_ENABLE_ONEDNN_OPTS (oneDNN's kernels or not)."""
+  model = platform.processor() or platform.machine()
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8') as f:
+      names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
+    model = names[0] if names else model
+  except OSError:
+    pass
+  from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
+  return 'cpu %s; %d cores; tensorflow %s; TF_ENABLE_ONEDNN_OPTS=%s' % (
+      model, os.cpu_count() or 1, tf.version.VERSION,
+      os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset'))
+
+
+_SECONDS_KIND = 'layer_seconds'
+
+
 def MeasureLayerTimes(layer_params: Sequence[Any], input_shapes: Sequence[Sequence[int]],
                       batch_dim: int = 0, device: Optional[str] = None, small: int = 8,
-                      skips: Sequence[Tuple[int, int]] = ()) -> List[LayerTime]:
-  """Each layer's forward + backward time, measured alone at the full batch and at 1/`small` of it
-  (cost_model.MeasureSeconds) and fitted as fixed + per-example seconds.
+                      skips: Sequence[Tuple[int, int]] = (),
+                      measuring: Optional[Measuring] = None, cache: Optional[Any] = None,
+                      progress: progress_lib.Progress = progress_lib.QUIET,
+                      timer: Optional[Callable[[Any, Any, int], float]] = None,
+                      estimate: Optional[float] = None) -> List[LayerTime]:
+  """Each layer's forward + backward time, measured alone at `measuring`'s two batch sizes (default
+  Measuring.Full: the batch of `input_shapes` and 1/`small` of it) and fitted as fixed +
+  per-example seconds.
 
   Measured one op at a time (one thread), so the times are work (core-seconds), as flops give;
   the simulator spreads a backward task over the device's backward_parallelism. The fixed part is
   what a micro-batch costs however small (op launches, kernel set-up), which flops alone miss on
   CPUs; the fit holds between the two batch sizes measured.
+
+  A layer runs on uniform random inputs of the shapes FPropMeta gives it in the pipeline
+  (cost_model.MeasureLayerSeconds), so each distinct layer (equal cost_model.DistinctKey) is
+  measured once; with a `cache` (a disk_cache.DiskCache), once per machine (MachineKey): later runs
+  read its seconds. `progress` hears of each layer measured (and of `estimate`, the seconds it is
+  expected to take); `timer` replaces the wall clock (cost_model.MeasureSeconds').
   """
-  batch = int(input_shapes[0][batch_dim])
-  low = max(1, batch // small)
+  batch = cost_model.BatchOf(input_shapes, batch_dim)
+  measuring = measuring or Measuring.Full(batch, small)
 
   def Shapes(b):
-    return [[b if i == batch_dim else d for i, d in enumerate(s)] for s in input_shapes]
+    shapes = cost_model.WithBatch(input_shapes, batch_dim, b)
+    return [in_shapes for _, in_shapes in cost_model.ChainMeta(layer_params, shapes, skips)[0]]
 
-  config = _SessionConfig(1, 1)
-  full = cost_model.MeasureSeconds(layer_params, Shapes(batch), device, skips=skips, config=config)
-  part = cost_model.MeasureSeconds(layer_params, Shapes(low), device, skips=skips, config=config)
+  keys = [cost_model.DistinctKey(p, shapes) for p, shapes in zip(layer_params, Shapes(batch))]
+  first = {}
+  for i, key in enumerate(keys):
+    first.setdefault(key, i)
+  examples = sorted({measuring.high, measuring.low}, reverse=True)
+  where = '%s; device %s; 1 intra-op and 1 inter-op thread; examples %s; repeats %d' % (
+      MachineKey(), device or 'CPU', examples, measuring.repeats)
+  seconds = {}
+  for key in first:
+    value = None if cache is None else cache.Get(_SECONDS_KIND, '%s; %s' % (key, where))
+    if (isinstance(value, list) and len(value) == len(examples) and
+        all(isinstance(v, float) for v in value)):
+      seconds[key] = value
+  todo = [(key, i) for key, i in first.items() if key not in seconds]
+  what = 'the distinct layers of %d at %s examples' % (
+      len(layer_params), ' and '.join(str(e) for e in examples))
+  if todo:
+    shapes = Shapes(examples[0])
+    phases = [progress.Phase('measuring %s: building' % what, len(todo), estimate)]
+
+    def Built():
+      phases[-1].Step()
+      if phases[-1].done == len(todo):
+        phases[-1].End()
+        phases.append(progress.Phase('measuring %s: timing, %d runs each' % (
+            what, measuring.repeats), len(todo)))
+
+    def Timed(j, values):
+      key = todo[j][0]
+      seconds[key] = values
+      if cache is not None:
+        cache.Put(_SECONDS_KIND, '%s; %s' % (key, where), values)
+      phases[-1].Step()
+
+    cost_model.MeasureLayerSeconds(
+        [layer_params[i] for _, i in todo], [shapes[i] for _, i in todo], examples, batch_dim,
+        device, measuring.repeats, timer, _SessionConfig(1, 1), Built, Timed)
+    phases[-1].End()
+  if cache is not None:
+    progress.Say('measuring %s: %d of %d read from the cache' % (what, len(first) - len(todo),
+                                                                 len(first)))
   out = []
-  for t_full, t_low in zip(full, part):
-    per_example = max(0.0, (t_full - t_low) / (batch - low)) if batch > low else 0.0
+  for key in keys:
+    t_high, t_low = seconds[key][0], seconds[key][-1]
+    high, low = examples[0], examples[-1]
+    per_example = max(0.0, (t_high - t_low) / (high - low)) if high > low else 0.0
     out.append(LayerTime(max(0.0, t_low - per_example * low), per_example))
   return out
 
@@ -454,9 +632,9 @@ def _Prepare(profiles, device, memory, replicas, partitions, micro_batches, sche
   # awaiting its weight-gradient task, see _DeviceMemory), and to its share of the device: safe
   # for all.
   safe = Memory(in_flight, max(0, awaiting - 1))
-  try:
+  if balancing.Fits(safe, num_partitions, memory / v, where='planner'):
     sizes = balancing.OptimalSplit(times, num_partitions, safe, memory / v, where='planner')
-  except ValueError:
+  else:  # The split that needs the least memory.
     sizes = balancing.OptimalSplit(safe, num_partitions, where='planner')
   bounds = [0] + [sum(sizes[:i + 1]) for i in range(num_partitions)]
   device_memory = _DeviceMemory(sched, Memory, profiles, bounds, bytes_per_activation / m)
