@@ -232,7 +232,7 @@ def PlanText(cfg: hyperparams.Params, num_devices: int, device_name: str = plann
   """The plan of model params `cfg` as text (what --tensorpipe_plan logs): `device_name` is a
   profile (planner.Profile), `memory` a size such as '16GiB' (default: the profile's); the first
   `limit` ranks are exact (see PlanModel for the rest)."""
-  device = planner.Profile(device_name)
+  device = planner.Profile(device_name, cache, progress)
   budget_bytes = None if not memory else units.ParseBytes(memory)
   return Text(PlanModel(cfg, num_devices, device, budget_bytes, title=title, quick=quick,
                         budget=budget, cache=cache, progress=progress, exact=limit), limit)

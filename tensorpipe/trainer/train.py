@@ -40,9 +40,11 @@ Extra flags:
                    in minutes) or paper-scale, with its K and its description. Models a user's
                    module registers are listed too when --model names one of them or
                    --params_module=MODULE names the module.
-  --tensorpipe_plan=N (with --tensorpipe_plan_device, --tensorpipe_plan_memory)
+  --tensorpipe_plan=N (with --tensorpipe_plan_device, --tensorpipe_plan_memory,
+                   --tensorpipe_plan_cache_dir, --tensorpipe_plan_quick)
                    logs the planner's ranked configurations of the model for N devices at
-                   start-up, and the flags that apply the best (see tools.plan).
+                   start-up, and the flags that apply the best (see tools.plan), with a progress
+                   line per phase ('planning: ...'); what it built and measured is cached.
   --tensorpipe_profile_every_n_steps=N (default 100; 0: off)
                    the trainer traces step 2 and every N-th step, and logs and summarises
                    per-partition forward/backward/re-computation times and per-device busy time and
@@ -76,6 +78,8 @@ import lingvo.compat as tf
 from lingvo.core import py_utils
 
 from tensorpipe import check_failure
+from tensorpipe import disk_cache
+from tensorpipe import progress as progress_lib
 from tensorpipe.trainer import cpu_devices
 from tensorpipe.trainer import liveness
 from tensorpipe.trainer import model_plan
@@ -117,6 +121,14 @@ flags.DEFINE_string(
 flags.DEFINE_string(
     'tensorpipe_plan_memory', '',
     'Memory per device for --tensorpipe_plan, e.g. 16GiB; empty: the profile\'s.')
+flags.DEFINE_string(
+    'tensorpipe_plan_cache_dir', '',
+    'Where --tensorpipe_plan keeps the layers it built and measured for the next start-up; empty: '
+    '$XDG_CACHE_HOME/tensorpipe or ~/.cache/tensorpipe; none: no cache.')
+flags.DEFINE_boolean(
+    'tensorpipe_plan_quick', False,
+    'With --tensorpipe_plan_device=cpu, measure no layer: costs from flops and the profile, a '
+    'plan in seconds (less faithful than measured times).')
 flags.DEFINE_integer(
     'startup_timeout_s', 120,
     'With --cluster_spec: seconds the controller and trainer client wait for every worker task to '
@@ -496,8 +508,16 @@ def LogModelPlan(cfg):
   """Logs the plan of model params `cfg` for --tensorpipe_plan devices (registry.UsageError on a
   bad profile or memory, or a model that fits no configuration)."""
   try:
+    cache = disk_cache.Open(FLAGS.tensorpipe_plan_cache_dir)
+  except ValueError as e:
+    raise registry.UsageError('--tensorpipe_plan_cache_dir: %s; give a writable directory, or '
+                              '--tensorpipe_plan_cache_dir=none' % e) from e
+  try:
     text = model_plan.PlanText(cfg, FLAGS.tensorpipe_plan, FLAGS.tensorpipe_plan_device,
-                               FLAGS.tensorpipe_plan_memory or None, FLAGS.model)
+                               FLAGS.tensorpipe_plan_memory or None, FLAGS.model,
+                               quick=FLAGS.tensorpipe_plan_quick, cache=cache,
+                               progress=progress_lib.Progress(lambda line: _Log('planning: %s',
+                                                                                line)))
   except ValueError as e:
     raise registry.UsageError('--tensorpipe_plan: %s' % e) from e
   for line in text.splitlines():

@@ -103,9 +103,16 @@ class ValidateTest(test_utils.TestCase):
     self._Validate()
 
   def testPlanIsLoggedAndItsFlagsApply(self):
+    cache_dir = self.create_tempdir().full_path
     with mock.patch.object(train, '_Log') as log:
-      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V100-16GB')
+      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V100-16GB',
+                     tensorpipe_plan_cache_dir=cache_dir)
     lines = [call.args[1] for call in log.call_args_list if call.args[0] == 'plan: %s']
+    progress = [call.args[1] for call in log.call_args_list if call.args[0] == 'planning: %s']
+    self.assertEqual(progress[0], 'cost model: building the distinct layers of 4: 4 to do')
+    self.assertTrue(progress[-1].startswith('simulating steps, best first by a lower bound: done '
+                                            'in '), progress)
+    self.assertNotEmpty(os.listdir(os.path.join(cache_dir, 'layer_facts')))
     self.assertIn('rank', lines[1])
     best = re.search(r'best: S=(\d+) K=(\d+) M=(\d+) (\S+) (\S+); train it with: '
                      r'--worker_gpus=(\d+) --worker_split_size=(\d+) '
@@ -118,10 +125,20 @@ class ValidateTest(test_utils.TestCase):
     self.assertEqual((p.num_partitions, p.num_micro_batches, p.schedule, p.recompute),
                      (int(k), int(m), sched, recompute))
 
+  def testPlanWithABadCacheDirectory(self):
+    not_a_dir = self.create_tempfile().full_path
+    with self.assertRaisesRegex(registry.UsageError, r"^--tensorpipe_plan_cache_dir: cache "
+                                r"directory '%s/c' cannot be created \(Not a directory\); give a "
+                                r"writable directory, or --tensorpipe_plan_cache_dir=none$" %
+                                re.escape(not_a_dir)):
+      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V100-16GB',
+                     tensorpipe_plan_cache_dir=not_a_dir + '/c')
+
   def testPlanWithAnUnknownProfile(self):
     with self.assertRaisesRegex(registry.UsageError, r"--tensorpipe_plan: unknown device profile "
                                 r"'V200'; known profiles: cpu, A100-40GB"):
-      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V200')
+      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V200',
+                     tensorpipe_plan_cache_dir='none')
 
   def testTooFewCpuDevices(self):
     with self.assertRaisesRegex(registry.UsageError, r'needs 4 devices per model split.*'
