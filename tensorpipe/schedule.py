@@ -185,6 +185,15 @@ class Action:
   kind: str
   partition: int
   micro_batch: int
+  # The hash of the fields, computed once: actions key the dicts of the dry run and the simulator,
+  # which look them up millions of times in a planner's search.
+  _hash: int = dataclasses.field(init=False, repr=False, compare=False)
+
+  def __post_init__(self):
+    object.__setattr__(self, '_hash', hash((self.kind, self.partition, self.micro_batch)))
+
+  def __hash__(self):
+    return self._hash
 
   def __str__(self):
     return '%s%d,%d' % (self.kind, self.partition, self.micro_batch)

@@ -222,10 +222,11 @@ def _SimulateShared(costs, sched, transfer, cores):
       successors[edge.before].append(a)
   ready_at = {a: 0.0 for a, n in waiting_on.items() if n == 0}
   phases, remaining, phase_start, end, timeline = {}, {}, {}, {}, []
+  parallelism = {}  # Of each running action's current phase.
   now = 0.0
 
   def Parallelism(action):
-    return costs[action.partition].Parallelism(phases[action][0][0])
+    return parallelism[action]
 
   def Begin(action):
     while phases[action] and phases[action][0][1] <= 0.0:
@@ -234,7 +235,8 @@ def _SimulateShared(costs, sched, transfer, cores):
                                sched.DeviceOf(action.partition)))
     if phases[action]:
       kind, seconds = phases[action][0]
-      remaining[action] = seconds * costs[action.partition].Parallelism(kind)
+      parallelism[action] = costs[action.partition].Parallelism(kind)
+      remaining[action] = seconds * parallelism[action]
       phase_start[action] = now
     else:
       Finish(action)
