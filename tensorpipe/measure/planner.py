@@ -33,9 +33,11 @@ import functools
 import heapq
 import os
 import platform
+import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from tensorpipe import disk_cache
 from tensorpipe.measure import simulator
 from tensorpipe.partition import balancing
 from tensorpipe.partition import cost_model
@@ -705,7 +707,8 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
                  replicas: Optional[Sequence[int]] = None,
                  micro_batch_overhead: float = 0.0,
                  interleaved_stages: Sequence[int] = (2,), exact: Optional[int] = None,
-                 progress: progress_lib.Progress = progress_lib.QUIET) -> Ranking:
+                 progress: progress_lib.Progress = progress_lib.QUIET,
+                 cache: Optional[Any] = None) -> Ranking:
   """Ranks every configuration of the layers of `profiles` on `num_devices` devices.
 
   Args:
@@ -734,6 +737,8 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
       rank among the first N and are not simulated. Their step_time is None and they follow the
       simulated ones; the first N ranks are those of exact=None.
     progress: where the search reports its phases.
+    cache: a disk_cache.DiskCache: a search with the same arguments (and the same code of the
+      planner, simulator, schedules, splits and cost model) that a run made is read from it.
 
   Returns:
     A Ranking: fitting configurations by predicted step time (ties: fewer devices, then less
@@ -745,14 +750,80 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
   """
   memory = device.memory if memory is None else float(memory)
   _Check(num_devices, memory, batch, schedules, recomputes)
+  if exact is not None and exact < 1:
+    raise ValueError('planner: exact must be None or a positive number of ranks, got %r' %
+                     (exact,))
+  key = None
+  if cache is not None:
+    key = _SearchKey(profiles, batch, num_devices, device, memory, schedules, recomputes,
+                     micro_batches, bytes_per_param, bytes_per_activation, title, layer_times,
+                     partitions, replicas, micro_batch_overhead, interleaved_stages, exact)
+    configurations = _ConfigurationsFromCache(cache.Get(_SEARCH_KIND, key))
+    if configurations is not None:
+      progress.Say('search: %d configurations read from the cache (a run with the same inputs '
+                   'ranked them)' % len(configurations))
+      return Ranking(title, device, memory, batch, configurations)
+  ranking = _Search(profiles, batch, num_devices, device, memory, schedules, recomputes,
+                    micro_batches, bytes_per_param, bytes_per_activation, title, layer_times,
+                    partitions, replicas, micro_batch_overhead, interleaved_stages, exact,
+                    progress)
+  if cache is not None:
+    cache.Put(_SEARCH_KIND, key, [dataclasses.asdict(c) for c in ranking.configurations])
+  return ranking
+
+
+_SEARCH_KIND = 'search'
+
+
+def _SearchKey(*args):
+  """The disk_cache key of a search: a digest of the code it runs, and its arguments."""
+  def Plain(value):
+    if dataclasses.is_dataclass(value):
+      return dataclasses.astuple(value)
+    if isinstance(value, (list, tuple)):
+      return tuple(Plain(v) for v in value)
+    return value
+
+  code = disk_cache.FilesDigest(m.__file__ for m in (sys.modules[__name__], simulator, schedule,
+                                                      balancing, cost_model))
+  return 'code %s; %r' % (code, Plain(args))
+
+
+def _ConfigurationsFromCache(value):
+  """The configurations a disk_cache entry holds (PlanPipeline's), or None if it holds none."""
+  def Int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+  def Number(v):
+    return Int(v) or isinstance(v, float)
+
+  fields = {f.name for f in dataclasses.fields(Configuration)}
+  if not isinstance(value, list) or not value:
+    return None
+  for entry in value:
+    if not (isinstance(entry, dict) and set(entry) == fields and
+            all(Int(entry[k]) for k in ('replicas', 'partitions', 'micro_batches',
+                                          'virtual_stages')) and
+            all(isinstance(entry[k], str) for k in ('schedule', 'recompute', 'why')) and
+            isinstance(entry['fits'], bool) and
+            isinstance(entry['sizes'], list) and all(Int(v) for v in entry['sizes']) and
+            isinstance(entry['device_memory'], list) and entry['device_memory'] and
+            all(Number(v) for v in entry['device_memory']) and
+            all(entry[k] is None or Number(entry[k])
+                for k in ('step_time', 'examples_per_second', 'bubble'))):
+      return None
+  return [Configuration(**entry) for entry in value]
+
+
+def _Search(profiles, batch, num_devices, device, memory, schedules, recomputes, micro_batches,
+            bytes_per_param, bytes_per_activation, title, layer_times, partitions, replicas,
+            micro_batch_overhead, interleaved_stages, exact, progress):
+  """PlanPipeline's search (its arguments checked)."""
   shapes = [(s, k, m) for s in _Divisors(batch)
             if s <= num_devices and (replicas is None or s in replicas)
             for k in range(1, min(num_devices // s, len(profiles)) + 1)
             if partitions is None or k in partitions
             for m in micro_batches if m <= batch // s]
-  if exact is not None and exact < 1:
-    raise ValueError('planner: exact must be None or a positive number of ranks, got %r' %
-                     (exact,))
   tries = []  # (S, K, M, schedule, v, recompute)
   for s, k, m in shapes:
     for name in schedules:

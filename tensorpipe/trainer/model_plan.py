@@ -201,9 +201,9 @@ def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceP
   (planner.ChooseMeasuring), and the micro-batch only if it fits too (else
   planner.MicroBatchSecondsEstimate). With `quick`, or a budget below the least measuring, the
   layers' times come from flops and the profile, as on the accelerators. A `cache` (a
-  disk_cache.DiskCache) keeps the cost-model facts, the measurements and what was chosen for the
-  next run; `progress` hears of every phase; `exact`: the ranks to simulate exactly
-  (planner.PlanPipeline; None: all).
+  disk_cache.DiskCache) keeps the cost-model facts, the measurements, what was chosen and the
+  search's ranking for the next run; `progress` hears of every phase; `exact`: the ranks to
+  simulate exactly (planner.PlanPipeline; None: all).
   """
   out = []
   pipelines = PipelineInputs(cfg, batch, cache, progress)
@@ -219,7 +219,8 @@ def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceP
     ranking = planner.PlanPipeline(profiles, pipeline_batch, num_devices, device, memory,
                                    schedules=Schedules(p), bytes_per_param=p.bytes_per_param,
                                    title='%s %s' % (title, path), layer_times=layer_times,
-                                   micro_batch_overhead=overhead, exact=exact, progress=progress)
+                                   micro_batch_overhead=overhead, exact=exact, progress=progress,
+                                   cache=cache)
     out.append((path, ranking))
   return out
 

@@ -128,6 +128,31 @@ class TestPruning:
         ranks = [(c.fits, c.simulated) for c in pruned.configurations]
         assert ranks == sorted(ranks, key=lambda r: (not r[0], not r[1]))
 
+  def testASearchWithTheSameInputsIsReadFromTheCache(self, tmp_path, monkeypatch):
+    simulate = planner.simulator.Simulate
+    calls = []
+    monkeypatch.setattr(planner.simulator, 'Simulate',
+                        lambda *a, **k: calls.append(1) or simulate(*a, **k))
+    cache = disk_cache.DiskCache(str(tmp_path))
+    first = _Plan(1e12, exact=4, cache=cache)
+    assert calls
+    del calls[:]
+    lines = []
+    again = _Plan(1e12, exact=4, cache=cache, progress=progress_lib.Progress(lines.append))
+    assert (calls, again.configurations) == ([], first.configurations)
+    assert planner.Format(again, 4) == planner.Format(first, 4)
+    assert lines == ['search: %d configurations read from the cache (a run with the same inputs '
+                     'ranked them)' % len(first.configurations)]
+    assert _Plan(1e12, exact=5, cache=cache).configurations[:4] == first.configurations[:4]
+    assert calls  # Other arguments: another search.
+    [name] = [n for n in os.listdir(tmp_path / 'search')
+              if json.loads((tmp_path / 'search' / n).read_text())['key'].endswith('4)')]
+    entry = json.loads((tmp_path / 'search' / name).read_text())
+    entry['value'][0]['step_time'] = 'fast'  # Not a configuration: searched again.
+    (tmp_path / 'search' / name).write_text(json.dumps(entry))
+    del calls[:]
+    assert _Plan(1e12, exact=4, cache=cache).configurations == first.configurations and calls
+
   def testExactMustBePositive(self):
     with pytest.raises(ValueError, match='exact must be None or a positive number of ranks, got 0'):
       _Plan(exact=0)
