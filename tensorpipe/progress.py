@@ -18,7 +18,9 @@ from typing import Any, Callable, Optional
 
 
 def Seconds(seconds: float) -> str:
-  """'0.4 s', '12 s', '3 min 05 s': a duration for a progress line."""
+  """'40 ms', '0.4 s', '12 s', '3 min 05 s': a duration for a progress line."""
+  if seconds < 0.1:
+    return '%.0f ms' % (seconds * 1e3)
   if seconds < 10:
     return '%.1f s' % seconds
   if seconds < 100:

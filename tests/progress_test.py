@@ -53,8 +53,8 @@ def testAFailedPhaseSaysNothingMore():
 
 
 def testDurationsReadAsPeopleWriteThem():
-  assert [progress_lib.Seconds(s) for s in (0.04, 9.94, 42.4, 125.0)] == [
-      '0.0 s', '9.9 s', '42 s', '2 min 05 s']
+  assert [progress_lib.Seconds(s) for s in (0.0404, 0.25, 9.94, 42.4, 125.0)] == [
+      '40 ms', '0.2 s', '9.9 s', '42 s', '2 min 05 s']
 
 
 def testQuietWritesNothing():
