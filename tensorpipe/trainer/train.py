@@ -77,6 +77,7 @@ from lingvo.core import py_utils
 
 from tensorpipe import check_failure
 from tensorpipe.trainer import cpu_devices
+from tensorpipe.trainer import input_position
 from tensorpipe.trainer import liveness
 from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import preflight
@@ -328,10 +329,11 @@ class TensorPipeController(EndOnCheckFailure, startup.PromptStart, QuietOnSigter
   SIGTERM (QuietOnSigterm), ending at a failed check (EndOnCheckFailure)."""
 
 
-class TensorPipeTrainer(EndOnCheckFailure, startup.PromptStart, CheckpointsBetweenSteps,
-                        trainer_profiling.ProfilingTrainer):
-  """The profiling trainer, starting as soon as the model is ready (startup.PromptStart), writing
-  the checkpoints between steps, the last one and a preempted one included
+class TensorPipeTrainer(EndOnCheckFailure, startup.PromptStart, input_position.InputAtStep,
+                        CheckpointsBetweenSteps, trainer_profiling.ProfilingTrainer):
+  """The profiling trainer, starting as soon as the model is ready (startup.PromptStart), reading
+  after every restore the batches a run without the restart reads (input_position.InputAtStep),
+  writing the checkpoints between steps, the last one and a preempted one included
   (CheckpointsBetweenSteps), ending at a failed check (EndOnCheckFailure)."""
 
 

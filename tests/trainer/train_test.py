@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -608,6 +609,27 @@ class TrainerSmokeTest(test_utils.TestCase):
     self.assertIn(final, _Checkpoints(train_dir))
     self.assertIn('TensorPipe: training done; latest checkpoint %s' %
                   os.path.join(train_dir, 'ckpt-%08d' % final), run2)
+
+    # 2b. A restart reads the batches a run without it reads: from a checkpoint that run 2 passed
+    # through, a run in a logdir of its own logs run 2's losses at every step after it.
+    between = [c for c in _Checkpoints(train_dir) if restored_step + 1 < c < final - 5]
+    self.assertNotEmpty(between, _Checkpoints(train_dir))
+    middle = between[len(between) // 2]
+    logdir3 = tempfile.mkdtemp(dir=self.get_temp_dir())
+    os.makedirs(os.path.join(logdir3, 'train'))
+    for path in glob.glob(os.path.join(train_dir, 'ckpt-%08d.*' % middle)):
+      shutil.copy(path, os.path.join(logdir3, 'train'))
+    with open(os.path.join(logdir3, 'train', 'checkpoint'), 'w') as f:
+      f.write('model_checkpoint_path: "ckpt-%08d"\n' % middle)
+    status, stdout, stderr = _Run(self._Args(logdir3, final, '--tensorpipe_profile_every_n_steps=0'),
+                                  timeout=300)
+    self.assertEqual(status, 0, (stdout + stderr)[-3000:])
+    self.assertIn('TensorPipe: input digits_input starts at the batch of step %d (restored global '
+                  'step %d)' % (middle + 1, middle), stdout + stderr)
+    losses3 = _StepLosses(stdout + stderr)
+    self.assertEqual(sorted(losses3), list(range(middle + 1, final + 1)))
+    np.testing.assert_allclose([losses3[s] for s in sorted(losses3)],
+                               [losses2[s] for s in sorted(losses3)], rtol=1e-6)
 
     # The trainer traced its second step and every 15th: per-device and per-partition tables in the
     # log, tensorpipe/ scalars and the timeline image in the summaries, a Chrome trace per step.
