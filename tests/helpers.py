@@ -3,6 +3,7 @@
 import collections
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -420,6 +421,15 @@ def RemotePipelineGradients(addresses):
       sess.run(tf.global_variables_initializer())
       values, meta = profiling.TracedRun(sess, grads)
   return {v.op.name: g for v, g in zip(variables, values)}, meta
+
+
+def StepLosses(log):
+  """{step: [loss, ...]} from Lingvo's trainer lines 'step: N, steps/sec: ... loss:X ...' of `log`,
+  in the order logged (a step trained again after a restore appears once per time)."""
+  out = {}
+  for m in re.finditer(r'\] step:\s*(\d+), steps/sec:.* loss:([0-9.eE+-]+)', log):
+    out.setdefault(int(m.group(1)), []).append(float(m.group(2)))
+  return out
 
 
 def RunTool(name, *args, timeout=300):

@@ -68,11 +68,8 @@ def _Run(args, timeout):
 
 
 def _StepLosses(log):
-  """{step: loss} from Lingvo's trainer lines 'step: N, steps/sec: ... loss:X ...'."""
-  out = {}
-  for m in re.finditer(r'\] step:\s*(\d+), steps/sec:.* loss:([0-9.eE+-]+)', log):
-    out[int(m.group(1))] = float(m.group(2))
-  return out
+  """{step: loss} of the trainer's log (the last time each step was logged)."""
+  return {step: losses[-1] for step, losses in helpers.StepLosses(log).items()}
 
 
 def _LatestStep(train_dir):
