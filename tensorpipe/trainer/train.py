@@ -56,7 +56,8 @@ also the spec's jobs and HOST:PORT addresses, that --job and --task name one of 
 host can write LOGDIR/train, and that this task's port is free, all before any server starts. A
 failed check prints one line `tensorpipe.trainer.train: error: ...` and exits with status 2. So
 does a TensorPipe check that fails inside a step (tensorpipe.check_failure; EndOnCheckFailure), in
-every task of the job. The job that saves checkpoints (the trainer client in sync mode) removes what
+every task of the job: the trainer records its line in LOGDIR (_EndJob) and the other tasks end with
+it (ClusterTask). The job that saves checkpoints (the trainer client in sync mode) removes what
 killed saves left in LOGDIR/train before it restores (tensorpipe.trainer.stale_checkpoints).
 """
 
@@ -77,6 +78,7 @@ from lingvo.core import py_utils
 
 from tensorpipe import check_failure
 from tensorpipe.trainer import cpu_devices
+from tensorpipe.trainer import job_failure
 from tensorpipe.trainer import liveness
 from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import preflight
@@ -261,36 +263,25 @@ class QuietOnSigterm:
     return super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
 
 
-_CHECK_FAILURE_FILE = 'tensorpipe_check_failure.txt'  # In --logdir: a failed check's line.
-_STARTED = time.time()
-_ENDING = threading.Event()  # Set once this process ends at a failed check.
+_STARTED = job_failure.ProcessStart()
+_ENDING = threading.Event()  # Set once this process ends the job with a line (_EndJob).
 
 
-def _RecordedCheckFailure():
-  """The line of a TensorPipe check that failed in another task of this job since this process
-  started (written to --logdir by EndOnCheckFailure), or None."""
-  if not FLAGS.logdir:
-    return None
-  path = os.path.join(FLAGS.logdir, _CHECK_FAILURE_FILE)
-  try:
-    if os.path.getmtime(path) < _STARTED - 1.0:
-      return None  # An earlier run's.
-    with open(path, encoding='utf-8') as f:
-      return f.read().strip() or None
-  except OSError:
-    return None
+def _RecordedJobFailure():
+  """The line another task of this job ended the job with since this process started (recorded
+  in --logdir by _EndJob: a failed check), or None."""
+  return job_failure.Recorded(FLAGS.logdir, _STARTED) if FLAGS.logdir else None
 
 
-def _EndOnCheckFailure(line, record):
-  """Ends the process with a failed check's line as its last output; with `record`, first writes
-  it to --logdir, where the other tasks of a --cluster_spec job find it (ClusterTask)."""
+def _EndJob(line, record):
+  """Ends the process with `line` as its last output; with `record`, first writes it to --logdir,
+  where the other tasks of a --cluster_spec job find it and end with it too (ClusterTask)."""
   _ENDING.set()
   if record and FLAGS.logdir:
     try:
-      with open(os.path.join(FLAGS.logdir, _CHECK_FAILURE_FILE), 'w', encoding='utf-8') as f:
-        f.write(line + '\n')
+      job_failure.Record(FLAGS.logdir, line)
     except OSError as e:
-      tf.logging.warning('TensorPipe: cannot record the failed check for the other tasks: %s', e)
+      tf.logging.warning('TensorPipe: cannot record the line for the other tasks of the job: %s', e)
   # No other thread logs after the line: hold every logging handler's lock until the process ends.
   for handler in logging.getLogger().handlers + logging.getLogger('absl').handlers:
     handler.acquire()
@@ -303,9 +294,9 @@ class EndOnCheckFailure:
   ends the process at once with its one line and ERROR_EXIT_CODE. Lingvo's `_RunLoop` would
   retry it as an expected error (InvalidArgumentError), for minutes, then leave the process idle;
   the check fails the same way every time. The training runners record the line for the other
-  tasks of the job; evaluation jobs, which share the logdir of a training job, do not."""
+  tasks of the job (_EndJob); evaluation jobs, which share the logdir of a training job, do not."""
 
-  RECORD_CHECK_FAILURE = True
+  RECORD_JOB_FAILURE = True
 
   def _RunLoop(self, job_name, loop_func, loop_args=(), cleanup_func=None):
 
@@ -316,7 +307,7 @@ class EndOnCheckFailure:
         line = check_failure.OneLine(e)
         if line is None:
           raise
-        _EndOnCheckFailure(line, self.RECORD_CHECK_FAILURE)
+        _EndJob(line, self.RECORD_JOB_FAILURE)
         raise  # Not reached: the process has ended.
 
     return super()._RunLoop(job_name, Loop, loop_args, cleanup_func)  # pylint: disable=no-member
@@ -339,7 +330,7 @@ class TensorPipeEvaler(EndOnCheckFailure, ExplainedCheckpointWait, runners.Evale
   """Lingvo's Evaler, saying why it waits for a checkpoint (ExplainedCheckpointWait), ending at a
   failed check (EndOnCheckFailure)."""
 
-  RECORD_CHECK_FAILURE = False
+  RECORD_JOB_FAILURE = False
 
   def _UpdateProcessedCheckpoints(self, runner_dir, ckpt_path):
     # Lingvo 0.14.0's Evaler calls this method, which it lacks, after evaluating the checkpoint of
@@ -351,7 +342,7 @@ class TensorPipeDecoder(EndOnCheckFailure, ExplainedCheckpointWait, runners.Deco
   """Lingvo's Decoder, saying why it waits for a checkpoint (ExplainedCheckpointWait), ending at a
   failed check (EndOnCheckFailure)."""
 
-  RECORD_CHECK_FAILURE = False
+  RECORD_JOB_FAILURE = False
 
 
 class RunnerManager(trainer.RunnerManager):
@@ -706,9 +697,10 @@ _CONTROLLER_END_S = 120  # Bound on the trainer client's wait for the controller
 class ClusterTask:
   """This process's task of a --cluster_spec job (controller, trainer client or worker).
 
-  Ends the process with one line when another task of the job is lost (liveness.PeerWatch), and
-  handles SIGTERM: the trainer client saves its current step (CheckpointsBetweenSteps) and ends;
-  the others keep serving until it has ended, at most --sigterm_grace_s seconds.
+  Ends the process with one line when another task of the job is lost (liveness.PeerWatch), or has
+  ended the job with a line it recorded (_EndJob: a failed check), and handles SIGTERM: the trainer
+  client saves its current step (CheckpointsBetweenSteps) and ends; the others keep serving until
+  it has ended, at most --sigterm_grace_s seconds.
   """
 
   JOBS = ('controller', 'trainer_client', 'worker')
@@ -725,17 +717,26 @@ class ClusterTask:
   def StartWatch(self):
     threading.Thread(target=self.watch.Run, args=(self._OnLost, self._stop), daemon=True,
                      name='tensorpipe-peer-watch').start()
-    threading.Thread(target=self._WatchCheckFailure, daemon=True,
-                     name='tensorpipe-check-failure-watch').start()
+    threading.Thread(target=self._WatchJobFailure, daemon=True,
+                     name='tensorpipe-job-failure-watch').start()
 
-  def _WatchCheckFailure(self):
-    """A check that failed in the trainer client (EndOnCheckFailure) ends this task too, with the
-    check's line."""
+  def _WatchJobFailure(self):
+    """A line another task ended the job with (_EndJob: a failed check in the trainer client) ends
+    this task too, with that line."""
     while not self._stop.wait(liveness.POLL_S):
-      line = _RecordedCheckFailure()
-      if line and not _ENDING.is_set():
-        _Fail(line)
-        _Exit(ERROR_EXIT_CODE)
+      if self._EndIfRecorded():
+        return
+
+  @staticmethod
+  def _EndIfRecorded():
+    """Ends the process with the line another task recorded when it ended the job, if there is one
+    (returns False if not)."""
+    line = _RecordedJobFailure()
+    if not line or _ENDING.is_set():
+      return False
+    _Fail(line)
+    _Exit(ERROR_EXIT_CODE)
+    return True  # Reached only where _Exit is faked.
 
   def Finish(self):
     """After this task's runners ended: the trainer client waits for the controller to end."""
@@ -748,6 +749,8 @@ class ClusterTask:
   def _OnLost(self, message):
     if PREEMPTION.received.is_set() and self.job != 'trainer_client':
       return  # _OnSigterm ends this task.
+    if self._EndIfRecorded():  # The lost task ended the job with a line: that line, not "lost".
+      return
     if self.job == 'worker':
       done = _TrainingDone()
       if done:

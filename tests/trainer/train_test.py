@@ -27,6 +27,7 @@ from lingvo import compat as tf
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
+from tensorpipe.trainer import job_failure
 from tensorpipe.trainer import registry
 from tensorpipe.trainer import train
 from tests import helpers
@@ -499,7 +500,7 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
     """The controller and the workers end with the line the trainer client recorded in --logdir;
     a line an earlier run left there ends nothing."""
     logdir = self.create_tempdir().full_path
-    path = os.path.join(logdir, train._CHECK_FAILURE_FILE)  # pylint: disable=protected-access
+    path = os.path.join(logdir, job_failure.FILE)
     with open(path, 'w') as f:
       f.write("TensorPipeLayer 'pipe': the batch_dim check failed\n")
     task = object.__new__(train.ClusterTask)  # Only its watch of recorded failures runs here.
@@ -508,11 +509,11 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
     with flagsaver.flagsaver(logdir=logdir), mock.patch.object(train, '_Exit') as exit_, \
         mock.patch.object(train, '_Fail') as fail:
       os.utime(path, (0, 0))  # Written before this process started: an earlier run's.
-      task._WatchCheckFailure()  # pylint: disable=protected-access
+      task._WatchJobFailure()  # pylint: disable=protected-access
       fail.assert_not_called()
       os.utime(path, None)
       task._stop.wait.side_effect = [False, True]  # pylint: disable=protected-access
-      task._WatchCheckFailure()  # pylint: disable=protected-access
+      task._WatchJobFailure()  # pylint: disable=protected-access
     fail.assert_called_once_with("TensorPipeLayer 'pipe': the batch_dim check failed")
     exit_.assert_called_once_with(train.ERROR_EXIT_CODE)
 
@@ -536,8 +537,26 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
     self.assertNotIn('Retrying as expected', log)
     self.assertNotRegex(log, r'\] step:\s*1,')  # No step was trained.
     # The line is recorded for the other tasks of a multi-process job (ClusterTask ends them too).
-    with open(os.path.join(logdir, 'tensorpipe_check_failure.txt')) as f:
+    with open(os.path.join(logdir, 'tensorpipe_job_failure.txt')) as f:
       self.assertEqual(f.read().strip(), last[len('tensorpipe.trainer.train: error: '):])
+
+
+class ClusterTaskEndsTest(test_utils.TestCase):
+  """How a task of a --cluster_spec job ends when another task ended the job."""
+
+  def testALostTaskThatEndedTheJobIsNamedByItsLine(self):
+    logdir = self.create_tempdir().full_path
+    with open(os.path.join(logdir, 'tensorpipe_job_failure.txt'), 'w') as f:
+      f.write('training step 8 did not finish within --step_timeout_s=10 s (...)\n')
+    task = object.__new__(train.ClusterTask)  # Only its handlers run here.
+    task.job = 'controller'
+    with flagsaver.flagsaver(logdir=logdir), mock.patch.object(train, '_Exit') as exit_, \
+        mock.patch.object(train, '_Fail') as fail:
+      task._OnLost('task trainer_client:0 at 10.0.0.2:7001 stopped answering: no answer for 60 s '
+                   '([Errno 111] Connection refused)')  # pylint: disable=protected-access
+    fail.assert_called_once_with('training step 8 did not finish within --step_timeout_s=10 s '
+                                 '(...)')
+    exit_.assert_called_once_with(train.ERROR_EXIT_CODE)
 
 
 class TrainerSmokeTest(test_utils.TestCase):
