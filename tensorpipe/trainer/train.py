@@ -57,8 +57,10 @@ host can write LOGDIR/train, and that this task's port is free, all before any s
 failed check prints one line `tensorpipe.trainer.train: error: ...` and exits with status 2. So
 does a TensorPipe check that fails inside a step (tensorpipe.check_failure; EndOnCheckFailure), in
 every task of the job: the trainer records its line in LOGDIR (_EndJob) and the other tasks end with
-it (ClusterTask). The job that saves checkpoints (the trainer client in sync mode) removes what
-killed saves left in LOGDIR/train before it restores (tensorpipe.trainer.stale_checkpoints).
+it (ClusterTask). With --cluster_spec a task at an address the spec gives another task (--task
+swapped between two hosts) ends every task of the job with a line naming both. The job that saves
+checkpoints (the trainer client in sync mode) removes what killed saves left in LOGDIR/train before
+it restores (tensorpipe.trainer.stale_checkpoints).
 """
 
 import glob
@@ -269,7 +271,7 @@ _ENDING = threading.Event()  # Set once this process ends the job with a line (_
 
 def _RecordedJobFailure():
   """The line another task of this job ended the job with since this process started (recorded
-  in --logdir by _EndJob: a failed check), or None."""
+  in --logdir by _EndJob: a failed check, a task at another task's address), or None."""
   return job_failure.Recorded(FLAGS.logdir, _STARTED) if FLAGS.logdir else None
 
 
@@ -697,10 +699,11 @@ _CONTROLLER_END_S = 120  # Bound on the trainer client's wait for the controller
 class ClusterTask:
   """This process's task of a --cluster_spec job (controller, trainer client or worker).
 
-  Ends the process with one line when another task of the job is lost (liveness.PeerWatch), or has
-  ended the job with a line it recorded (_EndJob: a failed check), and handles SIGTERM: the trainer
-  client saves its current step (CheckpointsBetweenSteps) and ends; the others keep serving until
-  it has ended, at most --sigterm_grace_s seconds.
+  Ends the process with one line when another task of the job is lost, or is not the task the spec
+  puts at its address (liveness.PeerWatch), or has ended the job with a line it recorded (_EndJob:
+  a failed check, a task at another's address), and handles SIGTERM: the trainer client saves its
+  current step (CheckpointsBetweenSteps) and ends; the others keep serving until it has ended, at
+  most --sigterm_grace_s seconds.
   """
 
   JOBS = ('controller', 'trainer_client', 'worker')
@@ -714,15 +717,21 @@ class ClusterTask:
   def InstallSigterm(self):
     PREEMPTION.Install(self._OnSigterm)
 
-  def StartWatch(self):
-    threading.Thread(target=self.watch.Run, args=(self._OnLost, self._stop), daemon=True,
-                     name='tensorpipe-peer-watch').start()
+  def WatchJobFailure(self):
+    """From now on, a line another task ends the job with ends this task too (_WatchJobFailure).
+    Started at once: it also ends a task that waits for the workers (WaitForWorkers)."""
     threading.Thread(target=self._WatchJobFailure, daemon=True,
                      name='tensorpipe-job-failure-watch').start()
 
+  def StartWatch(self):
+    """From now on, a lost task, or one at another task's address, ends this task
+    (liveness.PeerWatch)."""
+    threading.Thread(target=self.watch.Run, args=(self._OnLost, self._OnWrongTask, self._stop),
+                     daemon=True, name='tensorpipe-peer-watch').start()
+
   def _WatchJobFailure(self):
-    """A line another task ended the job with (_EndJob: a failed check in the trainer client) ends
-    this task too, with that line."""
+    """A line another task ended the job with (_EndJob: a failed check in the trainer client, a
+    task at another task's address) ends this task too, with that line."""
     while not self._stop.wait(liveness.POLL_S):
       if self._EndIfRecorded():
         return
@@ -745,6 +754,12 @@ class ClusterTask:
       deadline = time.monotonic() + _CONTROLLER_END_S
       while not self.watch.Gone('controller') and time.monotonic() < deadline:
         time.sleep(liveness.POLL_S)
+
+  @staticmethod
+  def _OnWrongTask(message):
+    """Ends the job: a task it needs is not where the spec puts it. The line is recorded, so that
+    tasks that did not see it (e.g. whose watch starts later) end with it too."""
+    _EndJob(message, record=True)
 
   def _OnLost(self, message):
     if PREEMPTION.received.is_set() and self.job != 'trainer_client':
@@ -824,6 +839,7 @@ def main(unused_argv):
   if FLAGS.cluster_spec and FLAGS.mode == 'sync' and len(jobs) == 1 and jobs[0] in ClusterTask.JOBS:
     task = ClusterTask(jobs[0], FLAGS.task)
     task.InstallSigterm()
+    task.WatchJobFailure()
     if task.job == 'worker':
       task.StartWatch()
   if FLAGS.cluster_spec and any(j in ('controller', 'trainer_client') for j in jobs):
@@ -837,7 +853,15 @@ def main(unused_argv):
   from lingvo.core import tpu_embedding_layers_v2  # pylint: disable=g-import-not-at-top
   from lingvo.core import tpu_embedding_manager  # pylint: disable=g-import-not-at-top
   tpu_embedding_layers_v2.TPU_EMBEDDING_MANAGER = tpu_embedding_manager.TPUEmbeddingManager()
-  RunnerManager(FLAGS.model).Start()
+  try:
+    RunnerManager(FLAGS.model).Start()
+  except Exception:  # pylint: disable=broad-except
+    line = _RecordedJobFailure() if task else None
+    if line is None:
+      raise
+    # Another task ended the job (e.g. a worker at another worker's address) while this one
+    # started: TensorFlow's error here follows from it; the line says what to do.
+    _EndJob(line, record=False)
   if task:
     task.Finish()
   _LogOutcome(jobs)

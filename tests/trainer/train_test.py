@@ -542,7 +542,8 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
 
 
 class ClusterTaskEndsTest(test_utils.TestCase):
-  """How a task of a --cluster_spec job ends when another task ended the job."""
+  """How a task of a --cluster_spec job ends when another task ended the job, or answers at another
+  task's address."""
 
   def testALostTaskThatEndedTheJobIsNamedByItsLine(self):
     logdir = self.create_tempdir().full_path
@@ -557,6 +558,60 @@ class ClusterTaskEndsTest(test_utils.TestCase):
     fail.assert_called_once_with('training step 8 did not finish within --step_timeout_s=10 s '
                                  '(...)')
     exit_.assert_called_once_with(train.ERROR_EXIT_CODE)
+
+  def testATaskAtAnotherTasksAddressEndsTheJob(self):
+    with mock.patch.object(train, '_EndJob') as end:
+      on_wrong_task = train.ClusterTask._OnWrongTask  # pylint: disable=protected-access
+      on_wrong_task('--cluster_spec puts task worker:1 at ...')
+    end.assert_called_once_with('--cluster_spec puts task worker:1 at ...', record=True)
+
+  def _Main(self, error, recorded):
+    """Runs train.main for worker 0 of a --cluster_spec job whose runners fail with `error`, while
+    `recorded` is the line another task ended the job with (or None)."""
+    jobs = train.ClusterTask.JOBS
+    with flagsaver.flagsaver(model=MODEL, mode='sync', run_locally='', tf_master='',
+                             cluster_spec='worker=127.0.0.1:1', job='worker', task=0,
+                             logdir=self.create_tempdir().full_path), \
+         mock.patch.object(train, 'Validate'), mock.patch.object(train, 'ClusterTask') as task, \
+         mock.patch.object(train.RunnerManager, 'Start', side_effect=error), \
+         mock.patch.object(train, '_RecordedJobFailure', return_value=recorded), \
+         mock.patch.object(train, '_EndJob') as end:
+      task.JOBS = jobs
+      train.main(['train'])
+    return end
+
+  def testAnErrorAfterAnotherTaskEndedTheJobEndsWithItsLine(self):
+    # The workers ended the job (one at another's address) while this task started its servers.
+    error = tf.errors.UnavailableError(None, None, 'failed to connect to all addresses')
+    end = self._Main(error, 'the line')
+    end.assert_called_once_with('the line', record=False)
+    with self.assertRaises(tf.errors.UnavailableError):
+      self._Main(error, None)  # Nothing recorded: the error is the task's own.
+
+  @pytest.mark.slow
+  def testATaskAtAnotherTasksAddressEndsTheTaskWithItsLine(self):
+    # Ports held (with SO_REUSEADDR, not listening) for the whole test: nothing answers at the
+    # controller's and the trainer client's; the worker task under test and the server playing
+    # worker 1 bind theirs.
+    with helpers.HeldPorts(4, reuse=(0, 1, 2, 3)) as ports:
+      controller, client, worker0, worker1 = ['127.0.0.1:%d' % port for port in ports]
+      # The host of worker 1 was started with --task=0: it listens at worker 1's address (see
+      # liveness_test's TaskAtTest) and is task 0.
+      helpers.StartTfServer(self, {'worker': [worker1, worker0]}, 'worker', 0)
+      spec = 'controller=%s@trainer_client=%s@worker=%s,%s' % (controller, client, worker0,
+                                                                worker1)
+      proc = subprocess.run(
+          _Launcher('--model=%s' % MODEL, '--cpu_devices=4', '--mode=sync', '--job=worker',
+                    '--task=0', '--cluster_spec=%s' % spec, '--logdir=%s' % self.get_temp_dir()),
+          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+          check=False)
+    self.assertEqual(proc.returncode, train.ERROR_EXIT_CODE, proc.stdout[-3000:])
+    self.assertEqual(
+        proc.stdout.strip().splitlines()[-1],
+        'tensorpipe.trainer.train: error: --cluster_spec puts task worker:1 at %s, but the task '
+        'answering there is worker:0 (started with --job=worker --task=0); start on each host the '
+        'task the spec puts at its address (each job\'s addresses in --cluster_spec are in task '
+        'order): --job=worker --task=1 at %s' % (worker1, worker1))
 
 
 class TrainerSmokeTest(test_utils.TestCase):
