@@ -32,6 +32,15 @@ Extra flags:
                    fault every task ends by itself; start them all again to resume from the last
                    checkpoint. A worker that finds the last checkpoint at train.max_steps ends with
                    status 0 instead (training is done).
+  --step_timeout_s=S (default 600; 0: off)
+                   the trainer ends the job when the global step does not advance for S seconds
+                   (checkpoint saves and restores not counted; the first step of a run, which also
+                   starts the graph on every task, gets 3 x S), with an error naming the step and
+                   the tasks that give no answer to a status request within 5 s, or saying that
+                   every task answers and the step is stuck inside TensorFlow; with --cluster_spec
+                   every other task of the job ends with the same line. A step of a tiny model
+                   takes well under a second on 2 CPU cores; for paper-scale models on slow devices
+                   set S above the slowest step, or 0.
   --sigterm_grace_s=S (with --cluster_spec, default 60)
                    on SIGTERM (preemption) the trainer client saves a checkpoint of its current step
                    and ends; the controller and workers keep serving until it has ended, at most S
@@ -55,12 +64,13 @@ devices of one model split, and (for eval-only jobs) that a checkpoint exists; w
 also the spec's jobs and HOST:PORT addresses, that --job and --task name one of its tasks, that this
 host can write LOGDIR/train, and that this task's port is free, all before any server starts. A
 failed check prints one line `tensorpipe.trainer.train: error: ...` and exits with status 2. So
-does a TensorPipe check that fails inside a step (tensorpipe.check_failure; EndOnCheckFailure), in
-every task of the job: the trainer records its line in LOGDIR (_EndJob) and the other tasks end with
-it (ClusterTask). With --cluster_spec a task at an address the spec gives another task (--task
-swapped between two hosts) ends every task of the job with a line naming both. The job that saves
-checkpoints (the trainer client in sync mode) removes what killed saves left in LOGDIR/train before
-it restores (tensorpipe.trainer.stale_checkpoints).
+does a TensorPipe check that fails inside a step (tensorpipe.check_failure; EndOnCheckFailure), and
+a step that does not finish within --step_timeout_s (WatchedSteps), in every task of the job: the
+trainer records its line in LOGDIR (_EndJob) and the other tasks end with it (ClusterTask). With
+--cluster_spec a task at an address the spec gives another task (--task swapped between two hosts)
+ends every task of the job with a line naming both. The job that saves checkpoints (the trainer
+client in sync mode) removes what killed saves left in LOGDIR/train before it restores
+(tensorpipe.trainer.stale_checkpoints).
 """
 
 import glob
@@ -87,6 +97,7 @@ from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
 from tensorpipe.trainer import stale_checkpoints
 from tensorpipe.trainer import startup
+from tensorpipe.trainer import step_watchdog
 from tensorpipe.trainer import trainer_profiling
 
 flags.DEFINE_integer(
@@ -135,6 +146,13 @@ flags.DEFINE_integer(
     'it and its address; then start every task again with the same commands to resume from the '
     'last checkpoint. Lower it to notice faults sooner, raise it on a network with long outages.',
     lower_bound=1)
+flags.DEFINE_integer(
+    'step_timeout_s', 600,
+    'End the job with an error naming the step, and the tasks that give no answer, when the '
+    'global step does not advance for this many seconds (checkpoint saves and restores not '
+    'counted; the first step of a run, which also starts the graph, gets 3 times as long). Steps '
+    'of the tiny models take well under a second on CPU; for paper-scale models on slow devices '
+    'set it above the slowest step (e.g. 3600), or 0 to turn it off.', lower_bound=0)
 flags.DEFINE_integer(
     'sigterm_grace_s', 60,
     'With --cluster_spec: after SIGTERM (preemption), the trainer client saves a checkpoint of its '
@@ -271,7 +289,8 @@ _ENDING = threading.Event()  # Set once this process ends the job with a line (_
 
 def _RecordedJobFailure():
   """The line another task of this job ended the job with since this process started (recorded
-  in --logdir by _EndJob: a failed check, a task at another task's address), or None."""
+  in --logdir by _EndJob: a failed check, a stuck step, a task at another task's address), or
+  None."""
   return job_failure.Recorded(FLAGS.logdir, _STARTED) if FLAGS.logdir else None
 
 
@@ -315,17 +334,79 @@ class EndOnCheckFailure:
     return super()._RunLoop(job_name, Loop, loop_args, cleanup_func)  # pylint: disable=no-member
 
 
+# The checkpointer methods that save or restore; their time does not count towards
+# --step_timeout_s.
+_CHECKPOINTER_IO = ('Save', 'Sync', 'Restore', 'RestoreIfNeeded', 'RestoreFromPath',
+                    'RestoreGlobalStepIfNeeded')
+
+
+class WatchedSteps:
+  """Mixin for Lingvo's Trainer: a step that does not finish within --step_timeout_s ends the job
+  with one line (tensorpipe.trainer.step_watchdog), instead of a trainer that waits without end.
+
+  Lingvo's training loop calls `_ShouldStop(sess, global_step)` before every step: there the loop
+  reports the global step (step_watchdog.LoopWatch). The trainer's checkpointers save and restore
+  unchanged, their time left out of the bound. `_OnStall` ends the job.
+  """
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._loop_watch = None
+    if FLAGS.step_timeout_s:
+      self._loop_watch = step_watchdog.LoopWatch(FLAGS.step_timeout_s, self._OnStall)
+      checkpointers = [getattr(self, name, None)
+                       for name in ('_checkpointer', '_final_checkpointer')]
+      for checkpointer in {id(c): c for c in checkpointers if c is not None}.values():
+        self._loop_watch.ExcludeFrom(checkpointer, _CHECKPOINTER_IO)
+      _Log('every training step must finish within --step_timeout_s=%d s (the first of a run '
+           'within %d s), checkpoint saves and restores not counted', FLAGS.step_timeout_s,
+           FLAGS.step_timeout_s * step_watchdog.FIRST_STEP_FACTOR)
+
+  def _Loop(self):
+    if self._loop_watch:
+      self._loop_watch.LoopStarts()
+    super()._Loop()  # pylint: disable=no-member  # Lingvo's Trainer's.
+    if self._loop_watch:  # Training ended (an error that Lingvo retries leaves the watch on).
+      self._loop_watch.Stop()
+
+  def _ShouldStop(self, sess=None, step=None, check_early_stop=True):
+    watched = bool(self._loop_watch and step is not None and self._loop_watch.Observe(int(step)))
+    stop = super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
+    if stop and watched:
+      self._loop_watch.Stop()
+    return stop
+
+  def _OnStall(self, stall):
+    """Asks every other task of the job for its status (liveness.Silent), then ends the job with
+    the line for `stall` (_EndJob), unless the step finished meanwhile or a SIGTERM's save ends
+    this task (returns False)."""
+    if PREEMPTION.received.is_set():
+      return False
+    silent = None  # A job of one process.
+    if _StartsServer():
+      peers = liveness.Peers(preflight.ParseClusterSpec(FLAGS.cluster_spec), FLAGS.job,
+                             FLAGS.task)
+      silent = liveness.Silent(peers, liveness.STATUS_TIMEOUT_S)
+    line = step_watchdog.StallLine(stall, silent, liveness.STATUS_TIMEOUT_S)
+    if self._loop_watch.watchdog.Check() is None:
+      _Log('the step after global step %d finished after all', stall.global_step)
+      return False
+    _EndJob(line, record=True)
+    return True  # Not reached: the process has ended.
+
+
 class TensorPipeController(EndOnCheckFailure, startup.PromptStart, QuietOnSigterm,
                            runners.Controller):
   """Lingvo's Controller, starting as soon as the model is ready (startup.PromptStart), quiet after
   SIGTERM (QuietOnSigterm), ending at a failed check (EndOnCheckFailure)."""
 
 
-class TensorPipeTrainer(EndOnCheckFailure, startup.PromptStart, CheckpointsBetweenSteps,
-                        trainer_profiling.ProfilingTrainer):
-  """The profiling trainer, starting as soon as the model is ready (startup.PromptStart), writing
-  the checkpoints between steps, the last one and a preempted one included
-  (CheckpointsBetweenSteps), ending at a failed check (EndOnCheckFailure)."""
+class TensorPipeTrainer(EndOnCheckFailure, startup.PromptStart, WatchedSteps,
+                        CheckpointsBetweenSteps, trainer_profiling.ProfilingTrainer):
+  """The profiling trainer, starting as soon as the model is ready (startup.PromptStart), ending
+  the job at a step that does not finish within --step_timeout_s (WatchedSteps), writing the
+  checkpoints between steps, the last one and a preempted one included (CheckpointsBetweenSteps),
+  ending at a failed check (EndOnCheckFailure)."""
 
 
 class TensorPipeEvaler(EndOnCheckFailure, ExplainedCheckpointWait, runners.Evaler):
@@ -701,9 +782,9 @@ class ClusterTask:
 
   Ends the process with one line when another task of the job is lost, or is not the task the spec
   puts at its address (liveness.PeerWatch), or has ended the job with a line it recorded (_EndJob:
-  a failed check, a task at another's address), and handles SIGTERM: the trainer client saves its
-  current step (CheckpointsBetweenSteps) and ends; the others keep serving until it has ended, at
-  most --sigterm_grace_s seconds.
+  a failed check, a stuck step, a task at another's address), and handles SIGTERM: the trainer
+  client saves its current step (CheckpointsBetweenSteps) and ends; the others keep serving until
+  it has ended, at most --sigterm_grace_s seconds.
   """
 
   JOBS = ('controller', 'trainer_client', 'worker')
@@ -730,8 +811,8 @@ class ClusterTask:
                      daemon=True, name='tensorpipe-peer-watch').start()
 
   def _WatchJobFailure(self):
-    """A line another task ended the job with (_EndJob: a failed check in the trainer client, a
-    task at another task's address) ends this task too, with that line."""
+    """A line another task ended the job with (_EndJob: a failed check or a stuck step in the
+    trainer client, a task at another task's address) ends this task too, with that line."""
     while not self._stop.wait(liveness.POLL_S):
       if self._EndIfRecorded():
         return
