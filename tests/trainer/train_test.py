@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from unittest import mock
 
 from absl.testing import flagsaver
@@ -603,7 +604,8 @@ class StuckInput(base_model_params.SingleTaskModelParams):
 
 
 class _FakeCheckpointer:
-  """Lingvo's checkpointer as the trainer calls it; a save or restore takes 1000 s of `clock`."""
+  """Lingvo's checkpointer as the trainer calls it; a save or restore takes 1000 s of `clock` (a
+  fake one: its `now` is the time)."""
 
   def __init__(self, clock):
     self.clock = clock
@@ -617,15 +619,6 @@ class _FakeCheckpointer:
   def Restore(self, sess=None, force_reinitialize=False):
     self.calls.append(('Restore', sess, force_reinitialize))
     self.clock.now += 1000
-
-
-class _FakeClock:
-
-  def __init__(self):
-    self.now = 0.0
-
-  def __call__(self):
-    return self.now
 
 
 class _FakeLingvoTrainer:
@@ -664,9 +657,10 @@ class StuckStepEndsTheJobTest(test_utils.TestCase):
   def _Trainer(self, step_s, max_steps, **flags):
     """A _WatchedTrainer on a fake clock whose watching thread is not started but kept in
     `self.spawned`; returns it and the clock."""
-    clock = _FakeClock()
+    clock = types.SimpleNamespace(now=0.0)
     self.spawned = []
-    watch = functools.partial(step_watchdog.LoopWatch, clock=clock, spawn=self.spawned.append)
+    watch = functools.partial(step_watchdog.LoopWatch, clock=lambda: clock.now,
+                              spawn=self.spawned.append)
     with flagsaver.flagsaver(**dict(dict(step_timeout_s=10), **flags)), \
          mock.patch.object(train.step_watchdog, 'LoopWatch', watch):
       trainer = _WatchedTrainer(clock, step_s, max_steps)
