@@ -377,10 +377,17 @@ def InPrivateNetwork(argv):
 
 # A TensorFlow server, task TASK of job JOB of the cluster CLUSTER (JSON), as Lingvo's trainer
 # starts one for --job=JOB --task=TASK: it binds the port of its own address on every interface.
+# It ends by itself if the test process dies without stopping it (e.g. a crash in C++).
 _TF_SERVER = """
-import json, sys
+import json, os, sys, threading, time
 import tensorflow as tf
 cluster, job, task = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+parent = os.getppid()
+def EndWithParent():
+  while os.getppid() == parent:
+    time.sleep(1)
+  os._exit(0)
+threading.Thread(target=EndWithParent, daemon=True).start()
 server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=task,
                               config=tf.compat.v1.ConfigProto(device_count={'CPU': 2}))
 print('ready', flush=True)
