@@ -18,6 +18,8 @@ keeps Lingvo's behaviour too (which task a step trains is sampled, so a task's p
 function of the global step), with the same warning.
 """
 
+import threading
+
 from lingvo import compat as tf
 
 
@@ -49,16 +51,18 @@ class InputAtStep:
   """Mixin for Lingvo's Trainer: after every restore, before the first step of each run of
   `_Loop`, each input starts at the restored global step (see the module docstring)."""
 
-  _input_start_pending = False
+  _input_start_thread = None  # The thread of a run of _Loop whose inputs are still to start.
 
   def _Loop(self):
-    self._input_start_pending = True
+    self._input_start_thread = threading.get_ident()
     return super()._Loop()  # pylint: disable=no-member  # Lingvo's Trainer.
 
   def _ShouldStop(self, sess=None, step=None, check_early_stop=True):
     # Lingvo's _Loop calls this before every step with the current global step; the first call of a
-    # run of _Loop comes after the restore and before any step.
-    if self._input_start_pending and sess is not None and step is not None:
-      self._input_start_pending = False
+    # run of _Loop comes after the restore and before any step. (Lingvo's enqueue loops call it
+    # too, from threads of their own, with sessions of their own.)
+    if (self._input_start_thread == threading.get_ident() and sess is not None and
+        step is not None):
+      self._input_start_thread = None
       StartInputs(self._model.tasks, sess, int(step))  # pylint: disable=no-member
     return super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member

@@ -94,6 +94,12 @@ class InputAtStepTest(test_utils.TestCase):
     trainer._Loop()  # pylint: disable=protected-access
     self.assertEqual(trainer._model.tasks[0].input.starts, [('SESS', 40), ('SESS', 20)])
 
+  def testAnotherThreadsCallDoesNotStartTheInput(self):
+    trainer = Trainer([5])
+    trainer._input_start_thread = -1  # A run of _Loop in another thread, not started yet.
+    trainer._ShouldStop('ENQUEUE_SESS', 9)  # pylint: disable=protected-access
+    self.assertEqual(trainer._model.tasks[0].input.starts, [])
+
 
 if __name__ == '__main__':
   test_utils.main()
