@@ -6,9 +6,10 @@ host's link taken down, a host that never starts its task, a killed controller o
 a frozen worker (SIGSTOP), SIGTERM to every task (a preemption). Each must end every task with one
 line naming the lost task and its address (no hang), and the same commands must then resume from
 the last checkpoint: the first step after a restart is the checkpoint's step + 1. A network blip
-shorter than --lost_task_timeout_s and a worker killed and started again at once end no task. And
-through all of them training is the same as without them: the same loss at every step, the same
-final weights."""
+shorter than --lost_task_timeout_s and a worker killed and started again at once end no task, or,
+where a step is left waiting on a broken connection, end the job with the step watchdog's line.
+And through all of them training is the same as without them: the same loss at every step, the
+same final weights."""
 
 import glob
 import os
@@ -38,6 +39,12 @@ _BLIP_S = 15  # A network outage that fails a step (TensorFlow's RPC gives up) .
 # ... and the --lost_task_timeout_s of the run it strikes, longer by what a round of connection
 # attempts may add (up to 3 s after the link is back) and by the start-up of a restarted worker.
 _BLIP_LOST_S = 30
+# --step_timeout_s: a step that a fault left waiting (an RPC on a connection the outage broke, which
+# TensorFlow does not bound) ends the job with the step watchdog's line, and the same commands
+# resume; a step takes about 50 ms.
+_STEP_TIMEOUT_S = 60
+_STUCK = re.compile(r'^(training step \d+|the first step of this run, step \d+,) did not finish within '
+                    r'(3 x )?--step_timeout_s=%d ' % _STEP_TIMEOUT_S)
 _ERROR = re.compile(r'^tensorpipe\.trainer\.train: error: (.*)$', re.M)
 _STEP = re.compile(r'\] step: *(\d+),')
 # The held-out accuracy of the final checkpoint, with or without faults: 0.96657383 (347 / 359)
@@ -135,7 +142,7 @@ class MultiHostTrainingTest(test_utils.TestCase):
             '--logdir=%s' % logdir, '--mode=sync', '--cluster_spec=%s' % self._Spec(),
             '--cpu_devices=1', '--worker_split_size=2', '--worker_tasks_per_replica=2',
             '--job=%s' % job, '--task=%d' % task, '--startup_timeout_s=%d' % startup_timeout_s,
-            '--lost_task_timeout_s=%d' % lost_s,
+            '--lost_task_timeout_s=%d' % lost_s, '--step_timeout_s=%d' % _STEP_TIMEOUT_S,
             '--model_params_override=task.pipeline.num_partitions: 2; '
             'train.save_interval_steps: 20; train.max_steps: %d' % _STEPS,
             '--tensorpipe_profile_every_n_steps=0']
@@ -261,6 +268,28 @@ class MultiHostTrainingTest(test_utils.TestCase):
     self.assertEqual(workers, {'worker:%d' % i: (0, None) for i in range(3)})
     self.assertEqual(_Checkpoints(logdir), [])
 
+  def _RideOut(self, logdir, job, run, step):
+    """After a fault the job should ride out: waits (bounded) until a save after `step` has ended,
+    or with `step` None until the job ended with status 0. A step the fault left waiting ends
+    every task with the step watchdog's line instead; then the same commands (run `run`, then
+    `run` + 1, ...) resume from the last checkpoint. Returns (the saved step or None, the running
+    job, the next run's number)."""
+    deadline = time.monotonic() + 3 * _WAIT_S
+    while True:
+      self.assertLess(time.monotonic(), deadline, 'no progress after the fault')
+      if step is not None and _LatestStep(logdir) > step:
+        return _CheckpointStep(logdir), job, run
+      if any(proc.poll() is not None for proc, _ in job.values()):
+        ended = self._WaitAll(job)
+        if step is None and ended == {k: (0, None) for k in ended}:
+          return None, job, run
+        for name, (status, error) in ended.items():
+          self.assertEqual(status, 2, (name, ended))
+          self.assertRegex(error, _STUCK, (name, ended))
+        job = self._Start(logdir, run, lost_s=_BLIP_LOST_S)
+        run += 1
+      time.sleep(1)
+
   def _Losses(self, logdir):
     """{step: [loss, ...]} of every trainer client log in `logdir`, runs in order."""
     out = {}
@@ -340,8 +369,10 @@ class MultiHostTrainingTest(test_utils.TestCase):
                   last_step, trainer_log)
     self.assertEqual(_CheckpointStep(logdir), last_step)
     # 6. Again, with --lost_task_timeout_s=_BLIP_LOST_S: a network blip of _BLIP_S seconds at
-    # worker host w1, shorter than that, ends no task; then worker 1 is killed and at once started
-    # again; then training goes on to the end.
+    # worker host w1, shorter than that, ends no task (Lingvo retries the step it failed); then
+    # worker 1 is killed and at once started again; then training goes on to the end. Where a step
+    # is left waiting on a connection the fault broke, the step watchdog ends the job and the same
+    # commands resume (_RideOut).
     job = self._Start(logdir, 6, lost_s=_BLIP_LOST_S)
     self._AssertResumedFrom(job, last_step)
     saved = self._WaitForCheckpointAfter(logdir, last_step, job)
@@ -350,13 +381,14 @@ class MultiHostTrainingTest(test_utils.TestCase):
       time.sleep(_BLIP_S)  # The fault's length, not a wait for an outcome.
     finally:
       self.hosts.Restore('w1')
-    saved = self._WaitForCheckpointAfter(logdir, saved, job)
+    run = 7
+    saved, job, run = self._RideOut(logdir, job, run, saved)
     proc, _ = job.pop('worker:1')
     proc.kill()
     proc.wait(timeout=60)
-    job.update(self._Start(logdir, 6, only=('worker', 1), lost_s=_BLIP_LOST_S, log_tag='again'))
-    ended = self._WaitAll(job)
-    self.assertEqual(ended, {k: (0, None) for k in ended})
+    job.update(self._Start(logdir, run - 1, only=('worker', 1), lost_s=_BLIP_LOST_S,
+                           log_tag='again'))
+    self._RideOut(logdir, job, run, None)
     self.assertEqual(_CheckpointStep(logdir), _STEPS)
 
     # Every step's loss, each time it was trained (the steps after a restored checkpoint are trained
