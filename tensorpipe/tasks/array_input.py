@@ -95,11 +95,11 @@ class ArrayInput(base_input_generator.BaseInputGenerator):
     def Example(i):
       """Example i of the stream: row (i mod n) of epoch (i div n)'s order, mapped."""
       epoch, row = i // n, i % n
+      seed_t = tf.constant(seed, tf.int64)
       if shuffle:
-        row = tf.random.experimental.index_shuffle(row, tf.stack([tf.constant(seed, tf.int64),
-                                                                  epoch]), n - 1)
+        row = tf.random.experimental.index_shuffle(row, tf.stack([seed_t, epoch]), n - 1)
       example = tuple(tf.gather(f, row) for f in self._feeds)
-      return self._MapExample(tf.stack([tf.constant(seed, tf.int64), i]), *example)
+      return self._MapExample(tf.stack([seed_t, i]), *example)
 
     end = np.iinfo(np.int64).max if self._Flag(p.repeat) else n
     ds = tf.data.Dataset.range(self._first, end).map(Example)

@@ -28,8 +28,9 @@ def StartInputs(tasks, sess, global_step):
   `global_step` + 1 reads; returns the names of the inputs that could not (they start at their own
   beginning)."""
   unmoved = []
+  single = len(tasks) == 1  # Several tasks: which one a step trains is drawn (module docstring).
   for task in tasks:
-    start = getattr(task.input, 'StartAtStep', None) if len(tasks) == 1 else None
+    start = getattr(task.input, 'StartAtStep', None) if single else None
     if start is None:
       unmoved.append('%s (%s)' % (task.input.params.name, type(task.input).__name__))
       continue
