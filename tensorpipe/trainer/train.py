@@ -91,17 +91,15 @@ import lingvo.compat as tf
 from lingvo.core import py_utils
 
 from tensorpipe import check_failure
-from tensorpipe import disk_cache
-from tensorpipe import progress as progress_lib
 from tensorpipe.trainer import cpu_devices
 from tensorpipe.trainer import input_position
 from tensorpipe.trainer import job_failure
 from tensorpipe.trainer import liveness
-from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
 from tensorpipe.trainer import stale_checkpoints
 from tensorpipe.trainer import startup
+from tensorpipe.trainer import startup_plan
 from tensorpipe.trainer import step_watchdog
 from tensorpipe.trainer import trainer_profiling
 
@@ -125,26 +123,6 @@ flags.DEFINE_integer(
     'the partitions of a TensorPipeLayer run in separate processes; the worker tasks of '
     '--cluster_spec then hold (number of tasks) / N data-parallel replicas. Unset: Lingvo\'s '
     'default, one replica per worker task.', lower_bound=1)
-flags.DEFINE_integer(
-    'tensorpipe_plan', 0,
-    'Log the planner\'s ranked configurations (replicas x partitions, M, schedule, '
-    're-computation) of the model\'s TensorPipeLayers for this many devices at start-up, with '
-    'the flags that apply the best; 0: off. See --tensorpipe_plan_device.', lower_bound=0)
-flags.DEFINE_string(
-    'tensorpipe_plan_device', 'cpu',
-    'Device profile --tensorpipe_plan plans for: cpu (this machine, measured) or a named '
-    'accelerator (python -m tools.plan --list_devices).')
-flags.DEFINE_string(
-    'tensorpipe_plan_memory', '',
-    'Memory per device for --tensorpipe_plan, e.g. 16GiB; empty: the profile\'s.')
-flags.DEFINE_string(
-    'tensorpipe_plan_cache_dir', '',
-    'Where --tensorpipe_plan keeps the layers it built and measured for the next start-up; empty: '
-    '$XDG_CACHE_HOME/tensorpipe or ~/.cache/tensorpipe; none: no cache.')
-flags.DEFINE_boolean(
-    'tensorpipe_plan_quick', False,
-    'With --tensorpipe_plan_device=cpu, measure no layer: costs from flops and the profile, a '
-    'plan in seconds (less faithful than measured times).')
 flags.DEFINE_integer(
     'startup_timeout_s', 120,
     'With --cluster_spec: seconds the controller and trainer client wait for every worker task to '
@@ -578,28 +556,7 @@ def Validate():
   if jobs and all(_IsEvalOnlyJob(j) for j in jobs):
     _CheckEvalCheckpoints(jobs, cfg)
   if FLAGS.tensorpipe_plan and datasets:
-    LogModelPlan(registry.ModelParams(FLAGS.model, 'Train'))
-
-
-def LogModelPlan(cfg):
-  """Logs the plan of model params `cfg` for --tensorpipe_plan devices (registry.UsageError on a
-  bad profile or memory, or a model that fits no configuration)."""
-  try:
-    cache = disk_cache.Open(FLAGS.tensorpipe_plan_cache_dir)
-  except ValueError as e:
-    raise registry.UsageError('--tensorpipe_plan_cache_dir: %s; give a writable directory, or '
-                              '--tensorpipe_plan_cache_dir=none' % e) from e
-  try:
-    text = model_plan.PlanText(cfg, FLAGS.tensorpipe_plan, FLAGS.tensorpipe_plan_device,
-                               FLAGS.tensorpipe_plan_memory or None, FLAGS.model,
-                               quick=FLAGS.tensorpipe_plan_quick, cache=cache,
-                               progress=progress_lib.Progress(lambda line: _Log('planning: %s',
-                                                                                line)))
-  except ValueError as e:
-    raise registry.UsageError('--tensorpipe_plan: %s' % e) from e
-  for line in text.splitlines():
-    _Log('plan: %s', line)
-  return text
+    startup_plan.LogModelPlan(registry.ModelParams(FLAGS.model, 'Train'), FLAGS.model)
 
 
 def _CheckEvalCheckpoints(jobs, cfg):
