@@ -18,6 +18,7 @@ from lingvo import model_registry
 from lingvo.core import base_model_params
 from lingvo.core import learner
 from lingvo.core import optimizer
+from lingvo.core import py_utils
 from lingvo.core import schedule
 
 from tensorpipe.tasks.lm import lm_task
@@ -96,6 +97,13 @@ class TransformerParamsBase(base_model_params.SingleTaskModelParams):
         num_partitions=self.NUM_PARTITIONS, num_micro_batches=self.NUM_MICRO_BATCHES,
         dropout_keep_prob=self.DROPOUT_KEEP_PROB)
     p.name = 'mt'
+    b, s, t, d = self.BATCH_SIZE, self.SOURCE_MAX_LENGTH, self.TARGET_MAX_LENGTH, self.MODEL_DIM
+    # The stacks' input shapes for the planner (tools.plan); they stay split by layer count.
+    p.encoder.Set(cost_input_shapes=[py_utils.NestedMap(vec=[b, s, d], paddings=[b, s])],
+                  partition_cost='count')
+    p.decoder.Set(cost_input_shapes=[py_utils.NestedMap(vec=[b, t, d], paddings=[b, t],
+                                                        aux_vec=[b, s, d], aux_paddings=[b, s])],
+                  partition_cost='count')
     p.languages = self._Languages()
     p.max_decode_length = self.TARGET_MAX_LENGTH - 1
     p.eval.samples_per_summary = 0  # The whole test split.

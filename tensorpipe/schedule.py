@@ -132,7 +132,9 @@ whatever order it picks among ready actions; each is read off the list:
 
 import dataclasses
 import enum
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 FORWARD = 'F'
 BACKWARD = 'B'
@@ -192,6 +194,15 @@ class Action:
   kind: str
   partition: int
   micro_batch: int
+  # The hash of the fields, computed once: actions key the dicts of the dry run and the simulator,
+  # which look them up millions of times in a planner's search.
+  _hash: int = dataclasses.field(init=False, repr=False, compare=False)
+
+  def __post_init__(self):
+    object.__setattr__(self, '_hash', hash((self.kind, self.partition, self.micro_batch)))
+
+  def __hash__(self):
+    return self._hash
 
   def __str__(self):
     return '%s%d,%d' % (self.kind, self.partition, self.micro_batch)
@@ -280,6 +291,9 @@ class Schedule:
     self._devices = self._Placement(partition_devices)
     self.num_devices = max(self._devices) + 1
     self._device_actions = [list(actions) for actions in device_actions]
+    # Read for every action by Task (the simulator asks per action): computed once.
+    self._splits_backward = any(a.kind == WEIGHT for actions in self._device_actions
+                                for a in actions)
     self._edges = [dataclasses.replace(e, devices=(self._DeviceOfAction(e.before),
                                                    self._DeviceOfAction(e.after))) for e in edges]
     self._waits: Dict[Action, List[Edge]] = {}
@@ -372,7 +386,7 @@ class Schedule:
   @property
   def splits_backward(self) -> bool:
     """Whether backward passes are split into input-gradient (B) and weight-gradient (W) actions."""
-    return any(a.kind == WEIGHT for actions in self._device_actions for a in actions)
+    return self._splits_backward
 
   @property
   def device_actions(self) -> List[List[Action]]:
@@ -464,13 +478,25 @@ class Schedule:
     if len(weights) != self.num_partitions:
       raise ValueError('%s: %d weights for %d partitions' % (self.name, len(weights),
                                                              self.num_partitions))
-    out = []
+    exact = all(isinstance(w, int) for w in weights)
+    out: List[Any] = []
     for d in range(self.num_devices):
       spans = [(ticks[Action(first_kind, k, t)], ticks[Action(last_kind, k, t)], weights[k])
                for k in self.DevicePartitions(d) for t in range(self.num_micro_batches)
                if Action(last_kind, k, t) in ticks]
-      out.append(max((sum(w for a, b, w in spans if a <= c <= b) for c in {a for a, _, _ in spans}),
-                     default=0))
+      if not spans:
+        out.append(0)
+        continue
+      # At each tick a span starts at, the sum of the weights of the spans holding it, added in
+      # the spans' order (a cumulative sum adds as Python's sum does: the same floats); numpy
+      # rather than a loop over ticks x spans (the planner asks this for every configuration).
+      first = np.array([a for a, _, _ in spans])
+      last = np.array([b for _, b, _ in spans])
+      values = np.array([w for _, _, w in spans], dtype=np.int64 if exact else np.float64)
+      ticks_at = np.unique(first)[:, None]
+      held = (first[None, :] <= ticks_at) & (ticks_at <= last[None, :])
+      most = np.cumsum(np.where(held, values, 0), axis=1)[:, -1].max()
+      out.append(int(most) if exact else float(most))
     return out
 
   def InFlight(self, weights: Optional[Sequence[float]] = None) -> List[float]:

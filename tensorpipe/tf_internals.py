@@ -5,19 +5,27 @@ from a TF1 graph without being inlined, specialised or shape-inferred again per 
 `graph_function`); control inputs added to an op already built (`executor`, rule edges into forward
 actions); an op's input rewired (`early_shapes`); a graph's function library and the op registry
 (`stateful_ops`); the module attributes TensorFlow's dropout lives in (`stateful_ops` routes them);
-a scope that marks new ops for grappler to keep (`accumulation`); and the gradient registry
-(`matmul_gradient`). Keeping them here means a TensorFlow upgrade that moves one breaks one module,
+a scope that marks new ops for grappler to keep (`accumulation`); the gradient registry
+(`matmul_gradient`); and the GetStatus request of TensorFlow's worker service, by which a server
+says which task it is (`trainer.liveness`: TensorFlow's pip package ships no Python module for
+worker.proto). Keeping them here means a TensorFlow upgrade that moves one breaks one module,
 and `Missing()` (run by the tests) names what moved and the TensorFlow version.
 """
 
 # This module is where TensorPipe reaches into TensorFlow's protected members, and only here.
 # pylint: disable=protected-access
 
+import functools
 import types
 from typing import Any, Dict, List, Sequence
 
+import grpc
+from google.protobuf import descriptor_pb2
+from google.protobuf import descriptor_pool
+from google.protobuf import message_factory
 import tensorflow as tf2
 from tensorflow.core.framework import attr_value_pb2
+from tensorflow.core.framework import device_attributes_pb2
 from tensorflow.python.eager.polymorphic_function import atomic_function
 from tensorflow.python.framework import op_def_registry
 from tensorflow.python.framework import ops as tf_ops
@@ -40,7 +48,16 @@ _USED = (
     ('gradient_registry.lookup', lambda: tf_ops.gradient_registry.lookup),
     ('nn_ops.dropout', lambda: _nn_ops.dropout),
     ('nn_ops.dropout_v2', lambda: _nn_ops.dropout_v2),
+    ('DeviceAttributes.name', lambda: _Field(device_attributes_pb2.DeviceAttributes, 'name')),
 )
+
+
+def _Field(message_class: Any, name: str) -> Any:
+  """The descriptor of field `name` of `message_class` (AttributeError if it has none)."""
+  field = message_class.DESCRIPTOR.fields_by_name.get(name)
+  if field is None:
+    raise AttributeError('%s has no field %s' % (message_class.DESCRIPTOR.full_name, name))
+  return field
 
 
 def Missing() -> List[str]:
@@ -127,3 +144,41 @@ def KeptByGrappler(graph: tf2.Graph) -> Any:
 def RegisteredGradient(op_type: str) -> Any:
   """The gradient function TensorFlow registered for `op_type`."""
   return tf_ops.gradient_registry.lookup(op_type)
+
+
+# TensorFlow's worker service (tensorflow/core/protobuf/worker_service.proto), which every server
+# of a cluster (tf.distribute.Server) serves on its gRPC port. Its GetStatus request is empty and
+# its response is `GetStatusResponse { repeated DeviceAttributes device_attributes = 1; }`
+# (worker.proto), the devices of the server, each named /job:J/replica:R/task:T/device:D.
+_GET_STATUS_METHOD = '/tensorflow.WorkerService/GetStatus'
+
+
+@functools.cache
+def _GetStatusResponseClass() -> Any:
+  """worker.proto's GetStatusResponse, built on TensorFlow's DeviceAttributes on first use.
+
+  Its file, tensorpipe/worker_status.proto (package tensorpipe), goes to protobuf's default pool,
+  where TensorFlow's protos are: reading a nested message of a class from a pool of its own
+  crashes protobuf 4.23's upb backend (a segmentation fault, once the garbage collector ran).
+  """
+  # protobuf's descriptor_pb2 defines its classes at run time, where pylint does not see them.
+  file_proto = descriptor_pb2.FileDescriptorProto  # pylint: disable=no-member
+  field_proto = descriptor_pb2.FieldDescriptorProto  # pylint: disable=no-member
+  proto = file_proto(name='tensorpipe/worker_status.proto', package='tensorpipe', syntax='proto3',
+                     dependency=[device_attributes_pb2.DESCRIPTOR.name])
+  message = proto.message_type.add(name='GetStatusResponse')
+  message.field.add(name='device_attributes', number=1, label=field_proto.LABEL_REPEATED,
+                    type=field_proto.TYPE_MESSAGE, type_name='.tensorflow.DeviceAttributes')
+  pool = descriptor_pool.Default()
+  pool.AddSerializedFile(proto.SerializeToString())
+  return message_factory.GetMessageClass(
+      pool.FindMessageTypeByName('tensorpipe.GetStatusResponse'))
+
+
+def WorkerDeviceNames(channel: grpc.Channel, timeout_s: float) -> List[str]:
+  """The names of the devices of the TensorFlow server at the other end of `channel`, from its
+  worker service's GetStatus; raises grpc.RpcError if it gives no answer within `timeout_s`."""
+  get_status = channel.unary_unary(_GET_STATUS_METHOD, request_serializer=lambda request: request,
+                                   response_deserializer=_GetStatusResponseClass().FromString)
+  response = get_status(b'', timeout=timeout_s)  # An empty GetStatusRequest.
+  return [device.name for device in response.device_attributes]

@@ -2,12 +2,16 @@
 
 import collections
 import contextlib
+import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 import numpy as np
 from absl import flags
@@ -248,6 +252,22 @@ def MatMulsRun(sess, step, repeats=1):
   return CountByType(nodes, MATMUL_TYPES)
 
 
+def MatMulElementsRun(sess, step, repeats=1):
+  """A deterministic stand-in for cost_model.StepSeconds that follows the batch: the elements
+  the MatMul ops of one traced run of `step` write (`repeats` is accepted and ignored). A Dense
+  layer of width D on B examples: B x D forward, B x D and D x D backward."""
+  del repeats
+  _, meta = profiling.TracedRun(sess, step)
+  total = 0
+  for dev in meta.step_stats.dev_stats:
+    for n in dev.node_stats:
+      op_type = n.timeline_label.split('(')[0].split('=')[-1].strip() if n.timeline_label else ''
+      if op_type in MATMUL_TYPES:
+        total += sum(int(np.prod([d.size for d in o.tensor_description.shape.dim]))
+                     for o in n.output)
+  return total
+
+
 def CountByType(nodes, types, predicate=lambda name: True):
   counts = collections.Counter()
   for _, name, op_type, _, _ in nodes:
@@ -372,6 +392,50 @@ def InPrivateNetwork(argv):
   return ['unshare', '--net', '--', 'sh', '-c', 'ip link set lo up && exec "$@"', 'sh'] + list(argv)
 
 
+# A TensorFlow server, task TASK of job JOB of the cluster CLUSTER (JSON), as Lingvo's trainer
+# starts one for --job=JOB --task=TASK: it binds the port of its own address on every interface.
+# It ends by itself if the test process dies without stopping it (e.g. a crash in C++).
+_TF_SERVER = """
+import json, os, sys, threading, time
+import tensorflow as tf
+cluster, job, task = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+parent = os.getppid()
+def EndWithParent():
+  while os.getppid() == parent:
+    time.sleep(1)
+  os._exit(0)
+threading.Thread(target=EndWithParent, daemon=True).start()
+server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=job, task_index=task,
+                              config=tf.compat.v1.ConfigProto(device_count={'CPU': 2}))
+print('ready', flush=True)
+server.join()
+"""
+TF_SERVER_START_S = 60  # Bound on a server's start (importing TensorFlow on a loaded machine).
+
+
+def StartTfServer(test, cluster, job, task):
+  """Starts a TensorFlow server with 2 CPU devices, task `task` of `job` of `cluster` ({job:
+  [HOST:PORT, ...]}), in a process of its own, which `test` (a TestCase) kills by pid when it
+  ends; returns once the server serves (at most TF_SERVER_START_S, else the test fails)."""
+  proc = subprocess.Popen([sys.executable, '-c', _TF_SERVER, json.dumps(cluster), job, str(task)],
+                          stdout=subprocess.PIPE, text=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+
+  def Stop():
+    if proc.poll() is None:
+      os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+  test.addCleanup(proc.stdout.close)
+  test.addCleanup(Stop)
+  timer = threading.Timer(TF_SERVER_START_S, Stop)  # Hang guard: readline returns at the kill.
+  timer.start()
+  test.addCleanup(timer.cancel)
+  test.assertEqual(proc.stdout.readline(), 'ready\n', 'no TensorFlow server within %d s' %
+                   TF_SERVER_START_S)
+  timer.cancel()
+
+
 SCALE_OUT_DIM = 8  # Width of the dense layers of the scale-out gradient checks.
 
 
@@ -420,6 +484,15 @@ def RemotePipelineGradients(addresses):
       sess.run(tf.global_variables_initializer())
       values, meta = profiling.TracedRun(sess, grads)
   return {v.op.name: g for v, g in zip(variables, values)}, meta
+
+
+def StepLosses(log):
+  """{step: [loss, ...]} from Lingvo's trainer lines 'step: N, steps/sec: ... loss:X ...' of `log`,
+  in the order logged (a step trained again after a restore appears once per time)."""
+  out = {}
+  for m in re.finditer(r'\] step:\s*(\d+), steps/sec:.* loss:([0-9.eE+-]+)', log):
+    out.setdefault(int(m.group(1)), []).append(float(m.group(2)))
+  return out
 
 
 def RunTool(name, *args, timeout=300):

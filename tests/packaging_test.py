@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tempfile
 import tomllib
 import unittest
@@ -164,6 +165,37 @@ class WheelTest(unittest.TestCase):
     with zipfile.ZipFile(self.wheel) as z:
       have = {n for n in z.namelist() if n.endswith('.py')}
     self.assertEqual(have, want)
+
+  def testWheelCarriesTheLicence(self):
+    with zipfile.ZipFile(self.wheel) as z:
+      names = z.namelist()
+      (meta,) = [n for n in names if n.endswith('.dist-info/METADATA')]
+      text = z.read(meta).decode('utf-8')
+      (licence,) = [n for n in names if re.search(r'\.dist-info/(licenses/)?LICENSE$', n)]
+      with open(os.path.join(ROOT, 'LICENSE'), 'rb') as f:
+        self.assertEqual(z.read(licence), f.read())
+    self.assertIn('License: Apache-2.0', text)
+    self.assertIn('Classifier: License :: OSI Approved :: Apache Software License', text)
+    self.assertIn('Author: The TensorPipe Authors', text)
+
+  def testSdistCarriesWhatTheReadmeLinks(self):
+    src = os.path.join(self.tmp, 'src')
+    out_dir = os.path.join(self.tmp, 'sdist')
+    code, out = _Run([sys.executable, '-c', 'import sys; from setuptools import build_meta; '
+                      'print(build_meta.build_sdist(sys.argv[1]))', out_dir], 300, cwd=src)
+    self.assertEqual(code, 0, out)
+    (name,) = os.listdir(out_dir)
+    with tarfile.open(os.path.join(out_dir, name)) as tar:
+      have = {n.split('/', 1)[1] for n in tar.getnames() if '/' in n}
+    with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
+      links = {m.group(1).split('#')[0] for m in re.finditer(r'\]\(([^)#:]+[^)]*)\)', f.read())
+               if '://' not in m.group(1)}
+    links.discard('')
+    files = {link for link in links if os.path.isfile(os.path.join(ROOT, link))}
+    self.assertTrue({'docs/guide.md', 'docs/benchmarks.md'} <= files, sorted(links))
+    want = files | {'LICENSE', 'README.md', 'requirements.txt', 'requirements-nodeps.txt',
+                    'scripts/setup.sh'}
+    self.assertEqual(want - have, set())
 
   def testImportsComeFromTheVenv(self):
     code, out = self._RunInVenv([

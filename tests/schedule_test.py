@@ -1,6 +1,7 @@
 """Schedules as plain data (no TensorFlow): per-device action lists, edges, dry run and grid."""
 
 import itertools
+import random
 import subprocess
 import sys
 import unittest
@@ -430,6 +431,44 @@ class VirtualStagesTest(unittest.TestCase):
         self.assertGreaterEqual(weighted, heaviest, name)
     with self.assertRaisesRegex(ValueError, '2 weights for 4 partitions'):
       schedule.Build('zbv', 2, 4, 2).InFlight([1, 2])
+
+  def testWeightedCountsAreTheSumsOfTheSpansInOrder(self):
+    # The counts as the dry run defines them, summed one span after another (the floats a
+    # fast implementation must give exactly: the planner compares them with budgets).
+    def Reference(sched, first_kind, last_kind, weights):
+      ticks = sched.DryRun()
+      out = []
+      for d in range(sched.num_devices):
+        spans = [(ticks[schedule.Action(first_kind, k, t)],
+                  ticks[schedule.Action(last_kind, k, t)], weights[k])
+                 for k in sched.DevicePartitions(d) for t in range(sched.num_micro_batches)
+                 if schedule.Action(last_kind, k, t) in ticks]
+        most = 0
+        for c in {a for a, _, _ in spans}:
+          total = 0
+          for a, b, w in spans:
+            if a <= c <= b:
+              total += w
+          most = max(most, total)
+        out.append(most)
+      return out
+
+    rng = random.Random(3)
+    for name in schedule.NAMES:
+      for k, m in ((1, 3), (2, 4), (3, 7), (4, 8)):
+        v = schedule.LeastVirtualStages(name) if name != 'interleaved_1f1b' else 2
+        if name == 'interleaved_1f1b' and m % k:
+          continue
+        sched = schedule.Build(name, k, m, v)
+        weights = [rng.uniform(0.1, 1e6) / 3 for _ in range(sched.num_partitions)]
+        self.assertEqual(sched.InFlight(weights), Reference(sched, schedule.FORWARD,
+                                                            schedule.BACKWARD, weights))
+        self.assertEqual(sched.InFlight(), Reference(sched, schedule.FORWARD, schedule.BACKWARD,
+                                                     [1] * sched.num_partitions))
+        if sched.splits_backward:
+          self.assertEqual(sched.AwaitingWeights(weights), Reference(
+              sched, schedule.BACKWARD, schedule.WEIGHT, weights))
+        self.assertTrue(all(isinstance(n, int) for n in sched.InFlight()))
 
   def testEdgesCarryRuleMembersAndTheirRules(self):
     allowed = {'interleaved_1f1b': {1, 2, 4, 6, 7, 14}, 'zbv': {1, 2, 4, 6, 9, 10, 11, 14, 15, 16}}

@@ -1,9 +1,12 @@
 """TensorFlow's private APIs: all behind tf_internals, and all still where this TensorFlow has them."""
 
 import ast
+import gc
 import os
 import tempfile
 import unittest
+
+from tensorflow.core.framework import device_attributes_pb2
 
 from tensorpipe import tf_internals
 
@@ -35,6 +38,23 @@ def _Offences(path):
   return found
 
 
+class _FakeChannel:
+  """A gRPC channel whose unary calls all answer `response` (serialised)."""
+
+  def __init__(self, response):
+    self.response = response
+    self.calls = []
+
+  # grpc.Channel's name.
+  def unary_unary(self, method, request_serializer, response_deserializer):  # pylint: disable=C0103
+
+    def Call(request, timeout):
+      self.calls.append((method, request_serializer(request), timeout))
+      return response_deserializer(self.response)
+
+    return Call
+
+
 class TfInternalsTest(unittest.TestCase):
 
   def testEveryPrivateApiIsWhereThisTensorFlowHasIt(self):
@@ -42,6 +62,20 @@ class TfInternalsTest(unittest.TestCase):
     self.assertEqual(
         missing, [], 'TensorFlow %s moved private APIs TensorPipe uses: %s; adapt '
         'tensorpipe/tf_internals.py to this version' % (tf_internals.Version(), missing))
+
+  def testWorkerDeviceNamesReadsTensorFlowsGetStatusResponse(self):
+    # What a TensorFlow server sends: worker.proto's GetStatusResponse, its devices as field 1.
+    devices = [device_attributes_pb2.DeviceAttributes(
+        name='/job:worker/replica:0/task:1/device:CPU:%d' % i, device_type='CPU',
+        memory_limit=1 << 28, incarnation=7 + i) for i in range(2)]
+    response = b''.join(b'\x0a' + bytes([d.ByteSize()]) + d.SerializeToString() for d in devices)
+    channel = _FakeChannel(response)
+    for _ in range(2):  # A second call after a garbage collection reads the same.
+      gc.collect()
+      self.assertEqual(tf_internals.WorkerDeviceNames(channel, 5.0),
+                       ['/job:worker/replica:0/task:1/device:CPU:0',
+                        '/job:worker/replica:0/task:1/device:CPU:1'])
+    self.assertEqual(channel.calls, [('/tensorflow.WorkerService/GetStatus', b'', 5.0)] * 2)
 
   def testNoModuleOutsideTheDoorUsesThem(self):
     offences = []

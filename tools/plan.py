@@ -10,7 +10,10 @@ The last line gives the trainer flags that apply the best one.
       --device=TPUv2-core --device_memory=8GiB
   .venv/bin/python -m tools.plan --list_devices
 
---device=cpu (the default) measures this machine's CPU devices first (a few seconds).
+--device=cpu (the default) measures this machine's CPU devices first (under a second), then each
+distinct layer within --measure_budget seconds per pipeline (--quick: none, costs from flops).
+What it builds and measures is cached in --cache_dir for the next run. Progress goes to stderr,
+the table to stdout.
 """
 
 import os
@@ -22,7 +25,9 @@ import argparse  # pylint: disable=g-import-not-at-top
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 
+from tensorpipe import disk_cache  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import planner  # pylint: disable=g-import-not-at-top
+from tensorpipe import progress as progress_lib  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import model_plan  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
 from tensorpipe import units  # pylint: disable=g-import-not-at-top
@@ -40,6 +45,16 @@ def ParseArgs(argv=None):
   parser.add_argument('--batch', type=int, default=None,
                       help='Global mini-batch (default: the model\'s cost_input_shapes batch).')
   parser.add_argument('--rows', type=int, default=20, help='Table rows to print (0: all).')
+  parser.add_argument('--quick', action='store_true',
+                      help='Measure no layer on --device=cpu: costs from flops and the profile, '
+                      'an answer in seconds (less faithful than measured times).')
+  parser.add_argument('--measure_budget', type=float, default=model_plan.MEASURE_BUDGET,
+                      help='About how many seconds measuring each pipeline\'s layers may take on '
+                      '--device=cpu; more measures at batches closer to the model\'s.')
+  parser.add_argument('--cache_dir', default='',
+                      help='Where built and measured layers are kept for the next run (default: '
+                      '$XDG_CACHE_HOME/tensorpipe or ~/.cache/tensorpipe); none: no cache, build '
+                      'and measure everything.')
   parser.add_argument('--list_devices', action='store_true',
                       help='Print the device profiles with their sources and exit.')
   return parser.parse_args(argv)
@@ -55,6 +70,19 @@ def ListDevices():
                                             p.link_bandwidth / 1e9, p.source))
 
 
+def _Say(line):
+  sys.stderr.write('tools.plan: %s\n' % line)
+  sys.stderr.flush()
+
+
+def _Cache(args):
+  try:
+    return disk_cache.Open(args.cache_dir)
+  except ValueError as e:
+    raise ValueError('--cache_dir: %s; give a writable directory, or --cache_dir=none' %
+                     e) from None
+
+
 def main(argv=None):
   args = ParseArgs(argv)
   if args.list_devices:
@@ -63,13 +91,19 @@ def main(argv=None):
   try:
     if not args.model or not args.devices:
       raise ValueError('give --model=REGISTERED and --devices=N (see --help)')
+    if not args.measure_budget >= 0:
+      raise ValueError('--measure_budget=%r: give seconds >= 0' % args.measure_budget)
     memory = None if args.device_memory is None else units.ParseBytes(args.device_memory)
-    device = planner.Profile(args.device)
+    cache = _Cache(args)
+    progress = progress_lib.Progress(_Say)
+    device = planner.Profile(args.device, cache, progress)
     if not flags.FLAGS.is_parsed():
       flags.FLAGS.mark_as_parsed()  # Lingvo's registry reads its override flags: the defaults.
     registry.ImportModel(args.model)
     cfg = registry.ModelParams(args.model, 'Train')
-    plans = model_plan.PlanModel(cfg, args.devices, device, memory, args.batch, args.model)
+    plans = model_plan.PlanModel(cfg, args.devices, device, memory, args.batch, args.model,
+                                 quick=args.quick, budget=args.measure_budget, cache=cache,
+                                 progress=progress, exact=args.rows or None)
   except (ValueError, registry.UsageError) as e:
     sys.stderr.write('tools.plan: error: %s\n' % e)
     return 2

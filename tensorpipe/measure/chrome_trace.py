@@ -22,6 +22,7 @@ within its backward task nests under it.
 
 import collections
 import json
+import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from lingvo import compat as tf
@@ -144,7 +145,17 @@ def Events(trace: profiling.Trace, title: str = '') -> Dict[str, Any]:
 
 
 def Write(trace: profiling.Trace, path: str, title: str = '') -> str:
-  """Writes `trace` as Trace Event Format JSON at `path` (a tf.io.gfile path); returns `path`."""
-  with tf.io.gfile.GFile(path, 'w') as f:
-    json.dump(Events(trace, title), f, separators=(',', ':'))
+  """Writes `trace` as Trace Event Format JSON at `path` (a tf.io.gfile path); returns `path`.
+
+  The file appears whole or not at all (written beside `path`, then renamed), so a trainer killed
+  while it writes never leaves a truncated trace for a viewer to choke on.
+  """
+  partial = '%s.partial-%d' % (path, os.getpid())
+  try:
+    with tf.io.gfile.GFile(partial, 'w') as f:
+      json.dump(Events(trace, title), f, separators=(',', ':'))
+    tf.io.gfile.rename(partial, path, overwrite=True)
+  finally:
+    if tf.io.gfile.exists(partial):
+      tf.io.gfile.remove(partial)
   return path

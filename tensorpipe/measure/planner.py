@@ -16,6 +16,12 @@ existing parts:
 - `simulator.Simulate`: plays the schedule's action lists with those times; logical CPU devices
   share their cores (`DeviceProfile.cores`), accelerators are independent.
 Data-parallel replicas add a ring all-reduce of the fullest partition's gradients over the link.
+With `exact`, only the configurations that can rank among the first rows are simulated (a lower
+bound of the step time, simulator.LowerBound, rules out the rest).
+
+On this machine's CPU devices the layers' times are measured (MeasureLayerTimes): each distinct
+layer once, alone, at batch sizes a time budget allows (ChooseMeasuring), kept in a
+disk_cache.DiskCache for the next run with the CPU profile they were measured with.
 
 Device profiles: `PROFILES` holds public spec-sheet figures of accelerators (with their sources);
 `MeasureCpu` measures this machine's CPU devices on the spot (a matmul rate, the launch cost of an
@@ -23,13 +29,19 @@ op and of a graph-function call, a copy rate) as TensorPipe's CPU sessions run o
 """
 
 import dataclasses
+import functools
+import heapq
 import os
+import platform
+import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from tensorpipe import disk_cache
 from tensorpipe.measure import simulator
 from tensorpipe.partition import balancing
 from tensorpipe.partition import cost_model
+from tensorpipe import progress as progress_lib
 from tensorpipe import schedule
 from tensorpipe import units
 
@@ -120,18 +132,45 @@ def KnownProfiles() -> List[str]:
   return [CPU] + sorted(PROFILES)
 
 
-def Profile(name: str) -> DeviceProfile:
-  """The named profile of PROFILES, or this machine's CPU devices measured now for 'cpu'.
+def Profile(name: str, cache: Optional[Any] = None,
+            progress: progress_lib.Progress = progress_lib.QUIET) -> DeviceProfile:
+  """The named profile of PROFILES, or this machine's CPU devices for 'cpu': measured now
+  (MeasureCpu), or read from `cache` (a disk_cache.DiskCache) where a run on this machine
+  (MachineKey) measured them, so that its layers' times and the profile come from one run.
 
   Raises:
     ValueError: for an unknown name, listing the known ones.
   """
   if name == CPU:
-    return MeasureCpu()
+    key = MachineKey()
+    profile = _ProfileFromCache(None if cache is None else cache.Get(_PROFILE_KIND, key))
+    if profile is not None:
+      return profile
+    progress.Say('measuring this machine\'s CPU devices')
+    profile = MeasureCpu()
+    if cache is not None:
+      cache.Put(_PROFILE_KIND, key, dataclasses.asdict(profile))
+    return profile
   if name not in PROFILES:
     raise ValueError('unknown device profile %r; known profiles: %s' %
                      (name, ', '.join(KnownProfiles())))
   return PROFILES[name]
+
+
+_PROFILE_KIND = 'cpu_profile'
+
+
+def _ProfileFromCache(value):
+  """The DeviceProfile a disk_cache entry holds, or None if it holds none."""
+  fields = {f.name for f in dataclasses.fields(DeviceProfile)}
+  if not isinstance(value, dict) or set(value) != fields:
+    return None
+  numbers = [v for k, v in value.items() if k not in ('name', 'source', 'cores')]
+  if (not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in numbers) or
+      not isinstance(value['name'], str) or not isinstance(value['source'], str) or
+      not (value['cores'] is None or isinstance(value['cores'], (int, float)))):
+    return None
+  return DeviceProfile(**value)
 
 
 def _SessionConfig(intra_op_threads, inter_op_threads):
@@ -215,9 +254,11 @@ class Configuration:
   schedule: str
   recompute: str
   sizes: List[int]  # Layers per partition.
-  step_time: float  # Seconds per mini-batch (all replicas together).
-  examples_per_second: float
-  bubble: float  # Idle share of the devices in the simulated step.
+  # Seconds per mini-batch (all replicas together), examples/s and the idle share of the devices
+  # in the simulated step; None where the search did not simulate it (see PlanPipeline's `exact`).
+  step_time: Optional[float]
+  examples_per_second: Optional[float]
+  bubble: Optional[float]
   device_memory: List[float]  # Predicted peak bytes of each partition's device.
   fits: bool
   why: str = ''  # Why it does not fit (empty if it does).
@@ -230,6 +271,10 @@ class Configuration:
   @property
   def devices(self) -> int:
     return self.replicas * self.partitions
+
+  @property
+  def simulated(self) -> bool:
+    return self.step_time is not None
 
   def Label(self) -> str:
     v = ' v=%d' % self.virtual_stages if self.virtual_stages > 1 else ''
@@ -271,29 +316,173 @@ class LayerTime:
   per_example: float
 
 
+@dataclasses.dataclass(frozen=True)
+class Measuring:
+  """How MeasureLayerTimes measures: each distinct layer at `high` and at `low` examples, each with
+  one warm-up run and `repeats` timed runs (their median counts)."""
+  high: int
+  low: int
+  repeats: int = 5
+
+  @classmethod
+  def Full(cls, batch: int, small: int = 8) -> 'Measuring':
+    """The mini-batch and 1/`small` of it: the most faithful, and for big models the slowest."""
+    return cls(batch, max(1, batch // small))
+
+
+# Seconds to set up a layer's measurement, per op the cost model counts of it (forward_ops +
+# backward_ops): building its forward and backward pass (Lingvo's layer construction, TensorFlow's
+# graph) and its first run (grappler, kernel set-up), as on the benchmarks' machine (AmoebaNet-D
+# cells: about 1.25 s for 450 ops). For estimates only.
+SETUP_SECONDS_PER_OP = 2.8e-3
+
+
+def RunSeconds(profile: cost_model.LayerProfile, device: DeviceProfile, batch: int,
+               examples: int) -> float:
+  """About how long one forward + backward run of a layer takes on `examples` examples (its
+  `profile` is for `batch`), for estimates: three times its flops at half the device's rate (the
+  matmul rate of MeasureCpu; convolutions and element-wise ops on one thread run at about half of
+  it, as AmoebaNet-D's cells do), plus its ops' launches."""
+  return (6 * profile.flops * examples / batch / device.rate +
+          (profile.forward_ops + profile.backward_ops) * device.op_overhead)
+
+
+def MeasuringSeconds(profiles: Sequence[cost_model.LayerProfile], distinct: Sequence[int],
+                     device: DeviceProfile, batch: int, measuring: Measuring) -> float:
+  """About how long MeasureLayerTimes takes to measure the layers of `profiles` (for `batch`
+  examples) at the indices `distinct` with `measuring` on `device`: setting each one up
+  (SETUP_SECONDS_PER_OP), then its runs (RunSeconds) at both sizes."""
+  sizes = sorted({measuring.high, measuring.low})
+  total = 0.0
+  for i in distinct:
+    p = profiles[i]
+    total += ((p.forward_ops + p.backward_ops) * SETUP_SECONDS_PER_OP +
+              (1 + measuring.repeats) * sum(RunSeconds(p, device, batch, n) for n in sizes))
+  return total
+
+
+def ChooseMeasuring(profiles: Sequence[cost_model.LayerProfile], distinct: Sequence[int],
+                    device: DeviceProfile, batch: int, budget: float, small: int = 8
+                    ) -> Tuple[Optional[Measuring], float]:
+  """The most faithful Measuring whose estimated time (MeasuringSeconds) fits `budget` seconds:
+  the largest `high` first (the mini-batch, then halving it down to 2; low = high / `small`, at
+  least 1), then at the least high fewer repeats (3, 1). Returns (measuring, its estimate), or
+  (None, the estimate of the least) when none fits."""
+  highs = [batch]
+  while highs[-1] // 2 >= 2:
+    highs.append(highs[-1] // 2)
+  least = highs[-1]
+  choices = [Measuring.Full(h, small) for h in highs] + [
+      Measuring(least, max(1, least // small), repeats) for repeats in (3, 1)]
+  for measuring in choices:
+    seconds = MeasuringSeconds(profiles, distinct, device, batch, measuring)
+    if seconds <= budget:
+      return measuring, seconds
+  return None, seconds
+
+
+def MicroBatchSecondsEstimate(profiles: Sequence[cost_model.LayerProfile],
+                              device: DeviceProfile) -> float:
+  """What each micro-batch after the first costs beyond its layers, estimated instead of measured
+  (see trainer.model_plan.MeasureMicroBatchSeconds): adding its float32 weight gradients to the
+  others' (two read, one written per parameter) at the device's copy rate (link_bandwidth)."""
+  return 3 * 4 * sum(p.params for p in profiles) / device.link_bandwidth
+
+
+def MachineKey() -> str:
+  """This machine as measured times depend on it (a part of their disk_cache keys): the CPU model,
+  its cores, TensorFlow's version and TF_ENABLE_ONEDNN_OPTS (oneDNN's kernels or not)."""
+  model = platform.processor() or platform.machine()
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8') as f:
+      names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
+    model = names[0] if names else model
+  except OSError:
+    pass
+  from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
+  return 'cpu %s; %d cores; tensorflow %s; TF_ENABLE_ONEDNN_OPTS=%s' % (
+      model, os.cpu_count() or 1, tf.version.VERSION,
+      os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset'))
+
+
+_SECONDS_KIND = 'layer_seconds'
+
+
 def MeasureLayerTimes(layer_params: Sequence[Any], input_shapes: Sequence[Sequence[int]],
                       batch_dim: int = 0, device: Optional[str] = None, small: int = 8,
-                      skips: Sequence[Tuple[int, int]] = ()) -> List[LayerTime]:
-  """Each layer's forward + backward time, measured alone at the full batch and at 1/`small` of it
-  (cost_model.MeasureSeconds) and fitted as fixed + per-example seconds.
+                      skips: Sequence[Tuple[int, int]] = (),
+                      measuring: Optional[Measuring] = None, cache: Optional[Any] = None,
+                      progress: progress_lib.Progress = progress_lib.QUIET,
+                      timer: Optional[Callable[[Any, Any, int], float]] = None,
+                      estimate: Optional[float] = None) -> List[LayerTime]:
+  """Each layer's forward + backward time, measured alone at `measuring`'s two batch sizes (default
+  Measuring.Full: the batch of `input_shapes` and 1/`small` of it) and fitted as fixed +
+  per-example seconds.
 
   Measured one op at a time (one thread), so the times are work (core-seconds), as flops give;
   the simulator spreads a backward task over the device's backward_parallelism. The fixed part is
   what a micro-batch costs however small (op launches, kernel set-up), which flops alone miss on
   CPUs; the fit holds between the two batch sizes measured.
+
+  A layer runs on uniform random inputs of the shapes FPropMeta gives it in the pipeline
+  (cost_model.MeasureLayerSeconds), so each distinct layer (equal cost_model.DistinctKey) is
+  measured once; with a `cache` (a disk_cache.DiskCache), once per machine (MachineKey): later runs
+  read its seconds. `progress` hears of each layer measured (and of `estimate`, the seconds it is
+  expected to take); `timer` replaces the wall clock (cost_model.MeasureSeconds').
   """
-  batch = int(input_shapes[0][batch_dim])
-  low = max(1, batch // small)
+  batch = cost_model.BatchOf(input_shapes, batch_dim)
+  measuring = measuring or Measuring.Full(batch, small)
 
   def Shapes(b):
-    return [[b if i == batch_dim else d for i, d in enumerate(s)] for s in input_shapes]
+    shapes = cost_model.WithBatch(input_shapes, batch_dim, b)
+    return [in_shapes for _, in_shapes in cost_model.ChainMeta(layer_params, shapes, skips)[0]]
 
-  config = _SessionConfig(1, 1)
-  full = cost_model.MeasureSeconds(layer_params, Shapes(batch), device, skips=skips, config=config)
-  part = cost_model.MeasureSeconds(layer_params, Shapes(low), device, skips=skips, config=config)
+  keys = [cost_model.DistinctKey(p, shapes) for p, shapes in zip(layer_params, Shapes(batch))]
+  first = {}
+  for i, key in enumerate(keys):
+    first.setdefault(key, i)
+  examples = sorted({measuring.high, measuring.low}, reverse=True)
+  where = '%s; device %s; 1 intra-op and 1 inter-op thread; examples %s; repeats %d' % (
+      MachineKey(), device or 'CPU', examples, measuring.repeats)
+  seconds = {}
+  for key in first:
+    value = None if cache is None else cache.Get(_SECONDS_KIND, '%s; %s' % (key, where))
+    if (isinstance(value, list) and len(value) == len(examples) and
+        all(isinstance(v, float) for v in value)):
+      seconds[key] = value
+  todo = [(key, i) for key, i in first.items() if key not in seconds]
+  what = 'the distinct layers of %d at %s examples' % (
+      len(layer_params), ' and '.join(str(e) for e in examples))
+  if todo:
+    shapes = Shapes(examples[0])
+    phases = [progress.Phase('measuring %s: building' % what, len(todo), estimate)]
+
+    def Built():
+      phases[-1].Step()
+      if phases[-1].done == len(todo):
+        phases[-1].End()
+        phases.append(progress.Phase('measuring %s: timing, %d runs each' % (
+            what, measuring.repeats), len(todo)))
+
+    def Timed(j, values):
+      key = todo[j][0]
+      seconds[key] = values
+      if cache is not None:
+        cache.Put(_SECONDS_KIND, '%s; %s' % (key, where), values)
+      phases[-1].Step()
+
+    cost_model.MeasureLayerSeconds(
+        [layer_params[i] for _, i in todo], [shapes[i] for _, i in todo], examples, batch_dim,
+        device, measuring.repeats, timer, _SessionConfig(1, 1), Built, Timed)
+    phases[-1].End()
+  if cache is not None:
+    progress.Say('measuring %s: %d of %d read from the cache' % (what, len(first) - len(todo),
+                                                                 len(first)))
   out = []
-  for t_full, t_low in zip(full, part):
-    per_example = max(0.0, (t_full - t_low) / (batch - low)) if batch > low else 0.0
+  for key in keys:
+    t_high, t_low = seconds[key][0], seconds[key][-1]
+    high, low = examples[0], examples[-1]
+    per_example = max(0.0, (t_high - t_low) / (high - low)) if high > low else 0.0
     out.append(LayerTime(max(0.0, t_low - per_example * low), per_example))
   return out
 
@@ -398,8 +587,41 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
   none does, the one that needs the least memory, marked as not fitting. A device's memory sums
   its partitions' (see _DeviceMemory).
   """
+  config = _Prepare(profiles, device, memory, replicas, partitions, micro_batches, schedule_name,
+                    recompute, bytes_per_param, bytes_per_activation, layer_times, batch,
+                    micro_batch_overhead, virtual_stages).Simulate()
+  config.examples_per_second = 0.0  # PlanPipeline's: it knows the global batch.
+  return config
+
+
+@dataclasses.dataclass
+class _Candidate:
+  """A configuration split and sized (its memory and whether it fits are known), with what
+  simulating its step needs; Simulate fills in its step time and bubble."""
+  config: Configuration
+  costs: List[simulator.TaskTimes]
+  sched: schedule.Schedule
+  transfer: float
+  cores: Optional[float]
+  all_reduce: float  # Seconds the replicas' gradient all-reduce adds to the step.
+
+  def LowerBound(self) -> float:
+    """A step time the simulation cannot come out below (simulator.LowerBound)."""
+    return simulator.LowerBound(self.costs, self.sched, self.cores) + self.all_reduce
+
+  def Simulate(self) -> Configuration:
+    result = simulator.Simulate(self.costs, self.sched, transfer=self.transfer, cores=self.cores)
+    self.config.step_time = result.step_time + self.all_reduce
+    self.config.bubble = result.idle_fraction
+    return self.config
+
+
+def _Prepare(profiles, device, memory, replicas, partitions, micro_batches, schedule_name,
+             recompute, bytes_per_param, bytes_per_activation, layer_times, batch,
+             micro_batch_overhead, virtual_stages) -> _Candidate:
+  """Evaluate's split, memory and task times: all but the simulation."""
   k, m, v = partitions, micro_batches, virtual_stages
-  sched = schedule.Build(schedule_name, k, m, v, 2)
+  sched, in_flight, awaiting = _Schedule(schedule_name, k, m, v)
   num_partitions = k * v
 
   def Memory(stashed, waiting):
@@ -411,10 +633,10 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
   # The split holds every partition to the most any device of the schedule holds (one fewer
   # awaiting its weight-gradient task, see _DeviceMemory), and to its share of the device: safe
   # for all.
-  safe = Memory(max(sched.InFlight()), max(0, max(sched.AwaitingWeights()) - 1))
-  try:
+  safe = Memory(in_flight, max(0, awaiting - 1))
+  if balancing.Fits(safe, num_partitions, memory / v, where='planner'):
     sizes = balancing.OptimalSplit(times, num_partitions, safe, memory / v, where='planner')
-  except ValueError:
+  else:  # The split that needs the least memory.
     sizes = balancing.OptimalSplit(safe, num_partitions, where='planner')
   bounds = [0] + [sum(sizes[:i + 1]) for i in range(num_partitions)]
   device_memory = _DeviceMemory(sched, Memory, profiles, bounds, bytes_per_activation / m)
@@ -427,15 +649,23 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: DeviceProfile,
   boundary = max((profiles[b].in_elements * bytes_per_activation / m for b in bounds[1:-1]),
                  default=0.0)  # Transfers between partitions of one device are counted too.
   cores = None if device.cores is None else device.cores / replicas
-  result = simulator.Simulate(costs, sched, transfer=boundary / device.link_bandwidth,
-                              cores=cores)
-  step = result.step_time
+  all_reduce = 0.0
   if replicas > 1:  # Ring all-reduce of the fullest device's float32 gradients.
     grads = max(sum(sum(p.params for p in profiles[bounds[c]:bounds[c + 1]])
                     for c in sched.DevicePartitions(d)) for d in range(k)) * 4
-    step += 2.0 * (replicas - 1) / replicas * grads / device.link_bandwidth
-  return Configuration(replicas, k, m, schedule_name, recompute, list(sizes), step, 0.0,
-                       result.idle_fraction, device_memory, fits, why, v)
+    all_reduce = 2.0 * (replicas - 1) / replicas * grads / device.link_bandwidth
+  config = Configuration(replicas, k, m, schedule_name, recompute, list(sizes), None, None, None,
+                         device_memory, fits, why, v)
+  return _Candidate(config, costs, sched, boundary / device.link_bandwidth, cores, all_reduce)
+
+
+@functools.lru_cache(maxsize=1024)
+def _Schedule(name, k, m, v):
+  """(schedule, most micro-batches in flight on a device, most awaiting weight-gradient tasks):
+  built once per process for each (schedule, K, M, v), which every S and recompute mode shares (a
+  search builds each schedule up to 6 times otherwise; they are only read)."""
+  sched = schedule.Build(name, k, m, v, 2)
+  return sched, max(sched.InFlight()), max(sched.AwaitingWeights())
 
 
 def _DeviceMemory(sched, memory_cost, profiles, bounds, bytes_per_element):
@@ -476,7 +706,9 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
                  partitions: Optional[Sequence[int]] = None,
                  replicas: Optional[Sequence[int]] = None,
                  micro_batch_overhead: float = 0.0,
-                 interleaved_stages: Sequence[int] = (2,)) -> Ranking:
+                 interleaved_stages: Sequence[int] = (2,), exact: Optional[int] = None,
+                 progress: progress_lib.Progress = progress_lib.QUIET,
+                 cache: Optional[Any] = None) -> Ranking:
   """Ranks every configuration of the layers of `profiles` on `num_devices` devices.
 
   Args:
@@ -498,6 +730,15 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
       layers (model_plan.MeasureMicroBatchSeconds; see PartitionCosts).
     interleaved_stages: the partitions per device v to try with 'interleaved_1f1b' ('zbv' takes 2,
       the others 1).
+    exact: None: simulate every configuration. N: only the first N ranks (and the first N + 3 of
+      those that do not fit, which a table of N rows shows) must be exact: the fitting
+      configurations are simulated in order of a lower bound of their step time
+      (simulator.LowerBound), and once that bound exceeds the N-th best step found, the rest cannot
+      rank among the first N and are not simulated. Their step_time is None and they follow the
+      simulated ones; the first N ranks are those of exact=None.
+    progress: where the search reports its phases.
+    cache: a disk_cache.DiskCache: a search with the same arguments (and the same code of the
+      planner, simulator, schedules, splits and cost model) that a run made is read from it.
 
   Returns:
     A Ranking: fitting configurations by predicted step time (ties: fewer devices, then less
@@ -509,40 +750,164 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
   """
   memory = device.memory if memory is None else float(memory)
   _Check(num_devices, memory, batch, schedules, recomputes)
+  if exact is not None and exact < 1:
+    raise ValueError('planner: exact must be None or a positive number of ranks, got %r' %
+                     (exact,))
+  key = None
+  if cache is not None:
+    key = _SearchKey(profiles, batch, num_devices, device, memory, schedules, recomputes,
+                     micro_batches, bytes_per_param, bytes_per_activation, title, layer_times,
+                     partitions, replicas, micro_batch_overhead, interleaved_stages, exact)
+    configurations = _ConfigurationsFromCache(cache.Get(_SEARCH_KIND, key))
+    if configurations is not None:
+      progress.Say('search: %d configurations read from the cache (a run with the same inputs '
+                   'ranked them)' % len(configurations))
+      return Ranking(title, device, memory, batch, configurations)
+  ranking = _Search(profiles, batch, num_devices, device, memory, schedules, recomputes,
+                    micro_batches, bytes_per_param, bytes_per_activation, title, layer_times,
+                    partitions, replicas, micro_batch_overhead, interleaved_stages, exact,
+                    progress)
+  if cache is not None:
+    cache.Put(_SEARCH_KIND, key, [dataclasses.asdict(c) for c in ranking.configurations])
+  return ranking
+
+
+_SEARCH_KIND = 'search'
+
+
+def _SearchKey(*args):
+  """The disk_cache key of a search: a digest of the code it runs, and its arguments."""
+  def Plain(value):
+    if dataclasses.is_dataclass(value):
+      return dataclasses.astuple(value)
+    if isinstance(value, (list, tuple)):
+      return tuple(Plain(v) for v in value)
+    return value
+
+  code = disk_cache.FilesDigest(m.__file__ for m in (sys.modules[__name__], simulator, schedule,
+                                                      balancing, cost_model))
+  return 'code %s; %r' % (code, Plain(args))
+
+
+def _ConfigurationsFromCache(value):
+  """The configurations a disk_cache entry holds (PlanPipeline's), or None if it holds none."""
+  def Int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+  def Number(v):
+    return Int(v) or isinstance(v, float)
+
+  fields = {f.name for f in dataclasses.fields(Configuration)}
+  if not isinstance(value, list) or not value:
+    return None
+  for entry in value:
+    if not (isinstance(entry, dict) and set(entry) == fields and
+            all(Int(entry[k]) for k in ('replicas', 'partitions', 'micro_batches',
+                                          'virtual_stages')) and
+            all(isinstance(entry[k], str) for k in ('schedule', 'recompute', 'why')) and
+            isinstance(entry['fits'], bool) and
+            isinstance(entry['sizes'], list) and all(Int(v) for v in entry['sizes']) and
+            isinstance(entry['device_memory'], list) and entry['device_memory'] and
+            all(Number(v) for v in entry['device_memory']) and
+            all(entry[k] is None or Number(entry[k])
+                for k in ('step_time', 'examples_per_second', 'bubble'))):
+      return None
+  return [Configuration(**entry) for entry in value]
+
+
+def _Search(profiles, batch, num_devices, device, memory, schedules, recomputes, micro_batches,
+            bytes_per_param, bytes_per_activation, title, layer_times, partitions, replicas,
+            micro_batch_overhead, interleaved_stages, exact, progress):
+  """PlanPipeline's search (its arguments checked)."""
   shapes = [(s, k, m) for s in _Divisors(batch)
             if s <= num_devices and (replicas is None or s in replicas)
             for k in range(1, min(num_devices // s, len(profiles)) + 1)
             if partitions is None or k in partitions
             for m in micro_batches if m <= batch // s]
-  configurations = []
+  tries = []  # (S, K, M, schedule, v, recompute)
   for s, k, m in shapes:
-    replica = ScaledProfiles(profiles, 1.0 / s)
     for name in schedules:
       stages = (tuple(interleaved_stages) if name == 'interleaved_1f1b' else
                 (schedule.LeastVirtualStages(name),))
       for v in stages:
         if k * v > len(profiles) or (name == 'interleaved_1f1b' and m % k):
           continue  # Too few layers, or M not a multiple of K (the schedule needs it).
-        for mode in recomputes:
-          if mode != 'always' and schedule.SplitsBackward(name, v):
-            continue
-          c = Evaluate(replica, device, memory, s, k, m, name, mode, bytes_per_param,
-                       bytes_per_activation, layer_times, batch / s, micro_batch_overhead, v)
-          c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
-          configurations.append(c)
+        tries.extend((s, k, m, name, v, mode) for mode in recomputes
+                     if mode == 'always' or not schedule.SplitsBackward(name, v))
+  sizing = progress.Phase('splitting and sizing configurations (S x K x M x schedule x '
+                          'recompute)', len(tries))
+  replicas_profiles = {}
+  candidates = []
+  for s, k, m, name, v, mode in tries:
+    if s not in replicas_profiles:
+      replicas_profiles[s] = ScaledProfiles(profiles, 1.0 / s)
+    candidates.append(_Prepare(replicas_profiles[s], device, memory, s, k, m, name, mode,
+                               bytes_per_param, bytes_per_activation, layer_times, batch / s,
+                               micro_batch_overhead, v))
+    sizing.Step()
+  configurations = [c.config for c in candidates]
+  fitting = sum(c.fits for c in configurations)
+  sizing.End('%d fit the memory' % fitting)
   if not configurations:
     raise ValueError('planner: no configuration to try with %d devices, batch %d and M in %s' %
                      (num_devices, batch, list(micro_batches)))
-  if not any(c.fits for c in configurations):
+  if not fitting:
     least = min(configurations, key=lambda c: c.peak_memory)
     raise ValueError(
         '%s fits no configuration on %d devices of %s: the least memory one needs is %s per '
         'device (%s); give devices of at least that much memory, more devices, or a smaller '
         'batch' % (title, num_devices, units.FormatBytes(memory),
                    units.FormatBytes(least.peak_memory), least.Label()))
-  configurations.sort(key=lambda c: (not c.fits, c.step_time if c.fits else c.peak_memory,
-                                     c.devices, c.peak_memory))
+  _SimulateRanked(candidates, exact, progress)
+  for c in configurations:
+    if c.simulated:
+      c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
+  configurations.sort(key=_RankKey)
   return Ranking(title, device, memory, batch, configurations)
+
+
+def _RankKey(c):
+  """Fitting configurations by step time (those not simulated after them), then fewer devices,
+  then less memory; then the others by memory, then fewer devices."""
+  if c.fits:
+    return (0, not c.simulated, c.step_time or 0.0, c.devices, c.peak_memory)
+  return (1, False, c.peak_memory, c.devices, c.peak_memory)
+
+
+def _SimulateRanked(candidates, exact, progress):
+  """Simulates every candidate, or with `exact` those that can rank among the first (see
+  PlanPipeline)."""
+  shown = []
+  if exact is None:
+    chosen = [(0.0, c) for c in candidates]
+  else:
+    fitting = [(c.LowerBound(), c) for c in candidates if c.config.fits]
+    chosen = sorted(fitting, key=lambda pair: pair[0])
+    others = sorted((c for c in candidates if not c.config.fits), key=lambda c: _RankKey(c.config))
+    # Those that do not fit rank by memory, known now: a table shows the first few.
+    shown = others[:exact + 3]
+  phase = progress.Phase('simulating steps' + ('' if exact is None else ', best first by a lower '
+                                              'bound'), len(chosen) + len(shown))
+  best = []  # With `exact`: minus the step times of the best `exact` so far (a max-heap).
+  simulated = 0
+  for bound, c in chosen:
+    # Sorted by bound: once one cannot beat the exact-th best, none of the rest can (the margin
+    # covers rounding: the bound sums the same times in another order).
+    if exact is not None and len(best) == exact and bound * (1 - 1e-9) > -best[0]:
+      break
+    step = c.Simulate().step_time
+    simulated += 1
+    phase.Step()
+    if exact is not None:
+      (heapq.heappush if len(best) < exact else heapq.heappushpop)(best, -step)
+  if exact is not None:
+    for c in shown:
+      c.Simulate()
+      phase.Step()
+    phase.End('%d simulated; %d skipped: a lower bound of their step time shows they rank '
+              'below the first %d' % (simulated + len(shown), len(chosen) - simulated, exact))
+  else:
+    phase.End()
 
 
 def Overrides(config: Configuration, pipeline_path: str = 'task.pipeline') -> str:
@@ -579,11 +944,11 @@ def Format(ranking: Ranking, limit: Optional[int] = 20) -> str:
   not_shown = [c for c in ranking.configurations[len(shown):] if not c.fits][:3]
   for i, c in enumerate(shown + not_shown):
     rank = str(i + 1) if i < len(shown) else str(ranking.configurations.index(c) + 1)
-    rows.append((rank, str(c.replicas), str(c.partitions), str(c.virtual_stages),
-                 str(c.micro_batches), c.schedule,
-                 c.recompute, '%.3f' % (1e3 * c.step_time), '%.1f' % c.examples_per_second,
-                 '%.1f%%' % (100 * c.bubble), units.FormatBytes(c.peak_memory),
-                 'yes' if c.fits else 'no: ' + c.why))
+    predicted = (['%.3f' % (1e3 * c.step_time), '%.1f' % c.examples_per_second,
+                  '%.1f%%' % (100 * c.bubble)] if c.simulated else ['-'] * 3)
+    rows.append(tuple([rank, str(c.replicas), str(c.partitions), str(c.virtual_stages),
+                       str(c.micro_batches), c.schedule, c.recompute] + predicted +
+                      [units.FormatBytes(c.peak_memory), 'yes' if c.fits else 'no: ' + c.why]))
   widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
   for r in rows:
     lines.append('  '.join(v.ljust(w) if i in (5, 6, 11) else v.rjust(w)

@@ -171,6 +171,32 @@ def Simulate(costs: Sequence[TaskTimes], sched: schedule.Schedule, transfer: flo
   return SimulatedStep(max(i.end for i in timeline), busy, timeline)
 
 
+def LowerBound(costs: Sequence[TaskTimes], sched: schedule.Schedule,
+               cores: Optional[float] = None) -> float:
+  """A time that Simulate(costs, sched, transfer, cores) never returns less than, for any transfer,
+  found without playing the schedule (what a search needs to skip configurations that cannot win).
+
+  Independent devices run their actions one at a time, so the step lasts at least the busiest
+  device's summed action phases. Shared cores run at most `cores` ops at once and no phase faster
+  than its span, so the step lasts at least all phases' work over the cores, and at least the
+  longest action's span.
+  """
+  _Check(costs, sched, 0.0, cores)
+  busy = [0.0] * sched.num_devices
+  work = longest = 0.0
+  for d, actions in enumerate(sched.device_actions):
+    for action in actions:
+      cost = costs[action.partition]
+      phases = _Phases(action, cost, sched)
+      span = sum(seconds for _, seconds in phases)
+      busy[d] += span
+      work += sum(seconds * cost.Parallelism(kind) for kind, seconds in phases)
+      longest = max(longest, span)
+  if cores is None:
+    return max(busy)
+  return max(work / cores, longest)
+
+
 def SimulateFillDrain(costs: Sequence[TaskTimes], num_micro_batches: int,
                       cores: Optional[float] = None, forward_overlap: bool = True) -> SimulatedStep:
   """Simulate of TensorPipeLayer's default schedule: fill-drain, with forward_overlap (lag 2)."""
@@ -196,10 +222,11 @@ def _SimulateShared(costs, sched, transfer, cores):
       successors[edge.before].append(a)
   ready_at = {a: 0.0 for a, n in waiting_on.items() if n == 0}
   phases, remaining, phase_start, end, timeline = {}, {}, {}, {}, []
+  parallelism = {}  # Of each running action's current phase.
   now = 0.0
 
   def Parallelism(action):
-    return costs[action.partition].Parallelism(phases[action][0][0])
+    return parallelism[action]
 
   def Begin(action):
     while phases[action] and phases[action][0][1] <= 0.0:
@@ -208,7 +235,8 @@ def _SimulateShared(costs, sched, transfer, cores):
                                sched.DeviceOf(action.partition)))
     if phases[action]:
       kind, seconds = phases[action][0]
-      remaining[action] = seconds * costs[action.partition].Parallelism(kind)
+      parallelism[action] = costs[action.partition].Parallelism(kind)
+      remaining[action] = seconds * parallelism[action]
       phase_start[action] = now
     else:
       Finish(action)

@@ -108,9 +108,9 @@ class _Reach:
     reach[0][0] = True
     for _ in range(self.num_partitions):
       live = reach[-1][:-1] & (self.ends > starts)
-      diff = np.zeros(num_layers + 2, dtype=np.int64)
-      np.add.at(diff, starts[live] + 1, 1)
-      np.add.at(diff, self.ends[live] + 1, -1)
+      # +1 where a reachable span starts, -1 past its end (bincount: np.add.at, many times faster).
+      diff = (np.bincount(starts[live] + 1, minlength=num_layers + 2) -
+              np.bincount(self.ends[live] + 1, minlength=num_layers + 2))
       reach.append(np.cumsum(diff)[:num_layers + 1] > 0)
     return reach
 
@@ -129,6 +129,15 @@ class _Reach:
       has[:num_layers] = count[self.ends + 1] - count[starts + 1] > 0
       back.append(has)
     return back
+
+
+def Fits(memory: Costs, num_partitions: int, memory_budget: float,
+         where: str = 'balancing') -> bool:
+  """Whether some split into `num_partitions` partitions keeps each within `memory_budget`: when
+  it does not, OptimalSplit with that budget raises."""
+  mem = _AsPartitionCost(memory, 'memory', where)
+  CheckCounts(len(mem), num_partitions, where)
+  return _Reach(mem.Ends(float(memory_budget)), num_partitions).Feasible()
 
 
 def _SmallestFeasible(lower, upper, feasible):

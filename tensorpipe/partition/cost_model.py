@@ -15,14 +15,21 @@ Shapes are those of the whole mini-batch; memory estimates divide by M where mic
 
 import concurrent.futures
 import dataclasses
+import importlib.metadata
+import inspect
 import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from lingvo import compat as tf
+from lingvo.core import cluster_factory
+from lingvo.core import hyperparams
+from lingvo.core import py_utils
 from lingvo.core import tshape
 
+from tensorpipe import disk_cache
 from tensorpipe.partition import balancing
+from tensorpipe import progress as progress_lib
 
 COST_SOURCES = ('count', 'flops', 'measured', 'memory')
 # Bytes per trainable parameter: a float32 weight and two optimizer slots (e.g. Adam, RMSProp).
@@ -48,18 +55,71 @@ def _OutsideLayerStack(fn, *args):
   """Runs fn(*args) on a fresh thread: layers it builds are not taken for children of a layer
   being constructed on this one (Lingvo keeps its layer stack per thread)."""
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-    return pool.submit(fn, *args).result()
+    return pool.submit(_InDefaultCluster, fn, *args).result()
+
+
+def _InDefaultCluster(fn, *args):
+  """fn(*args) inside the default cluster, which the fresh thread would use anyway: Lingvo makes a
+  new one whenever a layer asks for the current cluster outside any (thousands of times for an
+  AmoebaNet cell, 40% of its construction time)."""
+  with cluster_factory.Current():
+    return fn(*args)
+
+
+def _IsShape(value):
+  """A shape: a tshape.Shape, or a list or tuple of dimensions (not of shapes)."""
+  return isinstance(value, tshape.Shape) or (
+      isinstance(value, (list, tuple)) and
+      not any(v is None or isinstance(v, (list, tuple, dict, tshape.Shape)) for v in value))
+
+
+def MapShapes(fn: Callable[[tshape.Shape], Any], value: Any) -> Any:
+  """`fn` of each shape in `value`, one FProp argument's shapes: a shape (see _IsShape), None (an
+  absent input), or a dict (a NestedMap's fields: a NestedMap comes back), list or tuple of them
+  (a tuple comes back)."""
+  if value is None:
+    return None
+  if _IsShape(value):
+    return fn(_ToShape(value))
+  if isinstance(value, dict):
+    return py_utils.NestedMap({k: MapShapes(fn, v) for k, v in value.items()})
+  return tuple(MapShapes(fn, v) for v in value)
+
+
+def _Leaves(value):
+  """The shapes in one argument's shapes (see MapShapes), in a fixed order."""
+  if value is None:
+    return []
+  if _IsShape(value):
+    return [_ToShape(value)]
+  if isinstance(value, dict):
+    return [leaf for k in sorted(value) for leaf in _Leaves(value[k])]
+  return [leaf for v in value for leaf in _Leaves(v)]
+
+
+def WithBatch(input_shapes: Sequence[Any], batch_dim: int, batch: int) -> List[Any]:
+  """The FProp arguments' shapes with dimension `batch_dim` of each shape set to `batch`, as lists
+  of dimensions (see MapShapes)."""
+  return [MapShapes(lambda s: [batch if i == batch_dim else d for i, d in enumerate(_Dims(s))], a)
+          for a in input_shapes]
+
+
+def BatchOf(input_shapes: Sequence[Any], batch_dim: int) -> int:
+  """The batch of the FProp arguments' shapes: dimension `batch_dim` of their first shape."""
+  return int(_Dims(_Leaves(list(input_shapes))[0])[batch_dim])
 
 
 def _ToShape(shape):
   return shape if isinstance(shape, tshape.Shape) else tshape.Shape(list(shape))
 
 
+def _Dims(shape):
+  return _ToShape(shape).ToTensorShape().as_list()
+
+
 def _Elements(shapes):
   total = 0
-  for shape in shapes:
-    if shape is None:  # An absent optional input or output.
-      continue
+  for shape in _Leaves(list(shapes)):
     try:
       total += int(shape.num_elements())
     except TypeError as e:  # A symbolic dimension.
@@ -85,7 +145,12 @@ def ChainMeta(layer_params: Sequence[Any], input_shapes: Sequence[Any],
   Raises:
     ValueError: when a layer does not implement FPropMeta, naming it.
   """
-  shapes = tuple(_ToShape(s) for s in input_shapes)
+  with cluster_factory.Current():  # One default cluster, not one per Params() call.
+    return _ChainMeta(layer_params, input_shapes, skips)
+
+
+def _ChainMeta(layer_params, input_shapes, skips):
+  shapes = tuple(MapShapes(lambda s: s, a) for a in input_shapes)
   metas, outs = [], []
   for i, p in enumerate(layer_params):
     shapes += tuple(_SkipArgument(outs[src]) for src, dst in skips if dst == i)
@@ -128,8 +193,11 @@ def Flops(layer_params: Sequence[Any], input_shapes: Sequence[Any],
 # variables nor any shape (a position in the network, a dropout rate): layers that differ only there
 # are costed once.
 SHAPE_NEUTRAL_PARAMS = 'SHAPE_NEUTRAL_PARAMS'
-# Per process: (layer configuration, input shapes) -> (trainable, other, activation elements).
+# Per process: (layer configuration, input shapes) -> (trainable, other, activation elements,
+# forward ops, backward ops, gradient elements); on disk in a cache given to Profiles.
 _FACTS = {}
+_FACTS_KIND = 'layer_facts'
+_LINGVO_VERSION = importlib.metadata.version('lingvo')
 
 
 def _ShapeKey(p):
@@ -228,8 +296,7 @@ def _Facts(p, in_shapes):
     trainable, other = _CountVariables(layer)
     if in_shapes is None:
       return trainable, other, None, 0, 0, 0
-    inputs = [None if s is None else tf.zeros(_ToShape(s).ToTensorShape().as_list())
-              for s in in_shapes]
+    inputs = [MapShapes(lambda s: tf.zeros(_Dims(s)), a) for a in in_shapes]
     first = len(graph.get_operations())
     try:
       out = layer.FProp(layer.theta, *inputs)
@@ -240,7 +307,7 @@ def _Facts(p, in_shapes):
     forward_ops = len(_ComputeOps(graph.get_operations()[first:first_backward]))
     if not ys:
       return trainable, other, None, forward_ops, 0, 0
-    xs = [x for x in inputs if x is not None] + layer.theta.Flatten()
+    xs = [x for x in tf.nest.flatten(inputs) if x is not None] + layer.theta.Flatten()
     losses = [tf.reduce_sum(y) for y in ys]
     first_gradient = len(graph.get_operations())
     grads = [g for g in tf.gradients(losses, xs) if g is not None]
@@ -254,11 +321,78 @@ def _ComputeOps(ops):
   return [op for op in ops if op.type not in _NOT_ACTIVATIONS]
 
 
-def _CachedFacts(p, in_shapes=None):
-  key = (_ShapeKey(p), None if in_shapes is None else repr(
-      [None if s is None else _ToShape(s).ToTensorShape().as_list() for s in in_shapes]))
+def _ShapesKey(in_shapes):
+  """The FProp arguments' shapes as text, each NestedMap's fields in sorted order."""
+  def Text(value):
+    if value is None or _IsShape(value):
+      return repr(None if value is None else _Dims(value))
+    if isinstance(value, dict):
+      return '{%s}' % ', '.join('%r: %s' % (k, Text(value[k])) for k in sorted(value))
+    return '(%s)' % ', '.join(Text(v) for v in value)
+  return None if in_shapes is None else '[%s]' % ', '.join(Text(a) for a in in_shapes)
+
+
+def _Classes(value, out):
+  """Adds to `out` every class that `value` (Params, or lists, tuples and dicts of them) names."""
+  if isinstance(value, hyperparams.Params):
+    for _, child in value.IterParams():
+      _Classes(child, out)
+  elif isinstance(value, (list, tuple)):
+    for child in value:
+      _Classes(child, out)
+  elif isinstance(value, dict):
+    for child in value.values():
+      _Classes(child, out)
+  elif isinstance(value, type):
+    out.update(value.__mro__)
+
+
+def _SourceFiles(p):
+  classes = set()
+  _Classes(p, classes)
+  files = {__file__}
+  for cls in classes:
+    try:
+      files.add(inspect.getsourcefile(cls))
+    except TypeError:  # A built-in class.
+      pass
+  return files - {None}
+
+
+def LayerKey(p: Any) -> str:
+  """What a layer's facts and times depend on, besides its input shapes and the machine: its
+  Params but for the fields that change no shape or variable (see SHAPE_NEUTRAL_PARAMS), the
+  versions of TensorFlow and Lingvo, and a digest of the source files of every class its Params
+  name (and of this module): a key of a disk_cache entry. Layers of equal keys cost the same."""
+  return 'tensorflow %s; lingvo %s; code %s; layer %s' % (
+      tf.version.VERSION, _LINGVO_VERSION, disk_cache.FilesDigest(_SourceFiles(p)), _ShapeKey(p))
+
+
+def _FactsFromCache(value):
+  """Facts read from a disk_cache entry, or None if they are not facts (see _Facts)."""
+  def Count(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+  if isinstance(value, list) and len(value) == 6 and all(
+      Count(v) or (i == 2 and v is None) for i, v in enumerate(value)):
+    return tuple(value)
+  return None
+
+
+def DistinctKey(p: Any, in_shapes: Sequence[Any]) -> str:
+  """LayerKey with the layer's FProp input shapes: layers of one key cost the same."""
+  return '%s; inputs %s' % (LayerKey(p), _ShapesKey(in_shapes))
+
+
+def _CachedFacts(p, in_shapes=None, cache=None):
+  key = (_ShapeKey(p), _ShapesKey(in_shapes))
   if key not in _FACTS:
-    _FACTS[key] = _OutsideLayerStack(_Facts, p, in_shapes)
+    disk_key = DistinctKey(p, in_shapes)
+    facts = None if cache is None else _FactsFromCache(cache.Get(_FACTS_KIND, disk_key))
+    if facts is None:
+      facts = _OutsideLayerStack(_Facts, p, in_shapes)
+      if cache is not None:
+        cache.Put(_FACTS_KIND, disk_key, list(facts))
+    _FACTS[key] = facts
   return _FACTS[key]
 
 
@@ -278,7 +412,8 @@ def ParamCount(layer_params: Sequence[Any]) -> int:
 
 
 def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any],
-             skips: Sequence[Tuple[int, int]] = ()) -> List[LayerProfile]:
+             skips: Sequence[Tuple[int, int]] = (), cache: Optional[Any] = None,
+             progress: progress_lib.Progress = progress_lib.QUIET) -> List[LayerProfile]:
   """A LayerProfile per layer: FPropMeta flops and shapes, variable counts, activation sizes.
 
   Activation sizes come from building each layer's forward and backward pass on inputs of its
@@ -286,10 +421,26 @@ def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any],
   that compute the input and weight gradients (what backprop keeps alive; tf.gradients also builds
   gradients of constants and masks, which a step never runs), so the insides of composite layers
   count, not only their outputs. Gradient sizes: the most one backward op reads and writes.
+
+  Each distinct layer (equal LayerKey and input shapes) is built once per process, and with a
+  `cache` (a disk_cache.DiskCache) once per machine: later runs read its facts from the cache.
+  `progress` hears of the layers built.
   """
   metas, out_shapes = ChainMeta(layer_params, input_shapes, skips)
   in_shapes = [shapes for _, shapes in metas]
   out_elements = [_Elements(s) for s in in_shapes[1:]] + [_Elements(out_shapes)]
+  distinct = {}
+  for p, shapes in zip(layer_params, in_shapes):
+    distinct.setdefault((_ShapeKey(p), _ShapesKey(shapes)), (p, shapes))
+  todo = [v for k, v in distinct.items() if k not in _FACTS]
+  hits = 0 if cache is None else cache.hits
+  with progress.Phase('cost model: building the distinct layers of %d' % len(layer_params),
+                      len(todo)) as phase:
+    for p, shapes in todo:
+      _CachedFacts(p, shapes, cache)
+      phase.Step()
+    if cache is not None:
+      phase.End('%d read from the cache' % (cache.hits - hits))
   profiles = []
   for p, (flops, shapes), out in zip(layer_params, metas, out_elements):
     params, state, activations, forward_ops, backward_ops, gradients = _CachedFacts(p, shapes)
@@ -396,42 +547,142 @@ def MeasureSeconds(layer_params: Sequence[Any], input_shapes: Optional[Sequence[
                             timer or StepSeconds, skips, config)
 
 
+def _TimedStep(layer, args, name, view=lambda x: x, initial=False):
+  """(step, stores, outputs) of `layer` run on `args` held in variables (named after `name`):
+  running `stores` fills the variables (with `initial`, their initializers do: none to run);
+  running `step` then runs its forward and backward pass on `view` of each variable's value."""
+  leaves = tf.nest.flatten(args)
+  held = [None if x is None else tf.Variable(x if initial else tf.zeros_like(x), trainable=False,
+                                             name='%s_%d' % (name, j))
+          for j, x in enumerate(leaves)]
+  stores = [] if initial else [h.assign(x) for h, x in zip(held, leaves) if h is not None]
+  inputs = tf.nest.pack_sequence_as(args, [None if h is None else view(h.read_value())
+                                           for h in held])
+  out = layer.FProp(layer.theta, *inputs)
+  ys = [y for y in tf.nest.flatten(out) if y is not None and y.dtype.is_floating]
+  sources = [x for x in tf.nest.flatten(inputs) if x is not None and x.dtype.is_floating]
+  sources += layer.theta.Flatten()
+  loss = tf.add_n([tf.reduce_sum(y) for y in ys]) if ys else None
+  grads = [] if loss is None else [g for g in tf.gradients(loss, sources) if g is not None]
+  # A scalar that needs every output and gradient: grappler drops unfetched pure ops, even
+  # ones a fetched tf.group depends on.
+  step = tf.add_n([tf.reduce_sum(t) for t in ys + grads]) if ys + grads else tf.no_op()
+  return step, stores, out
+
+
 def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer, skips, config):
   graph = tf.Graph()
   with graph.as_default(), tf.device(_LocalDevice(device)):
     if input_fn is not None:
       args = tuple(input_fn())
     else:
-      args = tuple(tf.random.uniform(_ToShape(s).ToTensorShape().as_list(), seed=i)
-                   for i, s in enumerate(input_shapes))
+      args = tuple(RandomInputs(input_shapes, None, 0))
     layers = [p.Copy().Instantiate() for p in layer_params]
     steps, stores, outs = [], [], []
     for i, layer in enumerate(layers):
       args += tuple(outs[src] for src, dst in skips if dst == i)
-      leaves = tf.nest.flatten(args)
-      held = [None if x is None else tf.Variable(tf.zeros_like(x), trainable=False,
-                                                 name='input%d_%d' % (i, j))
-              for j, x in enumerate(leaves)]
-      stores.extend(h.assign(x) for h, x in zip(held, leaves) if h is not None)
-      inputs = tf.nest.pack_sequence_as(args, [None if h is None else h.read_value() for h in held])
-      out = layer.FProp(layer.theta, *inputs)
-      ys = [y for y in tf.nest.flatten(out) if y is not None and y.dtype.is_floating]
-      sources = [x for x in tf.nest.flatten(inputs) if x is not None and x.dtype.is_floating]
-      sources += layer.theta.Flatten()
-      loss = tf.add_n([tf.reduce_sum(y) for y in ys]) if ys else None
-      grads = [] if loss is None else [g for g in tf.gradients(loss, sources) if g is not None]
-      # A scalar that needs every output and gradient: grappler drops unfetched pure ops, even
-      # ones a fetched tf.group depends on.
-      steps.append(tf.add_n([tf.reduce_sum(t) for t in ys + grads]) if ys + grads else tf.no_op())
+      step, store, out = _TimedStep(layer, args, 'input%d' % i)
+      steps.append(step)
+      stores.extend(store)
       args = out if isinstance(out, tuple) else (out,)
       outs.append(out)
     init = tf.global_variables_initializer()
+  return _RunSteps(graph, init, stores, steps, config, timer, repeats)
+
+
+def _RunSteps(graph, init, stores, steps, config, timer, repeats):
   config = config or tf.compat.v1.ConfigProto(allow_soft_placement=False)
   seconds = []
   with tf.compat.v1.Session(graph=graph, config=config) as sess:
     sess.run(init)
-    for store in stores:  # In layer order: each layer's inputs come from the stored ones before it.
+    for store in stores:  # In order: a layer's inputs may come from the stored ones before it.
       sess.run(store)
     for step in steps:
       seconds.append(float(timer(sess, step, repeats)))
   return seconds
+
+
+def MeasureLayerSeconds(layer_params: Sequence[Any], input_shapes: Sequence[Sequence[Any]],
+                        examples: Sequence[int], batch_dim: int = 0,
+                        device: Optional[str] = None, repeats: int = 5,
+                        timer: Optional[Callable[[Any, Any, int], float]] = None,
+                        config: Optional[Any] = None,
+                        built: Callable[[], None] = lambda: None,
+                        timed: Callable[[int, List[float]], None] = lambda i, seconds: None
+                        ) -> List[List[float]]:
+  """Per layer, the median seconds of its forward + backward pass, run alone, on each number of
+  `examples` (the first the largest; `input_shapes[i]`, layer i's FProp input shapes, are for that
+  many).
+
+  What MeasureSeconds measures of a layer, without the layers before it: uniform random float
+  inputs held in variables (an absent input stays None). Every layer is built once, in one graph
+  and session, for every number of examples: on the first `examples` of its inputs along
+  `batch_dim`, a size known when it runs. A layer that needs its batch size when its graph is built
+  (its FProp raises TypeError or ValueError on that) gets a graph of its own, with a pass per
+  number of examples. `built()` is called after each layer is built, `timed(i, seconds)` after
+  layer i is timed. Other arguments as MeasureSeconds'.
+  """
+  if list(examples) != sorted(examples, reverse=True):
+    raise ValueError('cost_model: examples must be in decreasing order, got %r' % (examples,))
+  return _OutsideLayerStack(_MeasureLayers, layer_params, input_shapes, examples, batch_dim,
+                            device, repeats, timer or StepSeconds, config, built, timed)
+
+
+def RandomInputs(input_shapes: Sequence[Any], examples: Optional[int] = None,
+                 batch_dim: int = 0) -> Tuple[Any, ...]:
+  """Uniform random floats of the FProp arguments' shapes (see MapShapes), dimension `batch_dim`
+  set to `examples` (unless None); each shape its own seed."""
+  seeds = iter(range(1 << 30))
+  return tuple(MapShapes(
+      lambda s: tf.random.uniform(
+          [examples if i == batch_dim and examples is not None else d
+           for i, d in enumerate(_Dims(s))], seed=next(seeds)), a) for a in input_shapes)
+
+
+def _MeasureLayers(layer_params, input_shapes, examples, batch_dim, device, repeats, timer, config,
+                   built, timed):
+  graph = tf.Graph()
+  steps, alone = {}, []
+  with graph.as_default(), tf.device(_LocalDevice(device)):
+    count = tf.Variable(examples[0], trainable=False, name='examples')
+    counts = [count.assign(n) for n in examples]  # Made before the session: no graph extension.
+
+    def FirstExamples(x):
+      return x[(slice(None),) * batch_dim + (slice(0, count),)]
+
+    for i, (p, shapes) in enumerate(zip(layer_params, input_shapes)):
+      with tf.name_scope('layer%d' % i):
+        layer = p.Copy().Instantiate()
+        try:
+          steps[i] = _TimedStep(layer, RandomInputs(shapes, examples[0], batch_dim),
+                                'input%d' % i, FirstExamples, initial=True)[0]
+        except (TypeError, ValueError):  # Its FProp needs the batch size: a graph of its own.
+          alone.append(i)
+      built()
+    init = tf.global_variables_initializer()
+  config = config or tf.compat.v1.ConfigProto(allow_soft_placement=False)
+  out = [None] * len(layer_params)
+  with tf.compat.v1.Session(graph=graph, config=config) as sess:
+    sess.run(init)
+    for i, step in steps.items():
+      out[i] = []
+      for set_count in counts:
+        sess.run(set_count)
+        out[i].append(float(timer(sess, step, repeats)))
+      timed(i, out[i])
+  for i in alone:
+    out[i] = _MeasureAlone(layer_params[i], input_shapes[i], examples, batch_dim, device, repeats,
+                           timer, config)
+    timed(i, out[i])
+  return out
+
+
+def _MeasureAlone(p, input_shapes, examples, batch_dim, device, repeats, timer, config):
+  """A layer's seconds on each number of examples, built once per number."""
+  graph = tf.Graph()
+  with graph.as_default(), tf.device(_LocalDevice(device)):
+    layer = p.Copy().Instantiate()
+    steps = [_TimedStep(layer, RandomInputs(input_shapes, n, batch_dim), 'input%d' % i,
+                        initial=True)[0] for i, n in enumerate(examples)]
+    init = tf.global_variables_initializer()
+  return _RunSteps(graph, init, [], steps, config, timer, repeats)

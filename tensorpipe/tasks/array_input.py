@@ -7,6 +7,14 @@ Lingvo's runners) (re)start it. A training split is shuffled each epoch and repe
 batches of InfeedBatchSize(); an evaluation split is read once, its last batch padded to the same
 static size with each array's pad value, and a weight per row says which rows are real.
 
+Where a training batch comes from is a function of its place in the stream alone: example i of the
+endless stream is row `index_shuffle(i mod n, seed=(shuffle seed, epoch i div n))` of the arrays
+(a stateless permutation per epoch), and a random augmentation of it draws from the stateless seed
+(shuffle seed, i). So `StartAtStep(sess, step)` starts the stream at the batch that training step
+step + 1 reads in a run without interruption, at once, and the trainer calls it after every restore
+(tensorpipe.trainer.input_position): a retried step or a restart reads the same batches as a run
+without the fault.
+
 Subclasses give the arrays (`_LoadArrays`), optionally map single examples (`_MapExample`, e.g.
 augmentation), and build the batch's NestedMap from the batched arrays and the weights (`_Batch`).
 """
@@ -40,21 +48,26 @@ class ArrayInput(base_input_generator.BaseInputGenerator):
     self._is_train = self.params.split == 'train'
     self._iterator = None
     self._feeds = None
+    self._first = None  # Placeholder: the stream's first example (see StartAtStep).
 
   def _LoadArrays(self) -> Sequence[np.ndarray]:
     """The arrays, each with one row per example."""
     raise NotImplementedError
 
   def _ShuffleSeed(self) -> int:
-    """The seed of the shuffling."""
+    """The seed of the shuffling and of the seeds `_MapExample` gets."""
     raise NotImplementedError
 
   def _PadValues(self) -> Sequence[Any]:
     """The value each array's padding rows hold (default 0)."""
     return [0] * len(self._arrays)
 
-  def _MapExample(self, *example: tf.Tensor) -> Tuple[tf.Tensor, ...]:
-    """One example's arrays, mapped before batching (default: unchanged)."""
+  def _MapExample(self, seed: tf.Tensor, *example: tf.Tensor) -> Tuple[tf.Tensor, ...]:
+    """One example's arrays, mapped before batching (default: unchanged). `seed` ([2] int64) is a
+    stateless seed of its own for this place of the stream: random ops here must be stateless ones
+    (tf.random.stateless_*, tf.image.stateless_*) drawing from it, so that a batch is the same
+    whether the stream started at step 0 or at a later step."""
+    del seed
     return example
 
   def _Batch(self, *batch: tf.Tensor) -> py_utils.NestedMap:
@@ -72,23 +85,35 @@ class ArrayInput(base_input_generator.BaseInputGenerator):
   def _InputBatch(self):
     p = self.params
     b = self.InfeedBatchSize()
+    n = self.num_examples
     self._feeds = tuple(tf.placeholder(tf.as_dtype(a.dtype), [None] + list(a.shape[1:]),
                                        name='array%d' % i) for i, a in enumerate(self._arrays))
-    ds = tf.data.Dataset.from_tensor_slices(self._feeds)
-    if self._Flag(p.shuffle):
-      ds = ds.shuffle(self.num_examples, seed=self._ShuffleSeed(), reshuffle_each_iteration=True)
-    ds = ds.map(self._MapExample)
+    self._first = tf.placeholder(tf.int64, [], name='first_example')
+    seed = self._ShuffleSeed()
+    shuffle = self._Flag(p.shuffle)
+
+    def Example(i):
+      """Example i of the stream: row (i mod n) of epoch (i div n)'s order, mapped."""
+      epoch, row = i // n, i % n
+      seed_t = tf.constant(seed, tf.int64)
+      if shuffle:
+        row = tf.random.experimental.index_shuffle(row, tf.stack([seed_t, epoch]), n - 1)
+      example = tuple(tf.gather(f, row) for f in self._feeds)
+      return self._MapExample(tf.stack([seed_t, i]), *example)
+
+    end = np.iinfo(np.int64).max if self._Flag(p.repeat) else n
+    ds = tf.data.Dataset.range(self._first, end).map(Example)
     if self._Flag(p.repeat):
-      ds = ds.repeat().batch(b, drop_remainder=True)
+      ds = ds.batch(b, drop_remainder=True)
       ds = ds.map(lambda *xs: xs + (tf.ones([b], tf.float32),))
     else:
       pads = self._PadValues()
 
       def Pad(*xs):
-        n = tf.shape(xs[0])[0]
-        padded = tuple(tf.pad(x, [[0, b - n]] + [[0, 0]] * (x.shape.rank - 1), constant_values=v)
+        k = tf.shape(xs[0])[0]
+        padded = tuple(tf.pad(x, [[0, b - k]] + [[0, 0]] * (x.shape.rank - 1), constant_values=v)
                        for x, v in zip(xs, pads))
-        return padded + (tf.pad(tf.ones([n], tf.float32), [[0, b - n]]),)
+        return padded + (tf.pad(tf.ones([k], tf.float32), [[0, b - k]]),)
 
       ds = ds.batch(b).map(Pad)
     ds = ds.prefetch(2)
@@ -104,6 +129,17 @@ class ArrayInput(base_input_generator.BaseInputGenerator):
 
   def Reset(self, sess=None):
     """(Re)starts the iterator at the beginning of the split."""
+    self._Start(sess, 0)
+
+  def StartAtStep(self, sess, global_step):
+    """(Re)starts the stream of a repeating split where a run from global step 0 would be after
+    `global_step` training steps: the next batch is the one training step `global_step` + 1 reads.
+    A split read once (evaluation) starts at its beginning."""
+    self._Start(sess, global_step * self.InfeedBatchSize() if self._Flag(self.params.repeat) else 0)
+
+  def _Start(self, sess, first):
     if self._iterator is None or sess is None:
       return
-    sess.run(self._iterator.initializer, feed_dict=dict(zip(self._feeds, self._arrays)))
+    feeds = dict(zip(self._feeds, self._arrays))
+    feeds[self._first] = first
+    sess.run(self._iterator.initializer, feed_dict=feeds)

@@ -3,15 +3,18 @@
 Used by `tools.plan` and by the trainer's --tensorpipe_plan flag (see `measure.planner`).
 """
 
+import hashlib
+import os
 from typing import Any, List, Optional, Sequence, Tuple
 
-from lingvo import compat as tf
 from lingvo.core import hyperparams
 
+from tensorpipe import disk_cache
 from tensorpipe import layer as layer_lib
 from tensorpipe.measure import training_step
 from tensorpipe.partition import cost_model
 from tensorpipe.measure import planner
+from tensorpipe import progress as progress_lib
 from tensorpipe import schedule
 from tensorpipe import units
 
@@ -36,11 +39,11 @@ def MeasureMicroBatchSeconds(layer_params: Sequence[Any], input_shapes: Sequence
   if len(layer_times) != len(layer_params):
     raise ValueError('model_plan: %d layer times for %d layers' %
                      (len(layer_times), len(layer_params)))
-  if int(input_shapes[0][batch_dim]) < 2:
+  if cost_model.BatchOf(input_shapes, batch_dim) < 2:
     return 0.0
 
   def Inputs():
-    return tuple(tf.random.uniform(list(s), seed=i) for i, s in enumerate(input_shapes))
+    return cost_model.RandomInputs(input_shapes)
 
   built = [training_step.TrainingStep('M=%d' % m, layer_params, [len(layer_params)], Inputs, m,
                                       batch_dim, devices=1, intra_op_threads=1,
@@ -56,12 +59,14 @@ def MeasureMicroBatchSeconds(layer_params: Sequence[Any], input_shapes: Sequence
   return max(0.0, extra - sum(t.fixed for t in layer_times) - 2 * call_overhead)
 
 
-def PipelineInputs(cfg: hyperparams.Params, batch: Optional[int] = None
+def PipelineInputs(cfg: hyperparams.Params, batch: Optional[int] = None,
+                   cache: Optional[disk_cache.DiskCache] = None,
+                   progress: progress_lib.Progress = progress_lib.QUIET
                    ) -> List[Tuple[str, hyperparams.Params, list, int, list]]:
   """[(path, pipeline Params, layers, batch, profiles)] for each TensorPipeLayer of model `cfg`.
 
   The profiles are for the pipeline's cost_input_shapes, with the batch dimension set to `batch`
-  if given.
+  if given (cost_model.Profiles, with `cache` and `progress`).
 
   Raises:
     ValueError: no TensorPipeLayer, or one without cost_input_shapes (naming it and the fix).
@@ -77,14 +82,18 @@ def PipelineInputs(cfg: hyperparams.Params, batch: Optional[int] = None
                        (p.name, path, path))
     layers = list(p.layers) if p.layers is not None else [
         layer for partition in p.partitions for layer in partition]
-    shapes = [list(s) for s in p.cost_input_shapes]
-    if batch is not None:
-      for s in shapes:
-        if len(s) > p.batch_dim:
-          s[p.batch_dim] = batch
-    profiles = cost_model.Profiles(layers, shapes, _Skips(layers, p.skip_connections))
-    out.append((path, p, layers, int(shapes[0][p.batch_dim]), profiles))
+    shapes = _Shapes(p, batch)
+    profiles = cost_model.Profiles(layers, shapes, _Skips(layers, p.skip_connections), cache,
+                                   progress)
+    out.append((path, p, layers, cost_model.BatchOf(shapes, p.batch_dim), profiles))
   return out
+
+
+def _Shapes(p, batch):
+  """The pipeline's cost_input_shapes with the batch dimension set to `batch` if given."""
+  if batch is None:
+    return list(p.cost_input_shapes)
+  return cost_model.WithBatch(p.cost_input_shapes, p.batch_dim, batch)
 
 
 def Schedules(p: hyperparams.Params) -> Sequence[str]:
@@ -95,43 +104,139 @@ def Schedules(p: hyperparams.Params) -> Sequence[str]:
   return ('gpipe',)
 
 
+# Seconds the measurements of a model's pipelines may take on CPU devices by default, all together
+# (estimated; see planner.ChooseMeasuring): the paper's AmoebaNet-D (18, 256) and T(64, 16384, 32)
+# then plan in under a minute on 2 cores.
+MEASURE_BUDGET = 30.0
+_MEASURING_KIND = 'measuring'
+_MICRO_BATCH_KIND = 'micro_batch_seconds'
+# A measured step runs the layers as one partition, 5 rounds of 3 steps at M = 1 and M = 2, each
+# after a warm-up step (MeasureMicroBatchSeconds' defaults).
+_STEPS_PER_MEASUREMENT = 2 * (1 + 5 * 3)
+
+
+def MicroBatchMeasuringSeconds(profiles: Sequence[cost_model.LayerProfile],
+                               device: planner.DeviceProfile, batch: int, examples: int) -> float:
+  """About how long MeasureMicroBatchSeconds takes on `examples` examples (`profiles` are for
+  `batch`): setting up the layers' passes twice, then its steps (planner.RunSeconds)."""
+  return sum(2 * (p.forward_ops + p.backward_ops) * planner.SETUP_SECONDS_PER_OP +
+             _STEPS_PER_MEASUREMENT * planner.RunSeconds(p, device, batch, examples)
+             for p in profiles)
+
+
+def _PackageDigest():
+  """A digest of TensorPipe's sources: a measured pipeline step depends on all of them."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  return disk_cache.FilesDigest(os.path.join(d, f) for d, _, files in os.walk(root)
+                                for f in files if f.endswith('.py'))
+
+
+def _Measure(path, p, layers, batch, profiles, device, budget, cache, progress):
+  """(layer times, micro-batch overhead) of one pipeline on this machine's CPU devices, measured
+  within about `budget` seconds; (None, estimated overhead) where even the least measuring does
+  not fit it."""
+  shapes = _Shapes(p, batch)
+  skips = _Skips(layers, p.skip_connections)
+  keys = [cost_model.DistinctKey(layer, in_shapes) for layer, (_, in_shapes) in
+          zip(layers, cost_model.ChainMeta(layers, shapes, skips)[0])]
+  first = {}
+  for i, key in enumerate(keys):
+    first.setdefault(key, i)
+  distinct = sorted(first.values())
+  # The measured step runs the layers in a plain chain: no skip connections.
+  estimate = 0.0 if p.skip_connections else planner.MicroBatchSecondsEstimate(profiles, device)
+  where = '%s; budget %g s; batch %d; layers %s' % (
+      planner.MachineKey(), budget, batch, hashlib.sha256('\n'.join(keys).encode()).hexdigest())
+  chosen = None if cache is None else cache.Get(_MEASURING_KIND, where)
+  if (isinstance(chosen, list) and len(chosen) == 4 and
+      all(isinstance(v, int) and not isinstance(v, bool) for v in chosen[:3])):
+    measuring, micro_batches = planner.Measuring(*chosen[:3]), chosen[3] is True
+  else:
+    measuring, seconds = planner.ChooseMeasuring(profiles, distinct, device, batch, budget)
+    if measuring is None:
+      progress.Say('%s: measuring the layers would take about %s, more than the budget of %g s: '
+                   'planning from flops (a larger budget measures them)' %
+                   (path, progress_lib.Seconds(seconds), budget))
+      return None, estimate
+    micro_seconds = MicroBatchMeasuringSeconds(profiles, device, batch, measuring.high)
+    micro_batches = not p.skip_connections and seconds + micro_seconds <= budget
+    if cache is not None:
+      cache.Put(_MEASURING_KIND, where, [measuring.high, measuring.low, measuring.repeats,
+                                         micro_batches])
+  layer_times = planner.MeasureLayerTimes(
+      layers, shapes, p.batch_dim, skips=skips, measuring=measuring, cache=cache,
+      progress=progress, estimate=planner.MeasuringSeconds(profiles, distinct, device, batch,
+                                                           measuring))
+  if p.skip_connections:
+    return layer_times, 0.0
+  if not micro_batches:
+    progress.Say('what a micro-batch adds beyond its layers: estimated (its weight gradients\' '
+                 'addition, %s), measuring it does not fit the budget' %
+                 progress_lib.Seconds(estimate))
+    return layer_times, estimate
+  key = '%s; code %s; examples %d' % (where, _PackageDigest(), measuring.high)
+  overhead = None if cache is None else cache.Get(_MICRO_BATCH_KIND, key)
+  if not isinstance(overhead, float):
+    seconds = MicroBatchMeasuringSeconds(profiles, device, batch, measuring.high)
+    with progress.Phase('measuring what a micro-batch adds beyond its layers (one-partition '
+                        'steps at M = 1 and 2, %d examples)' % measuring.high, estimate=seconds):
+      overhead = MeasureMicroBatchSeconds(layers, _Shapes(p, measuring.high), layer_times,
+                                          device.call_overhead, p.batch_dim)
+    if cache is not None:
+      cache.Put(_MICRO_BATCH_KIND, key, overhead)
+  return layer_times, overhead
+
+
 def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceProfile,
-              memory: Optional[float] = None, batch: Optional[int] = None, title: str = 'model'
+              memory: Optional[float] = None, batch: Optional[int] = None, title: str = 'model',
+              quick: bool = False, budget: float = MEASURE_BUDGET,
+              cache: Optional[disk_cache.DiskCache] = None,
+              progress: progress_lib.Progress = progress_lib.QUIET, exact: Optional[int] = None
               ) -> List[Tuple[str, planner.Ranking]]:
   """[(pipeline path, planner.Ranking)] for each TensorPipeLayer of model params `cfg`.
 
-  On this machine's CPU devices (a profile with shared `cores`) the layers' times and the cost of
-  a micro-batch beyond them are measured (planner.MeasureLayerTimes, MeasureMicroBatchSeconds);
-  elsewhere they come from flops and the profile.
+  On this machine's CPU devices (a profile with shared `cores`) the layers' times, and what a
+  micro-batch costs beyond them, are measured (planner.MeasureLayerTimes, MeasureMicroBatchSeconds)
+  within about `budget` seconds (shared equally by the pipelines): at the largest batches that fit
+  (planner.ChooseMeasuring), and the micro-batch only if it fits too (else
+  planner.MicroBatchSecondsEstimate). With `quick`, or a budget below the least measuring, the
+  layers' times come from flops and the profile, as on the accelerators. A `cache` (a
+  disk_cache.DiskCache) keeps the cost-model facts, the measurements, what was chosen and the
+  search's ranking for the next run; `progress` hears of every phase; `exact`: the ranks to
+  simulate exactly (planner.PlanPipeline; None: all).
   """
   out = []
-  for path, p, layers, pipeline_batch, profiles in PipelineInputs(cfg, batch):
+  pipelines = PipelineInputs(cfg, batch, cache, progress)
+  for path, p, layers, pipeline_batch, profiles in pipelines:
     layer_times, overhead = None, 0.0
     if device.cores is not None:
-      shapes = [list(s) for s in p.cost_input_shapes]
-      for s in shapes:
-        if len(s) > p.batch_dim:
-          s[p.batch_dim] = pipeline_batch
-      layer_times = planner.MeasureLayerTimes(layers, shapes, p.batch_dim,
-                                              skips=_Skips(layers, p.skip_connections))
-      if not p.skip_connections:  # The measured step runs the layers in a plain chain.
-        overhead = MeasureMicroBatchSeconds(layers, shapes, layer_times,
-                                                    device.call_overhead, p.batch_dim)
+      if quick:
+        overhead = 0.0 if p.skip_connections else planner.MicroBatchSecondsEstimate(profiles,
+                                                                                    device)
+      else:
+        layer_times, overhead = _Measure(path, p, layers, pipeline_batch, profiles, device,
+                                         budget / len(pipelines), cache, progress)
     ranking = planner.PlanPipeline(profiles, pipeline_batch, num_devices, device, memory,
                                    schedules=Schedules(p), bytes_per_param=p.bytes_per_param,
                                    title='%s %s' % (title, path), layer_times=layer_times,
-                                   micro_batch_overhead=overhead)
+                                   micro_batch_overhead=overhead, exact=exact, progress=progress,
+                                   cache=cache)
     out.append((path, ranking))
   return out
 
 
 def PlanText(cfg: hyperparams.Params, num_devices: int, device_name: str = planner.CPU,
-             memory: Optional[str] = None, title: str = 'model', limit: Optional[int] = 10) -> str:
+             memory: Optional[str] = None, title: str = 'model', limit: Optional[int] = 10,
+             quick: bool = False, budget: float = MEASURE_BUDGET,
+             cache: Optional[disk_cache.DiskCache] = None,
+             progress: progress_lib.Progress = progress_lib.QUIET) -> str:
   """The plan of model params `cfg` as text (what --tensorpipe_plan logs): `device_name` is a
-  profile (planner.Profile), `memory` a size such as '16GiB' (default: the profile's)."""
-  device = planner.Profile(device_name)
-  budget = None if not memory else units.ParseBytes(memory)
-  return Text(PlanModel(cfg, num_devices, device, budget, title=title), limit)
+  profile (planner.Profile), `memory` a size such as '16GiB' (default: the profile's); the first
+  `limit` ranks are exact (see PlanModel for the rest)."""
+  device = planner.Profile(device_name, cache, progress)
+  budget_bytes = None if not memory else units.ParseBytes(memory)
+  return Text(PlanModel(cfg, num_devices, device, budget_bytes, title=title, quick=quick,
+                        budget=budget, cache=cache, progress=progress, exact=limit), limit)
 
 
 def Text(plans: Sequence[Tuple[str, planner.Ranking]], limit: Optional[int] = 20) -> str:

@@ -32,6 +32,15 @@ Extra flags:
                    fault every task ends by itself; start them all again to resume from the last
                    checkpoint. A worker that finds the last checkpoint at train.max_steps ends with
                    status 0 instead (training is done).
+  --step_timeout_s=S (default 600; 0: off)
+                   the trainer ends the job when the global step does not advance for S seconds
+                   (checkpoint saves and restores not counted; the first step of a run, which also
+                   starts the graph on every task, gets 3 x S), with an error naming the step and
+                   the tasks that give no answer to a status request within 5 s, or saying that
+                   every task answers and the step is stuck inside TensorFlow; with --cluster_spec
+                   every other task of the job ends with the same line. A step of a tiny model
+                   takes well under a second on 2 CPU cores; for paper-scale models on slow devices
+                   set S above the slowest step, or 0.
   --sigterm_grace_s=S (with --cluster_spec, default 60)
                    on SIGTERM (preemption) the trainer client saves a checkpoint of its current step
                    and ends; the controller and workers keep serving until it has ended, at most S
@@ -40,9 +49,11 @@ Extra flags:
                    in minutes) or paper-scale, with its K and its description. Models a user's
                    module registers are listed too when --model names one of them or
                    --params_module=MODULE names the module.
-  --tensorpipe_plan=N (with --tensorpipe_plan_device, --tensorpipe_plan_memory)
+  --tensorpipe_plan=N (with --tensorpipe_plan_device, --tensorpipe_plan_memory,
+                   --tensorpipe_plan_cache_dir, --tensorpipe_plan_quick)
                    logs the planner's ranked configurations of the model for N devices at
-                   start-up, and the flags that apply the best (see tools.plan).
+                   start-up, and the flags that apply the best (see tools.plan), with a progress
+                   line per phase ('planning: ...'); what it built and measured is cached.
   --tensorpipe_profile_every_n_steps=N (default 100; 0: off)
                    the trainer traces step 2 and every N-th step, and logs and summarises
                    per-partition forward/backward/re-computation times and per-device busy time and
@@ -55,9 +66,13 @@ devices of one model split, and (for eval-only jobs) that a checkpoint exists; w
 also the spec's jobs and HOST:PORT addresses, that --job and --task name one of its tasks, that this
 host can write LOGDIR/train, and that this task's port is free, all before any server starts. A
 failed check prints one line `tensorpipe.trainer.train: error: ...` and exits with status 2. So
-does a TensorPipe check that fails inside a step (tensorpipe.check_failure; EndOnCheckFailure), in
-every task of the job. The job that saves checkpoints (the trainer client in sync mode) removes what
-killed saves left in LOGDIR/train before it restores (tensorpipe.trainer.stale_checkpoints).
+does a TensorPipe check that fails inside a step (tensorpipe.check_failure; EndOnCheckFailure), and
+a step that does not finish within --step_timeout_s (WatchedSteps), in every task of the job: the
+trainer records its line in LOGDIR (_EndJob) and the other tasks end with it (ClusterTask). With
+--cluster_spec a task at an address the spec gives another task (--task swapped between two hosts)
+ends every task of the job with a line naming both. The job that saves checkpoints (the trainer
+client in sync mode) removes what killed saves left in LOGDIR/train before it restores
+(tensorpipe.trainer.stale_checkpoints).
 """
 
 import glob
@@ -77,12 +92,15 @@ from lingvo.core import py_utils
 
 from tensorpipe import check_failure
 from tensorpipe.trainer import cpu_devices
+from tensorpipe.trainer import input_position
+from tensorpipe.trainer import job_failure
 from tensorpipe.trainer import liveness
-from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
 from tensorpipe.trainer import stale_checkpoints
 from tensorpipe.trainer import startup
+from tensorpipe.trainer import startup_plan
+from tensorpipe.trainer import step_watchdog
 from tensorpipe.trainer import trainer_profiling
 
 flags.DEFINE_integer(
@@ -106,18 +124,6 @@ flags.DEFINE_integer(
     '--cluster_spec then hold (number of tasks) / N data-parallel replicas. Unset: Lingvo\'s '
     'default, one replica per worker task.', lower_bound=1)
 flags.DEFINE_integer(
-    'tensorpipe_plan', 0,
-    'Log the planner\'s ranked configurations (replicas x partitions, M, schedule, '
-    're-computation) of the model\'s TensorPipeLayers for this many devices at start-up, with '
-    'the flags that apply the best; 0: off. See --tensorpipe_plan_device.', lower_bound=0)
-flags.DEFINE_string(
-    'tensorpipe_plan_device', 'cpu',
-    'Device profile --tensorpipe_plan plans for: cpu (this machine, measured) or a named '
-    'accelerator (python -m tools.plan --list_devices).')
-flags.DEFINE_string(
-    'tensorpipe_plan_memory', '',
-    'Memory per device for --tensorpipe_plan, e.g. 16GiB; empty: the profile\'s.')
-flags.DEFINE_integer(
     'startup_timeout_s', 120,
     'With --cluster_spec: seconds the controller and trainer client wait for every worker task to '
     'accept connections before giving up with an error naming the task; any task also ends, naming '
@@ -131,6 +137,13 @@ flags.DEFINE_integer(
     'it and its address; then start every task again with the same commands to resume from the '
     'last checkpoint. Lower it to notice faults sooner, raise it on a network with long outages.',
     lower_bound=1)
+flags.DEFINE_integer(
+    'step_timeout_s', 600,
+    'End the job with an error naming the step, and the tasks that give no answer, when the '
+    'global step does not advance for this many seconds (checkpoint saves and restores not '
+    'counted; the first step of a run, which also starts the graph, gets 3 times as long). Steps '
+    'of the tiny models take well under a second on CPU; for paper-scale models on slow devices '
+    'set it above the slowest step (e.g. 3600), or 0 to turn it off.', lower_bound=0)
 flags.DEFINE_integer(
     'sigterm_grace_s', 60,
     'With --cluster_spec: after SIGTERM (preemption), the trainer client saves a checkpoint of its '
@@ -261,36 +274,26 @@ class QuietOnSigterm:
     return super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
 
 
-_CHECK_FAILURE_FILE = 'tensorpipe_check_failure.txt'  # In --logdir: a failed check's line.
-_STARTED = time.time()
-_ENDING = threading.Event()  # Set once this process ends at a failed check.
+_STARTED = job_failure.ProcessStart()
+_ENDING = threading.Event()  # Set once this process ends the job with a line (_EndJob).
 
 
-def _RecordedCheckFailure():
-  """The line of a TensorPipe check that failed in another task of this job since this process
-  started (written to --logdir by EndOnCheckFailure), or None."""
-  if not FLAGS.logdir:
-    return None
-  path = os.path.join(FLAGS.logdir, _CHECK_FAILURE_FILE)
-  try:
-    if os.path.getmtime(path) < _STARTED - 1.0:
-      return None  # An earlier run's.
-    with open(path, encoding='utf-8') as f:
-      return f.read().strip() or None
-  except OSError:
-    return None
+def _RecordedJobFailure():
+  """The line another task of this job ended the job with since this process started (recorded
+  in --logdir by _EndJob: a failed check, a stuck step, a task at another task's address), or
+  None."""
+  return job_failure.Recorded(FLAGS.logdir, _STARTED) if FLAGS.logdir else None
 
 
-def _EndOnCheckFailure(line, record):
-  """Ends the process with a failed check's line as its last output; with `record`, first writes
-  it to --logdir, where the other tasks of a --cluster_spec job find it (ClusterTask)."""
+def _EndJob(line, record):
+  """Ends the process with `line` as its last output; with `record`, first writes it to --logdir,
+  where the other tasks of a --cluster_spec job find it and end with it too (ClusterTask)."""
   _ENDING.set()
   if record and FLAGS.logdir:
     try:
-      with open(os.path.join(FLAGS.logdir, _CHECK_FAILURE_FILE), 'w', encoding='utf-8') as f:
-        f.write(line + '\n')
+      job_failure.Record(FLAGS.logdir, line)
     except OSError as e:
-      tf.logging.warning('TensorPipe: cannot record the failed check for the other tasks: %s', e)
+      tf.logging.warning('TensorPipe: cannot record the line for the other tasks of the job: %s', e)
   # No other thread logs after the line: hold every logging handler's lock until the process ends.
   for handler in logging.getLogger().handlers + logging.getLogger('absl').handlers:
     handler.acquire()
@@ -303,9 +306,9 @@ class EndOnCheckFailure:
   ends the process at once with its one line and ERROR_EXIT_CODE. Lingvo's `_RunLoop` would
   retry it as an expected error (InvalidArgumentError), for minutes, then leave the process idle;
   the check fails the same way every time. The training runners record the line for the other
-  tasks of the job; evaluation jobs, which share the logdir of a training job, do not."""
+  tasks of the job (_EndJob); evaluation jobs, which share the logdir of a training job, do not."""
 
-  RECORD_CHECK_FAILURE = True
+  RECORD_JOB_FAILURE = True
 
   def _RunLoop(self, job_name, loop_func, loop_args=(), cleanup_func=None):
 
@@ -316,10 +319,71 @@ class EndOnCheckFailure:
         line = check_failure.OneLine(e)
         if line is None:
           raise
-        _EndOnCheckFailure(line, self.RECORD_CHECK_FAILURE)
+        _EndJob(line, self.RECORD_JOB_FAILURE)
         raise  # Not reached: the process has ended.
 
     return super()._RunLoop(job_name, Loop, loop_args, cleanup_func)  # pylint: disable=no-member
+
+
+# The checkpointer methods that save or restore; their time does not count towards
+# --step_timeout_s.
+_CHECKPOINTER_IO = ('Save', 'Sync', 'Restore', 'RestoreIfNeeded', 'RestoreFromPath',
+                    'RestoreGlobalStepIfNeeded')
+
+
+class WatchedSteps:
+  """Mixin for Lingvo's Trainer: a step that does not finish within --step_timeout_s ends the job
+  with one line (tensorpipe.trainer.step_watchdog), instead of a trainer that waits without end.
+
+  Lingvo's training loop calls `_ShouldStop(sess, global_step)` before every step: there the loop
+  reports the global step (step_watchdog.LoopWatch). The trainer's checkpointers save and restore
+  unchanged, their time left out of the bound. `_OnStall` ends the job.
+  """
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._loop_watch = None
+    if FLAGS.step_timeout_s:
+      self._loop_watch = step_watchdog.LoopWatch(FLAGS.step_timeout_s, self._OnStall)
+      checkpointers = [getattr(self, name, None)
+                       for name in ('_checkpointer', '_final_checkpointer')]
+      for checkpointer in {id(c): c for c in checkpointers if c is not None}.values():
+        self._loop_watch.ExcludeFrom(checkpointer, _CHECKPOINTER_IO)
+      _Log('every training step must finish within --step_timeout_s=%d s (the first of a run '
+           'within %d s), checkpoint saves and restores not counted', FLAGS.step_timeout_s,
+           FLAGS.step_timeout_s * step_watchdog.FIRST_STEP_FACTOR)
+
+  def _Loop(self):
+    if self._loop_watch:
+      self._loop_watch.LoopStarts()
+    super()._Loop()  # pylint: disable=no-member  # Lingvo's Trainer's.
+    if self._loop_watch:  # Training ended (an error that Lingvo retries leaves the watch on).
+      self._loop_watch.Stop()
+
+  def _ShouldStop(self, sess=None, step=None, check_early_stop=True):
+    watched = bool(self._loop_watch and step is not None and self._loop_watch.Observe(int(step)))
+    stop = super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
+    if stop and watched:
+      self._loop_watch.Stop()
+    return stop
+
+  def _OnStall(self, stall):
+    """Asks every other task of the job for its status (liveness.Silent), then ends the job with
+    the line for `stall` (_EndJob), unless the step finished meanwhile or a SIGTERM's save ends
+    this task (returns False)."""
+    if PREEMPTION.received.is_set():
+      return False
+    silent = None  # A job of one process.
+    if _StartsServer():
+      peers = liveness.Peers(preflight.ParseClusterSpec(FLAGS.cluster_spec), FLAGS.job,
+                             FLAGS.task)
+      silent = liveness.Silent(peers, liveness.STATUS_TIMEOUT_S)
+    line = step_watchdog.StallLine(stall, silent, liveness.STATUS_TIMEOUT_S)
+    if self._loop_watch.watchdog.Check() is None:
+      _Log('the step after global step %d finished after all', stall.global_step)
+      return False
+    _EndJob(line, record=True)
+    return True  # Not reached: the process has ended.
 
 
 class TensorPipeController(EndOnCheckFailure, startup.PromptStart, QuietOnSigterm,
@@ -328,9 +392,12 @@ class TensorPipeController(EndOnCheckFailure, startup.PromptStart, QuietOnSigter
   SIGTERM (QuietOnSigterm), ending at a failed check (EndOnCheckFailure)."""
 
 
-class TensorPipeTrainer(EndOnCheckFailure, startup.PromptStart, CheckpointsBetweenSteps,
-                        trainer_profiling.ProfilingTrainer):
-  """The profiling trainer, starting as soon as the model is ready (startup.PromptStart), writing
+class TensorPipeTrainer(  # pylint: disable=too-many-ancestors  # One mixin per concern.
+    EndOnCheckFailure, startup.PromptStart, WatchedSteps, input_position.InputAtStep,
+    CheckpointsBetweenSteps, trainer_profiling.ProfilingTrainer):
+  """The profiling trainer, starting as soon as the model is ready (startup.PromptStart), ending
+  the job at a step that does not finish within --step_timeout_s (WatchedSteps), reading after
+  every restore the batches a run without the restart reads (input_position.InputAtStep), writing
   the checkpoints between steps, the last one and a preempted one included
   (CheckpointsBetweenSteps), ending at a failed check (EndOnCheckFailure)."""
 
@@ -339,7 +406,7 @@ class TensorPipeEvaler(EndOnCheckFailure, ExplainedCheckpointWait, runners.Evale
   """Lingvo's Evaler, saying why it waits for a checkpoint (ExplainedCheckpointWait), ending at a
   failed check (EndOnCheckFailure)."""
 
-  RECORD_CHECK_FAILURE = False
+  RECORD_JOB_FAILURE = False
 
   def _UpdateProcessedCheckpoints(self, runner_dir, ckpt_path):
     # Lingvo 0.14.0's Evaler calls this method, which it lacks, after evaluating the checkpoint of
@@ -351,7 +418,7 @@ class TensorPipeDecoder(EndOnCheckFailure, ExplainedCheckpointWait, runners.Deco
   """Lingvo's Decoder, saying why it waits for a checkpoint (ExplainedCheckpointWait), ending at a
   failed check (EndOnCheckFailure)."""
 
-  RECORD_CHECK_FAILURE = False
+  RECORD_JOB_FAILURE = False
 
 
 class RunnerManager(trainer.RunnerManager):
@@ -489,20 +556,7 @@ def Validate():
   if jobs and all(_IsEvalOnlyJob(j) for j in jobs):
     _CheckEvalCheckpoints(jobs, cfg)
   if FLAGS.tensorpipe_plan and datasets:
-    LogModelPlan(registry.ModelParams(FLAGS.model, 'Train'))
-
-
-def LogModelPlan(cfg):
-  """Logs the plan of model params `cfg` for --tensorpipe_plan devices (registry.UsageError on a
-  bad profile or memory, or a model that fits no configuration)."""
-  try:
-    text = model_plan.PlanText(cfg, FLAGS.tensorpipe_plan, FLAGS.tensorpipe_plan_device,
-                               FLAGS.tensorpipe_plan_memory or None, FLAGS.model)
-  except ValueError as e:
-    raise registry.UsageError('--tensorpipe_plan: %s' % e) from e
-  for line in text.splitlines():
-    _Log('plan: %s', line)
-  return text
+    startup_plan.LogModelPlan(registry.ModelParams(FLAGS.model, 'Train'), FLAGS.model)
 
 
 def _CheckEvalCheckpoints(jobs, cfg):
@@ -706,9 +760,11 @@ _CONTROLLER_END_S = 120  # Bound on the trainer client's wait for the controller
 class ClusterTask:
   """This process's task of a --cluster_spec job (controller, trainer client or worker).
 
-  Ends the process with one line when another task of the job is lost (liveness.PeerWatch), and
-  handles SIGTERM: the trainer client saves its current step (CheckpointsBetweenSteps) and ends;
-  the others keep serving until it has ended, at most --sigterm_grace_s seconds.
+  Ends the process with one line when another task of the job is lost, or is not the task the spec
+  puts at its address (liveness.PeerWatch), or has ended the job with a line it recorded (_EndJob:
+  a failed check, a stuck step, a task at another's address), and handles SIGTERM: the trainer
+  client saves its current step (CheckpointsBetweenSteps) and ends; the others keep serving until
+  it has ended, at most --sigterm_grace_s seconds.
   """
 
   JOBS = ('controller', 'trainer_client', 'worker')
@@ -722,20 +778,35 @@ class ClusterTask:
   def InstallSigterm(self):
     PREEMPTION.Install(self._OnSigterm)
 
-  def StartWatch(self):
-    threading.Thread(target=self.watch.Run, args=(self._OnLost, self._stop), daemon=True,
-                     name='tensorpipe-peer-watch').start()
-    threading.Thread(target=self._WatchCheckFailure, daemon=True,
-                     name='tensorpipe-check-failure-watch').start()
+  def WatchJobFailure(self):
+    """From now on, a line another task ends the job with ends this task too (_WatchJobFailure).
+    Started at once: it also ends a task that waits for the workers (WaitForWorkers)."""
+    threading.Thread(target=self._WatchJobFailure, daemon=True,
+                     name='tensorpipe-job-failure-watch').start()
 
-  def _WatchCheckFailure(self):
-    """A check that failed in the trainer client (EndOnCheckFailure) ends this task too, with the
-    check's line."""
+  def StartWatch(self):
+    """From now on, a lost task, or one at another task's address, ends this task
+    (liveness.PeerWatch)."""
+    threading.Thread(target=self.watch.Run, args=(self._OnLost, self._OnWrongTask, self._stop),
+                     daemon=True, name='tensorpipe-peer-watch').start()
+
+  def _WatchJobFailure(self):
+    """A line another task ended the job with (_EndJob: a failed check or a stuck step in the
+    trainer client, a task at another task's address) ends this task too, with that line."""
     while not self._stop.wait(liveness.POLL_S):
-      line = _RecordedCheckFailure()
-      if line and not _ENDING.is_set():
-        _Fail(line)
-        _Exit(ERROR_EXIT_CODE)
+      if self._EndIfRecorded():
+        return
+
+  @staticmethod
+  def _EndIfRecorded():
+    """Ends the process with the line another task recorded when it ended the job, if there is one
+    (returns False if not)."""
+    line = _RecordedJobFailure()
+    if not line or _ENDING.is_set():
+      return False
+    _Fail(line)
+    _Exit(ERROR_EXIT_CODE)
+    return True  # Reached only where _Exit is faked.
 
   def Finish(self):
     """After this task's runners ended: the trainer client waits for the controller to end."""
@@ -745,9 +816,17 @@ class ClusterTask:
       while not self.watch.Gone('controller') and time.monotonic() < deadline:
         time.sleep(liveness.POLL_S)
 
+  @staticmethod
+  def _OnWrongTask(message):
+    """Ends the job: a task it needs is not where the spec puts it. The line is recorded, so that
+    tasks that did not see it (e.g. whose watch starts later) end with it too."""
+    _EndJob(message, record=True)
+
   def _OnLost(self, message):
     if PREEMPTION.received.is_set() and self.job != 'trainer_client':
       return  # _OnSigterm ends this task.
+    if self._EndIfRecorded():  # The lost task ended the job with a line: that line, not "lost".
+      return
     if self.job == 'worker':
       done = _TrainingDone()
       if done:
@@ -821,6 +900,7 @@ def main(unused_argv):
   if FLAGS.cluster_spec and FLAGS.mode == 'sync' and len(jobs) == 1 and jobs[0] in ClusterTask.JOBS:
     task = ClusterTask(jobs[0], FLAGS.task)
     task.InstallSigterm()
+    task.WatchJobFailure()
     if task.job == 'worker':
       task.StartWatch()
   if FLAGS.cluster_spec and any(j in ('controller', 'trainer_client') for j in jobs):
@@ -834,7 +914,15 @@ def main(unused_argv):
   from lingvo.core import tpu_embedding_layers_v2  # pylint: disable=g-import-not-at-top
   from lingvo.core import tpu_embedding_manager  # pylint: disable=g-import-not-at-top
   tpu_embedding_layers_v2.TPU_EMBEDDING_MANAGER = tpu_embedding_manager.TPUEmbeddingManager()
-  RunnerManager(FLAGS.model).Start()
+  try:
+    RunnerManager(FLAGS.model).Start()
+  except Exception:  # pylint: disable=broad-except
+    line = _RecordedJobFailure() if task else None
+    if line is None:
+      raise
+    # Another task ended the job (e.g. a worker at another worker's address) while this one
+    # started: TensorFlow's error here follows from it; the line says what to do.
+    _EndJob(line, record=False)
   if task:
     task.Finish()
   _LogOutcome(jobs)

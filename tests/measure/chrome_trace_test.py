@@ -7,6 +7,7 @@ import collections
 import json
 import os
 import tempfile
+from unittest import mock
 
 import numpy as np
 from lingvo.core import test_utils
@@ -90,6 +91,26 @@ class ChromeTraceTest(test_utils.TestCase):
         self.assertEqual(e['args'], {'partition': k, 'micro_batch': t, 'pipeline': 'pipe'})
     self.assertIn('update', {e['name'] for e in slices})
     return slices
+
+  def testAWriteThatFailsHalfwayLeavesTheEarlierFileWhole(self):
+    trace = _TracedStep('gpipe')
+    directory = tempfile.mkdtemp(dir=self.get_temp_dir())
+    path = os.path.join(directory, 'step.json')
+    chrome_trace.Write(trace, path, 'first')
+
+    def _HalfDump(obj, f, **kwargs):
+      f.write(json.dumps(obj, **kwargs)[:4096])
+      raise OSError('disk full')
+
+    with mock.patch.object(chrome_trace.json, 'dump', _HalfDump):
+      with self.assertRaisesRegex(OSError, 'disk full'):
+        chrome_trace.Write(trace, path, 'second')
+    self.assertEqual(os.listdir(directory), ['step.json'])
+    with open(path) as f:
+      self.assertEqual(json.load(f)['otherData']['title'], 'first')
+    chrome_trace.Write(trace, path, 'third')  # Over an existing file.
+    with open(path) as f:
+      self.assertEqual(json.load(f)['otherData']['title'], 'third')
 
   def testFillDrainStep(self):
     slices = self._AssertSlicesMatchSchedule(

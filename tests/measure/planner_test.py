@@ -1,13 +1,21 @@
-"""Planner: rankings on constructed costs, schedule-aware memory, profiles and errors."""
+"""Planner: rankings on constructed costs, schedule-aware memory, pruning, measuring each distinct
+layer once (cached), profiles and errors."""
 
+import dataclasses
 import functools
+import json
+import os
+import re
 
 import pytest
 
+from tensorpipe import disk_cache
 from tensorpipe.partition import cost_model
 from tensorpipe.measure import planner
+from tensorpipe import progress as progress_lib
 from tensorpipe import schedule
 from tensorpipe import units
+from tests import helpers
 
 # An accelerator-like device: 1 Gflop/s, no per-op or per-call costs, a link so fast that
 # transfers cost nothing.
@@ -75,6 +83,193 @@ class TestRanking:
     two = planner.Evaluate(half, slow, 1e12, 2, 1, 1, 'gpipe', 'never')
     # Ring all-reduce of 8000 float32 gradients over 1 kB/s: 2 (S - 1) / S x 32 kB = 32 s.
     assert two.step_time == pytest.approx(alone.step_time + 32.0)
+
+
+class TestPruning:
+  """exact=N simulates only what can rank among the first N: the same first N ranks, the same
+  table of N rows, fewer simulations."""
+
+  @staticmethod
+  def _Uneven():
+    return [cost_model.LayerProfile('l%d' % i, 1e9 * (1 + i % 3), 1000 * (i + 1), 0, 10000,
+                                    10000, 100000 * (1 + i % 2), forward_ops=10, backward_ops=20)
+            for i in range(8)]
+
+  @pytest.mark.parametrize('device', [
+      _DEVICE,
+      planner.DeviceProfile('shared', 1e9, 1e9, 1e9, 'constructed', efficiency=1.0,
+                            op_overhead=1e-4, call_overhead=1e-3, cores=2.0,
+                            backward_parallelism=2.0)])
+  def testTheFirstRanksAndTheTableAreTheExhaustiveSearchs(self, device, monkeypatch):
+    simulate = planner.simulator.Simulate
+    calls = []
+    monkeypatch.setattr(planner.simulator, 'Simulate',
+                        lambda *a, **k: calls.append(1) or simulate(*a, **k))
+    args = dict(schedules=('gpipe', '1f1b', 'zero_bubble', 'interleaved_1f1b', 'zbv'),
+                micro_batches=(1, 4), replicas=(1, 2))
+    least = min(c.peak_memory for c in planner.PlanPipeline(self._Uneven(), 16, 4, device, 1e12,
+                                                             **args).configurations)
+    for memory_share in (1.05, 100.0):  # Few fit, all fit.
+      memory = memory_share * least
+      del calls[:]
+      full = planner.PlanPipeline(self._Uneven(), 16, 4, device, memory, **args)
+      everything = len(calls)
+      assert everything == len(full.configurations)
+      for rows in (1, 6):
+        del calls[:]
+        pruned = planner.PlanPipeline(self._Uneven(), 16, 4, device, memory, exact=rows, **args)
+        assert planner.Format(pruned, rows) == planner.Format(full, rows)
+        assert pruned.configurations[:rows] == full.configurations[:rows]
+        assert len(pruned.configurations) == everything == len(calls) + sum(
+            not c.simulated for c in pruned.configurations)
+        if memory_share == 100.0:
+          assert len(calls) < everything / 2, (rows, len(calls), everything)
+        # Those not simulated fit, and follow every simulated one that fits.
+        ranks = [(c.fits, c.simulated) for c in pruned.configurations]
+        assert ranks == sorted(ranks, key=lambda r: (not r[0], not r[1]))
+
+  def testASearchWithTheSameInputsIsReadFromTheCache(self, tmp_path, monkeypatch):
+    simulate = planner.simulator.Simulate
+    calls = []
+    monkeypatch.setattr(planner.simulator, 'Simulate',
+                        lambda *a, **k: calls.append(1) or simulate(*a, **k))
+    cache = disk_cache.DiskCache(str(tmp_path))
+    first = _Plan(1e12, exact=4, cache=cache)
+    assert calls
+    del calls[:]
+    lines = []
+    again = _Plan(1e12, exact=4, cache=cache, progress=progress_lib.Progress(lines.append))
+    assert (calls, again.configurations) == ([], first.configurations)
+    assert planner.Format(again, 4) == planner.Format(first, 4)
+    assert lines == ['search: %d configurations read from the cache (a run with the same inputs '
+                     'ranked them)' % len(first.configurations)]
+    assert _Plan(1e12, exact=5, cache=cache).configurations[:4] == first.configurations[:4]
+    assert calls  # Other arguments: another search.
+    [name] = [n for n in os.listdir(tmp_path / 'search')
+              if json.loads((tmp_path / 'search' / n).read_text())['key'].endswith('4)')]
+    entry = json.loads((tmp_path / 'search' / name).read_text())
+    entry['value'][0]['step_time'] = 'fast'  # Not a configuration: searched again.
+    (tmp_path / 'search' / name).write_text(json.dumps(entry))
+    del calls[:]
+    assert _Plan(1e12, exact=4, cache=cache).configurations == first.configurations and calls
+
+  def testExactMustBePositive(self):
+    with pytest.raises(ValueError, match='exact must be None or a positive number of ranks, got 0'):
+      _Plan(exact=0)
+
+  def testProgressNamesThePhasesAndWhatWasSkipped(self):
+    lines = []
+    clock = iter(range(1000)).__next__
+    progress = progress_lib.Progress(lines.append, interval=1e9, clock=lambda: float(clock()))
+    ranking = _Plan(memory=1e12, exact=3, progress=progress)
+    n = len(ranking.configurations)
+    assert lines[0] == ('splitting and sizing configurations (S x K x M x schedule x recompute): '
+                        '%d to do' % n)
+    assert re.fullmatch(r'splitting and sizing .*: done in [0-9.]+ s; %d fit the memory' % n,
+                        lines[1])
+    simulated = sum(c.simulated for c in ranking.configurations)
+    assert lines[2] == 'simulating steps, best first by a lower bound: %d to do' % n
+    assert lines[3].endswith('; %d simulated; %d skipped: a lower bound of their step time shows '
+                             'they rank below the first 3' % (simulated, n - simulated))
+    assert len(lines) == 4
+
+
+def _Dense(name, seed, dim=8):
+  return helpers.Dense.Params().Set(name=name, dim=dim, seed=seed)
+
+
+def _OldLayerTimes(layers, shapes, batch_dim=0, small=8):
+  """The planner's layer times as they were measured before distinct layers were: every layer in
+  the chain of the layers before it (cost_model.MeasureSeconds), at the batch and 1/small of it."""
+  batch = shapes[0][batch_dim]
+  low = max(1, batch // small)
+  full, part = [cost_model.MeasureSeconds(
+      layers, [[b if i == batch_dim else d for i, d in enumerate(s)] for s in shapes],
+      timer=helpers.MatMulElementsRun) for b in (batch, low)]
+  out = []
+  for t_full, t_low in zip(full, part):
+    per_example = max(0.0, (t_full - t_low) / (batch - low)) if batch > low else 0.0
+    out.append(planner.LayerTime(max(0.0, t_low - per_example * low), per_example))
+  return out
+
+
+class TestMeasuring:
+
+  def testDistinctLayersAreMeasuredOnceAndThenReadFromTheCache(self, tmp_path):
+    layers = [_Dense('a', 0), _Dense('b', 0), _Dense('c', 1), _Dense('d', 0, dim=8)]
+    calls = []
+
+    def Timer(sess, step, repeats):
+      calls.append(repeats)
+      return helpers.MatMulElementsRun(sess, step)
+
+    cache = disk_cache.DiskCache(str(tmp_path))
+    lines = []
+    progress = progress_lib.Progress(lines.append, interval=1e9)
+    times = planner.MeasureLayerTimes(layers, [[16, 8]], cache=cache, progress=progress,
+                                      timer=Timer)
+    # Two distinct layers (a, b, d alike; c's seed differs), each at 16 and 2 examples.
+    assert calls == [5] * 4
+    assert times == _OldLayerTimes(layers, [[16, 8]])
+    # Dense: 2 B D + D^2 elements written by its MatMuls; fitted exactly.
+    assert times[0] == planner.LayerTime(64.0, 16.0)
+    assert lines[-1] == 'measuring the distinct layers of 4 at 16 and 2 examples: 0 of 2 read from ' \
+        'the cache'
+    del calls[:]
+    assert planner.MeasureLayerTimes(layers, [[16, 8]], cache=cache, timer=Timer) == times
+    assert calls == []
+    # Other batch sizes are other measurements; a bad entry is measured again.
+    planner.MeasureLayerTimes(layers, [[16, 8]], measuring=planner.Measuring(4, 1, 2),
+                              cache=cache, timer=Timer)
+    assert calls == [2] * 4
+    for name in os.listdir(tmp_path / 'layer_seconds'):
+      (tmp_path / 'layer_seconds' / name).write_text(json.dumps({'format': 1, 'key': 'x'}))
+    del calls[:]
+    assert planner.MeasureLayerTimes(layers, [[16, 8]], cache=cache, timer=Timer) == times
+    assert calls == [5] * 4
+
+  def testTheBudgetPicksTheLargestBatchesThenFewerRuns(self):
+    profiles = _Profiles(num_layers=4, flops=64e9)  # 1 Gflop per example at batch 64.
+    device = dataclasses.replace(_DEVICE, op_overhead=0.0)
+    distinct = [0, 1]
+    full = planner.Measuring(64, 8)
+    setup = 2 * 30 * planner.SETUP_SECONDS_PER_OP
+    # Two layers, each 6 runs of (64 + 8) examples at 6 s per example (6 x flops at 1 Gflop/s).
+    assert planner.MeasuringSeconds(profiles, distinct, device, 64, full) == pytest.approx(
+        setup + 2 * 6 * 72 * 6.0)
+
+    def Choose(budget):
+      return planner.ChooseMeasuring(profiles, distinct, device, 64, budget)[0]
+
+    assert Choose(1e9) == full
+    assert Choose(2 * 6 * 36 * 6.0 + setup) == planner.Measuring(32, 4)
+    assert Choose(2 * 6 * 3 * 6.0 + setup) == planner.Measuring(2, 1)
+    assert Choose(2 * 4 * 3 * 6.0 + setup) == planner.Measuring(2, 1, 3)
+    assert Choose(2 * 2 * 3 * 6.0 + setup) == planner.Measuring(2, 1, 1)
+    measuring, least = planner.ChooseMeasuring(profiles, distinct, device, 64, 1.0)
+    assert measuring is None and least == pytest.approx(2 * 2 * 3 * 6.0 + setup)
+
+  def testAMicroBatchIsEstimatedToAddItsWeightGradients(self):
+    device = dataclasses.replace(_DEVICE, link_bandwidth=12e3)
+    # 8 layers of 1000 parameters: 3 float32 moved per parameter at 12 kB/s.
+    assert planner.MicroBatchSecondsEstimate(_Profiles(), device) == pytest.approx(8.0)
+
+  def testTheCpuProfileIsMeasuredOncePerCache(self, tmp_path, monkeypatch):
+    measured = []
+    cpu = dataclasses.replace(_DEVICE, name=planner.CPU, cores=2.0)
+    monkeypatch.setattr(planner, 'MeasureCpu', lambda: measured.append(1) or cpu)
+    cache = disk_cache.DiskCache(str(tmp_path))
+    lines = []
+    progress = progress_lib.Progress(lines.append)
+    assert planner.Profile(planner.CPU, cache, progress) == cpu
+    assert planner.Profile(planner.CPU, cache, progress) == cpu
+    assert (measured, lines) == ([1], ['measuring this machine\'s CPU devices'])
+    [name] = os.listdir(tmp_path / 'cpu_profile')
+    entry = json.loads((tmp_path / 'cpu_profile' / name).read_text())
+    entry['value']['peak_flops'] = 'fast'  # Not a profile: measured again.
+    (tmp_path / 'cpu_profile' / name).write_text(json.dumps(entry))
+    assert planner.Profile(planner.CPU, cache) == cpu and measured == [1, 1]
+    assert planner.Profile(planner.CPU) == cpu and measured == [1, 1, 1]
 
 
 class TestScheduleMemory:

@@ -373,5 +373,37 @@ class VirtualStagesTest(unittest.TestCase):
               self.assertLessEqual(a[1], b[0] + 1e-12)
 
 
+class LowerBoundTest(unittest.TestCase):
+
+  def testNoSimulatedStepIsBelowItsBound(self):
+    rng = random.Random(7)
+    schedules = [schedule.FillDrainSchedule(3, 5, 2), schedule.OneFOneBSchedule(4, 6),
+                 schedule.ZeroBubbleSchedule(3, 4), schedule.InterleavedOneFOneBSchedule(2, 4, 2),
+                 schedule.ZeroBubbleVSchedule(2, 3), schedule.FillDrainSchedule(1, 3)]
+    for sched in schedules:
+      for cores in (None, 0.5, 1, 2, 8):
+        for _ in range(5):
+          costs = _Random(rng, sched.num_partitions, recompute=True, parallel=True)
+          for c in costs:
+            c.weight = rng.uniform(0.0, 2.0)
+          bound = simulator.LowerBound(costs, sched, cores)
+          for transfer in (0.0, 0.7):
+            step = simulator.Simulate(costs, sched, transfer, cores).step_time
+            self.assertLessEqual(bound, step * (1 + 1e-12), (sched.name, cores))
+          self.assertGreater(bound, 0.0)
+
+  def testItIsTheStepWhereNothingOverlaps(self):
+    # One device runs every action one after another: the step is the device's busy time.
+    costs = _Random(random.Random(3), 1, recompute=True)
+    sched = schedule.OneFOneBSchedule(1, 4)
+    self.assertAlmostEqual(simulator.LowerBound(costs, sched),
+                           simulator.Simulate(costs, sched).step_time, places=12)
+    # One core: the step is the total work (testOneCoreRunsTheTotalWork).
+    costs = _Random(random.Random(4), 3, parallel=True)
+    sched = _Gpipe(costs, 4)
+    self.assertAlmostEqual(simulator.LowerBound(costs, sched, cores=1),
+                           simulator.Simulate(costs, sched, cores=1).step_time, places=9)
+
+
 if __name__ == '__main__':
   unittest.main()

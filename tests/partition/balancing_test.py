@@ -93,7 +93,7 @@ class OptimalSplitTest(unittest.TestCase):
     # One huge layer: it gets a partition of its own, the rest share the others.
     self.assertEqual(balancing.OptimalSplit([1, 1, 1000, 1, 1, 1], 3), [2, 1, 3])
 
-  def testMemoryBudgetIsRespectedAndOptimal(self):
+  def testMemoryBudgetIsRespectedAndOptimalAndFitsSaysWhetherOneExists(self):
     rng = random.Random(4)
     checked = 0
     for _ in range(300):
@@ -104,6 +104,7 @@ class OptimalSplitTest(unittest.TestCase):
                                [rng.randint(0, 6) for _ in range(num_layers)])
       budget = rng.randint(5, 30)
       best = _BruteForce(cost, num_partitions, mem, budget)
+      self.assertEqual(balancing.Fits(mem, num_partitions, budget), best is not None)
       if best is None:
         with self.assertRaisesRegex(ValueError, 'no split of %d layers into %d partitions fits a '
                                     'memory budget of %d B' % (num_layers, num_partitions, budget)):

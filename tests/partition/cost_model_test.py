@@ -1,4 +1,8 @@
-"""Cost model: FPropMeta chaining, variable counts without allocation, memory estimates, timing."""
+"""Cost model: FPropMeta chaining, variable counts without allocation, memory estimates, timing,
+nested input shapes and the facts kept in a disk cache."""
+
+import os
+from unittest import mock
 
 from lingvo import compat as tf
 from lingvo.core import base_layer
@@ -6,6 +10,7 @@ from lingvo.core import layers as lingvo_layers
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
+from tensorpipe import disk_cache
 from tensorpipe.measure import workloads
 from tensorpipe.partition import cost_model
 from tensorpipe.tasks.image import classifier
@@ -35,6 +40,26 @@ class _MaskedProjection(base_layer.BaseLayer):
   @classmethod
   def FPropMeta(cls, p, x):
     return py_utils.NestedMap(flops=2 * x.num_elements() * 4, out_shapes=(x,))
+
+
+class _MaskedStep(helpers.Dense):
+  """Dense on NestedMap(vec [B, D], paddings [B]): vec transformed, paddings passed on."""
+
+  def FProp(self, theta, inputs):
+    out = py_utils.NestedMap(inputs)
+    out.vec = tf.tanh(tf.matmul(inputs.vec, theta.w)) * (1.0 - inputs.paddings[:, None])
+    return out
+
+  @classmethod
+  def FPropMeta(cls, p, inputs):
+    return py_utils.NestedMap(flops=2 * inputs.vec.num_elements() * p.dim, out_shapes=(inputs,))
+
+
+class _StaticBatch(helpers.Dense):
+  """Dense that needs its batch size when its graph is built."""
+
+  def FProp(self, theta, x):
+    return tf.reshape(super().FProp(theta, x), [int(x.shape[0]), self.params.dim])
 
 
 class CostModelTest(test_utils.TestCase):
@@ -153,6 +178,64 @@ class CostModelTest(test_utils.TestCase):
                                       timer=lambda sess, step, repeats: helpers.MatMulsRun(
                                           sess, step))
     self.assertEqual(costs, [3, 3, 3])  # Each layer ran: 1 forward and 2 backward MatMuls.
+
+  def testNestedMapInputs(self):
+    layers = [_MaskedStep.Params().Set(name='m%d' % i, dim=8) for i in range(2)]
+    shapes = [py_utils.NestedMap(vec=[4, 8], paddings=[4])]
+    self.assertEqual(cost_model.BatchOf(shapes, 0), 4)
+    doubled = cost_model.WithBatch(shapes, 0, 8)
+    self.assertEqual(doubled[0].vec, [8, 8])
+    self.assertEqual(doubled[0].paddings, [8])
+    profiles = cost_model.Profiles(layers, doubled)
+    self.assertEqual([p.in_elements for p in profiles], [8 * 8 + 8] * 2)
+    self.assertEqual([p.params for p in profiles], [64, 64])
+    self.assertGreater(profiles[0].activation_elements, 0)
+    metas, _ = cost_model.ChainMeta(layers, doubled)
+    seconds = cost_model.MeasureLayerSeconds(layers[:1], [metas[0][1]], [8, 2],
+                                             timer=helpers.MatMulElementsRun)
+    self.assertEqual(seconds, [[3 * 8 * 8 + 0.0, 2 * 2 * 8 + 8 * 8 + 0.0]])
+
+  def testEachLayerIsBuiltOnceForEveryBatchSize(self):
+    dense = helpers.Dense.Params().Set(name='d', dim=8)
+    static = _StaticBatch.Params().Set(name='s', dim=8)
+    built, timed = [], []
+    seconds = cost_model.MeasureLayerSeconds(
+        [dense, static], [[[16, 8]], [[16, 8]]], [16, 2], repeats=2,
+        timer=helpers.MatMulElementsRun, built=lambda: built.append(1),
+        timed=lambda i, s: timed.append((i, s)))
+    # B x D forward, B x D and D x D backward; the static layer in a graph of its own per batch.
+    expected = [2 * 16 * 8 + 64.0, 2 * 2 * 8 + 64.0]
+    self.assertEqual(seconds, [expected, expected])
+    self.assertEqual((len(built), timed), (2, [(0, expected), (1, expected)]))
+    with self.assertRaisesRegex(ValueError, r'examples must be in decreasing order, got \[2, 16\]'):
+      cost_model.MeasureLayerSeconds([dense], [[[16, 8]]], [2, 16])
+
+  def testFactsAreBuiltOncePerMachineWithACache(self):
+    cache = disk_cache.DiskCache(self.create_tempdir().full_path)
+    layers = [helpers.Dense.Params().Set(name='a%d' % i, dim=8) for i in range(3)]
+    builds = []
+    build = cost_model._Facts  # pylint: disable=protected-access
+
+    def Counted(*args):
+      builds.append(args[0].name)
+      return build(*args)
+
+    profiles = []
+    with mock.patch.object(cost_model, '_Facts', Counted):
+      for _ in range(2):  # A fresh process each time: its own facts are gone.
+        with mock.patch.object(cost_model, '_FACTS', {}):
+          profiles.append(cost_model.Profiles(layers, [[4, 8]], cache=cache))
+      self.assertEqual(builds, ['a0'])  # One distinct layer, built by the first run only.
+      self.assertEqual(profiles[0], profiles[1])
+      with mock.patch.object(cost_model, '_FACTS', {}):  # Without the cache: built again.
+        self.assertEqual(profiles[0], cost_model.Profiles(layers, [[4, 8]]))
+      self.assertEqual(builds, ['a0', 'a0'])
+      for name in os.listdir(os.path.join(cache.directory, 'layer_facts')):
+        with open(os.path.join(cache.directory, 'layer_facts', name), 'w') as f:
+          f.write('{"format": 1, "key": ')  # Cut short: built again, no error.
+      with mock.patch.object(cost_model, '_FACTS', {}):
+        self.assertEqual(cost_model.Profiles(layers, [[4, 8]], cache=cache), profiles[0])
+      self.assertEqual(builds, ['a0', 'a0', 'a0'])
 
   def testLayerWithoutFPropMetaIsNamed(self):
     opaque = base_layer.BaseLayer.Params().Set(name='opaque')

@@ -8,16 +8,20 @@ cores: the runners start as soon as the model is ready (tensorpipe.trainer.start
 """
 
 import collections
+import functools
 import glob
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import types
 from unittest import mock
 
 from absl.testing import flagsaver
@@ -27,7 +31,10 @@ from lingvo import compat as tf
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
+from tensorpipe.trainer import job_failure
+from tensorpipe.trainer import liveness
 from tensorpipe.trainer import registry
+from tensorpipe.trainer import step_watchdog
 from tensorpipe.trainer import train
 from tests import helpers
 
@@ -67,11 +74,8 @@ def _Run(args, timeout):
 
 
 def _StepLosses(log):
-  """{step: loss} from Lingvo's trainer lines 'step: N, steps/sec: ... loss:X ...'."""
-  out = {}
-  for m in re.finditer(r'\] step:\s*(\d+), steps/sec:.* loss:([0-9.eE+-]+)', log):
-    out[int(m.group(1))] = float(m.group(2))
-  return out
+  """{step: loss} of the trainer's log (the last time each step was logged)."""
+  return {step: losses[-1] for step, losses in helpers.StepLosses(log).items()}
 
 
 def _LatestStep(train_dir):
@@ -103,9 +107,16 @@ class ValidateTest(test_utils.TestCase):
     self._Validate()
 
   def testPlanIsLoggedAndItsFlagsApply(self):
+    cache_dir = self.create_tempdir().full_path
     with mock.patch.object(train, '_Log') as log:
-      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V100-16GB')
+      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V100-16GB',
+                     tensorpipe_plan_cache_dir=cache_dir)
     lines = [call.args[1] for call in log.call_args_list if call.args[0] == 'plan: %s']
+    progress = [call.args[1] for call in log.call_args_list if call.args[0] == 'planning: %s']
+    self.assertEqual(progress[0], 'cost model: building the distinct layers of 4: 4 to do')
+    self.assertTrue(progress[-1].startswith('simulating steps, best first by a lower bound: done '
+                                            'in '), progress)
+    self.assertNotEmpty(os.listdir(os.path.join(cache_dir, 'layer_facts')))
     self.assertIn('rank', lines[1])
     best = re.search(r'best: S=(\d+) K=(\d+) M=(\d+) (\S+) (\S+); train it with: '
                      r'--worker_gpus=(\d+) --worker_split_size=(\d+) '
@@ -118,10 +129,20 @@ class ValidateTest(test_utils.TestCase):
     self.assertEqual((p.num_partitions, p.num_micro_batches, p.schedule, p.recompute),
                      (int(k), int(m), sched, recompute))
 
+  def testPlanWithABadCacheDirectory(self):
+    not_a_dir = self.create_tempfile().full_path
+    with self.assertRaisesRegex(registry.UsageError, r"^--tensorpipe_plan_cache_dir: cache "
+                                r"directory '%s/c' cannot be created \(Not a directory\); give a "
+                                r"writable directory, or --tensorpipe_plan_cache_dir=none$" %
+                                re.escape(not_a_dir)):
+      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V100-16GB',
+                     tensorpipe_plan_cache_dir=not_a_dir + '/c')
+
   def testPlanWithAnUnknownProfile(self):
     with self.assertRaisesRegex(registry.UsageError, r"--tensorpipe_plan: unknown device profile "
                                 r"'V200'; known profiles: cpu, A100-40GB"):
-      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V200')
+      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V200',
+                     tensorpipe_plan_cache_dir='none')
 
   def testTooFewCpuDevices(self):
     with self.assertRaisesRegex(registry.UsageError, r'needs 4 devices per model split.*'
@@ -436,20 +457,21 @@ class WrongBatchDim(base_model_params.SingleTaskModelParams):
 """
 
 
-# Runs the WrongBatchDim model as a --cluster_spec job of three processes on fixed loopback ports
-# (run in a network namespace of its own, where no other process can hold them); each task's output
-# goes to LOGDIR/JOB.log. Every task is stopped by pid after 180 s at most; prints {job: status}.
+# Runs a --cluster_spec job of three processes on fixed loopback ports (run in a network namespace
+# of its own, where no other process can hold them), each with the flags after LOGDIR; each task's
+# output goes to LOGDIR/JOB.log. Every task is stopped by pid after 180 s at most; prints
+# {job: status}.
 _CLUSTER_DRIVER = """
 import json, os, subprocess, sys, time
-logdir = sys.argv[1]
+logdir, flags = sys.argv[1], sys.argv[2:]
 spec = 'controller=127.0.0.1:7000@trainer_client=127.0.0.1:7001@worker=127.0.0.1:7002'
 procs = {}
 for job in ('worker', 'controller', 'trainer_client'):
   with open(os.path.join(logdir, job + '.log'), 'w') as log:
     procs[job] = subprocess.Popen(
-        [sys.executable, '-m', 'tensorpipe.trainer.train', '--model=tp_wrong_batch_dim.WrongBatchDim',
-         '--cpu_devices=2', '--mode=sync', '--logdir=' + logdir, '--cluster_spec=' + spec,
-         '--job=' + job, '--task=0'], stdout=log, stderr=subprocess.STDOUT)
+        [sys.executable, '-m', 'tensorpipe.trainer.train', '--mode=sync', '--logdir=' + logdir,
+         '--cluster_spec=' + spec, '--job=' + job, '--task=0'] + flags,
+        stdout=log, stderr=subprocess.STDOUT)
 deadline = time.time() + 180
 status = {}
 for job, proc in procs.items():
@@ -463,35 +485,53 @@ print(json.dumps(status))
 """
 
 
+def _WriteModule(test, name, text):
+  """Writes a user's module `name` holding `text` into a new directory; returns the directory and
+  the environment in which the trainer imports it."""
+  directory = test.create_tempdir().full_path
+  with open(os.path.join(directory, name + '.py'), 'w') as f:
+    f.write(text)
+  return directory, dict(os.environ, PYTHONPATH=os.pathsep.join([directory, REPO]),
+                         TF_CPP_MIN_LOG_LEVEL='2')
+
+
+def _RunClusterJob(test, directory, env, *flags):
+  """Runs the three tasks of _CLUSTER_DRIVER with `flags` and LOGDIR = `directory`/logdir in a
+  network namespace of their own; returns {job: (exit status, last line of its output)}. Skips
+  `test` where no namespace can be made."""
+  logdir = os.path.join(directory, 'logdir')
+  args = helpers.InPrivateNetwork([sys.executable, '-c', _CLUSTER_DRIVER, logdir] + list(flags))
+  if args is None:
+    test.skipTest('needs root with unshare and ip, to run the job in its own network namespace')
+  os.makedirs(logdir)
+  proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=240, check=False,
+                        env=env)
+  test.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+  status = json.loads(proc.stdout.strip().splitlines()[-1])
+  out = {}
+  for job in ('controller', 'trainer_client', 'worker'):
+    with open(os.path.join(logdir, job + '.log')) as f:
+      log = f.read()
+    test.assertEqual(status[job], train.ERROR_EXIT_CODE, (job, log[-3000:]))
+    out[job] = (status[job], log.strip().splitlines()[-1])
+  return out
+
+
 class CheckFailureEndsTheJobTest(test_utils.TestCase):
   """A TensorPipe check that fails in the step ends the trainer at once with its line, instead of
   Lingvo's retries (minutes of them, then an idle process)."""
 
   def _WriteModel(self):
     """The directory of the module registering WrongBatchDim, and the environment to import it."""
-    directory = self.create_tempdir().full_path
-    with open(os.path.join(directory, 'tp_wrong_batch_dim.py'), 'w') as f:
-      f.write(WRONG_BATCH_DIM_MODULE)
-    return directory, dict(os.environ, PYTHONPATH=os.pathsep.join([directory, REPO]),
-                           TF_CPP_MIN_LOG_LEVEL='2')
+    return _WriteModule(self, 'tp_wrong_batch_dim', WRONG_BATCH_DIM_MODULE)
 
   @pytest.mark.slow
   def testEveryTaskOfAClusterJobEndsWithTheLine(self):
     directory, env = self._WriteModel()
-    args = helpers.InPrivateNetwork(
-        [sys.executable, '-c', _CLUSTER_DRIVER, os.path.join(directory, 'logdir')])
-    if args is None:
-      self.skipTest('needs root with unshare and ip, to run the job in its own network namespace')
-    os.makedirs(os.path.join(directory, 'logdir'))
-    proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=240,
-                          check=False, env=env)
-    self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-    status = json.loads(proc.stdout.strip().splitlines()[-1])
-    for job in ('controller', 'trainer_client', 'worker'):
-      with open(os.path.join(directory, 'logdir', job + '.log')) as f:
-        log = f.read()
-      self.assertEqual(status[job], train.ERROR_EXIT_CODE, (job, log[-3000:]))
-      self.assertRegex(log.strip().splitlines()[-1],
+    ends = _RunClusterJob(self, directory, env, '--model=tp_wrong_batch_dim.WrongBatchDim',
+                          '--cpu_devices=2')
+    for job, (_, last) in ends.items():
+      self.assertRegex(last,
                        r"^tensorpipe\.trainer\.train: error: TensorPipeLayer 'pipe': the batch_dim "
                        r"check failed: layer 'mix' .*set batch_dim=1", job)
 
@@ -499,7 +539,7 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
     """The controller and the workers end with the line the trainer client recorded in --logdir;
     a line an earlier run left there ends nothing."""
     logdir = self.create_tempdir().full_path
-    path = os.path.join(logdir, train._CHECK_FAILURE_FILE)  # pylint: disable=protected-access
+    path = os.path.join(logdir, job_failure.FILE)
     with open(path, 'w') as f:
       f.write("TensorPipeLayer 'pipe': the batch_dim check failed\n")
     task = object.__new__(train.ClusterTask)  # Only its watch of recorded failures runs here.
@@ -508,11 +548,11 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
     with flagsaver.flagsaver(logdir=logdir), mock.patch.object(train, '_Exit') as exit_, \
         mock.patch.object(train, '_Fail') as fail:
       os.utime(path, (0, 0))  # Written before this process started: an earlier run's.
-      task._WatchCheckFailure()  # pylint: disable=protected-access
+      task._WatchJobFailure()  # pylint: disable=protected-access
       fail.assert_not_called()
       os.utime(path, None)
       task._stop.wait.side_effect = [False, True]  # pylint: disable=protected-access
-      task._WatchCheckFailure()  # pylint: disable=protected-access
+      task._WatchJobFailure()  # pylint: disable=protected-access
     fail.assert_called_once_with("TensorPipeLayer 'pipe': the batch_dim check failed")
     exit_.assert_called_once_with(train.ERROR_EXIT_CODE)
 
@@ -536,8 +576,316 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
     self.assertNotIn('Retrying as expected', log)
     self.assertNotRegex(log, r'\] step:\s*1,')  # No step was trained.
     # The line is recorded for the other tasks of a multi-process job (ClusterTask ends them too).
-    with open(os.path.join(logdir, 'tensorpipe_check_failure.txt')) as f:
+    with open(os.path.join(logdir, 'tensorpipe_job_failure.txt')) as f:
       self.assertEqual(f.read().strip(), last[len('tensorpipe.trainer.train: error: '):])
+
+
+# A user's model whose input never yields: x is dequeued from a queue nothing fills, so the first
+# training step waits inside TensorFlow without end (while every task still answers).
+STUCK_INPUT_MODULE = """
+from lingvo import compat as tf
+from lingvo import model_registry
+from lingvo.core import base_input_generator
+from lingvo.core import base_model_params
+from lingvo.core import py_utils
+
+from tests import helpers
+
+
+class NeverYields(base_input_generator.BaseInputGenerator):
+  \"\"\"x [T, B, D] from an empty queue.\"\"\"
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.batch_size = helpers.TIME_MAJOR_SHAPE[1]
+    return p
+
+  def _InputBatch(self):
+    queue = tf.queue.FIFOQueue(1, tf.float32, shapes=[helpers.TIME_MAJOR_SHAPE])
+    return py_utils.NestedMap(x=queue.dequeue())
+
+
+@model_registry.RegisterSingleTaskModel
+class StuckInput(base_model_params.SingleTaskModelParams):
+  \"\"\"A time-major pipeline (K = 2) on an input that never yields.\"\"\"
+
+  def Train(self):
+    return NeverYields.Params()
+
+  def Task(self):
+    return helpers.TimeMajorTask(batch_dim=1)
+"""
+
+
+class _FakeCheckpointer:
+  """Lingvo's checkpointer as the trainer calls it; a save or restore takes 1000 s of `clock` (a
+  fake one: its `now` is the time)."""
+
+  def __init__(self, clock):
+    self.clock = clock
+    self.calls = []
+
+  def Save(self, sess=None, gsteps=None, sync=True):
+    self.calls.append(('Save', sess, gsteps, sync))
+    self.clock.now += 1000
+    return 'train/ckpt-%08d' % gsteps
+
+  def Restore(self, sess=None, force_reinitialize=False):
+    self.calls.append(('Restore', sess, force_reinitialize))
+    self.clock.now += 1000
+
+
+class _FakeLingvoTrainer:
+  """What WatchedSteps uses of Lingvo's Trainer: `_checkpointer`, and a `_Loop` that restores, then
+  calls `_ShouldStop(sess, global_step)` before every step and saves every second step. A step
+  takes `step_s` of the clock; after each, `checks` records the watchdog's Check."""
+
+  def __init__(self, clock, step_s, max_steps):
+    self._checkpointer = _FakeCheckpointer(clock)
+    self.clock, self.step_s, self.max_steps = clock, step_s, max_steps
+    self.checks = []
+
+  def _Loop(self):
+    self._checkpointer.Restore('sess', force_reinitialize=True)
+    step = 0
+    while not self._ShouldStop('sess', step):
+      self.clock.now += self.step_s
+      step += 1
+      self.checks.append(self._loop_watch.watchdog.Check())  # pylint: disable=no-member
+      if step % 2 == 0:
+        self.checks.append(self._checkpointer.Save('sess', step))
+
+  def _ShouldStop(self, sess=None, step=None, check_early_stop=True):
+    del sess, check_early_stop
+    return step >= self.max_steps
+
+
+class _WatchedTrainer(train.WatchedSteps, _FakeLingvoTrainer):
+  pass
+
+
+class StuckStepEndsTheJobTest(test_utils.TestCase):
+  """--step_timeout_s: a step that does not finish within it ends the job with one line (every
+  task of a --cluster_spec job), checkpoint saves and restores not counted."""
+
+  def _Trainer(self, step_s, max_steps, **flags):
+    """A _WatchedTrainer on a fake clock whose watching thread is not started but kept in
+    `self.spawned`; returns it and the clock."""
+    clock = types.SimpleNamespace(now=0.0)
+    self.spawned = []
+    watch = functools.partial(step_watchdog.LoopWatch, clock=lambda: clock.now,
+                              spawn=self.spawned.append)
+    with flagsaver.flagsaver(**dict(dict(step_timeout_s=10), **flags)), \
+         mock.patch.object(train.step_watchdog, 'LoopWatch', watch):
+      trainer = _WatchedTrainer(clock, step_s, max_steps)
+    return trainer, clock
+
+  @staticmethod
+  def _Watchdog(trainer):
+    return trainer._loop_watch.watchdog  # pylint: disable=protected-access
+
+  def testSavesAndRestoresRunUnchangedAndDoNotCount(self):
+    trainer, clock = self._Trainer(step_s=9, max_steps=4)  # Steps of 9 s, saves of 1000 s.
+    trainer._Loop()  # pylint: disable=protected-access
+    self.assertEqual(trainer.checks, [None, None, 'train/ckpt-00000002', None, None,
+                                      'train/ckpt-00000004'])
+    self.assertEqual(trainer._checkpointer.calls, [  # pylint: disable=protected-access
+        ('Restore', 'sess', True), ('Save', 'sess', 2, True), ('Save', 'sess', 4, True)])
+    self.assertLen(self.spawned, 1)  # The watching thread, started at the first step.
+    clock.now += 10000
+    self.assertIsNone(self._Watchdog(trainer).Check())  # Training ended: no stall any more.
+
+  def testAStepLongerThanTheBoundIsAStall(self):
+    trainer, _ = self._Trainer(step_s=11, max_steps=3)
+    trainer._Loop()  # pylint: disable=protected-access
+    # The first step has 3 x 10 s; the second's 11 s pass the bound.
+    self.assertEqual(trainer.checks[:2], [None, step_watchdog.Stall(
+        global_step=1, bound_s=10, timeout_s=10, first=False, restarts=0)])
+
+  def testZeroTurnsTheWatchOff(self):
+    trainer, _ = self._Trainer(step_s=9, max_steps=2, step_timeout_s=0)
+    self.assertIsNone(trainer._loop_watch)  # pylint: disable=protected-access
+    self.assertEqual(trainer._checkpointer.Save.__func__,  # pylint: disable=protected-access
+                     _FakeCheckpointer.Save)
+
+  def testOnlyTheTrainingLoopsThreadIsWatched(self):
+    # Lingvo's enqueue loops call _ShouldStop from threads of their own, with other steps.
+    trainer, clock = self._Trainer(step_s=1, max_steps=100)
+    trainer._loop_watch.LoopStarts()  # pylint: disable=protected-access  # This thread's loop.
+    should_stop = trainer._ShouldStop  # pylint: disable=protected-access
+    other = threading.Thread(target=should_stop, args=('sess', 5))
+    other.start()
+    other.join(timeout=60)  # Hang guard.
+    clock.now = 10000
+    self.assertIsNone(self._Watchdog(trainer).Check())  # Not armed: nothing observed.
+    self.assertEqual(self.spawned, [])
+
+  def _Stall(self, trainer, clock):
+    """Puts `trainer` 11 s into step 8 (bound 10 s) and returns the stall."""
+    trainer._loop_watch.LoopStarts()  # pylint: disable=protected-access
+    trainer._ShouldStop('sess', 6)  # pylint: disable=protected-access
+    trainer._ShouldStop('sess', 7)  # pylint: disable=protected-access
+    clock.now += 11
+    stall = self._Watchdog(trainer).Check()
+    self.assertIsNotNone(stall)
+    return stall
+
+  def testAStallInOneProcessEndsItWithTheLine(self):
+    trainer, clock = self._Trainer(step_s=1, max_steps=100)
+    stall = self._Stall(trainer, clock)
+    with flagsaver.flagsaver(cluster_spec='', run_locally='cpu'), \
+         mock.patch.object(train, '_EndJob') as end:
+      trainer._OnStall(stall)  # pylint: disable=protected-access
+    end.assert_called_once_with(
+        'training step 8 did not finish within --step_timeout_s=10 s (the global step stayed at '
+        '7, checkpoint saves and restores not counted): the step is stuck inside TensorFlow in '
+        'this process (e.g. a deadlocked op or an input that never yields); look at the log for '
+        'the cause, or raise --step_timeout_s if steps of this model really take that long (0 '
+        'turns the bound off)', record=True)
+
+  def testAStallInAClusterJobNamesTheTasksThatDoNotAnswer(self):
+    trainer, clock = self._Trainer(step_s=1, max_steps=100)
+    stall = self._Stall(trainer, clock)
+    spec = 'controller=10.0.0.2:7000@trainer_client=10.0.0.2:7001@worker=10.0.0.3:7000'
+    silent = ['worker:0 at 10.0.0.3:7000 (no answer within 5 s)']
+    with flagsaver.flagsaver(cluster_spec=spec, job='trainer_client', task=0, run_locally='',
+                             tf_master=''), \
+         mock.patch.object(train.liveness, 'Silent', return_value=silent) as ask, \
+         mock.patch.object(train, '_EndJob') as end:
+      trainer._OnStall(stall)  # pylint: disable=protected-access
+    ask.assert_called_once_with([('controller', 0, '10.0.0.2:7000'),
+                                 ('worker', 0, '10.0.0.3:7000')], liveness.STATUS_TIMEOUT_S)
+    line = end.call_args.args[0]
+    self.assertIn(': task worker:0 at 10.0.0.3:7000 (no answer within 5 s) does not answer a '
+                  'status request, and the step waits for it;', line)
+
+  def testAStepThatFinishesWhileTheTasksAreAskedEndsNothing(self):
+    trainer, clock = self._Trainer(step_s=1, max_steps=100)
+    stall = self._Stall(trainer, clock)
+
+    def Silent(unused_peers, unused_timeout_s):
+      trainer._ShouldStop('sess', 8)  # pylint: disable=protected-access  # The step finished.
+      return []
+
+    spec = 'trainer_client=10.0.0.2:7001@worker=10.0.0.3:7000'
+    with flagsaver.flagsaver(cluster_spec=spec, job='trainer_client', task=0, run_locally='',
+                             tf_master=''), \
+         mock.patch.object(train.liveness, 'Silent', side_effect=Silent), \
+         mock.patch.object(train, '_EndJob') as end:
+      self.assertFalse(trainer._OnStall(stall))  # pylint: disable=protected-access
+    end.assert_not_called()
+
+  @pytest.mark.slow
+  def testAStuckFirstStepEndsTheRunWithItsLine(self):
+    directory, env = _WriteModule(self, 'tp_stuck_input', STUCK_INPUT_MODULE)
+    logdir = os.path.join(directory, 'logdir')
+    # The first step never ends, so its bound (3 x 5 s) passes however slow the machine is.
+    proc = subprocess.run(
+        _Launcher('--model=tp_stuck_input.StuckInput', '--cpu_devices=2', '--mode=sync',
+                  '--run_locally=cpu', '--logdir=%s' % logdir, '--step_timeout_s=5'),
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False, env=env)
+    self.assertEqual(proc.returncode, train.ERROR_EXIT_CODE, (proc.stdout + proc.stderr)[-3000:])
+    line = ('the first step of this run, step 1, did not finish within 3 x --step_timeout_s=5 = '
+            '15 s (a run\'s first step also starts the graph; the global step stayed at 0, '
+            'checkpoint saves and restores not counted): the step is stuck inside TensorFlow in '
+            'this process (e.g. a deadlocked op or an input that never yields); look at the log '
+            'for the cause, or raise --step_timeout_s if steps of this model really take that long '
+            '(0 turns the bound off)')
+    self.assertEqual(proc.stderr.strip().splitlines()[-1], 'tensorpipe.trainer.train: error: ' +
+                     line)
+    with open(os.path.join(logdir, 'tensorpipe_job_failure.txt')) as f:
+      self.assertEqual(f.read(), line + '\n')
+
+  @pytest.mark.slow
+  def testEveryTaskOfAClusterJobEndsWithTheStuckStepsLine(self):
+    directory, env = _WriteModule(self, 'tp_stuck_input', STUCK_INPUT_MODULE)
+    ends = _RunClusterJob(self, directory, env, '--model=tp_stuck_input.StuckInput',
+                          '--cpu_devices=2', '--step_timeout_s=5')
+    with open(os.path.join(directory, 'logdir', 'tensorpipe_job_failure.txt')) as f:
+      recorded = f.read().strip()
+    self.assertStartsWith(
+        recorded, 'the first step of this run, step 1, did not finish within 3 x '
+        '--step_timeout_s=5 = 15 s (a run\'s first step also starts the graph; the global step '
+        'stayed at 0, checkpoint saves and restores not counted')
+    # The trainer client ended the job; the controller and the worker end with its line, not with
+    # "trainer_client stopped answering".
+    self.assertEqual(ends, {job: (train.ERROR_EXIT_CODE,
+                                  'tensorpipe.trainer.train: error: ' + recorded)
+                            for job in ('controller', 'trainer_client', 'worker')})
+
+
+class ClusterTaskEndsTest(test_utils.TestCase):
+  """How a task of a --cluster_spec job ends when another task ended the job, or answers at another
+  task's address."""
+
+  def testALostTaskThatEndedTheJobIsNamedByItsLine(self):
+    logdir = self.create_tempdir().full_path
+    with open(os.path.join(logdir, 'tensorpipe_job_failure.txt'), 'w') as f:
+      f.write('training step 8 did not finish within --step_timeout_s=10 s (...)\n')
+    task = object.__new__(train.ClusterTask)  # Only its handlers run here.
+    task.job = 'controller'
+    with flagsaver.flagsaver(logdir=logdir), mock.patch.object(train, '_Exit') as exit_, \
+        mock.patch.object(train, '_Fail') as fail:
+      task._OnLost('task trainer_client:0 at 10.0.0.2:7001 stopped answering: no answer for 60 s '
+                   '([Errno 111] Connection refused)')  # pylint: disable=protected-access
+    fail.assert_called_once_with('training step 8 did not finish within --step_timeout_s=10 s '
+                                 '(...)')
+    exit_.assert_called_once_with(train.ERROR_EXIT_CODE)
+
+  def testATaskAtAnotherTasksAddressEndsTheJob(self):
+    with mock.patch.object(train, '_EndJob') as end:
+      on_wrong_task = train.ClusterTask._OnWrongTask  # pylint: disable=protected-access
+      on_wrong_task('--cluster_spec puts task worker:1 at ...')
+    end.assert_called_once_with('--cluster_spec puts task worker:1 at ...', record=True)
+
+  def _Main(self, error, recorded):
+    """Runs train.main for worker 0 of a --cluster_spec job whose runners fail with `error`, while
+    `recorded` is the line another task ended the job with (or None)."""
+    jobs = train.ClusterTask.JOBS
+    with flagsaver.flagsaver(model=MODEL, mode='sync', run_locally='', tf_master='',
+                             cluster_spec='worker=127.0.0.1:1', job='worker', task=0,
+                             logdir=self.create_tempdir().full_path), \
+         mock.patch.object(train, 'Validate'), mock.patch.object(train, 'ClusterTask') as task, \
+         mock.patch.object(train.RunnerManager, 'Start', side_effect=error), \
+         mock.patch.object(train, '_RecordedJobFailure', return_value=recorded), \
+         mock.patch.object(train, '_EndJob') as end:
+      task.JOBS = jobs
+      train.main(['train'])
+    return end
+
+  def testAnErrorAfterAnotherTaskEndedTheJobEndsWithItsLine(self):
+    # The workers ended the job (one at another's address) while this task started its servers.
+    error = tf.errors.UnavailableError(None, None, 'failed to connect to all addresses')
+    end = self._Main(error, 'the line')
+    end.assert_called_once_with('the line', record=False)
+    with self.assertRaises(tf.errors.UnavailableError):
+      self._Main(error, None)  # Nothing recorded: the error is the task's own.
+
+  @pytest.mark.slow
+  def testATaskAtAnotherTasksAddressEndsTheTaskWithItsLine(self):
+    # Ports held (with SO_REUSEADDR, not listening) for the whole test: nothing answers at the
+    # controller's and the trainer client's; the worker task under test and the server playing
+    # worker 1 bind theirs.
+    with helpers.HeldPorts(4, reuse=(0, 1, 2, 3)) as ports:
+      controller, client, worker0, worker1 = ['127.0.0.1:%d' % port for port in ports]
+      # The host of worker 1 was started with --task=0: it listens at worker 1's address (see
+      # liveness_test's TaskAtTest) and is task 0.
+      helpers.StartTfServer(self, {'worker': [worker1, worker0]}, 'worker', 0)
+      spec = 'controller=%s@trainer_client=%s@worker=%s,%s' % (controller, client, worker0,
+                                                                worker1)
+      proc = subprocess.run(
+          _Launcher('--model=%s' % MODEL, '--cpu_devices=4', '--mode=sync', '--job=worker',
+                    '--task=0', '--cluster_spec=%s' % spec, '--logdir=%s' % self.get_temp_dir()),
+          cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+          check=False)
+    self.assertEqual(proc.returncode, train.ERROR_EXIT_CODE, proc.stdout[-3000:])
+    self.assertEqual(
+        proc.stdout.strip().splitlines()[-1],
+        'tensorpipe.trainer.train: error: --cluster_spec puts task worker:1 at %s, but the task '
+        'answering there is worker:0 (started with --job=worker --task=0); start on each host the '
+        'task the spec puts at its address (each job\'s addresses in --cluster_spec are in task '
+        'order): --job=worker --task=1 at %s' % (worker1, worker1))
 
 
 class TrainerSmokeTest(test_utils.TestCase):
@@ -609,6 +957,27 @@ class TrainerSmokeTest(test_utils.TestCase):
     self.assertIn('TensorPipe: training done; latest checkpoint %s' %
                   os.path.join(train_dir, 'ckpt-%08d' % final), run2)
 
+    # 2b. A restart reads the batches a run without it reads: from a checkpoint that run 2 passed
+    # through, a run in a logdir of its own logs run 2's losses at every step after it.
+    between = [c for c in _Checkpoints(train_dir) if restored_step + 1 < c < final - 5]
+    self.assertNotEmpty(between, _Checkpoints(train_dir))
+    middle = between[len(between) // 2]
+    logdir3 = tempfile.mkdtemp(dir=self.get_temp_dir())
+    os.makedirs(os.path.join(logdir3, 'train'))
+    for path in glob.glob(os.path.join(train_dir, 'ckpt-%08d.*' % middle)):
+      shutil.copy(path, os.path.join(logdir3, 'train'))
+    with open(os.path.join(logdir3, 'train', 'checkpoint'), 'w') as f:
+      f.write('model_checkpoint_path: "ckpt-%08d"\n' % middle)
+    status, stdout, stderr = _Run(self._Args(logdir3, final, '--tensorpipe_profile_every_n_steps=0'),
+                                  timeout=300)
+    self.assertEqual(status, 0, (stdout + stderr)[-3000:])
+    self.assertIn('TensorPipe: input digits_input starts at the batch of step %d (restored global '
+                  'step %d)' % (middle + 1, middle), stdout + stderr)
+    losses3 = _StepLosses(stdout + stderr)
+    self.assertEqual(sorted(losses3), list(range(middle + 1, final + 1)))
+    np.testing.assert_allclose([losses3[s] for s in sorted(losses3)],
+                               [losses2[s] for s in sorted(losses3)], rtol=1e-6)
+
     # The trainer traced its second step and every 15th: per-device and per-partition tables in the
     # log, tensorpipe/ scalars and the timeline image in the summaries, a Chrome trace per step.
     self.assertIn('TensorPipe profile of step %d' % (restored_step + 2), run2)
@@ -632,12 +1001,13 @@ class TrainerSmokeTest(test_utils.TestCase):
                 'tensorpipe/CPU_1/peak_step_memory_mib', 'tensorpipe/CPU_0/busy_fraction'):
       self.assertNotEmpty(tags[tag], sorted(tags))
       self.assertTrue(all(v > 0 for _, v in tags[tag]), (tag, tags[tag]))
-    # Steps 2, 15, 30 of run 2 (run 1, killed, may have written its step 2 in part).
-    traced = [step for step, _ in tags['tensorpipe/pipeline/partition0/forward_ms']
-              if step > restored_step]
-    self.assertGreaterEqual(len(traced), 3)
-    self.assertEqual([(step, 'tensorpipe/timeline', b'PNG') for step in sorted(traced)],
-                     sorted(image for image in images if image[0] > restored_step))
+    # Steps 2, 15, 30 of run 2. The summaries may also hold steps of run 1 past the restored one
+    # (killed, it may have left a step's summaries without its trace file): only run 2's are read.
+    traced = [int(step) for step in re.findall(r'TensorPipe trace of step (\d+):', run2)]
+    self.assertGreaterEqual(len(traced), 3, run2[-3000:])
+    summarised = [step for step, _ in tags['tensorpipe/pipeline/partition0/forward_ms']]
+    self.assertContainsSubset(traced, summarised)
+    self.assertContainsSubset([(step, 'tensorpipe/timeline', b'PNG') for step in traced], images)
     for step in traced:
       with open(os.path.join(train_dir, 'tensorpipe_trace-%d.json' % step)) as f:
         events = json.load(f)['traceEvents']

@@ -133,15 +133,15 @@ class DigitsInput(array_input.ArrayInput):
   def _ShuffleSeed(self):
     return self.params.shuffle_seed
 
-  def _MapExample(self, image, label):
-    """A random shift of up to max_shift pixels (zero-filled), if set."""
+  def _MapExample(self, seed, image, label):
+    """A random shift of up to max_shift pixels (zero-filled), if set, drawn from `seed`."""
     p = self.params
     if not p.max_shift:
       return image, label
     h, w, c = p.image_shape
     s = p.max_shift
     padded = tf.pad(image, [[s, s], [s, s], [0, 0]])
-    return tf.image.random_crop(padded, [h, w, c], seed=p.shuffle_seed), label
+    return tf.image.stateless_random_crop(padded, [h, w, c], seed=seed), label
 
   def _Batch(self, image, label, weight):
     return py_utils.NestedMap(image=image, label=label, weight=weight)

@@ -6,8 +6,9 @@ in host memory (fed to an initializable tf.data iterator, so the graph holds no 
 
   train split: an endless stream; each example's language l is drawn with probability
                temperature_sampling.LanguageProbabilities(D, temperature)[l] (D_l = examples of l),
-               then an example of l uniformly; stateless random ops seeded by `seed`, so runs
-               repeat.
+               then an example of l uniformly; stateless random ops seeded by `seed` and the
+               batch's place in the stream, so runs repeat, and StartAtStep(sess, step) starts
+               at the batch step + 1 reads (the trainer calls it after every restore).
   other splits: every example of every language once, in file order, the last batch padded with
                weight 0 (set resettable=True for the evaler / decoder).
 
@@ -94,6 +95,7 @@ class MultilingualInput(base_input_generator.BaseInputGenerator):
                     sum(self.sizes), p.split, data_dir)
     self._iterator = None
     self._feeds = None
+    self._first = None  # Train split: placeholder of the first batch (StartAtStep).
 
   @property
   def languages(self):
@@ -166,7 +168,9 @@ class MultilingualInput(base_input_generator.BaseInputGenerator):
         out['weight'] = tf.ones([b], tf.float32)
         return out
 
-      ds = tf.data.Dataset.range(1 << 62).map(Sample)
+      # Batch i draws from the stateless seeds (seed, i) alone: StartAtStep starts at any batch.
+      self._first = tf.placeholder(tf.int64, [], name='first_batch')
+      ds = tf.data.Dataset.range(self._first, 1 << 62).map(Sample)
     else:
       ds = tf.data.Dataset.from_tensor_slices(feeds).batch(b)
 
@@ -202,7 +206,18 @@ class MultilingualInput(base_input_generator.BaseInputGenerator):
 
   def Reset(self, sess=None):
     """(Re)starts the iterator at the beginning of the split."""
+    self._Start(sess, 0)
+
+  def StartAtStep(self, sess, global_step):
+    """(Re)starts the train split where a run from global step 0 would be after `global_step`
+    training steps (the next batch is the one step `global_step` + 1 reads); another split at its
+    beginning."""
+    self._Start(sess, global_step)
+
+  def _Start(self, sess, first_batch):
     if self._iterator is None or sess is None:
       return
-    sess.run(self._iterator.initializer,
-             feed_dict={self._feeds[k]: v for k, v in self._arrays.items()})
+    feeds = {self._feeds[k]: v for k, v in self._arrays.items()}
+    if self._first is not None:
+      feeds[self._first] = first_batch
+    sess.run(self._iterator.initializer, feed_dict=feeds)

@@ -237,6 +237,25 @@ class TransformerLayer(base_layer.BaseLayer):
           lambda h: self.cross_att.AttendToPacked(theta.cross_att, h, states.cross_att))
       return out, new
 
+  @classmethod
+  def FPropMeta(cls, p, inputs):
+    """Forward flops for NestedMap(vec [B, T, D], paddings [B, T][, aux_vec [B, S, D], ...]) of
+    shapes: the attention projections and products (W = num_heads x head_dim), the feed-forward
+    block's two matmuls, and about 10 per element of each layer norm; the shapes pass through."""
+    b, t, d = inputs.vec[0], inputs.vec[1], inputs.vec[2]
+    w, h = p.num_heads * p.head_dim, p.ffn_dim
+
+    def Attention(query_length, memory_length):
+      # Query and output projections, key and value projections, logits and context, softmax.
+      return (4 * b * query_length * d * w + 4 * b * memory_length * d * w +
+              4 * b * query_length * memory_length * w +
+              5 * b * p.num_heads * query_length * memory_length)
+
+    flops = Attention(t, t) + 4 * b * t * d * h + 2 * 10 * b * t * d
+    if p.is_decoder:
+      flops += Attention(t, inputs.aux_vec[1]) + 10 * b * t * d
+    return py_utils.NestedMap(flops=flops, out_shapes=(inputs,))
+
 
 class FinalNorm(base_layer.BaseLayer):
   """Layer norm of `vec` at the top of a pre-layer-norm stack; other fields pass through."""
@@ -257,6 +276,11 @@ class FinalNorm(base_layer.BaseLayer):
       out = py_utils.NestedMap(inputs)
       out.vec = self.norm.FProp(theta.norm, inputs.vec)
       return out
+
+  @classmethod
+  def FPropMeta(cls, p, inputs):
+    """About 10 flops per element of `vec`; the shapes pass through."""
+    return py_utils.NestedMap(flops=10 * inputs.vec.num_elements(), out_shapes=(inputs,))
 
 
 def StackLayers(num_layers, model_dim, ffn_dim, num_heads, is_decoder, head_dim=64,

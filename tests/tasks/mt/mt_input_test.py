@@ -47,6 +47,20 @@ class MultilingualInputTest(test_utils.TestCase):
     sizes = np.array(gen.sizes, np.float64)
     self.assertGreater(sizes.max() / sizes.min(), 5)
 
+  def testStartAtStepReadsTheBatchesOfARunFromStepZero(self):
+
+    def Batches(first_step, count):
+      with self.session(graph=tf.Graph()) as sess:
+        gen = _Params('train', batch=8).Instantiate()
+        batch = gen.GetPreprocessedInputBatch()
+        gen.Initialize(sess)
+        gen.StartAtStep(sess, first_step)
+        return [sess.run(batch.src.ids) for _ in range(count)]
+
+    through = Batches(0, 6)
+    self.assertFalse(np.array_equal(through[0], through[1]))
+    self.assertAllEqual(Batches(4, 2), through[4:])
+
   def testTestSplitCoversEveryExampleOnceInOrder(self):
     with self.session(graph=tf.Graph()) as sess:
       gen = _Params('test', batch=16).Instantiate()

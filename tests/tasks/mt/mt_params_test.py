@@ -13,6 +13,7 @@ from lingvo.core import optimizer
 from lingvo.core import test_utils
 
 from params import mt
+from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import param_count
 from tests import helpers
 
@@ -44,6 +45,22 @@ class MtParamsTest(test_utils.TestCase):
         mt.TransformerBig, mt.TransformerBase, mt.LargeBatch260K, mt.LargeBatch1M,
         mt.LargeBatch4M, mt.Num2WordsTinyT]:
       self.assertIn('mt.' + cls.__name__, keys)
+
+  def testThePlannerGetsEachStacksInputShapes(self):
+    p = mt.T64H16384A32().Task()
+    b, s, t, d = 4096, 128, 128, 1024
+    self.assertEqual(p.encoder.cost_input_shapes, [dict(vec=[b, s, d], paddings=[b, s])])
+    self.assertEqual(p.decoder.cost_input_shapes, [dict(vec=[b, t, d], paddings=[b, t],
+                                                        aux_vec=[b, s, d], aux_paddings=[b, s])])
+    # The stacks stay split by layer count, as before they had shapes.
+    self.assertEqual((p.encoder.partition_cost, p.decoder.partition_cost), ('count', 'count'))
+    [(enc_path, _, _, batch, enc), (dec_path, _, _, _, dec)] = model_plan.PipelineInputs(p)
+    self.assertEqual((enc_path, dec_path, batch, len(enc), len(dec)),
+                     ('encoder', 'decoder', b, 65, 65))
+    attention, ffn, norm = 4 * d * 32 * 64, 2 * d * 16384 + 16384 + d, 2 * d
+    self.assertEqual((enc[0].params, dec[0].params),
+                     (attention + ffn + 2 * norm, 2 * attention + ffn + 3 * norm))
+    self.assertEqual(enc[0].in_elements, b * s * d + b * s)
 
   def testTRowsAndRecipe(self):
     for cls, (layers, ffn, heads, k, _) in T_ROWS.items():

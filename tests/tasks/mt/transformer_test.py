@@ -7,6 +7,7 @@ import numpy as np
 from lingvo import compat as tf
 from lingvo.core import py_utils
 from lingvo.core import test_utils
+from lingvo.core import tshape
 
 from tensorpipe import randomness
 from tensorpipe.tasks.mt import transformer
@@ -77,6 +78,28 @@ class TransformerLayerTest(test_utils.TestCase):
     self.assertAllClose(full, halves, rtol=1e-5, atol=1e-5)  # Same masks in any micro-batch.
     self.assertGreater(np.abs(same_examples[:2] - same_examples[2:]).max(), 1e-3)  # Per example.
     self.assertGreater(np.abs(full - _Run(self._Params(is_decoder=True), vec, vec)).max(), 1e-3)
+
+  def testFPropMetaCountsTheMatmulsAndPassesTheShapesOn(self):
+    def Meta(params, b=2, t=5, s=3):
+      inputs = py_utils.NestedMap(vec=tshape.Shape([b, t, 8]), paddings=tshape.Shape([b, t]))
+      if params.is_decoder:
+        inputs.aux_vec, inputs.aux_paddings = tshape.Shape([b, s, 8]), tshape.Shape([b, s])
+      meta = params.cls.FPropMeta(params, inputs)
+      self.assertEqual(meta.out_shapes, (inputs,))
+      return meta.flops
+
+    encoder, decoder = self._Params(), self._Params(is_decoder=True)
+    self.assertEqual(Meta(encoder, b=4), 2 * Meta(encoder))  # Per example.
+    # A wider feed-forward adds two B x T x D x 1 matmuls of 2 flops per multiply-add per unit.
+    self.assertEqual(Meta(self._Params().Set(ffn_dim=17)) - Meta(encoder), 4 * 2 * 5 * 8)
+    # The decoder adds attention to S positions: projections of the query (B T D W) and output
+    # (B T W D), of the keys and values (2 B S D W), logits and context (2 B T S W), a softmax.
+    w = 2 * 4
+    cross = 4 * 2 * 5 * 8 * w + 4 * 2 * 3 * 8 * w + 4 * 2 * 5 * 3 * w + 5 * 2 * 2 * 5 * 3
+    self.assertEqual(Meta(decoder) - Meta(encoder), cross + 10 * 2 * 5 * 8)
+    norm = transformer.FinalNorm.Params().Set(name='norm', model_dim=8)
+    self.assertEqual(norm.cls.FPropMeta(norm, py_utils.NestedMap(
+        vec=tshape.Shape([2, 5, 8]), paddings=tshape.Shape([2, 5]))).flops, 10 * 2 * 5 * 8)
 
   def testBadParams(self):
     with self.assertRaisesRegex(ValueError, 'dropout_keep_prob must be in \\(0, 1\\], got 0'):
