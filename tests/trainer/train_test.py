@@ -34,6 +34,7 @@ from lingvo.core import test_utils
 from tensorpipe.trainer import job_failure
 from tensorpipe.trainer import liveness
 from tensorpipe.trainer import registry
+from tensorpipe.trainer import startup_plan
 from tensorpipe.trainer import step_watchdog
 from tensorpipe.trainer import train
 from tests import helpers
@@ -108,7 +109,7 @@ class ValidateTest(test_utils.TestCase):
 
   def testPlanIsLoggedAndItsFlagsApply(self):
     cache_dir = self.create_tempdir().full_path
-    with mock.patch.object(train, '_Log') as log:
+    with mock.patch.object(startup_plan, '_Log') as log:
       self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V100-16GB',
                      tensorpipe_plan_cache_dir=cache_dir)
     lines = [call.args[1] for call in log.call_args_list if call.args[0] == 'plan: %s']
