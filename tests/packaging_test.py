@@ -104,6 +104,57 @@ class DependenciesTest(unittest.TestCase):
     self.assertIn('pyproject.toml', setup)  # In the stamp: a changed pyproject installs again.
 
 
+class SetupScriptTest(unittest.TestCase):
+  """scripts/setup.sh with a stand-in pip: what it says, what it installs, and that it is quiet
+  and installs nothing once the stack is in place."""
+
+  def _Copy(self):
+    root = tempfile.mkdtemp()
+    self.addCleanup(shutil.rmtree, root)
+    os.makedirs(os.path.join(root, 'scripts'))
+    for name in ('requirements.txt', 'requirements-nodeps.txt', 'pyproject.toml',
+                 'scripts/setup.sh'):
+      shutil.copy(os.path.join(ROOT, name), os.path.join(root, name))
+    # A .venv whose pip records its arguments instead of installing.
+    os.makedirs(os.path.join(root, '.venv', 'bin'))
+    for name, body in (('python', 'exit 0'),
+                       ('pip', 'echo "$*" >> "$(dirname "$0")/../pip-calls"')):
+      path = os.path.join(root, '.venv', 'bin', name)
+      with open(path, 'w') as f:
+        f.write('#!/bin/sh\n%s\n' % body)
+      os.chmod(path, 0o755)
+    return root
+
+  def _Setup(self, root):
+    run = subprocess.run(['bash', os.path.join(root, 'scripts', 'setup.sh')], cwd='/',
+                         capture_output=True, text=True, timeout=60, check=False)
+    self.assertEqual(run.returncode, 0, run.stderr)
+    self.assertEqual(run.stdout, '')
+    return run.stderr
+
+  def testSaysWhatItInstallsStepByStepThenNothing(self):
+    root = self._Copy()
+    said = self._Setup(root)
+    lines = said.splitlines()
+    self.assertTrue(lines[0].startswith('setup: installing the verified stack into .venv: '),
+                    said)
+    self.assertIn('about 6 minutes', said)
+    steps = [line for line in lines if line.startswith('setup: step ')]
+    self.assertEqual([s.split(':')[1] for s in steps],
+                     [' step %d of 4' % i for i in range(1, 5)], said)
+    self.assertRegex(lines[-1], r'^setup: done in \d+ s$')
+    with open(os.path.join(root, '.venv', 'pip-calls')) as f:
+      calls = f.read().splitlines()
+    self.assertEqual([c for c in calls if '-r ' in c or ' -e ' in c],
+                     ['install --quiet -r requirements.txt',
+                      'install --quiet --no-deps -r requirements-nodeps.txt',
+                      'install --quiet --no-deps --no-build-isolation -e .'])
+    # Installed: a second run says nothing and calls no pip.
+    self.assertEqual(self._Setup(root), '')
+    with open(os.path.join(root, '.venv', 'pip-calls')) as f:
+      self.assertEqual(f.read().splitlines(), calls)
+
+
 @pytest.mark.slow
 class WheelTest(unittest.TestCase):
   """`pip install` of the wheel into a venv with the pinned stack: imports and console scripts."""
