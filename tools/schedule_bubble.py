@@ -42,6 +42,7 @@ from tensorpipe.measure import timeline  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
 from tensorpipe import placement  # pylint: disable=g-import-not-at-top
 from tensorpipe import schedule  # pylint: disable=g-import-not-at-top
+from tools import output_dir  # pylint: disable=g-import-not-at-top
 
 KS = (4, 8)
 MS = (8, 32)
@@ -156,13 +157,13 @@ def _Pct(x):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--out_dir', required=True, help='Folder for the timeline PNGs.')
+  parser.add_argument('--out_dir', required=True, type=output_dir.Writable,
+                      help='Folder for the timeline PNGs, created if missing.')
   parser.add_argument('--layers', type=int, default=8, help='Dense layers of the K = 4 stack.')
   parser.add_argument('--width', type=int, default=512, help='Width of every layer.')
   parser.add_argument('--micro_batches', type=int, default=8, help='M of the traced steps.')
   parser.add_argument('--micro_batch_size', type=int, default=128, help='Examples per micro-batch.')
   args = parser.parse_args(argv)
-  os.makedirs(args.out_dir, exist_ok=True)
   cost, split_cost, rerun = MeasuredCost(args)
   print('task times of one partition (%d layers of %d, micro-batch %d), mean per task: F %.2f ms, '
         'B %.2f ms, W %.2f ms, R %.2f ms; zero-bubble weight-gradient task as traced %.2f ms '

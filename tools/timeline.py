@@ -36,6 +36,7 @@ from tensorpipe.measure import timeline
 from tensorpipe import placement
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
+from tools import output_dir
 
 
 def TraceModel(model, warmup=3, intra_op_threads=1, inter_op_threads=2):
@@ -72,7 +73,7 @@ def main(argv=None):
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--model', required=True,
                       help='Registered model, e.g. digits.TinyConvPipeline.')
-  parser.add_argument('--out_dir', default=None,
+  parser.add_argument('--out_dir', default=None, type=output_dir.Writable,
                       help='Directory for PREFIX.png, PREFIX_simulated.png and PREFIX.json, '
                       'created if missing (default: a new directory under $TMPDIR or /tmp).')
   parser.add_argument('--prefix', default='timeline',
@@ -93,7 +94,6 @@ def main(argv=None):
     print('timeline: error: %s' % e, file=sys.stderr)
     return 2
   out_dir = args.out_dir or tempfile.mkdtemp(prefix='tensorpipe_timeline_')
-  os.makedirs(out_dir, exist_ok=True)
   out = os.path.join(out_dir, args.prefix)
   first = pipelines[0]
   num_micro = first.num_micro_batches

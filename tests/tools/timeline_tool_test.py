@@ -53,6 +53,18 @@ class TimelineToolTest(unittest.TestCase):
     self.assertEqual(code, 2, err)
     self.assertIn("--prefix='docs/img/x' is a file name stem", err)
 
+  def testUnwritableOutDirIsOneLineBeforeAnyTracing(self):
+    not_a_dir = tempfile.NamedTemporaryFile(dir=tempfile.mkdtemp(), delete=False).name
+    bad = os.path.join(not_a_dir, 'out')  # Under a file: no user can create it, root included.
+    code, text, err = helpers.RunTool('timeline', '--model=digits.TinyConvPipeline',
+                                      '--out_dir=' + bad)
+    self.assertEqual(code, 2, err)
+    self.assertEqual(text, '')
+    self.assertNotIn('Traceback', err)
+    self.assertRegex(err.strip().splitlines()[-1],
+                     r"^timeline.py: error: argument --out_dir: '%s' cannot hold the outputs "
+                     r"\(Not a directory\); give a directory you can write$" % bad)
+
   def testUnknownModelIsOneLine(self):
     code, _, err = helpers.RunTool('timeline', '--model=digits.NoSuchModel')
     self.assertEqual(code, 2, err)
