@@ -56,7 +56,10 @@ class Phase:
       return
     self._last = now
     elapsed = now - self.start
-    line = '%s: %d of %d done, %s' % (self.what, self.done, self.total, Seconds(elapsed))
+    if self.total:
+      line = '%s: %d of %d done, %s' % (self.what, self.done, self.total, Seconds(elapsed))
+    else:
+      line = '%s: %d done, %s' % (self.what, self.done, Seconds(elapsed))
     if 0 < self.done < self.total:
       line += ', about %s left' % Seconds(elapsed / self.done * (self.total - self.done))
     self._progress.write(line)

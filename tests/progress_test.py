@@ -60,3 +60,13 @@ def testDurationsReadAsPeopleWriteThem():
 def testQuietWritesNothing():
   with progress_lib.QUIET.Phase('anything', 1) as phase:
     phase.Step()
+
+
+def testAnUncountedPhaseSaysHowManySoFar():
+  progress, lines, clock = _Progress()
+  with progress.Phase('building a model') as phase:
+    for _ in range(5):
+      clock.now += 4.0
+      phase.Step()
+  assert lines == ['building a model', 'building a model: 3 done, 12 s',
+                   'building a model: done in 20 s']

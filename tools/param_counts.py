@@ -13,6 +13,7 @@ import re
 import sys
 import time
 
+from tensorpipe import progress as progress_lib
 from tensorpipe.trainer import param_count
 from tensorpipe.trainer import registry
 
@@ -32,10 +33,13 @@ def main(argv):
   keys = sorted(k for k in models if re.search(args.match, k))
   if not keys:
     raise SystemExit('param_counts: no registered model matches %r' % args.match)
-  print('%-34s %16s %8s %8s' % ('model', 'parameters', 'approx', 'seconds'))
+  # Progress on stderr (a line when a model starts, every 10 s while it builds, when it ends),
+  # the table on stdout.
+  progress = progress_lib.Progress(lambda line: print(line, file=sys.stderr, flush=True))
+  print('%-34s %16s %8s %8s' % ('model', 'parameters', 'approx', 'seconds'), flush=True)
   for key in keys:
     start = time.time()
-    n = param_count.CountParameters(models[key]().Task())
+    n = param_count.CountParameters(models[key]().Task(), progress)
     print('%-34s %16d %8s %8.1f' % (key, n, _Human(n), time.time() - start), flush=True)
 
 
