@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 
+from tensorpipe import progress as progress_lib
 from tensorpipe import schedule  # No TensorFlow: the parent process stays light.
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -112,7 +113,13 @@ def main(argv=None):
   print('%d dense tanh layers of width %d + a per-example loss, K = %d, M = %d micro-batches of %d '
         '(a boundary activation: %.0f KiB); one traced training step per schedule' %
         (args.layers, args.width, k, m, args.micro_batch_size, boundary), flush=True)
-  peaks = {name: _Measure(args, name) for name in schedule.NAMES}
+  progress = progress_lib.Progress(lambda line: print(line, file=sys.stderr, flush=True))
+  peaks = {}
+  with progress.Phase('tracing one step per schedule, each in a process of its own',
+                      len(schedule.NAMES)) as phase:
+    for name in schedule.NAMES:
+      peaks[name] = _Measure(args, name)
+      phase.Step()
   print('%-8s %11s %10s %9s %14s %12s %16s %10s %8s' % (
       'device', 'gpipe KiB', '1f1b KiB', '1f1b/gp', '1f1b stash KiB', 'stash ratio',
       'predicted ratio', 'zb KiB', 'zb/gp'))
