@@ -61,9 +61,12 @@ class InputAtStep:
   def _ShouldStop(self, sess=None, step=None, check_early_stop=True):
     # Lingvo's _Loop calls this before every step with the current global step; the first call of a
     # run of _Loop comes after the restore and before any step. (Lingvo's enqueue loops call it
-    # too, from threads of their own, with sessions of their own.)
+    # too, from threads of their own, with sessions of their own.) A run that stops at once
+    # (training already done) reads no batch: its inputs are left alone.
+    stop = super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
     if (self._input_start_thread == threading.get_ident() and sess is not None and
         step is not None):
       self._input_start_thread = None
-      StartInputs(self._model.tasks, sess, int(step))  # pylint: disable=no-member
-    return super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
+      if not stop:
+        StartInputs(self._model.tasks, sess, int(step))  # pylint: disable=no-member
+    return stop

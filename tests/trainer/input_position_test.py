@@ -94,6 +94,11 @@ class InputAtStepTest(test_utils.TestCase):
     trainer._Loop()  # pylint: disable=protected-access
     self.assertEqual(trainer._model.tasks[0].input.starts, [('SESS', 40), ('SESS', 20)])
 
+  def testARunThatStopsAtOnceLeavesTheInputAlone(self):
+    trainer = Trainer([800])  # Restored at the last step: training is done.
+    trainer._Loop()  # pylint: disable=protected-access
+    self.assertEqual(trainer._model.tasks[0].input.starts, [])
+
   def testAnotherThreadsCallDoesNotStartTheInput(self):
     trainer = Trainer([5])
     trainer._input_start_thread = -1  # A run of _Loop in another thread, not started yet.
