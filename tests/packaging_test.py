@@ -269,11 +269,28 @@ class WheelTest(unittest.TestCase):
     self.assertEqual(modules, want, out)
     self.assertIn('digits.TinyConvPipeline  [tiny, K=4]  ', out)
 
-  def testLaunchHelp(self):
-    code, out = self._RunInVenv([os.path.join(self.venv, 'bin', 'tensorpipe-launch'), '--help'],
-                                120)
+  def _Help(self, command, module):
+    """(the console script's --help, python -m module's --help), each with its exit status."""
+    script = self._RunInVenv([os.path.join(self.venv, 'bin', command), '--help'], 120)
+    as_module = self._RunInVenv([self.python, '-m', module, '--help'], 120)
+    return script, as_module
+
+  def testTrainHelpIsTheModulesHelp(self):
+    script, as_module = self._Help('tensorpipe-train', 'tensorpipe.trainer.train')
+    self.assertEqual(script, as_module)
+    code, out = script
+    self.assertEqual(code, 1, out)  # absl's --help ends with status 1.
+    for flag in ('--model', '--logdir', '--cpu_devices', '--tensorpipe_plan', '--step_timeout_s'):
+      self.assertRegex(out, r'\n  %s: ' % flag)
+    self.assertIn('`tensorpipe-train FLAGS` is the same command', out)
+
+  def testLaunchHelpIsTheModulesHelp(self):
+    script, as_module = self._Help('tensorpipe-launch', 'tensorpipe.trainer.launch')
+    self.assertEqual(script, as_module)
+    code, out = script
     self.assertEqual(code, 0, out)
     self.assertIn('--worker_tasks', out)
+    self.assertIn('`tensorpipe-launch ARGS` is the same command', out)
 
 
 if __name__ == '__main__':

@@ -5,6 +5,9 @@ r"""Starts a whole distributed training job on this machine: one process per tas
   python -m tensorpipe.trainer.launch --model=digits.TinyConvPipeline --logdir=/tmp/digits22 \
       --worker_tasks=4 --tasks_per_replica=2 --cpu_devices=2   # S = 2 replicas x K = 4 partitions
 
+Installed with pip, `tensorpipe-launch ARGS` is the same command as `python -m
+tensorpipe.trainer.launch ARGS`.
+
 It picks free ports below the kernel's ephemeral range (so no outgoing connection takes one before
 its task binds it), writes Lingvo's --cluster_spec (controller, trainer_client, W worker tasks) and
 runs `python -m tensorpipe.trainer.train` once per task with --mode=sync --job=JOB --task=I, so
@@ -324,6 +327,7 @@ def ParseArgs(argv):
   """(the launcher's flags, the other arguments) from `argv`, which lacks the program name."""
   parser = argparse.ArgumentParser(prog='tensorpipe.trainer.launch',
                                    description=__doc__.split('\n\n', maxsplit=1)[0],
+                                   epilog=__doc__.split('\n\n', maxsplit=2)[2],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--model', required=True, help='Registered model (see --list_models of '
                       'tensorpipe.trainer.train).')

@@ -6,6 +6,10 @@ r"""Launcher: Lingvo's trainer (all of its flags) plus what TensorPipe models ne
       --mode=sync --run_locally=cpu --logdir=/tmp/digits --job=evaler_test  # evaluate
   .venv/bin/python -m tensorpipe.trainer.train --list_models
 
+Installed with pip, `tensorpipe-train FLAGS` is the same command as `python -m
+tensorpipe.trainer.train FLAGS`. --help lists the flags below and the Lingvo flags every run sets;
+--helpfull lists every flag.
+
 Extra flags:
   --cpu_devices=K  gives this process K logical CPU devices: every TF server it starts (and every
                    in-process session) is created with ConfigProto(device_count={'CPU': K}); every
@@ -152,6 +156,12 @@ flags.DEFINE_integer(
     lower_bound=1)
 
 FLAGS = flags.FLAGS
+# --help lists these beside the flags above (--helpfull lists every flag): the --tensorpipe_plan
+# flags and the Lingvo trainer flags every run sets.
+flags.adopt_module_key_flags(startup_plan)
+for _name in ('model', 'logdir', 'mode', 'run_locally', 'job', 'task', 'cluster_spec',
+              'worker_split_size', 'model_params_override'):
+  flags.declare_key_flag(_name)
 
 ERROR_EXIT_CODE = 2
 
