@@ -12,8 +12,9 @@ trace into:
     recompute}_ms (<pipeline>: the TensorPipeLayer's name), tensorpipe/<device>/
     {peak_step_memory_mib,busy_fraction}.
 The trainer also writes, for each traced step STEP:
-  - LOGDIR/train/tensorpipe_trace-STEP.json, the step in the Trace Event Format (chrome_trace), to
-    open in Perfetto or chrome://tracing;
+  - LOGDIR/train/tensorpipe_trace-STEP.json, the step in the Trace Event Format (chrome_trace):
+    its tasks with TensorFlow's ops nested under them and each device's step memory, to open in
+    Perfetto or chrome://tracing;
   - the step's timeline PNG (timeline.DrawTrace) as the image summary tensorpipe/timeline.
 Only the traced step pays for the trace; the others run as before. Summaries and files come from
 the trainer task that writes Lingvo's summaries (task 0).
