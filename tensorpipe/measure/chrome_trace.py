@@ -208,9 +208,8 @@ def _DeviceThreads(device, trace, tasks, other):
   return threads
 
 
-def _MemoryCounters(trace, pid, device):
-  """The 'C' events of the memory allocated on `device` during the step, in MiB."""
-  points = trace.MemoryOverTime().get(device, []) if trace.HasMemory() else []
+def _MemoryCounters(points, pid):
+  """The 'C' events of process `pid`'s memory over the step, [(seconds, bytes)], in MiB."""
   return [{'name': 'step memory', 'ph': 'C', 'pid': pid, 'tid': THREAD_ID_STRIDE * pid,
            'ts': _Micros(seconds), 'args': {'MiB': round(size / 2.0**20, 6)}}
           for seconds, size in points]
@@ -219,6 +218,7 @@ def _MemoryCounters(trace, pid, device):
 def Events(trace: profiling.Trace, title: str = '') -> Dict[str, Any]:
   """The Trace Event Format object of `trace` (see the module docstring)."""
   tasks, other = _TaskSlices(trace), _OtherSlices(trace)
+  memory = trace.MemoryOverTime() if trace.HasMemory() else {}
   events: List[Dict[str, Any]] = []
   for pid, device in enumerate(trace.devices, start=1):
     events.append(_Metadata('process_name', pid, THREAD_ID_STRIDE * pid, {'name': device}))
@@ -232,7 +232,7 @@ def Events(trace: profiling.Trace, title: str = '') -> Dict[str, Any]:
       events.append(_Metadata('thread_sort_index', pid, tid, {'sort_index': row}))
       for event in lane:
         events.append(dict(event, pid=pid, tid=tid))
-    events += _MemoryCounters(trace, pid, device)
+    events += _MemoryCounters(memory.get(device, []), pid)
   return {'traceEvents': events, 'displayTimeUnit': 'ms',
           'otherData': {'title': title, 'step_ms': '%.3f' % (1e3 * trace.step_time)}}
 
