@@ -7,7 +7,8 @@ the devices Lingvo's cluster gives), runs a few warm-up steps, traces one, and w
     idle;
   - PREFIX_simulated.png: the same step as `simulator` predicts it from the traced per-partition
     times;
-  - PREFIX.json: the traced step in the Trace Event Format, the file the trainer writes as
+  - PREFIX.json: the traced step in the Trace Event Format, its tasks with TensorFlow's ops
+    nested under them and each device's step memory, the file the trainer writes as
     LOGDIR/train/tensorpipe_trace-STEP.json: open it in ui.perfetto.dev ("Open trace file") or
     chrome://tracing ("Load");
 and prints each device's busy time by category and each pipeline's per-partition times (the

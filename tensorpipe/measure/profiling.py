@@ -183,6 +183,7 @@ class Trace:
       raise ValueError('the RunMetadata has no step stats; run the step with '
                        'RunOptions(trace_level=FULL_TRACE)')
     t0 = min(r[3] for r in records)
+    self._t0 = t0  # Micros of the step's first op, the trace's time zero.
     self.ops = []
     calls = collections.defaultdict(list)  # device -> call ops
     inner = []
@@ -282,6 +283,27 @@ class Trace:
       live += size
       peak = max(peak, live)
     return peak
+
+  def MemoryOverTime(self) -> Dict[str, List[Tuple[float, int]]]:
+    """{device: [(seconds from the step's first op, bytes allocated during the step and not yet
+    freed)]}: the replay behind `PeakMemory`, one point per instant an allocation or free happened
+    (the last value at that instant), starting from (0, 0); {} without allocation records.
+
+    For drawing the step's memory as a counter (chrome_trace). Instants before the first op (an
+    allocation record may be stamped slightly earlier) count at 0.
+    """
+    out = {}
+    for device in sorted({a[0] for a in self._allocations}):
+      live, points = 0, [(0.0, 0)]
+      for micros, size in sorted((a[1], a[2]) for a in self._allocations if a[0] == device):
+        live += size
+        at = max(0.0, (micros - self._t0) / 1e6)
+        if points[-1][0] == at:
+          points[-1] = (at, live)
+        else:
+          points.append((at, live))
+      out[device] = points
+    return out
 
   def HasMemory(self) -> bool:
     """Whether the trace recorded allocations (it does with FULL_TRACE on CPU and GPU)."""

@@ -3,19 +3,19 @@
 Forward, re-computation, backward and weight-gradient time are coloured, other work is grey, idle
 time is left blank; each pipeline task is labelled F/R/B/W with its micro-batch. It draws a traced
 step (`profiling.Trace`) or a simulated one (`simulator.SimulatedStep`) the same way, so the two can
-be compared.
+be compared. `Figure` and `TraceFigure` give the picture as a matplotlib Figure (for an image
+summary, lingvo.core.plot.FigureToSummary), `Draw` and `DrawTrace` write it as a PNG. Figures are
+made without pyplot: drawing leaves no figure open in pyplot's global state.
 """
 
 import collections
 from typing import IO, Mapping, Sequence, Tuple, Union
 
-import matplotlib
+from matplotlib import figure as mpl_figure
+from matplotlib import patches
 
-matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-
-from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
-from tensorpipe.measure import simulator  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import profiling
+from tensorpipe.measure import simulator
 
 COLOURS = {
     'forward': '#4C72B0',
@@ -30,20 +30,22 @@ COLOURS = {
 PathOrFile = Union[str, IO[bytes]]
 
 
-def Draw(rows: Mapping[str, Mapping[str, Sequence[Tuple[float, float]]]], step_time: float,
-         path: PathOrFile, title: str,
-         tasks: Sequence[Tuple[str, str, int, float, float]] = ()) -> PathOrFile:
-  """Writes a PNG; returns `path`.
+Rows = Mapping[str, Mapping[str, Sequence[Tuple[float, float]]]]
+Tasks = Sequence[Tuple[str, str, int, float, float]]
+
+
+def Figure(rows: Rows, step_time: float, title: str, tasks: Tasks = ()) -> mpl_figure.Figure:
+  """The timeline as a matplotlib Figure.
 
   Args:
     rows: ordered {row label: {category: [(start, end)]}} in seconds.
     step_time: seconds, the x-axis length.
-    path: output PNG path, or a binary file object (e.g. io.BytesIO, for a PNG in memory).
     title: figure title.
     tasks: [(row label, category, micro_batch, start, end)] to label.
   """
   labels = list(rows)
-  fig, ax = plt.subplots(figsize=(12, 0.7 * len(labels) + 1.6))
+  fig = mpl_figure.Figure(figsize=(12, 0.7 * len(labels) + 1.6), dpi=110)
+  ax = fig.add_subplot()
   for i, label in enumerate(labels):
     for category, spans in rows[label].items():
       bars = [(start, end - start) for start, end in simulator.MergeSpans(spans)]
@@ -62,17 +64,23 @@ def Draw(rows: Mapping[str, Mapping[str, Sequence[Tuple[float, float]]]], step_t
   ax.set_xlim(0, step_time)
   ax.set_xlabel('seconds from the start of the step (blank: idle)')
   ax.set_title(title, fontsize=10)
-  handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[c]) for c in COLOURS]
+  handles = [patches.Rectangle((0, 0), 1, 1, color=COLOURS[c]) for c in COLOURS]
   ax.legend(handles, list(COLOURS), ncol=len(COLOURS), fontsize=7, loc='upper center',
             bbox_to_anchor=(0.5, -0.28), frameon=False)
   fig.tight_layout()
-  fig.savefig(path, dpi=110, format='png')
-  plt.close(fig)
+  return fig
+
+
+def Draw(rows: Rows, step_time: float, path: PathOrFile, title: str,
+         tasks: Tasks = ()) -> PathOrFile:
+  """Writes the timeline (`Figure`) as a PNG at `path`, a path or a binary file object (e.g.
+  io.BytesIO, for a PNG in memory); returns `path`."""
+  Figure(rows, step_time, title, tasks).savefig(path, format='png')
   return path
 
 
-def DrawTrace(trace: profiling.Trace, path: PathOrFile, title: str) -> PathOrFile:
-  """Draws a profiling.Trace: one row per device."""
+def TraceFigure(trace: profiling.Trace, title: str) -> mpl_figure.Figure:
+  """The timeline of a profiling.Trace as a matplotlib Figure: one row per device."""
   rows = collections.OrderedDict((d, collections.defaultdict(list)) for d in trace.devices)
   for op in trace.compute_ops:
     rows[op.device][op.category].append((op.start, op.end))
@@ -81,7 +89,13 @@ def DrawTrace(trace: profiling.Trace, path: PathOrFile, title: str) -> PathOrFil
   for pipeline in trace.pipelines or [None]:  # Each pipeline's tasks apart (see Trace.Tasks).
     tasks += [(device_of_partition[(pipeline, k)], kind, t, start, end)
               for k, kind, t, start, end in trace.Tasks(pipeline)]
-  return Draw(rows, trace.step_time, path, title, tasks)
+  return Figure(rows, trace.step_time, title, tasks)
+
+
+def DrawTrace(trace: profiling.Trace, path: PathOrFile, title: str) -> PathOrFile:
+  """Writes the timeline of a profiling.Trace (`TraceFigure`) as a PNG at `path`; returns it."""
+  TraceFigure(trace, title).savefig(path, format='png')
+  return path
 
 
 def DrawSimulated(result: simulator.SimulatedStep, path: PathOrFile, title: str) -> PathOrFile:

@@ -12,20 +12,21 @@ trace into:
     recompute}_ms (<pipeline>: the TensorPipeLayer's name), tensorpipe/<device>/
     {peak_step_memory_mib,busy_fraction}.
 The trainer also writes, for each traced step STEP:
-  - LOGDIR/train/tensorpipe_trace-STEP.json, the step in the Trace Event Format (chrome_trace), to
-    open in Perfetto or chrome://tracing;
-  - the step's timeline PNG (timeline.DrawTrace) as the image summary tensorpipe/timeline.
+  - LOGDIR/train/tensorpipe_trace-STEP.json, the step in the Trace Event Format (chrome_trace):
+    its tasks with TensorFlow's ops nested under them and each device's step memory, to open in
+    Perfetto or chrome://tracing;
+  - the step's timeline PNG (timeline.TraceFigure) as the image summary tensorpipe/timeline.
 Only the traced step pays for the trace; the others run as before. Summaries and files come from
 the trainer task that writes Lingvo's summaries (task 0).
 """
 
-import io
 import os
 
 from absl import flags
 from lingvo import compat as tf
 from lingvo import runners
 from lingvo.core import metrics
+from lingvo.core import plot
 
 from tensorpipe import layer as layer_lib
 from tensorpipe.measure import chrome_trace
@@ -73,14 +74,13 @@ def StepProfile(trace):
 
 
 def TimelineSummary(trace, title):
-  """A tf.Summary holding the timeline PNG of `trace` (drawn in memory) as image TIMELINE_TAG."""
-  png = io.BytesIO()
-  timeline.DrawTrace(trace, png, title)
-  data = png.getvalue()
-  # A PNG's IHDR chunk: width and height, big-endian, at bytes 16-24.
-  width, height = int.from_bytes(data[16:20], 'big'), int.from_bytes(data[20:24], 'big')
-  image = tf.Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=data)
-  return tf.Summary(value=[tf.Summary.Value(tag=TIMELINE_TAG, image=image)])
+  """A tf.Summary holding the timeline of `trace` (timeline.TraceFigure) as the PNG image
+  TIMELINE_TAG, rendered by Lingvo's plot.FigureToSummary."""
+  summary = plot.FigureToSummary(TIMELINE_TAG, timeline.TraceFigure(trace, title))
+  # FigureToSummary tags the image '<name>/image'; the trainer has always written it as
+  # TIMELINE_TAG, and TensorBoard keeps one series per tag across runs.
+  summary.value[0].tag = TIMELINE_TAG
+  return summary
 
 
 class _TracingSession:

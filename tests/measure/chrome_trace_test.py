@@ -10,6 +10,7 @@ import tempfile
 from unittest import mock
 
 import numpy as np
+from lingvo import compat as tf
 from lingvo.core import test_utils
 
 from tensorpipe.measure import chrome_trace
@@ -36,14 +37,16 @@ class ChromeTraceTest(test_utils.TestCase):
       return json.load(f)
 
   def _AssertTraceEventFormat(self, data):
-    """The fields the viewers read; returns ({pid: process name}, [slices])."""
+    """The fields the viewers read; returns ({pid: process name}, [task and work slices], [op
+    slices]): op slices are those whose args name a node."""
     events = data['traceEvents']
-    processes, threads, slices = {}, {}, []
+    processes, threads, slices, ops = {}, {}, [], []
     for e in events:
-      self.assertIn(e['ph'], ('X', 'M'), e)
+      self.assertIn(e['ph'], ('X', 'M', 'C'), e)
       self.assertIsInstance(e['name'], str)
       self.assertIsInstance(e['pid'], int)
       self.assertIsInstance(e['tid'], int)
+      self.assertNotEqual(e['tid'], e['pid'], e)  # Else Perfetto calls the row "main thread".
       if e['ph'] == 'M':
         self.assertIn(e['name'], ('process_name', 'process_sort_index', 'thread_name',
                                   'thread_sort_index'), e)
@@ -51,16 +54,26 @@ class ChromeTraceTest(test_utils.TestCase):
           processes[e['pid']] = e['args']['name']
         elif e['name'] == 'thread_name':
           threads[(e['pid'], e['tid'])] = e['args']['name']
+      elif e['ph'] == 'C':
+        self.assertGreaterEqual(e['ts'], 0)
+        self.assertTrue(e['args'])
+        for value in e['args'].values():
+          self.assertIsInstance(value, (int, float))
       else:
+        self.assertIsInstance(e['ts'], int)
+        self.assertIsInstance(e['dur'], int)
         self.assertGreaterEqual(e['ts'], 0)
         self.assertGreaterEqual(e['dur'], 0)
         self.assertIn(e['cat'], profiling.CATEGORIES)
-        slices.append(e)
-    for e in slices:  # Every slice's process and thread is named.
+        (ops if 'node' in e.get('args', {}) else slices).append(e)
+    for e in slices + ops:  # Every slice's process and thread is named.
       self.assertIn(e['pid'], processes)
       self.assertIn((e['pid'], e['tid']), threads)
+    for e in events:
+      if e['ph'] == 'C':
+        self.assertIn(e['pid'], processes)
     by_thread = collections.defaultdict(list)
-    for e in slices:
+    for e in slices + ops:
       by_thread[(e['pid'], e['tid'])].append((e['ts'], e['ts'] + e['dur']))
     for spans in by_thread.values():  # Slices of a thread nest or follow each other.
       open_ends = []
@@ -69,12 +82,60 @@ class ChromeTraceTest(test_utils.TestCase):
           open_ends.pop()
         self.assertTrue(not open_ends or end <= open_ends[-1], (start, end, open_ends))
         open_ends.append(end)
-    return processes, slices
+    return processes, slices, ops
+
+  def _AssertOpsNestInTheirTasks(self, data, slices, ops):
+    """Each op of a task lies within that task's slice (or its re-computation's) on the same device;
+    one on the task's own thread lies within a task slice of that thread; every task slice holds at
+    least one op on its own thread (the viewers draw it under the task)."""
+    threads = {(e['pid'], e['tid']): e['args']['name'] for e in data['traceEvents']
+               if e['name'] == 'thread_name'}
+    tasks = [e for e in slices if 'partition' in e.get('args', {})]
+    self.assertTrue(tasks)
+
+    def Within(op, task):
+      return task['ts'] <= op['ts'] and op['ts'] + op['dur'] <= task['ts'] + task['dur']
+
+    nested = collections.Counter()
+    for op in ops:
+      if 'task' not in op['args']:
+        continue
+      names = {op['args']['task']}
+      if op['cat'] == 'recompute':
+        names.add('R' + op['args']['task'][1:])
+      self.assertTrue(
+          any(Within(op, t) for t in tasks if t['pid'] == op['pid'] and t['name'] in names) or
+          threads[(op['pid'], op['tid'])] == 'ops outside tasks', op)
+      row = threads[(op['pid'], op['tid'])]
+      if row.startswith('tasks') and ': ops' not in row:
+        holders = [t for t in tasks if (t['pid'], t['tid']) == (op['pid'], op['tid'])
+                   and Within(op, t)]
+        self.assertTrue(holders, op)
+        nested[id(min(holders, key=lambda t: t['dur']))] += 1
+    for t in tasks:
+      self.assertGreater(nested[id(t)], 0, t)
 
   def _AssertSlicesMatchSchedule(self, schedule_name, sched):
     trace = _TracedStep(schedule_name)
-    processes, slices = self._AssertTraceEventFormat(self._Load(trace))
+    data = self._Load(trace)
+    processes, slices, ops = self._AssertTraceEventFormat(data)
     self.assertEqual(sorted(processes.values()), ['CPU:0', 'CPU:1'])
+    self._AssertOpsNestInTheirTasks(data, slices, ops)
+    # TensorFlow's ops: every compute op of the step, once, on its device's row.
+    self.assertEqual(
+        collections.Counter((processes[e['pid']], e['args']['node']) for e in ops),
+        collections.Counter((op.device, op.name) for op in trace.compute_ops))
+    self.assertIn('MatMul', {e['args']['op'].lstrip('_').replace('Mkl', '') for e in ops})
+    # The step's memory as a counter per device, from zero.
+    counters = collections.defaultdict(list)
+    for e in data['traceEvents']:
+      if e['ph'] == 'C':
+        counters[processes[e['pid']]].append((e['ts'], e['args']['MiB']))
+    self.assertEqual(sorted(counters), ['CPU:0', 'CPU:1'])
+    for points in counters.values():
+      self.assertEqual(points[0], (0, 0.0))
+      self.assertEqual(points, sorted(points, key=lambda p: p[0]))
+      self.assertGreater(max(mib for _, mib in points), 0)
     tasks = collections.Counter((processes[e['pid']], e['name']) for e in slices
                                 if e['name'][0] in 'FBW')
     expected = collections.Counter(
@@ -135,7 +196,7 @@ class ChromeTraceTest(test_utils.TestCase):
         ('loss/Mean', 'Mean', 1052, 1053)]), pipeline_scope=['encoder', 'decoder'])
     self.assertEqual(trace.pipelines, ['encoder', 'decoder'])
     data = self._Load(trace)
-    processes, slices = self._AssertTraceEventFormat(data)
+    processes, slices, ops = self._AssertTraceEventFormat(data)
     self.assertEqual(list(processes.values()), ['CPU:0'])
     names = {e['name']: e for e in slices}
     self.assertEqual(sorted(names), ['decoder F(0,0)', 'encoder F(0,0)', 'encoder F(0,1)',
@@ -147,6 +208,35 @@ class ChromeTraceTest(test_utils.TestCase):
     self.assertEqual(threads[names['other']['tid']], 'other work')
     # A task spans its call, in microseconds from the step's first op (at 1000).
     self.assertEqual((names['decoder F(0,0)']['ts'], names['decoder F(0,0)']['dur']), (40, 10))
+    # Each op on the thread of the task that ran it (or of the work it is), named by its type;
+    # the decoder's early variable read lies outside its task and has a row of its own.
+    rows = {(e['args']['node'], e['ts']): (threads[e['tid']], e['name'], e['args'].get('task'))
+            for e in ops}
+    self.assertEqual(rows, {
+        ('fc0/MatMul', 1): ('tasks', 'MatMul', 'encoder F(0,0)'),
+        ('fc0/MatMul', 6): ('tasks 2', 'MatMul', 'encoder F(0,1)'),
+        ('fc0/MatMul', 41): ('tasks', 'MatMul', 'decoder F(0,0)'),
+        ('m/decoder/partition0_mb0/ReadVariableOp', 35): (
+            'ops outside tasks', 'ReadVariableOp', 'decoder F(0,0)'),
+        ('loss/Mean', 52): ('other work', 'Mean', None)})
+    self.assertNotIn('C', {e['ph'] for e in data['traceEvents']})  # No allocation records.
+
+  def testDevicesInOrderOfTheirIndex(self):
+    meta = tf.compat.v1.RunMetadata()
+    for index in (10, 2, 0, 11, 1, 3):
+      dev = meta.step_stats.dev_stats.add(
+          device='/job:localhost/replica:0/task:0/device:CPU:%d' % index)
+      dev.node_stats.add(node_name='op%d' % index, all_start_micros=1000 + index,
+                         all_end_rel_micros=5, timeline_label='op%d = Neg(x)' % index)
+    data = self._Load(profiling.Trace(meta))
+    processes, _, ops = self._AssertTraceEventFormat(data)
+    sort_index = {e['pid']: e['args']['sort_index'] for e in data['traceEvents']
+                  if e['name'] == 'process_sort_index'}
+    in_order = ['CPU:0', 'CPU:1', 'CPU:2', 'CPU:3', 'CPU:10', 'CPU:11']
+    self.assertEqual([processes[pid] for pid in sorted(sort_index, key=sort_index.get)], in_order)
+    self.assertEqual([processes[pid] for pid in sorted(processes)], in_order)
+    self.assertEqual({processes[e['pid']]: e['args']['node'] for e in ops},
+                     {'CPU:%d' % i: 'op%d' % i for i in (0, 1, 2, 3, 10, 11)})
 
 
 if __name__ == '__main__':

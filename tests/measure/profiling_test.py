@@ -113,6 +113,13 @@ class TraceTest(test_utils.TestCase):
     self.assertEqual(trace.PeakMemory(), {'CPU:0': 130, 'CPU:1': 200})
     self.assertEqual(trace.PeakMemory(['CPU:0', 'CPU:1']), 100 + 200 - 20 + 50)
     self.assertTrue(trace.HasMemory())
+    # The same replay over time, one point per instant (its last value), from (0, 0); the update's
+    # buffer counts until the op ends at 7 us.
+    self.assertEqual(trace.MemoryOverTime(), {
+        'CPU:0': [(0.0, 0)] + [(micros / 1e6, size) for micros, size in
+                               ((1, 100), (3, 130), (5, 30))],
+        'CPU:1': [(0.0, 0)] + [(micros / 1e6, size) for micros, size in
+                               ((2, 200), (4, 0), (6, 30), (7, 0))]})
 
   def testPeakMemoryOfARealStep(self):
     # 'never' keeps every activation of a partition until its backward pass: partition 1 (five
