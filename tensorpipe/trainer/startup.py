@@ -21,28 +21,46 @@ MAX_DELAY_S = 2.0  # The longest wait between two reads.
 _GROWTH = 1.5
 
 
+def _FirstLine(message, limit=200):
+  line = (message or '').strip().splitlines()[0] if (message or '').strip() else ''
+  return line if len(line) <= limit else line[:limit - 3] + '...'
+
+
 def WaitForGlobalStep(read_step: Callable[[], int], min_step: Optional[int] = None,
                       sleep: Callable[[float], None] = time.sleep,
                       log: Callable[..., None] = tf.logging.info) -> int:
   """Returns the global step once it can be read (and is at least `min_step`, if given).
+
+  It logs one line when a condition starts to hold it (the variables not initialised yet, the
+  step below start_up_delay_steps), not one per read, and one line when the wait ends.
 
   Args:
     read_step: reads the global step; raises tf.errors.FailedPreconditionError while it is not
       initialised.
     min_step: Lingvo's start_up_delay_steps: wait until the global step reaches it.
     sleep: called with the seconds to wait between reads (a fake clock in tests).
-    log: where "still waiting" lines go.
+    log: where the lines go (printf-style arguments).
   """
   delay = FIRST_DELAY_S
+  waited, holding = 0.0, None  # Seconds slept; the condition last logged.
   while True:
     try:
       step = read_step()
       if not min_step or step >= min_step:
+        if waited:
+          log('TensorPipe: the global step is %d after %.1f s of waiting; starting', step, waited)
         return step
-      log('waiting for the global step (%d) to reach start_up_delay_steps (%d)', step, min_step)
+      if holding != 'delay':
+        holding = 'delay'
+        log('TensorPipe: waiting for the global step (%d) to reach start_up_delay_steps (%d)',
+            step, min_step)
     except tf.errors.FailedPreconditionError as e:
-      log('the global step is not initialised yet (%s); waiting %.1f s', e.message, delay)
+      if holding != 'uninitialised':
+        holding = 'uninitialised'
+        log('TensorPipe: waiting for the model\'s variables, which another task initialises or '
+            'restores (reading the global step: %s)', _FirstLine(e.message))
     sleep(delay)
+    waited += delay
     delay = min(MAX_DELAY_S, delay * _GROWTH)
 
 

@@ -16,11 +16,12 @@ class _FakeStep:
     self.uninitialised = uninitialised
     self.values = list(values)
     self.reads = 0
+    self.message = 'global_step is not initialised'
 
   def __call__(self):
     self.reads += 1
     if self.reads <= self.uninitialised:
-      raise tf.errors.FailedPreconditionError(None, None, 'global_step is not initialised')
+      raise tf.errors.FailedPreconditionError(None, None, self.message)
     return self.values.pop(0) if len(self.values) > 1 else self.values[0]
 
 
@@ -47,6 +48,27 @@ class WaitForGlobalStepTest(test_utils.TestCase):
     self.assertEqual(max(slept), startup.MAX_DELAY_S)
     # The whole wait is the sum of the delays: far below Lingvo's fixed 30 s for 12 reads.
     self.assertLess(sum(slept), 30.0)
+
+  def testOneLinePerConditionAndOneWhenTheWaitEnds(self):
+    lines = []
+    fake = _FakeStep(12, [3, 4, 5, 6])
+    fake.message = 'Could not find variable global_step. Details:\n  File "x.py", line 1\n'
+    step = startup.WaitForGlobalStep(fake, 5, sleep=lambda s: None,
+                                     log=lambda fmt, *args: lines.append(fmt % args))
+    self.assertEqual(step, 5)
+    self.assertEqual(lines[:2], [
+        "TensorPipe: waiting for the model's variables, which another task initialises or "
+        'restores (reading the global step: Could not find variable global_step. Details:)',
+        'TensorPipe: waiting for the global step (3) to reach start_up_delay_steps (5)'])
+    self.assertRegex(lines[2], r'^TensorPipe: the global step is 5 after [0-9.]+ s of waiting; '
+                     r'starting$')
+    self.assertLen(lines, 3)
+
+  def testAReadyModelSaysNothing(self):
+    lines = []
+    startup.WaitForGlobalStep(_FakeStep(0, [7]), sleep=lambda s: None,
+                              log=lambda fmt, *args: lines.append(fmt % args))
+    self.assertEqual(lines, [])
 
   def testStartUpDelayStepsAreHonoured(self):
     step, slept = self._Wait(_FakeStep(1, [3, 4, 5, 6]), min_step=5)

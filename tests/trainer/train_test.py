@@ -947,6 +947,12 @@ class TrainerSmokeTest(test_utils.TestCase):
                   run2)
     losses2 = _StepLosses(run2)
     self.assertNotEmpty(losses2, run2[-3000:])
+    # A trainer that waits for the controller's restore (whether it does depends on which thread
+    # comes first) says so in one line, and no run logs a traceback.
+    self.assertLessEqual(run2.count("TensorPipe: waiting for the model's variables"), 1,
+                         run2[-3000:])
+    for run in (run1, run2):
+      self.assertNotRegex(run, r'Traceback|\n +File "')
     # The global step continues from the restored one; ckpt-N holds step N (the trainer client
     # saves between two steps).
     restored_step = int(tf.train.load_checkpoint(
