@@ -87,7 +87,7 @@ class ChromeTraceTest(test_utils.TestCase):
   def _AssertOpsNestInTheirTasks(self, data, slices, ops):
     """Each op of a task lies within that task's slice (or its re-computation's) on the same device;
     one on the task's own thread lies within a task slice of that thread; every task slice holds at
-    least one op on its own thread (the viewers draw it under the task)."""
+    least one of its ops on its own thread or that thread's rows of concurrent ops."""
     threads = {(e['pid'], e['tid']): e['args']['name'] for e in data['traceEvents']
                if e['name'] == 'thread_name'}
     tasks = [e for e in slices if 'partition' in e.get('args', {})]
@@ -111,9 +111,21 @@ class ChromeTraceTest(test_utils.TestCase):
         holders = [t for t in tasks if (t['pid'], t['tid']) == (op['pid'], op['tid'])
                    and Within(op, t)]
         self.assertTrue(holders, op)
-        nested[id(min(holders, key=lambda t: t['dur']))] += 1
+      # Under its task: on the task's thread, or on one of that thread's rows of concurrent ops
+      # (which ops run at the same time as others depends on the machine, not on the trace).
+      for t in tasks:
+        if t['pid'] == op['pid'] and t['name'] in names and Within(op, t):
+          label = threads[(t['pid'], t['tid'])]
+          if row == label or row.startswith(label + ': ops '):
+            nested[id(t)] += 1
     for t in tasks:
-      self.assertGreater(nested[id(t)], 0, t)
+      # Two forward calls of a partition that overlap run ops of the same names: the trace gives
+      # them all to one of the two (profiling.Trace), so the other may hold none.
+      overlapped = any(u is not t and u['pid'] == t['pid'] and u['cat'] == t['cat'] and
+                       u['ts'] < t['ts'] + t['dur'] and t['ts'] < u['ts'] + u['dur']
+                       for u in tasks)
+      if not overlapped:
+        self.assertGreater(nested[id(t)], 0, t)
 
   def _AssertSlicesMatchSchedule(self, schedule_name, sched):
     trace = _TracedStep(schedule_name)
