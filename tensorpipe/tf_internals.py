@@ -30,6 +30,7 @@ from tensorflow.python.eager.polymorphic_function import atomic_function
 from tensorflow.python.framework import op_def_registry
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import nn_ops as _nn_ops
+from tensorflow.python.util import _pywrap_util_port
 
 # The module whose `dropout` and `dropout_v2` code may call directly (stateful_ops replaces them).
 nn_ops: types.ModuleType = _nn_ops
@@ -49,6 +50,7 @@ _USED = (
     ('nn_ops.dropout', lambda: _nn_ops.dropout),
     ('nn_ops.dropout_v2', lambda: _nn_ops.dropout_v2),
     ('DeviceAttributes.name', lambda: _Field(device_attributes_pb2.DeviceAttributes, 'name')),
+    ('_pywrap_util_port.IsMklEnabled', lambda: _pywrap_util_port.IsMklEnabled),
 )
 
 
@@ -74,6 +76,13 @@ def Missing() -> List[str]:
 def Version() -> str:
   """The TensorFlow version, for messages about moved private APIs."""
   return tf2.__version__
+
+
+def OneDnnEnabled() -> bool:
+  """Whether this process runs TensorFlow's oneDNN CPU kernels: TensorFlow's own answer, from the
+  CPU's features (on by default where it has AVX-512 VNNI or BF16, AVX-VNNI or AMX) and
+  TF_ENABLE_ONEDNN_OPTS."""
+  return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def _Bool(value):

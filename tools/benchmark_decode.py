@@ -40,7 +40,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 # pylint: disable=wrong-import-position
 import numpy as np
-import tensorflow as tf2
 from absl import flags
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
@@ -48,6 +47,7 @@ from lingvo.core import py_utils
 
 from tensorpipe import decode_state
 from tensorpipe import placement
+from tensorpipe.measure import machine
 from tensorpipe.tasks.lm import decoder_lm
 # pylint: enable=wrong-import-position
 
@@ -131,21 +131,13 @@ def _OwnCpu():
   return usage.ru_utime + usage.ru_stime
 
 
-def _Machine():
-  model = '?'
-  with open('/proc/cpuinfo', encoding='ascii', errors='replace') as f:
-    for line in f:
-      if line.startswith('model name'):
-        model = line.split(':', 1)[1].strip()
-        break
-  onednn = os.environ.get('TF_ENABLE_ONEDNN_OPTS', '(unset: on where the CPU supports it)')
+def _Commit():
   try:
-    commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True,
-                            text=True, check=True,
-                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    return subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
+                          check=True,
+                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
   except (OSError, subprocess.CalledProcessError):
-    commit = '?'
-  return model, os.cpu_count(), onednn, commit
+    return '?'
 
 
 def _Load():
@@ -155,9 +147,7 @@ def _Load():
 def main(argv):
   args = _Args(argv)
   flags.FLAGS.mark_as_parsed()
-  model, cores, onednn, commit = _Machine()
-  print('commit %s; CPU %s, %d cores; TF_ENABLE_ONEDNN_OPTS=%s; TensorFlow %s' %
-        (commit, model, cores, onednn, tf2.__version__))
+  print('commit %s; %s' % (_Commit(), machine.Line()), flush=True)
   print('model: D=%d, hidden %d, %d heads, %d layers, vocabulary %d; batch %d one-token prompts; '
         'pipelined M=%d' % (args.model_dim, args.hidden_dim, args.num_heads, args.num_layers,
                             decoder_lm.VOCAB_SIZE, args.batch, args.micro_batches))

@@ -33,6 +33,7 @@ import time
 import numpy as np  # pylint: disable=g-import-not-at-top
 from lingvo import compat as tf
 
+from tensorpipe.measure import machine
 from tensorpipe.measure import training_step
 from tensorpipe.measure import workloads
 from tensorpipe.partition import balancing
@@ -145,6 +146,7 @@ def main(argv=None):
   parser.add_argument('--intra_op_threads', type=int, default=1)
   parser.add_argument('--inter_op_threads', type=int, default=2)
   args = parser.parse_args(argv)
+  print(machine.Line(), flush=True)
   args.devices = args.k
   start = time.time()
   PrintImbalance(ImbalanceTable(ImbalanceModels()))

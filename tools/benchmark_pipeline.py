@@ -84,6 +84,7 @@ from lingvo.core import py_utils
 from tensorpipe import layer as tensorpipe_layer
 from tensorpipe import matmul_gradient
 from tensorpipe import micro_batching
+from tensorpipe.measure import machine
 from tensorpipe.measure import profiling
 from tensorpipe.measure import step_flops
 from tensorpipe.measure import workloads
@@ -707,8 +708,8 @@ def TimeRounds(args, timed, t_start):
 
 def Main(args):
   """Builds, times (and traces) every configuration, measures peak memory, then reports."""
-  print('TensorPipe benchmark: %s, python %s, TF %s, %d CPU cores' %
-        (platform.platform(), platform.python_version(), tf2.__version__, os.cpu_count()))
+  print('TensorPipe benchmark: %s, python %s' % (platform.platform(), platform.python_version()))
+  print(machine.Line(), flush=True)
   print('sessions: %d logical CPU devices, intra_op=%d, inter_op=%d; dense %d x FC %d, batch %d; '
         'transformer %d x (d=%d, heads=%d, hidden=%d), seq %d, batch %d; matmuls %d x %d^3' %
         (args.devices, args.intra_op_threads, args.inter_op_threads, args.layers, args.width,

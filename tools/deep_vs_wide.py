@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+from tensorpipe.measure import machine
 from tensorpipe.tasks.mt import deep_vs_wide
 from tensorpipe.tasks.mt import num2words_corpus
 from tensorpipe.trainer import param_count
@@ -57,6 +58,7 @@ def main(argv):
   parser.add_argument('--num_extreme', type=int, default=10,
                       help='Languages in each of the high- and low-resource groups.')
   args = parser.parse_args(argv)
+  print(machine.Line(), flush=True)
   if args.steps < 1:
     raise SystemExit('deep_vs_wide: --steps must be positive, got %d' % args.steps)
   models = [m for m in args.models.split(',') if m]

@@ -440,10 +440,14 @@ def main(argv=None):
     StackChild(args)
   elif args.child == 'models':
     ModelChild(args)
-  elif args.report == 'stack':
-    Stack(args)
   else:
-    Models(args)
+    # The parent stays free of TensorFlow until here (its children build the graphs).
+    from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
+    print(machine.Line(), flush=True)
+    if args.report == 'stack':
+      Stack(args)
+    else:
+      Models(args)
   return 0
 
 

@@ -52,6 +52,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf2
 from lingvo import compat as tf
 
+from tensorpipe.measure import machine
 from tensorpipe.measure import overhead
 from tensorpipe.measure import profiling
 from tensorpipe.measure import simulator
@@ -405,6 +406,7 @@ def main(argv=None):
   if args.memory_child:
     print(json.dumps(_MemoryChild(json.loads(args.memory_child))))
     return 0
+  print(machine.Line(), flush=True)
   start = time.time()
   sections = args.sections.split(',')
   for section in sections:

@@ -36,6 +36,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
 
+from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import training_step  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import planner  # pylint: disable=g-import-not-at-top
@@ -165,6 +166,7 @@ def main(argv=None):
                       'the predicted steps; 0: leave it out.')
   parser.add_argument('--warmup', type=int, default=3, help='Untimed steps when a step is built.')
   args = parser.parse_args(argv)
+  print(machine.Line(), flush=True)
   args.ks = tuple(int(k) for k in args.ks.split(','))
   args.ms = tuple(int(m) for m in args.ms.split(','))
   args.schedules = tuple(args.schedules.split(','))

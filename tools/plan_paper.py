@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import time
 
+from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
 from tensorpipe.partition import capacity  # pylint: disable=g-import-not-at-top
 from tensorpipe.partition import cost_model  # pylint: disable=g-import-not-at-top
@@ -175,6 +176,7 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--tables', default='1,2', help='Which tables: 1, 2 or 1,2.')
   args = parser.parse_args(argv)
+  print(machine.Line(), flush=True)
   start = time.time()
   tables = args.tables.split(',')
   if '1' in tables:

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 
+from tensorpipe.measure import machine
 from tensorpipe.trainer import hosts
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -150,6 +151,7 @@ def main(argv=None):
   parser.add_argument('--repeats', type=int, default=1,
                       help='Rounds of all ways, interleaved; each column is the median.')
   args = parser.parse_args(argv)
+  print(machine.Line(), flush=True)
   ways = [1, 2, 4]
   available, why = hosts.Available()
   if available:

@@ -36,6 +36,7 @@ from lingvo.core import cluster_factory  # pylint: disable=g-import-not-at-top
 from lingvo.core import layers  # pylint: disable=g-import-not-at-top
 
 from tensorpipe import layer as layer_lib  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import simulator  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import timeline  # pylint: disable=g-import-not-at-top
@@ -164,6 +165,7 @@ def main(argv=None):
   parser.add_argument('--micro_batches', type=int, default=8, help='M of the traced steps.')
   parser.add_argument('--micro_batch_size', type=int, default=128, help='Examples per micro-batch.')
   args = parser.parse_args(argv)
+  print(machine.Line(), flush=True)
   cost, split_cost, rerun = MeasuredCost(args)
   print('task times of one partition (%d layers of %d, micro-batch %d), mean per task: F %.2f ms, '
         'B %.2f ms, W %.2f ms, R %.2f ms; zero-bubble weight-gradient task as traced %.2f ms '

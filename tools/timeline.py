@@ -31,6 +31,7 @@ from lingvo.core import cluster_factory
 
 from tensorpipe import layer as layer_lib
 from tensorpipe.measure import chrome_trace
+from tensorpipe.measure import machine
 from tensorpipe.measure import profiling
 from tensorpipe.measure import simulator
 from tensorpipe.measure import timeline
@@ -84,6 +85,7 @@ def main(argv=None):
                       help="The session's inter-op threads (1: one op at a time in the process, "
                       'so each task runs alone).')
   args = parser.parse_args(argv)
+  print(machine.Line(), flush=True)
   if args.inter_op_threads < 1:
     parser.error('--inter_op_threads=%d: give 1 or more' % args.inter_op_threads)
   if os.path.sep in args.prefix or not args.prefix:

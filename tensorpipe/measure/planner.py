@@ -32,7 +32,6 @@ import dataclasses
 import functools
 import heapq
 import os
-import platform
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -391,18 +390,9 @@ def MicroBatchSecondsEstimate(profiles: Sequence[cost_model.LayerProfile],
 
 def MachineKey() -> str:
   """This machine as measured times depend on it (a part of their disk_cache keys): the CPU model,
-  its cores, TensorFlow's version and TF_ENABLE_ONEDNN_OPTS (oneDNN's kernels or not)."""
-  model = platform.processor() or platform.machine()
-  try:
-    with open('/proc/cpuinfo', encoding='utf-8') as f:
-      names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
-    model = names[0] if names else model
-  except OSError:
-    pass
-  from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
-  return 'cpu %s; %d cores; tensorflow %s; TF_ENABLE_ONEDNN_OPTS=%s' % (
-      model, os.cpu_count() or 1, tf.version.VERSION,
-      os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'unset'))
+  its cores, TensorFlow's version and whether it runs its oneDNN kernels (measure.machine.Key)."""
+  from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top  # TensorFlow.
+  return machine.Key()
 
 
 _SECONDS_KIND = 'layer_seconds'
