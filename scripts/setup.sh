@@ -30,6 +30,10 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "step 3 of 4: requirements-nodeps.txt (lingvo and its companions, --no-deps)"
   .venv/bin/pip install --quiet --no-deps -r requirements-nodeps.txt
   say "step 4 of 4: TensorPipe (editable)"
+  # A .venv made before the distribution was named tensorpipe-lingvo holds it as "tensorpipe".
+  if [ -n "$(ls -d .venv/lib/python*/site-packages/tensorpipe-*.dist-info 2>/dev/null)" ]; then
+    .venv/bin/pip uninstall --quiet --yes tensorpipe
+  fi
   # The pins above are the dependencies: --no-deps installs only TensorPipe, and
   # --no-build-isolation builds it with the venv's setuptools (no download).
   .venv/bin/pip install --quiet --no-deps --no-build-isolation -e .

@@ -225,6 +225,7 @@ class WheelTest(unittest.TestCase):
       (licence,) = [n for n in names if re.search(r'\.dist-info/(licenses/)?LICENSE$', n)]
       with open(os.path.join(ROOT, 'LICENSE'), 'rb') as f:
         self.assertEqual(z.read(licence), f.read())
+    self.assertIn('Name: tensorpipe-lingvo', text)
     self.assertIn('License: Apache-2.0', text)
     self.assertIn('Classifier: License :: OSI Approved :: Apache Software License', text)
     self.assertIn('Author: The TensorPipe Authors', text)
