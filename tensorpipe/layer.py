@@ -144,7 +144,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
              'updates.')
     p.Define('recompute', 'always',
              "Backprop re-computation: 'always' (GPipe: keep only partition-boundary activations), "
-             "'except_last' (the last micro-batch keeps its activations), or 'never'.")
+             "'except_last' (the last micro-batch keeps its activations), 'never', or "
+             "'selective' (keep the outputs of matmuls, einsums and convolutions, re-compute only "
+             "the cheap ops: little extra time, most of the memory saving; not with "
+             "'zero_bubble' or 'zbv').")
     p.Define('schedule', 'gpipe',
              "Order of the step's tasks: 'gpipe' (fill-drain: every forward pass, then every "
              "backward pass), '1f1b' (after a warm-up, each device alternates one backward and one "
@@ -468,7 +471,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
     graph = _OutermostGraph()  # Where traces are made (graph_function.GraphFunction.Trace).
     leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
                    for x in tf.nest.flatten(inputs))
-    signature = (k, device, self.do_eval, recomputes, example_count, leaves,
+    selective = recomputes and p.recompute == 'selective'
+    signature = (k, device, self.do_eval, recomputes, selective, example_count, leaves,
                  str(tf.nest.map_structure(lambda _: 0, inputs)))
     cache = self._functions.setdefault(graph, {})
     if signature not in cache:
@@ -476,7 +480,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
           self._LayerFunctions(self._partition_layers[k]), theta, inputs, device,
           '%s_partition%d' % (p.name, k), p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
           site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
-          example_count=example_count, recomputes=recomputes)
+          example_count=example_count, recomputes=recomputes, selective=selective)
     return cache[signature]
 
   def NumMicroBatches(self, batch_size):

@@ -45,7 +45,9 @@ from tensorpipe import progress as progress_lib
 from tensorpipe import schedule
 from tensorpipe import units
 
-RECOMPUTE_MODES = schedule.RECOMPUTE_MODES
+# The re-computation modes the planner costs: schedule.RECOMPUTE_MODES but 'selective', whose
+# re-computation and kept activations it does not estimate yet.
+RECOMPUTE_MODES = tuple(m for m in schedule.RECOMPUTE_MODES if m != 'selective')
 MICRO_BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
 GIB = 2.0**30
 

@@ -1,0 +1,132 @@
+"""Selective re-computation: a backward pass re-runs a partition's cheap ops, not its costly ones.
+
+With recompute='selective' (Megatron-LM's selective activation recomputation, Korthikanti et al.
+2022), a partition's forward function also outputs the output of every op of `KEPT_OP_TYPES`
+(matmuls, einsums, convolutions) its layers make (`KeptOps`, `Kept`); the executor keeps them per
+micro-batch until the backward pass, which re-runs the partition as 'always' does and then puts
+each kept value in place of the re-run op's output (`Substitute`). Those ops' outputs hold a small
+part of a layer's activations (the elementwise ops, norms, softmax and dropout masks after them
+hold most), yet their FLOPs are nearly all of its forward pass: re-computation then costs little
+while most of the memory saving stays.
+
+Design, and why: the re-run is the same Python code as for 'always', so the layer-by-layer
+differentiation (`layer_gradients`), the dropout masks, batch norm and every check stay as they
+are; only the graph of the backward function changes after the re-run. Each kept op's output is
+replaced, for every op that reads it, by an IdentityN of (the kept value, the op's inputs) whose
+output is the kept value and whose gradient is the kept op's own gradient (TensorFlow's registered
+one, its override included) with respect to those inputs. The values are exactly the forward
+pass's, so the gradients are exactly those of 'always' (the same ops on the same values), and the
+re-run op itself is read by nothing: TensorFlow prunes it from the function it instantiates, so it
+never runs. This holds because the kept types' gradients read their inputs only, never their
+outputs; `CheckUnread` makes sure after the differentiation. Ops inside a function a layer calls
+(e.g. Lingvo's CallDefun) are re-run in full.
+
+The alternatives cost more: re-running each layer with the kept outputs passed into its Python
+code would need every layer to know of the mode, and differentiating from the kept tensors without
+a re-run would need the forward pass's cheap activations too, which is 'never'.
+"""
+
+import weakref
+from typing import Any, List, Sequence, Tuple
+
+from lingvo import compat as tf
+
+from tensorpipe import layer_gradients
+from tensorpipe import tf_internals
+
+# Op types whose outputs a selective forward pass keeps: the expensive ones (their FLOPs grow with
+# a product of dimensions). Each one's gradient reads its inputs only.
+KEPT_OP_TYPES = frozenset([
+    'MatMul', 'BatchMatMul', 'BatchMatMulV2', 'BatchMatMulV3', 'Einsum', 'Conv2D', 'Conv3D',
+    'DepthwiseConv2dNative'])
+
+_GRADIENT_NAME = 'TensorPipeKeptOutput'
+# Per function graph: {name of a substituting IdentityN: the re-run op whose output it replaces}.
+_REPLACED = weakref.WeakKeyDictionary()
+
+# Per layer, per kept op in creation order: (op type, output dtype name).
+KeptTemplate = Tuple[Tuple[Tuple[str, str], ...], ...]
+
+
+def _IsKept(op: tf.Operation) -> bool:
+  return (op.type in KEPT_OP_TYPES and len(op.outputs) == 1 and
+          layer_gradients.IsDifferentiable(op.outputs[0]))
+
+
+def KeptOps(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]]) -> List[List[tf.Operation]]:
+  """Per layer (layer_ops: each layer's name and ops, in creation order), its ops of the kept
+  types with one float output, in creation order."""
+  return [[op for op in ops if _IsKept(op)] for _, ops in layer_ops]
+
+
+def Kept(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]]
+         ) -> Tuple[List[tf.Tensor], KeptTemplate]:
+  """What a selective forward pass outputs besides its outputs: every kept op's output, in layer
+  and creation order, and the template a re-run's ops are matched against (`Substitute`)."""
+  per_layer = KeptOps(layer_ops)
+  template = tuple(tuple((op.type, op.outputs[0].dtype.name) for op in ops) for ops in per_layer)
+  return [op.outputs[0] for ops in per_layer for op in ops], template
+
+
+@tf.RegisterGradient(_GRADIENT_NAME)
+def _Gradient(op, *grads):
+  """The substituting IdentityN's gradient: none for the kept value, the replaced op's gradient
+  for the replaced op's inputs."""
+  replaced = _REPLACED[op.graph][op.name]
+  if grads[0] is None:
+    return [None] * len(op.inputs)
+  return [None] + list(tf_internals.GradientFunction(replaced)(replaced, grads[0]))
+
+
+def Substitute(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]], template: KeptTemplate,
+               kept: Sequence[tf.Tensor], boundaries: List[Any], where: str) -> List[tf.Operation]:
+  """In a re-run's graph, puts the kept values in place of the kept ops' outputs (see the module
+  docstring); the boundaries (each layer's inputs, then the outputs) are updated in place.
+
+  Args:
+    layer_ops: the re-run's layers and their ops (partition_trace.PartitionBody.Run).
+    template: Kept's template of the forward pass.
+    kept: the forward pass's kept values, as the backward function's arguments.
+    boundaries: the re-run's boundaries.
+    where: names the partition in errors.
+
+  Returns:
+    The replaced ops, for `CheckUnread`.
+  """
+  per_layer = KeptOps(layer_ops)
+  found = tuple(tuple((op.type, op.outputs[0].dtype.name) for op in ops) for ops in per_layer)
+  if found != template or len(kept) != sum(len(ops) for ops in per_layer):
+    raise AssertionError(
+        '%s: the re-computation made other matmuls/convolutions than the forward pass (%s, '
+        'then %s): a layer whose graph depends on more than its inputs and weights' %
+        (where, template, found))
+  graph = tf.get_default_graph()
+  names = _REPLACED.setdefault(graph, {})
+  replaced = {}
+  ops = [op for layer in per_layer for op in layer]
+  for op, value in zip(ops, kept):
+    z = op.outputs[0]
+    readers = list(z.consumers())
+    with graph.name_scope(None), graph.name_scope(op.name + '_kept'), \
+        graph.gradient_override_map({'IdentityN': _GRADIENT_NAME}):
+      substitute = tf.identity_n([value] + list(op.inputs))[0]
+    substitute.set_shape(z.shape)
+    names[substitute.op.name] = op
+    for reader in readers:
+      for i, x in enumerate(reader.inputs):
+        if x.op is op:
+          tf_internals.UpdateInput(reader, i, substitute)
+    replaced[z.ref()] = substitute
+  for j, boundary in enumerate(boundaries):
+    boundaries[j] = tf.nest.map_structure(
+        lambda t: t if t is None else replaced.get(t.ref(), t), boundary)
+  return ops
+
+
+def CheckUnread(replaced: Sequence[tf.Operation], where: str) -> None:
+  """Fails if anything reads a replaced op's output, which would make the op run again."""
+  for op in replaced:
+    if op.outputs[0].consumers():
+      raise AssertionError(
+          '%s: recompute=\'selective\' re-runs %s (%s): %s reads its output' %
+          (where, op.name, op.type, op.outputs[0].consumers()[0].name))
