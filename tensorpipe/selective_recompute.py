@@ -29,6 +29,7 @@ a re-run would need the forward pass's cheap activations too, which is 'never'.
 import weakref
 from typing import Any, List, Sequence, Tuple
 
+import numpy as np
 from lingvo import compat as tf
 
 from tensorpipe import layer_gradients
@@ -48,15 +49,64 @@ _REPLACED = weakref.WeakKeyDictionary()
 KeptTemplate = Tuple[Tuple[Tuple[str, str], ...], ...]
 
 
-def _IsKept(op: tf.Operation) -> bool:
+def IsKept(op: tf.Operation) -> bool:
+  """Whether a selective forward pass keeps `op`'s output: a kept type with one float output."""
   return (op.type in KEPT_OP_TYPES and len(op.outputs) == 1 and
           layer_gradients.IsDifferentiable(op.outputs[0]))
+
+
+def _Size(shape, dims=None):
+  """The product of `shape`'s dimensions (those at `dims`), or None if one is unknown."""
+  values = shape.as_list() if shape.rank is not None else None
+  if values is None:
+    return None
+  values = values if dims is None else [values[d] for d in dims]
+  return None if None in values else int(np.prod(values, dtype=np.int64))
+
+
+def _EinsumContracted(op):
+  """The product of the sizes of an Einsum's summed indices (in its inputs, not its output)."""
+  inputs, _, output = op.get_attr('equation').decode().replace(' ', '').partition('->')
+  sizes = {}
+  for subscripts, x in zip(inputs.split(','), op.inputs):
+    dims = x.shape.as_list() if x.shape.rank is not None else None
+    if dims is None:
+      return None
+    before, _, after = subscripts.partition('...')
+    letters = list(zip(before, dims[:len(before)])) + list(
+        zip(after, dims[len(dims) - len(after):] if after else []))
+    for letter, size in letters:
+      if size is None:
+        return None
+      sizes[letter] = size
+  summed = [size for letter, size in sizes.items() if letter not in output]
+  return int(np.prod(summed, dtype=np.int64)) if summed else 1
+
+
+def OpFlops(op: tf.Operation) -> int:
+  """Multiply-adds x 2 of a kept op (IsKept) from its static shapes; 0 where one is unknown."""
+  out = _Size(op.outputs[0].shape)
+  x = op.inputs[0]
+  if out is None or x.shape.rank is None:
+    return 0
+  if op.type == 'MatMul':
+    inner = x.shape.as_list()[-2 if op.get_attr('transpose_a') else -1]
+  elif op.type.startswith('BatchMatMul'):
+    inner = x.shape.as_list()[-2 if op.get_attr('adj_x') else -1]
+  elif op.type == 'Einsum':
+    inner = _EinsumContracted(op)
+  elif op.type == 'DepthwiseConv2dNative':
+    inner = _Size(op.inputs[1].shape, [0, 1])
+  else:  # Conv2D, Conv3D: the filter's window and input channels.
+    rank = op.inputs[1].shape.rank
+    inner = None if rank is None else _Size(op.inputs[1].shape, list(range(rank - 1)))
+  return 0 if inner is None else 2 * out * int(inner)
 
 
 def KeptOps(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]]) -> List[List[tf.Operation]]:
   """Per layer (layer_ops: each layer's name and ops, in creation order), its ops of the kept
   types with one float output, in creation order."""
-  return [[op for op in ops if _IsKept(op)] for _, ops in layer_ops]
+  return [[op for op in ops if IsKept(op)] for _, ops in layer_ops]
 
 
 def Kept(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]]

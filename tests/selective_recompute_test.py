@@ -260,3 +260,25 @@ class ScheduleTest(test_utils.TestCase):
         with helpers.Cluster(2):
           helpers.Pipeline(helpers.DenseLayers(4), 2, 4, 'selective', schedule=sched,
                            **extra).Instantiate()
+
+
+class OpFlopsTest(test_utils.TestCase):
+  """The FLOPs of kept ops, from their static shapes (what the cost model counts as kept)."""
+
+  def testMultiplyAddsFromShapes(self):
+    with tf.Graph().as_default():
+      a, w = tf.zeros([2, 3, 4]), tf.zeros([4, 5])
+      cases = [(tf.einsum('btd,dh->bth', a, w), 2 * (2 * 3 * 5) * 4),
+               (tf.einsum('...d,dh->...h', a, w), 2 * (2 * 3 * 5) * 4),
+               (tf.einsum('btd,bsd->bts', a, a), 2 * (2 * 3 * 3) * 4),
+               (tf.matmul(tf.zeros([3, 4]), w), 2 * (3 * 5) * 4),
+               (tf.matmul(tf.zeros([4, 3]), w, transpose_a=True), 2 * (3 * 5) * 4),
+               (tf.matmul(a, tf.zeros([2, 4, 6])), 2 * (2 * 3 * 6) * 4),
+               (tf.nn.conv2d(tf.zeros([1, 5, 5, 2]), tf.zeros([3, 3, 2, 4]), 1, 'VALID'),
+                2 * (1 * 3 * 3 * 4) * (3 * 3 * 2))]
+      for y, flops in cases:
+        self.assertTrue(selective_recompute.IsKept(y.op), y.op.type)
+        self.assertEqual(selective_recompute.OpFlops(y.op), flops, y.op.type)
+      self.assertFalse(selective_recompute.IsKept(tf.tanh(a).op))
+      unknown = tf.matmul(tf.placeholder(tf.float32, [None, 4]), w)
+      self.assertEqual(selective_recompute.OpFlops(unknown.op), 0)
