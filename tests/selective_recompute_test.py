@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from lingvo import compat as tf
 from lingvo.core import base_layer
+from lingvo.core import layers as lingvo_layers
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
@@ -70,6 +71,17 @@ def _Transformers(num=3, keep=0.7):
   return _WithLoss([transformer.TransformerLayer.Params().Set(
       name='tr%d' % i, model_dim=DIM, ffn_dim=16, num_heads=2, head_dim=4,
       dropout_keep_prob=keep) for i in range(num)])
+
+
+def _FcLayerNorms():
+  """Lingvo's FCLayer and LayerNorm, whose normalisation runs in a function call (CallDefun): its
+  ops are re-run in full, the FCLayers' matmuls are kept."""
+  stack = []
+  for i in range(2):
+    stack += [lingvo_layers.FCLayer.Params().Set(name='fc%d' % i, input_dim=DIM, output_dim=DIM,
+                                                 activation='TANH'),
+              lingvo_layers.LayerNorm.Params().Set(name='ln%d' % i, input_dim=DIM)]
+  return _WithLoss(stack)
 
 
 def _Dense(num):
@@ -151,6 +163,20 @@ class GradientsTest(test_utils.TestCase):
     x = np.random.RandomState(2).normal(size=[12, DIM]).astype(np.float32)
     self._AssertEqualUnpipelined(_Dense(6), lambda: (tf.constant(x),),
                                  _Mean, ms=(1, 4))
+
+  @pytest.mark.slow
+  def testLingvoLayersWithFunctionCalls(self):
+    x = np.random.RandomState(2).normal(size=[12, DIM]).astype(np.float32)
+    variants = _Variants(_FcLayerNorms(), virtual=False)
+    always = [(name + '_always', params.Copy().Set(recompute='always'))
+              for name, params in variants]
+    results = _SharedSteps([('unpipelined', helpers.Pipeline(_FcLayerNorms(), 1, 1,
+                                                             unpipelined=True))] +
+                           variants + always, lambda: (tf.constant(x),), _Mean)
+    plain = results.pop('unpipelined')
+    # A layer norm amplifies float rounding: 'always' is 1e-4 from the unpipelined model too.
+    for name, grads in sorted(results.items()):
+      self.assertLess(_MaxError(grads, plain), 5e-4, name)
 
   @pytest.mark.slow
   def testTransformerLayerWithDropout(self):
@@ -240,6 +266,9 @@ class BackwardGraphTest(test_utils.TestCase):
 
   def testDenseStack(self):
     self._Check(_Dense(4), lambda: (tf.ones([8, DIM]),), ['MatMul'])
+
+  def testLingvoLayersWithFunctionCalls(self):
+    self._Check(_FcLayerNorms(), lambda: (tf.ones([8, DIM]),), ['MatMul'])
 
   @pytest.mark.slow
   def testTransformerLayers(self):
