@@ -87,20 +87,22 @@ class PartitionFunctions:
     name: a name for the functions (e.g. 'pipe_partition1').
     two_d_weight_gradients: trace under matmul_gradient.Scope().
     recomputes: whether backward passes re-compute the partition (see stateful_ops.Check).
-    selective: the forward function keeps its matmuls' and convolutions' outputs, and the
-      backward function re-computes only the other ops (see `selective_recompute`).
+    kept_op_types: selective re-computation: the forward function keeps the outputs of its ops
+      of these types (matmuls, convolutions), and the backward function re-computes only the
+      other ops (see `selective_recompute`). None: no selective re-computation.
   """
 
   def __init__(self, layers: partition_trace.LayerFunctions, theta: py_utils.NestedMap,
                inputs: Any, device: str, name: str, two_d_weight_gradients: bool = True,
                where: str = 'TensorPipeLayer', site_prefix: str = '', example_axis: int = 0,
                example_count: Optional[int] = None, recomputes: bool = True,
-               selective: bool = False):
+               kept_op_types: Optional[frozenset] = None):
     self._body = partition_trace.PartitionBody(layers, theta, inputs, name, where, site_prefix,
                                                example_axis, example_count,
                                                two_d_weight_gradients)
     self._recomputes = recomputes
-    self._selective = selective
+    self._kept_op_types = kept_op_types
+    self._selective = kept_op_types is not None
     self._theta_specs = [graph_function.Spec(t) for t in theta.Flatten()]
     in_leaves = tf.nest.flatten(inputs)
     self._in_index = [i for i, x in enumerate(in_leaves) if x is not None]  # The x leaves.
@@ -240,7 +242,8 @@ class PartitionFunctions:
                           (self._where, type(y).__name__))
       records = recorder.Records()
       stats = [t for u in records for t in [u.value] + ([u.count] if u.count is not None else [])]
-      kept, template = selective_recompute.Kept(layer_ops) if self._selective else ([], ())
+      kept, template = (selective_recompute.Kept(layer_ops, self._kept_op_types)
+                        if self._selective else ([], ()))
       facts = _ForwardFacts(out, tuple((u.variable, u.decay, u.count is not None) for u in records),
                             tuple(masks), template)
       return {'y': ys, 'stats': stats, 'kept_outputs': kept}, (facts, layer_ops)
@@ -276,7 +279,8 @@ class PartitionFunctions:
       replaced = []
       if self._selective:
         replaced = selective_recompute.Substitute(
-            layer_ops, forward.facts.kept_template, args['kept_outputs'], boundaries, where)
+            layer_ops, self._kept_op_types, forward.facts.kept_template, args['kept_outputs'],
+            boundaries, where)
       sums = args['sums']
       grads, new_sums = layer_gradients.LayerGradients(
           boundaries, self._OutGrads(args['dy']), args['theta'], sums)

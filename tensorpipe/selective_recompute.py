@@ -27,7 +27,7 @@ a re-run would need the forward pass's cheap activations too, which is 'never'.
 """
 
 import weakref
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 from lingvo import compat as tf
@@ -49,9 +49,27 @@ _REPLACED = weakref.WeakKeyDictionary()
 KeptTemplate = Tuple[Tuple[Tuple[str, str], ...], ...]
 
 
-def IsKept(op: tf.Operation) -> bool:
-  """Whether a selective forward pass keeps `op`'s output: a kept type with one float output."""
-  return (op.type in KEPT_OP_TYPES and len(op.outputs) == 1 and
+def KeptTypes(kept_ops: Optional[Sequence[str]], recompute: str) -> frozenset:
+  """The op types a selective forward pass keeps, from TensorPipeLayer's selective_kept_ops
+  (None: KEPT_OP_TYPES); raises ValueError naming a bad value and the fix."""
+  if kept_ops is None:
+    return KEPT_OP_TYPES
+  if recompute != 'selective':
+    raise ValueError("selective_kept_ops=%r applies to recompute='selective' only, got "
+                     "recompute=%r: set recompute='selective' or selective_kept_ops=None" %
+                     (kept_ops, recompute))
+  if isinstance(kept_ops, str) or not kept_ops or any(
+      t not in KEPT_OP_TYPES for t in kept_ops):
+    raise ValueError('selective_kept_ops=%r must be a non-empty list of op types among %s (ops '
+                     'whose gradients read only their inputs)' %
+                     (kept_ops, sorted(KEPT_OP_TYPES)))
+  return frozenset(kept_ops)
+
+
+def IsKept(op: tf.Operation, types: frozenset = KEPT_OP_TYPES) -> bool:
+  """Whether a selective forward pass keeps `op`'s output: one of `types` with one float
+  output."""
+  return (op.type in types and len(op.outputs) == 1 and
           layer_gradients.IsDifferentiable(op.outputs[0]))
 
 
@@ -103,17 +121,19 @@ def OpFlops(op: tf.Operation) -> int:
   return 0 if inner is None else 2 * out * int(inner)
 
 
-def KeptOps(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]]) -> List[List[tf.Operation]]:
-  """Per layer (layer_ops: each layer's name and ops, in creation order), its ops of the kept
-  types with one float output, in creation order."""
-  return [[op for op in ops if IsKept(op)] for _, ops in layer_ops]
+def KeptOps(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]],
+            types: frozenset = KEPT_OP_TYPES) -> List[List[tf.Operation]]:
+  """Per layer (layer_ops: each layer's name and ops, in creation order), its ops of `types`
+  with one float output, in creation order."""
+  return [[op for op in ops if IsKept(op, types)] for _, ops in layer_ops]
 
 
-def Kept(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]]
-         ) -> Tuple[List[tf.Tensor], KeptTemplate]:
-  """What a selective forward pass outputs besides its outputs: every kept op's output, in layer
-  and creation order, and the template a re-run's ops are matched against (`Substitute`)."""
-  per_layer = KeptOps(layer_ops)
+def Kept(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]],
+         types: frozenset = KEPT_OP_TYPES) -> Tuple[List[tf.Tensor], KeptTemplate]:
+  """What a selective forward pass outputs besides its outputs: every kept op's output (ops of
+  `types`), in layer and creation order, and the template a re-run's ops are matched against
+  (`Substitute`)."""
+  per_layer = KeptOps(layer_ops, types)
   template = tuple(tuple((op.type, op.outputs[0].dtype.name) for op in ops) for ops in per_layer)
   return [op.outputs[0] for ops in per_layer for op in ops], template
 
@@ -128,13 +148,15 @@ def _Gradient(op, *grads):
   return [None] + list(tf_internals.GradientFunction(replaced)(replaced, grads[0]))
 
 
-def Substitute(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]], template: KeptTemplate,
-               kept: Sequence[tf.Tensor], boundaries: List[Any], where: str) -> List[tf.Operation]:
+def Substitute(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]], types: frozenset,
+               template: KeptTemplate, kept: Sequence[tf.Tensor], boundaries: List[Any],
+               where: str) -> List[tf.Operation]:
   """In a re-run's graph, puts the kept values in place of the kept ops' outputs (see the module
   docstring); the boundaries (each layer's inputs, then the outputs) are updated in place.
 
   Args:
     layer_ops: the re-run's layers and their ops (partition_trace.PartitionBody.Run).
+    types: the kept op types (as for Kept).
     template: Kept's template of the forward pass.
     kept: the forward pass's kept values, as the backward function's arguments.
     boundaries: the re-run's boundaries.
@@ -143,7 +165,7 @@ def Substitute(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]], template
   Returns:
     The replaced ops, for `CheckUnread`.
   """
-  per_layer = KeptOps(layer_ops)
+  per_layer = KeptOps(layer_ops, types)
   found = tuple(tuple((op.type, op.outputs[0].dtype.name) for op in ops) for ops in per_layer)
   if found != template or len(kept) != sum(len(ops) for ops in per_layer):
     raise AssertionError(

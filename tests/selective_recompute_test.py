@@ -241,14 +241,16 @@ class BackwardGraphTest(test_utils.TestCase):
   """The traced backward function of each partition runs no op of a kept type but gradients:
   'always''s gradient matmuls, none of the re-computed ones."""
 
-  def _Functions(self, layers, inputs_fn, k=2):
-    """{mode: {(partition, task): FunctionDef}} of pipelines 'always' and 'selective'."""
+  def _Functions(self, layers, inputs_fn, k=2, kept_ops=None):
+    """{mode: {(partition, task): FunctionDef}} of pipelines 'always' and 'selective' (keeping
+    `kept_ops`)."""
     graph = tf.Graph()
     with graph.as_default(), helpers.Cluster(k):
       py_utils.GetOrCreateGlobalStepVar()
       for mode in ('always', 'selective'):
-        out = helpers.Pipeline(layers, k, 2, mode, name=mode).Instantiate().FPropDefaultTheta(
-            *inputs_fn())
+        extra = dict(selective_kept_ops=kept_ops) if mode == 'selective' else {}
+        out = helpers.Pipeline(layers, k, 2, mode, name=mode, **extra).Instantiate(
+        ).FPropDefaultTheta(*inputs_fn())
         tf.gradients(_Mean(out), tf.trainable_variables(), colocate_gradients_with_ops=True)
     found = collections.defaultdict(dict)
     for function in graph.as_graph_def().library.function:
@@ -278,6 +280,18 @@ class BackwardGraphTest(test_utils.TestCase):
 
   def testLingvoLayersWithFunctionCalls(self):
     self._Check(_FcLayerNorms(), lambda: (tf.ones([8, DIM]),), ['MatMul'])
+
+  def testKeptOpsChooseWhatIsNotReRun(self):
+    # Keeping only convolutions: a dense stack's matmuls are re-run as with 'always'.
+    found = self._Functions(_Dense(4), lambda: (tf.ones([8, DIM]),), kept_ops=['Conv2D'])
+    for part in range(2):
+      self.assertLen(found['selective'][(part, 'forward')].signature.output_arg,
+                     len(found['always'][(part, 'forward')].signature.output_arg))
+      always = _KeptTypeOps(_Reached(found['always'][(part, 'backward')]), False)
+      selective = _KeptTypeOps(_Reached(found['selective'][(part, 'backward')]), False)
+      self.assertNotEmpty(selective)
+      self.assertEqual([n.split('/', 1)[1] for n in selective],
+                       [n.split('/', 1)[1] for n in always])
 
   @pytest.mark.slow
   def testTransformerLayers(self):
@@ -312,6 +326,33 @@ class MemoryTest(test_utils.TestCase):
     # 'selective' each layer's matmul output.
     self.assertGreater(never, 40 * 2**20)
     self.assertLess(selective, 0.6 * never, 'selective %d vs never %d bytes' % (selective, never))
+
+
+class ParamsTest(test_utils.TestCase):
+
+  def testKeptOpsAreCheckedEarly(self):
+    x = np.random.RandomState(2).normal(size=[12, DIM]).astype(np.float32)
+    results = _SharedSteps([
+        ('unpipelined', helpers.Pipeline(_Dense(4), 1, 1, unpipelined=True)),
+        ('einsums', helpers.Pipeline(_Dense(4), 2, 4, 'selective', selective_kept_ops=['Einsum'])),
+        ('matmuls', helpers.Pipeline(_Dense(4), 2, 4, 'selective', selective_kept_ops=('MatMul',)))
+    ], lambda: (tf.constant(x),), _Mean)
+    for name in ('einsums', 'matmuls'):
+      self.assertLess(_MaxError(results[name], results['unpipelined']), 1e-5, name)
+    for bad, error in (
+        (['Tanh'], r"selective_kept_ops=\['Tanh'\] must be a non-empty list of op types among "
+                   r"\['BatchMatMul', .*'MatMul'\]"),
+        ('MatMul', r"selective_kept_ops='MatMul' must be a non-empty list"),
+        ([], r'selective_kept_ops=\[\] must be a non-empty list')):
+      with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': " + error):
+        with helpers.Cluster(2):
+          helpers.Pipeline(_Dense(2), 2, 4, 'selective', selective_kept_ops=bad).Instantiate()
+    with self.assertRaisesRegex(
+        ValueError, r"TensorPipeLayer 'pipe': selective_kept_ops=\['MatMul'\] applies to "
+        r"recompute='selective' only, got recompute='always': set recompute='selective' or "
+        r"selective_kept_ops=None"):
+      with helpers.Cluster(2):
+        helpers.Pipeline(_Dense(2), 2, 4, 'always', selective_kept_ops=['MatMul']).Instantiate()
 
 
 class ScheduleTest(test_utils.TestCase):
