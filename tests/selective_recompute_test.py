@@ -63,6 +63,14 @@ def _WithLoss(layers):
   return layers + [Squares.Params().Set(name='loss')]
 
 
+class Linear(helpers.Dense):
+  """y = x w: its output is a kept matmul's (a partition may end in one, the next start with one
+  reading it)."""
+
+  def FProp(self, theta, x):
+    return tf.matmul(x, theta.w)
+
+
 class GatedDense(helpers.Dense):
   """y = tanh(z) * sigmoid(z), z = x w: one matmul output, two activations its gradient reads."""
 
@@ -172,6 +180,13 @@ class GradientsTest(test_utils.TestCase):
     x = np.random.RandomState(2).normal(size=[12, DIM]).astype(np.float32)
     self._AssertEqualUnpipelined(_Dense(6), lambda: (tf.constant(x),),
                                  _Mean, ms=(1, 4))
+
+  @pytest.mark.slow
+  def testMatmulsReadingMatmulsAcrossPartitions(self):
+    x = np.random.RandomState(2).normal(size=[12, DIM]).astype(np.float32)
+    self._AssertEqualUnpipelined(
+        _WithLoss([Linear.Params().Set(name='l%d' % i, dim=DIM, seed=i) for i in range(6)]),
+        lambda: (tf.constant(x),), _Mean)
 
   @pytest.mark.slow
   def testLingvoLayersWithFunctionCalls(self):
