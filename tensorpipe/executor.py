@@ -72,6 +72,8 @@ class _Call:
   step: Optional[tf.Tensor]
   offset: tf.Tensor
   origins: List[Tuple[int, int]]
+  # The forward call's kept outputs for a selective backward call (see selective_recompute).
+  kept: List[tf.Tensor] = dataclasses.field(default_factory=list)
 
 
 def _Add(a, b):
@@ -516,7 +518,7 @@ class PipelineStep:
   # (input gradients per input leaf, none for a weight-gradient task; ops).
 
   def _RunForward(self, call, training):
-    out, records, call.ys = call.partition.Forward(
+    out, records, call.ys, call.kept = call.partition.Forward(
         call.step, call.offset, call.theta, call.x_leaves,
         differentiable=training and not self._sched.Recomputes(call.t))
     return out, records, [call.ys[0].op]
@@ -532,7 +534,7 @@ class PipelineStep:
 
   def _RunBackward(self, call, grads, unused_scope):
     result = call.partition.Backward(call.step, call.offset, call.theta, call.x_leaves, grads,
-                                     self._sums[call.k])
+                                     self._sums[call.k], call.kept)
     return result.dx, self._Summed(call.k, result)
 
   def _RunBackwardFromKept(self, call, grads, unused_scope):

@@ -4,8 +4,8 @@
 TensorFlow graph functions placed on the partition's device, one per task (see `schedule.Task`),
 each with a declared signature (`graph_function.Signature`) its trace and its calls share:
 
-  forward          (offset, step, theta, x) -> (y, stats)
-  backward         (offset, step, theta, x, dy, sums) -> (dx, sums)
+  forward          (offset, step, theta, x) -> (y, stats, kept_outputs)
+  backward         (offset, step, theta, x, dy, sums, kept_outputs) -> (dx, sums)
   input_gradient   (offset, step, theta, x, dy) -> (dx, kept)
   weight_gradient  (offset, step, theta, x, dy, kept, sums) -> (sums)
   zeros            () -> (sums): a zero running sum per weight (a new buffer every step)
@@ -19,8 +19,11 @@ must be re-run (see `layer_gradients.Keep`). `backward` re-computes the partitio
 its saved boundary input x and differentiates it layer by layer (see `layer_gradients`), so only
 boundary activations are kept between the passes (GPipe's re-computation); the weight gradients go
 into the running sums it is given (see `accumulation`), which the first backward pass of a step gets
-from `zeros`. Without re-computation, the forward call is differentiated by TensorFlow's own
-function gradient instead (`BackwardFromKept`), and `accumulate` adds its gradients.
+from `zeros`. With selective re-computation, `kept_outputs` are the forward pass's outputs of its
+matmuls and convolutions, which the backward function puts in place of their re-computation (see
+`selective_recompute`); else that group is empty. Without re-computation, the forward call is
+differentiated by TensorFlow's own function gradient instead (`BackwardFromKept`), and `accumulate`
+adds its gradients.
 
 What differs per micro-batch is a function input: `offset`, the index of the micro-batch's first
 example in the mini-batch, so that dropout masks are the same in the forward pass, in its
@@ -45,6 +48,7 @@ from tensorpipe import layer_gradients
 from tensorpipe import leaves
 from tensorpipe import partition_trace
 from tensorpipe import schedule
+from tensorpipe import selective_recompute
 from tensorpipe import stateful_ops
 
 PerLeaf = layer_gradients.PerLeaf
@@ -58,6 +62,7 @@ class _ForwardFacts:
   out_template: Any
   stats_slots: tuple
   whole_micro_batch_masks: tuple  # Layers whose dropout masks have no example axis.
+  kept_template: selective_recompute.KeptTemplate  # What a selective forward pass kept.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,16 +87,22 @@ class PartitionFunctions:
     name: a name for the functions (e.g. 'pipe_partition1').
     two_d_weight_gradients: trace under matmul_gradient.Scope().
     recomputes: whether backward passes re-compute the partition (see stateful_ops.Check).
+    kept_op_types: selective re-computation: the forward function keeps the outputs of its ops
+      of these types (matmuls, convolutions), and the backward function re-computes only the
+      other ops (see `selective_recompute`). None: no selective re-computation.
   """
 
   def __init__(self, layers: partition_trace.LayerFunctions, theta: py_utils.NestedMap,
                inputs: Any, device: str, name: str, two_d_weight_gradients: bool = True,
                where: str = 'TensorPipeLayer', site_prefix: str = '', example_axis: int = 0,
-               example_count: Optional[int] = None, recomputes: bool = True):
+               example_count: Optional[int] = None, recomputes: bool = True,
+               kept_op_types: Optional[frozenset] = None):
     self._body = partition_trace.PartitionBody(layers, theta, inputs, name, where, site_prefix,
                                                example_axis, example_count,
                                                two_d_weight_gradients)
     self._recomputes = recomputes
+    self._kept_op_types = kept_op_types
+    self._selective = kept_op_types is not None
     self._theta_specs = [graph_function.Spec(t) for t in theta.Flatten()]
     in_leaves = tf.nest.flatten(inputs)
     self._in_index = [i for i, x in enumerate(in_leaves) if x is not None]  # The x leaves.
@@ -231,9 +242,11 @@ class PartitionFunctions:
                           (self._where, type(y).__name__))
       records = recorder.Records()
       stats = [t for u in records for t in [u.value] + ([u.count] if u.count is not None else [])]
+      kept, template = (selective_recompute.Kept(layer_ops, self._kept_op_types)
+                        if self._selective else ([], ()))
       facts = _ForwardFacts(out, tuple((u.variable, u.decay, u.count is not None) for u in records),
-                            tuple(masks))
-      return {'y': ys, 'stats': stats}, (facts, layer_ops)
+                            tuple(masks), template)
+      return {'y': ys, 'stats': stats, 'kept_outputs': kept}, (facts, layer_ops)
 
     function = self._Trace('forward', Forward, self._Leading() + [
         ('theta', self._theta_specs), ('x', self._x_specs)])
@@ -257,19 +270,28 @@ class PartitionFunctions:
     return layer_ops
 
   def _TraceBackward(self, dy_mask):
+    forward = self._Function(_Task.FORWARD)
+    where = '%s (%s)' % (self._where, self._name)
 
     def BackwardBody(args):
       boundaries = []
-      self._Recompute(args, boundaries)
+      layer_ops = self._Recompute(args, boundaries)
+      replaced = []
+      if self._selective:
+        replaced = selective_recompute.Substitute(
+            layer_ops, self._kept_op_types, forward.facts.kept_template, args['kept_outputs'],
+            boundaries, where)
       sums = args['sums']
       grads, new_sums = layer_gradients.LayerGradients(
           boundaries, self._OutGrads(args['dy']), args['theta'], sums)
+      selective_recompute.CheckUnread(replaced, where)
       got = tuple(a is not b for a, b in zip(new_sums, sums))
       return {'dx': [grads[0][i] for i in self._in_index], 'sums': new_sums}, got
 
     return self._Trace('backward', BackwardBody, self._Leading() + [
         ('theta', self._theta_specs), ('x', self._x_specs), ('dy', self._DySpecs(dy_mask)),
-        ('sums', self._Sums(self._theta_specs))])
+        ('sums', self._Sums(self._theta_specs)),
+        ('kept_outputs', list(forward.outputs.groups[2][1]))])
 
   @staticmethod
   def _Shared(args):
@@ -326,7 +348,7 @@ class PartitionFunctions:
   def Forward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
               theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
               differentiable: bool = False
-              ) -> Tuple[Any, List[batch_norm.Update], List[tf.Tensor]]:
+              ) -> Tuple[Any, List[batch_norm.Update], List[tf.Tensor], List[tf.Tensor]]:
     """One call of the forward function on the partition's device (a forward task).
 
     Args:
@@ -338,7 +360,8 @@ class PartitionFunctions:
         `BackwardFromKept` uses; else a call op that tf.gradients cannot differentiate.
 
     Returns:
-      (outputs structure, [batch_norm.Update] of the call, the call's output tensors).
+      (outputs structure, [batch_norm.Update] of the call, the call's output tensors, its kept
+      outputs for a selective backward call (empty unless `selective`)).
     """
     function = self._Function(_Task.FORWARD)
     args = dict(self._LeadingValues(step, offset), theta=list(theta_leaves), x=list(x_leaves))
@@ -351,7 +374,8 @@ class PartitionFunctions:
     for variable, decay, has_count in facts.stats_slots:
       value = next(it)
       records.append(batch_norm.Update(variable, value, decay, next(it) if has_count else None))
-    return leaves.Fill(facts.out_template, results['y']), records, results['y']
+    return (leaves.Fill(facts.out_template, results['y']), records, results['y'],
+            results['kept_outputs'])
 
   def Zeros(self) -> PerLeaf:
     """One call of the function that makes a zero running sum per weight (None where none)."""
@@ -374,7 +398,8 @@ class PartitionFunctions:
 
   def Backward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
                theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
-               dys: Sequence[Optional[tf.Tensor]], sums: Optional[PerLeaf]) -> Backward:
+               dys: Sequence[Optional[tf.Tensor]], sums: Optional[PerLeaf],
+               kept_outputs: Sequence[tf.Tensor] = ()) -> Backward:
     """One call of the re-computing backward function (a backward task).
 
     Args:
@@ -383,10 +408,13 @@ class PartitionFunctions:
       sums: the running sum of each weight (None for weights that are not floats) from the
         previous backward pass; written in place (nothing else may read them). None: start from
         zeros (the first backward pass of a step).
+      kept_outputs: the forward call's kept outputs (Forward's fourth result; empty unless
+        `selective`).
     """
     args, dy_mask = self._BackwardArgs(step, offset, theta_leaves, x_leaves, dys)
     function = self._Function(_Task.BACKWARD, dy_mask)
     args['sums'] = self._Sums(self.Zeros() if sums is None else sums)
+    args['kept_outputs'] = list(kept_outputs)
     with tf.device(self._device):
       results, op = function.Call(args, 'backward')
     return Backward(results['dx'], results['sums'], function.facts, [op])

@@ -103,14 +103,14 @@ class InlinePartition:
 
   def Forward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
               theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
-              differentiable: bool = False) -> Tuple[Any, list, List[tf.Tensor]]:
+              differentiable: bool = False) -> Tuple[Any, list, List[tf.Tensor], list]:
     """The layers on one micro-batch, on the partition's device: (outputs, no batch-norm records,
-    the output tensors). `offset` and `differentiable` are not used: nothing here is re-computed or
-    differentiated by the pipeline."""
+    the output tensors, no kept outputs). `offset` and `differentiable` are not used: nothing here
+    is re-computed or differentiated by the pipeline."""
     del offset, differentiable
     with tf.device(self._device):
       out = self._body.RunInline(step, theta_leaves, x_leaves)
-    return out, [], leaves.Present(out)
+    return out, [], leaves.Present(out), []
 
 
 class PartitionBody:

@@ -140,7 +140,7 @@ FORWARD = 'F'
 BACKWARD = 'B'
 WEIGHT = 'W'
 
-RECOMPUTE_MODES = ('always', 'except_last', 'never')
+RECOMPUTE_MODES = ('always', 'except_last', 'never', 'selective')
 
 
 class Rule(enum.IntEnum):
@@ -266,7 +266,8 @@ class Schedule:
     edges: Edges between those actions.
     name: a short name for messages.
     recompute: which backward passes re-compute their partition, one of RECOMPUTE_MODES: 'always',
-      'except_last' (not the last micro-batch's) or 'never'.
+      'except_last' (not the last micro-batch's), 'never', or 'selective' (every one, re-running
+      only the ops whose outputs the forward pass did not keep; see `selective_recompute`).
     partition_devices: per partition, the index of its device (default: partition k on device k);
       every device in [0, max + 1) holds at least one partition.
     forward_only: the schedule has forward actions only (a decode step, `DecodeSchedule`): no
@@ -370,8 +371,8 @@ class Schedule:
 
   def Recomputes(self, micro_batch: int) -> bool:
     """Whether micro-batch `micro_batch`'s backward passes re-compute their partitions."""
-    return self.recompute == 'always' or (self.recompute == 'except_last' and
-                                          micro_batch < self.num_micro_batches - 1)
+    return self.recompute in ('always', 'selective') or (
+        self.recompute == 'except_last' and micro_batch < self.num_micro_batches - 1)
 
   def Task(self, action: Action) -> 'Task':
     """What `action` computes (see `Task`): one per action, the executor's dispatch key."""

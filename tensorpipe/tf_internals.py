@@ -3,13 +3,14 @@
 TensorPipe needs a few things TensorFlow 2.13's public API does not offer: a graph function called
 from a TF1 graph without being inlined, specialised or shape-inferred again per call (see
 `graph_function`); control inputs added to an op already built (`executor`, rule edges into forward
-actions); an op's input rewired (`early_shapes`); a graph's function library and the op registry
-(`stateful_ops`); the module attributes TensorFlow's dropout lives in (`stateful_ops` routes them);
-a scope that marks new ops for grappler to keep (`accumulation`); the gradient registry
-(`matmul_gradient`); and the GetStatus request of TensorFlow's worker service, by which a server
-says which task it is (`trainer.liveness`: TensorFlow's pip package ships no Python module for
-worker.proto). Keeping them here means a TensorFlow upgrade that moves one breaks one module,
-and `Missing()` (run by the tests) names what moved and the TensorFlow version.
+actions); an op's input rewired (`early_shapes`, `selective_recompute`); a graph's function library
+and the op registry (`stateful_ops`); the module attributes TensorFlow's dropout lives in
+(`stateful_ops` routes them); a scope that marks new ops for grappler to keep (`accumulation`); the
+gradient registry (`matmul_gradient`, `selective_recompute`); and the GetStatus request of
+TensorFlow's worker service, by which a server says which task it is (`trainer.liveness`:
+TensorFlow's pip package ships no Python module for worker.proto). Keeping them here means a
+TensorFlow upgrade that moves one breaks one module, and `Missing()` (run by the tests) names what
+moved and the TensorFlow version.
 """
 
 # This module is where TensorPipe reaches into TensorFlow's protected members, and only here.
@@ -47,6 +48,7 @@ _USED = (
     ('Operation._is_stateful', lambda: tf_ops.Operation._is_stateful),
     ('op_def_registry.get', lambda: op_def_registry.get),
     ('gradient_registry.lookup', lambda: tf_ops.gradient_registry.lookup),
+    ('ops.get_gradient_function', lambda: tf_ops.get_gradient_function),
     ('nn_ops.dropout', lambda: _nn_ops.dropout),
     ('nn_ops.dropout_v2', lambda: _nn_ops.dropout_v2),
     ('DeviceAttributes.name', lambda: _Field(device_attributes_pb2.DeviceAttributes, 'name')),
@@ -153,6 +155,11 @@ def KeptByGrappler(graph: tf2.Graph) -> Any:
 def RegisteredGradient(op_type: str) -> Any:
   """The gradient function TensorFlow registered for `op_type`."""
   return tf_ops.gradient_registry.lookup(op_type)
+
+
+def GradientFunction(op: tf2.Operation) -> Any:
+  """The gradient function tf.gradients would use for `op` (its gradient override included)."""
+  return tf_ops.get_gradient_function(op)
 
 
 # TensorFlow's worker service (tensorflow/core/protobuf/worker_service.proto), which every server

@@ -168,7 +168,8 @@ class PipelinedBatchNormTest(test_utils.TestCase):
   @pytest.mark.slow
   def testMovingAveragesIdenticalWhateverKAndM(self):
     cases = [(k, m, mode) for m in (1, 4) for k, mode in (
-        (1, 'always'), (2, 'never'), (2, 'always'), (4, 'except_last'), (4, 'always'))]
+        (1, 'always'), (2, 'never'), (2, 'always'), (2, 'selective'), (4, 'except_last'),
+        (4, 'always'))]
     steps, stats = _StepVariants(
         [('K%d_M%d_%s' % c, helpers.Pipeline(_Layers(), c[0], c[1], c[2], name='K%d_M%d_%s' % c))
          for c in cases], [('ref_M1', 1), ('ref_M4', 4)])

@@ -101,13 +101,13 @@ class SchedulesTest(test_utils.TestCase):
     for k in (1, 2, 4):
       for m in (1, 4, 8, 16):
         for name in schedule.SCHEDULES:
-          modes = (('always', 'except_last', 'never') if (k, m) == (2, 4) and name != 'zero_bubble'
-                   else ('always',))
+          modes = (('always', 'except_last', 'never', 'selective')
+                   if (k, m) == (2, 4) and name != 'zero_bubble' else ('always',))
           for mode in modes:
             cases.append((k, m, name, mode))
             variants.append(('K%d_M%d_%s_%s' % cases[-1], helpers.Pipeline(
                 layers, k, m, mode, schedule=name, name='K%d_M%d_%s_%s' % cases[-1])))
-    self.assertLen(cases, 3 * 4 * 3 + 2 * 2)
+    self.assertLen(cases, 3 * 4 * 3 + 2 * 3)
     x = np.random.RandomState(2).normal(size=[32, DIM]).astype(np.float32)
     results = helpers.GradientsOfVariants(variants, lambda: (tf.constant(x),))
     plain, _ = results['plain']

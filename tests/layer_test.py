@@ -83,7 +83,7 @@ class GradientConsistencyTest(test_utils.TestCase):
           name='K%d_M%d_%s' % (k, m, mode))))
     results = helpers.GradientsOfVariants(variants, inputs_fn, loss_fn)
     reference, ref_loss = results.pop('plain')
-    self.assertLen(results, len(ks) * len(ms) * 3)
+    self.assertLen(results, len(ks) * len(ms) * len(layer_lib.RECOMPUTE_MODES))
     for name, (grads, loss) in sorted(results.items()):
       self.assertAllClose(loss, ref_loss, rtol=1e-6, atol=0, msg=name)
       self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, name)

@@ -15,7 +15,9 @@ K, M, L = 2, 4, 4
 
 
 def _IsForwardMatMul(name):
-  return 'MatMul_grad' not in name
+  # Gradient ops are named in a scope '<op>_grad/' (a matmul's, or selective re-computation's
+  # stand-in's for it).
+  return '_grad/' not in name
 
 
 class RecomputeCountTest(test_utils.TestCase):
@@ -35,6 +37,11 @@ class RecomputeCountTest(test_utils.TestCase):
     self.assertEqual(self._ForwardMatMuls('never'), L * M)
     self.assertEqual(self._ForwardMatMuls('always'), 2 * L * M)
     self.assertEqual(self._ForwardMatMuls('except_last'), 2 * L * M - L)
+
+  def testSelectiveRunsNoForwardMatMulTwice(self):
+    # The backward functions take the forward pass's matmul outputs: no MatMul of theirs runs but
+    # the gradients' (see selective_recompute).
+    self.assertEqual(self._ForwardMatMuls('selective'), L * M)
 
 
 class NumericChecksTest(test_utils.TestCase):

@@ -253,13 +253,14 @@ class TaskTest(unittest.TestCase):
           for a in actions:
             if a.kind == F:
               expected = schedule.Task.FORWARD
-            elif mode == 'always' or (mode == 'except_last' and a.micro_batch < m - 1):
+            elif mode in ('always', 'selective') or (mode == 'except_last' and
+                                                     a.micro_batch < m - 1):
               expected = schedule.Task.BACKWARD
             else:
               expected = schedule.Task.BACKWARD_FROM_KEPT
             self.assertIs(sched.Task(a), expected, (sched.name, mode, str(a)))
         self.assertEqual([sched.Recomputes(t) for t in range(m)],
-                         {'always': [True] * m, 'never': [False] * m,
+                         {'always': [True] * m, 'never': [False] * m, 'selective': [True] * m,
                           'except_last': [True] * (m - 1) + [False]}[mode])
 
   def testTheDefaultRecomputesAlways(self):
@@ -285,7 +286,7 @@ class TaskTest(unittest.TestCase):
     self.assertEqual(count, 3 * 3 * 4)
 
   def testZeroBubbleRefusesKeptActivations(self):
-    for mode in ('never', 'except_last'):
+    for mode in ('never', 'except_last', 'selective'):
       with self.assertRaisesRegex(
           ValueError, r"zero-bubble K=2, M=3 schedule needs recompute='always', got "
           r"recompute='%s'" % mode):
@@ -297,7 +298,8 @@ class TaskTest(unittest.TestCase):
   def testUnknownRecomputeModeIsRefused(self):
     for name, build in schedule.SCHEDULES.items():
       with self.assertRaisesRegex(
-          ValueError, r"recompute='sometimes' is not one of \('always', 'except_last', 'never'\)"):
+          ValueError, r"recompute='sometimes' is not one of "
+          r"\('always', 'except_last', 'never', 'selective'\)"):
         build(2, 3, recompute='sometimes')
       with self.assertRaisesRegex(ValueError, r"recompute=True is not one of", msg=name):
         build(2, 3, recompute=True)

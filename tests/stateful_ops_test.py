@@ -533,7 +533,7 @@ class RefusedTest(test_utils.TestCase):
         r"numbers with stateful op RandomStandardNormal \('noisy/.*RandomStandardNormal'\).*"
         r"recompute='never'"):
       self._Build(stack)
-    for mode in ('always', 'except_last'):
+    for mode in ('always', 'except_last', 'selective'):
       with self.assertRaisesRegex(ValueError, "layer 'noisy' draws random numbers"):
         self._Build(stack, mode)
     # Without re-computation the forward pass's numbers are the ones differentiated: allowed.

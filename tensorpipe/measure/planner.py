@@ -501,29 +501,34 @@ def PartitionCosts(layer_seconds: Sequence[Tuple[float, float]], sizes: Sequence
                    device: DeviceProfile, recompute: str, num_micro_batches: int,
                    splits_backward: bool, backward_parallelism: float = 1.0,
                    micro_batch_overhead: float = 0.0,
-                   params: Optional[Sequence[float]] = None) -> List[simulator.TaskTimes]:
+                   params: Optional[Sequence[float]] = None,
+                   selective_shares: Optional[Sequence[float]] = None
+                   ) -> List[simulator.TaskTimes]:
   """simulator.TaskTimes (one micro-batch) of the partitions of `sizes`.
 
   A forward task is its layers' forward seconds plus one call; a backward task re-computes the
-  forward pass (with 'except_last', all but the last micro-batch: its mean share), then takes its
-  layers' backward seconds (work) plus a call, its ops `backward_parallelism` at a time. Where the
-  schedule splits backward passes, the input-gradient and weight-gradient tasks each take half of
-  that, each with its call. Each micro-batch after the first costs the pipeline
-  `micro_batch_overhead` more (measured by trainer.model_plan.MeasureMicroBatchSeconds): mostly
-  the addition of its weight gradients, so each partition's backward tasks take the share of it
-  that the partition's parameters (`params`, per layer) are of all, (M - 1) / M of it per
-  micro-batch.
+  forward pass (with 'except_last', all but the last micro-batch: its mean share; with 'selective',
+  each layer's `selective_shares` of it, cost_model.SelectiveShare: all without them), then takes
+  its layers' backward seconds (work) plus a call, its ops `backward_parallelism` at a time. Where
+  the schedule splits backward passes, the input-gradient and weight-gradient tasks each take half
+  of that, each with its call. Each micro-batch after the first costs the pipeline
+  `micro_batch_overhead` more (measured by trainer.model_plan.MeasureMicroBatchSeconds): mostly the
+  addition of its weight gradients, so each partition's backward tasks take the share of it that the
+  partition's parameters (`params`, per layer) are of all, (M - 1) / M of it per micro-batch.
   """
   out, start = [], 0
   m = num_micro_batches
   total = float(sum(params)) if params else 0.0
-  share = {'always': 1.0, 'except_last': (m - 1.0) / m, 'never': 0.0}[recompute]
+  share = {'always': 1.0, 'except_last': (m - 1.0) / m, 'never': 0.0, 'selective': 1.0}[recompute]
   par = backward_parallelism
   for size in sizes:
     layers = layer_seconds[start:start + size]
     start += size
     forward = sum(f for f, _ in layers)
     backward = sum(b for _, b in layers)
+    recomputed = share * forward
+    if recompute == 'selective' and selective_shares is not None:
+      recomputed = sum(f * s for (f, _), s in zip(layers, selective_shares[start - size:start]))
     if micro_batch_overhead and m > 1:
       share_of_params = (sum(params[start - size:start]) / total if total else
                          float(size) / len(layer_seconds))
@@ -531,11 +536,11 @@ def PartitionCosts(layer_seconds: Sequence[Tuple[float, float]], sizes: Sequence
     if splits_backward:
       half = backward / 2 / par + device.call_overhead
       out.append(simulator.TaskTimes(
-          forward + device.call_overhead, half, share * forward, backward_parallelism=par,
+          forward + device.call_overhead, half, recomputed, backward_parallelism=par,
           weight=half, weight_parallelism=par))
     else:
       out.append(simulator.TaskTimes(forward + device.call_overhead,
-                                     backward / par + device.call_overhead, share * forward,
+                                     backward / par + device.call_overhead, recomputed,
                                      backward_parallelism=par))
   return out
 
@@ -635,7 +640,8 @@ def _Prepare(profiles, device, memory, replicas, partitions, micro_batches, sche
                                           units.FormatBytes(memory))
   costs = PartitionCosts(layer_seconds, sizes, device, recompute, m, sched.splits_backward,
                          device.backward_parallelism, micro_batch_overhead,
-                         [p.params for p in profiles])
+                         [p.params for p in profiles],
+                         [cost_model.SelectiveShare(p) for p in profiles])
   boundary = max((profiles[b].in_elements * bytes_per_activation / m for b in bounds[1:-1]),
                  default=0.0)  # Transfers between partitions of one device are counted too.
   cores = None if device.cores is None else device.cores / replicas

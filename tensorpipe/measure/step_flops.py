@@ -42,16 +42,20 @@ def ModelFlops(forward_flops: float) -> float:
   return MODEL_FORWARDS * forward_flops
 
 
-def RecomputedForwards(schedule: schedule_lib.Schedule, micro_batch_sizes: Sequence[int]) -> float:
+def RecomputedForwards(schedule: schedule_lib.Schedule, micro_batch_sizes: Sequence[int],
+                       selective_share: float = 1.0) -> float:
   """Forward passes of the whole mini-batch that a step run by `schedule` runs again.
 
   Each micro-batch whose backward passes re-compute their partitions (`Schedule.Recomputes`) adds
   its share of the mini-batch once: 0 for recompute='never', 1 for 'always' (GPipe, zero-bubble, and
-  Lingvo's PipeliningLayer, whose backward pass re-runs each cell).
+  Lingvo's PipeliningLayer, whose backward pass re-runs each cell); for 'selective', the share of
+  the forward FLOPs it re-runs, `selective_share` (those outside matmuls and convolutions).
 
   Args:
     schedule: the step's schedule (its recompute mode and whether it splits backward passes).
     micro_batch_sizes: examples in each of its M micro-batches (micro_batching.Sizes).
+    selective_share: with recompute='selective', the share of a forward pass's FLOPs it re-runs
+      (e.g. from cost_model.SelectiveShare of the layers' profiles, weighted by their FLOPs).
 
   Raises:
     ValueError: if there is not one size per micro-batch, or the sizes add up to no example.
@@ -60,7 +64,8 @@ def RecomputedForwards(schedule: schedule_lib.Schedule, micro_batch_sizes: Seque
     raise ValueError('RecomputedForwards: %s needs %d micro-batch sizes adding up to >= 1, got %r'
                      % (schedule.name, schedule.num_micro_batches, list(micro_batch_sizes)))
   recomputed = sum(size for t, size in enumerate(micro_batch_sizes) if schedule.Recomputes(t))
-  return recomputed / float(sum(micro_batch_sizes))
+  share = selective_share if schedule.recompute == 'selective' else 1.0
+  return share * recomputed / float(sum(micro_batch_sizes))
 
 
 def HardwareFlops(forward_flops: float, recomputed_forwards: float) -> float:

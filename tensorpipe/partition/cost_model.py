@@ -28,6 +28,7 @@ from lingvo.core import py_utils
 from lingvo.core import tshape
 
 from tensorpipe import disk_cache
+from tensorpipe import selective_recompute
 from tensorpipe.partition import balancing
 from tensorpipe import progress as progress_lib
 
@@ -49,6 +50,8 @@ class LayerProfile:
   forward_ops: int = 0  # Computing ops of its forward pass (each costs a launch, whatever size).
   backward_ops: int = 0  # Computing ops of its backward pass (tf.gradients).
   gradient_elements: int = 0  # Elements of the gradients its largest backward op reads and writes.
+  kept_elements: int = 0  # Elements of its matmul/conv outputs, which recompute='selective' keeps.
+  kept_flops: int = 0  # FLOPs of those ops, which recompute='selective' does not re-compute.
 
 
 def _OutsideLayerStack(fn, *args):
@@ -194,7 +197,8 @@ def Flops(layer_params: Sequence[Any], input_shapes: Sequence[Any],
 # are costed once.
 SHAPE_NEUTRAL_PARAMS = 'SHAPE_NEUTRAL_PARAMS'
 # Per process: (layer configuration, input shapes) -> (trainable, other, activation elements,
-# forward ops, backward ops, gradient elements); on disk in a cache given to Profiles.
+# forward ops, backward ops, gradient elements, kept elements, kept FLOPs); on disk in a cache given
+# to Profiles.
 _FACTS = {}
 _FACTS_KIND = 'layer_facts'
 _LINGVO_VERSION = importlib.metadata.version('lingvo')
@@ -289,31 +293,35 @@ def _GradientElements(backward):
 
 
 def _Facts(p, in_shapes):
-  """(trainable, other, activation elements or None, forward ops, backward ops, gradient elements)
-  of one layer, from a graph never run."""
+  """(trainable, other, activation elements or None, forward ops, backward ops, gradient elements,
+  kept elements, kept FLOPs) of one layer, from a graph never run."""
   with tf.Graph().as_default() as graph:
     layer = p.Copy().Instantiate()
     trainable, other = _CountVariables(layer)
     if in_shapes is None:
-      return trainable, other, None, 0, 0, 0
+      return trainable, other, None, 0, 0, 0, 0, 0
     inputs = [MapShapes(lambda s: tf.zeros(_Dims(s)), a) for a in in_shapes]
     first = len(graph.get_operations())
     try:
       out = layer.FProp(layer.theta, *inputs)
     except (TypeError, ValueError):  # E.g. integer ids: fall back to the outputs' size.
-      return trainable, other, None, 0, 0, 0
+      return trainable, other, None, 0, 0, 0, 0, 0
     ys = [y for y in tf.nest.flatten(out) if y is not None and y.dtype.is_floating]
     first_backward = len(graph.get_operations())
-    forward_ops = len(_ComputeOps(graph.get_operations()[first:first_backward]))
+    forward = graph.get_operations()[first:first_backward]
+    forward_ops = len(_ComputeOps(forward))
+    kept = [op for op in forward if selective_recompute.IsKept(op)]
+    kept_elements = sum(_Elems(op.outputs[0]) for op in kept)
+    kept_flops = sum(selective_recompute.OpFlops(op) for op in kept)
     if not ys:
-      return trainable, other, None, forward_ops, 0, 0
+      return trainable, other, None, forward_ops, 0, 0, kept_elements, kept_flops
     xs = [x for x in tf.nest.flatten(inputs) if x is not None] + layer.theta.Flatten()
     losses = [tf.reduce_sum(y) for y in ys]
     first_gradient = len(graph.get_operations())
     grads = [g for g in tf.gradients(losses, xs) if g is not None]
     backward = _ComputeOps(_Needed(graph, grads, first_gradient))
     return (trainable, other, _KeptElements(graph, first, first_backward, grads), forward_ops,
-            len(backward), _GradientElements(backward))
+            len(backward), _GradientElements(backward), kept_elements, kept_flops)
 
 
 def _ComputeOps(ops):
@@ -372,7 +380,7 @@ def _FactsFromCache(value):
   """Facts read from a disk_cache entry, or None if they are not facts (see _Facts)."""
   def Count(v):
     return isinstance(v, int) and not isinstance(v, bool)
-  if isinstance(value, list) and len(value) == 6 and all(
+  if isinstance(value, list) and len(value) == 8 and all(
       Count(v) or (i == 2 and v is None) for i, v in enumerate(value)):
     return tuple(value)
   return None
@@ -443,11 +451,21 @@ def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any],
       phase.End('%d read from the cache' % (cache.hits - hits))
   profiles = []
   for p, (flops, shapes), out in zip(layer_params, metas, out_elements):
-    params, state, activations, forward_ops, backward_ops, gradients = _CachedFacts(p, shapes)
+    (params, state, activations, forward_ops, backward_ops, gradients, kept_elements,
+     kept_flops) = _CachedFacts(p, shapes)
     profiles.append(LayerProfile(p.name, flops, params, state, _Elements(shapes), out,
                                  out if activations is None else activations, forward_ops,
-                                 backward_ops, gradients))
+                                 backward_ops, gradients, kept_elements, kept_flops))
   return profiles
+
+
+def SelectiveShare(profile: LayerProfile) -> float:
+  """The share of a layer's forward time a selective re-computation takes (recompute='selective'
+  re-runs all but its matmuls and convolutions): its FLOPs outside those ops over its forward FLOPs
+  (1 where its FLOPs are unknown)."""
+  if profile.flops <= 0:
+    return 1.0
+  return min(1.0, max(0.0, 1.0 - profile.kept_flops / profile.flops))
 
 
 def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompute: str = 'always',
@@ -460,9 +478,11 @@ def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompu
   activations its backward pass holds (the forward tensors it reads, see Profiles): with
   re-computation those of the micro-batches a partition runs at once (two at most: two forward
   passes with forward_overlap; one more kept with 'except_last'), without it those of every
-  micro-batch waiting for its backward pass; for a layer with weights, its input and output
-  gradient for each micro-batch waiting for a weight-gradient task. At a partition's first layer:
-  the inputs of the micro-batches waiting for their backward pass, stashed until then.
+  micro-batch waiting for its backward pass; with 'selective', also the outputs of its matmuls and
+  convolutions (kept_elements) of every micro-batch waiting for its backward pass; for a layer with
+  weights, its input and output gradient for each micro-batch waiting for a weight-gradient task.
+  At a partition's first layer: the inputs of the micro-batches waiting for their backward pass,
+  stashed until then.
 
   Args:
     profiles: the layers' LayerProfiles for the whole mini-batch.
@@ -489,9 +509,10 @@ def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompu
     at_once = min(2, m) if running is None else min(running, m)
     held = at_once / m + (1.0 / m if recompute == 'except_last' and m > 1 else 0.0)
   kept = waiting / m
+  selective = stashed / m if recompute == 'selective' else 0.0
   per_layer = [
       p.params * bytes_per_param +
-      (p.state + held * max(p.activation_elements, p.out_elements) +
+      (p.state + held * max(p.activation_elements, p.out_elements) + selective * p.kept_elements +
        (kept * (p.in_elements + p.out_elements) if p.params else 0.0)) * bytes_per_activation
       for p in profiles
   ]

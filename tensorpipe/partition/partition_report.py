@@ -27,7 +27,8 @@ class PartitionRow:
   share: float
   params: Optional[int]  # Trainable parameters (None without input shapes).
   param_bytes: Optional[float]  # Parameters with optimizer slots and other variables.
-  activation_bytes: Optional[float]  # Stashed boundary input + activations held in the backward.
+  # Stashed boundary input + activations held in the backward (by the recompute mode).
+  activation_bytes: Optional[float]
   device: int  # The device that holds the partition.
 
 
@@ -43,6 +44,7 @@ class PartitionReport:
   bubble: float
   efficiency: float
   device_bytes: Optional[List[float]] = None  # Per device, with several partitions on a device.
+  recompute: str = 'always'  # The recompute mode the activation memory is estimated for.
 
   def __str__(self) -> str:
     return Format(self)
@@ -77,7 +79,8 @@ def Build(plan: partitioning.Plan, title: str = 'pipeline') -> PartitionReport:
                          balancing.Imbalance(costs),
                          schedule.BubbleFraction(len(plan.sizes), num_micro),
                          balancing.Efficiency(costs, num_micro),
-                         plan.DeviceMemory() if shared and profiles is not None else None)
+                         plan.DeviceMemory() if shared and profiles is not None else None,
+                         plan.recompute)
 
 
 def _Num(value):
@@ -96,9 +99,9 @@ def _Bytes(value):
 def Format(report: PartitionReport) -> str:
   """The report as a fixed-width table with a summary line."""
   lines = [
-      '%s: %d partitions, cost %r, algorithm %r, M = %d' %
+      '%s: %d partitions, cost %r, algorithm %r, M = %d, recompute %r' %
       (report.title, len(report.rows), report.cost_source, report.algorithm,
-       report.num_micro_batches)
+       report.num_micro_batches, report.recompute)
   ]
   header = ('partition', 'layers', 'device', 'n', 'cost', 'share', 'params', 'param mem', 'act mem')
   table = [header]

@@ -165,8 +165,8 @@ class TestPruning:
     n = len(ranking.configurations)
     assert lines[0] == ('splitting and sizing configurations (S x K x M x schedule x recompute): '
                         '%d to do' % n)
-    assert re.fullmatch(r'splitting and sizing .*: done in [0-9.]+ s; %d fit the memory' % n,
-                        lines[1])
+    assert re.fullmatch(r'splitting and sizing .*: done in ([0-9]+ min )?[0-9.]+ s; %d fit the '
+                        r'memory' % n, lines[1])
     simulated = sum(c.simulated for c in ranking.configurations)
     assert lines[2] == 'simulating steps, best first by a lower bound: %d to do' % n
     assert lines[3].endswith('; %d simulated; %d skipped: a lower bound of their step time shows '
@@ -311,6 +311,19 @@ class TestScheduleMemory:
                                  micro_batch_overhead=0.4, params=[3, 1])
     assert one[0].backward == planner.PartitionCosts(seconds, [2], device, 'never', 1,
                                                      False)[0].backward
+
+  def testSelectiveRecomputesEachLayersShareOfItsForwardPass(self):
+    seconds = [(1.0, 2.0), (3.0, 6.0), (2.0, 4.0)]
+    device = planner.DeviceProfile('test', 1e9, 1e9, 1e18, 'constructed', call_overhead=0.0)
+    always = planner.PartitionCosts(seconds, [2, 1], device, 'always', 4, False)
+    selective = planner.PartitionCosts(seconds, [2, 1], device, 'selective', 4, False,
+                                       selective_shares=[0.5, 0.1, 0.25])
+    assert [c.recompute for c in always] == [4.0, 2.0]
+    assert [c.recompute for c in selective] == pytest.approx([1.0 * 0.5 + 3.0 * 0.1, 2.0 * 0.25])
+    assert [(c.forward, c.backward) for c in selective] == [(c.forward, c.backward) for c in always]
+    # Without shares, as 'always'.
+    unknown = planner.PartitionCosts(seconds, [2, 1], device, 'selective', 4, False)
+    assert [c.recompute for c in unknown] == [4.0, 2.0]
 
   def testMicroBatchOverheadMakesMoreMicroBatchesSlower(self):
     # One partition: its tasks run one after another, so the step is their sum.

@@ -286,7 +286,7 @@ class RecomputeModeTest(unittest.TestCase):
         kinds = self._Kinds(result)
         self.assertEqual(sorted(kinds), [(p, t) for p in range(k) for t in range(m)])
         for (p, t), got in kinds.items():
-          recomputes = mode == 'always' or (mode == 'except_last' and t < m - 1)
+          recomputes = mode in ('always', 'selective') or (mode == 'except_last' and t < m - 1)
           self.assertEqual(got, with_recompute if recomputes else without, (cores, mode, p, t))
         for i in result.timeline:
           if i.kind == simulator.RECOMPUTE_TASK:

@@ -23,6 +23,10 @@ class StepFlopsTest(unittest.TestCase):
     self.assertEqual(step_flops.RecomputedForwards(fill_drain('never'), sizes), 0.0)
     self.assertEqual(step_flops.RecomputedForwards(fill_drain('always'), sizes), 1.0)
     self.assertEqual(step_flops.RecomputedForwards(fill_drain('except_last'), sizes), 0.75)
+    # 'selective' re-runs every micro-batch's share of the FLOPs outside its matmuls.
+    self.assertEqual(step_flops.RecomputedForwards(fill_drain('selective'), sizes), 1.0)
+    self.assertEqual(step_flops.RecomputedForwards(fill_drain('selective'), sizes, 0.25), 0.25)
+    self.assertEqual(step_flops.RecomputedForwards(fill_drain('always'), sizes, 0.25), 1.0)
     # Uneven micro-batches: the last one (not re-computed) holds 2 of 11 examples.
     self.assertAlmostEqual(
         step_flops.RecomputedForwards(fill_drain('except_last'), [3, 3, 3, 2]), 9 / 11.0)

@@ -115,6 +115,29 @@ class CostModelTest(test_utils.TestCase):
     self.assertEqual(last.Of(0, 1), 10 * 12 + 2 * 4 + 400 * 3 / 8 * 4 + 100 * 4)
     single = cost_model.MemoryCost([profile], 1, 'always', bytes_per_param=12)
     self.assertEqual(single.Of(0, 1), 10 * 12 + 2 * 4 + 400 * 4 + 100 * 4)
+    # 'selective': as 'always', plus the matmul outputs of every micro-batch stashed.
+    profile.kept_elements = 100
+    selective = cost_model.MemoryCost([profile], 8, 'selective', bytes_per_param=12)
+    self.assertEqual(selective.Of(0, 1), always.Of(0, 1) + 100 * 4)
+    ofob = cost_model.MemoryCost([profile], 8, 'selective', bytes_per_param=12, stashed=2)
+    self.assertEqual(ofob.Of(0, 1) - cost_model.MemoryCost(
+        [profile], 8, 'always', bytes_per_param=12, stashed=2).Of(0, 1), 100 * 2 / 8 * 4)
+
+  def testProfileCountsWhatSelectiveRecomputationKeeps(self):
+    dense = helpers.Dense.Params().Set(name='dense', dim=8)
+    conv = lingvo_layers.Conv2DLayerNoPadding.Params().Set(
+        name='conv', filter_shape=(3, 3, 2, 4), filter_stride=(1, 1))
+    dense_profile, = cost_model.Profiles([dense], [[16, 8]])
+    conv_profile, = cost_model.Profiles([conv], [[2, 6, 6, 2]])
+    # tanh(x w): one MatMul of 16 x 8 outputs, 8 multiply-adds each: all of FPropMeta's FLOPs.
+    self.assertEqual(dense_profile.kept_elements, 16 * 8)
+    self.assertEqual(dense_profile.kept_flops, 2 * 16 * 8 * 8)
+    self.assertEqual(cost_model.SelectiveShare(dense_profile), 0.0)
+    # One Conv2D (its output as wide as its input): 2 x 6 x 6 x 4 outputs, 3 x 3 x 2 multiply-adds
+    # each.
+    self.assertEqual(conv_profile.kept_elements, 2 * 6 * 6 * 4)
+    self.assertEqual(conv_profile.kept_flops, 2 * (2 * 6 * 6 * 4) * 3 * 3 * 2)
+    self.assertEqual(cost_model.SelectiveShare(cost_model.LayerProfile('l', 0.0, 0, 0, 1, 1)), 1.0)
 
   def testWeightGradientTasksKeepInputsAndOutputGradients(self):
     weighted = cost_model.LayerProfile('w', 1.0, params=10, state=0, in_elements=100,

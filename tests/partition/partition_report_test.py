@@ -27,13 +27,24 @@ class ReportTest(test_utils.TestCase):
     self.assertAlmostEqual(report.bubble, 1 / 5)
     self.assertAlmostEqual(report.efficiency, 4 / 5)
     text = str(report)
-    self.assertIn('pipe: 2 partitions, cost \'flops\', algorithm \'optimal\', M = 4', text)
+    self.assertIn("pipe: 2 partitions, cost 'flops', algorithm 'optimal', M = 4, recompute 'always'",
+                  text)
     self.assertIn('d0 .. d1', text)
     self.assertIn('imbalance (max/mean cost) 1.000; fill-drain bubble 20.0%; predicted efficiency '
                   '80.0%', text)
     self.assertEqual([r.device for r in report.rows], [0, 1])
     self.assertIsNone(report.device_bytes)
     self.assertNotIn('memory per device', text)
+
+  def testSelectiveKeepsTheMatmulOutputsOfEveryStashedMicroBatch(self):
+    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
+    always, selective = [partition_report.Build(partitioning.MakePlan(
+        layers, 2, [[4, 8]], num_micro_batches=4, recompute=mode), 'pipe')
+                         for mode in ('always', 'selective')]
+    # Each of d2's and d3's [4, 8] matmul outputs, for the 4 micro-batches stashed (fill-drain).
+    self.assertEqual(selective.rows[1].activation_bytes,
+                     always.rows[1].activation_bytes + 2 * 4 * 8 * 4)
+    self.assertIn("M = 4, recompute 'selective'", str(selective))
 
   def testVirtualStagesNameDevicesAndSumTheirMemory(self):
     layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]

@@ -504,7 +504,7 @@ def DecoderLmParams(vocab_size=VOCAB_SIZE, model_dim=64, hidden_dim=256, num_hea
     num_micro_batches: M, micro-batches per mini-batch (need not divide the batch).
     schedule: one of schedule.NAMES ('interleaved_1f1b' and 'zbv' need pipeline.virtual_stages).
     dropout_prob: dropout on the embedding and the feed-forward residual and ReLU.
-    recompute: the pipeline's re-computation ('always', 'except_last' or 'never').
+    recompute: the pipeline's re-computation ('always', 'except_last', 'never' or 'selective').
     name: the task's name.
   """
   where = 'DecoderLmParams'
