@@ -108,6 +108,9 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.child:
     return Child(args)
+  # TensorFlow is imported here only to say which kernels the children run.
+  from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
+  print(machine.Line(), flush=True)
   k, m = args.partitions, args.micro_batches
   boundary = args.micro_batch_size * args.width * 4 / KIB
   print('%d dense tanh layers of width %d + a per-example loss, K = %d, M = %d micro-batches of %d '
