@@ -21,11 +21,6 @@ MAX_DELAY_S = 2.0  # The longest wait between two reads.
 _GROWTH = 1.5
 
 
-def _FirstLine(message, limit=200):
-  line = (message or '').strip().splitlines()[0] if (message or '').strip() else ''
-  return line if len(line) <= limit else line[:limit - 3] + '...'
-
-
 def WaitForGlobalStep(read_step: Callable[[], int], min_step: Optional[int] = None,
                       sleep: Callable[[float], None] = time.sleep,
                       log: Callable[..., None] = tf.logging.info) -> int:
@@ -54,11 +49,12 @@ def WaitForGlobalStep(read_step: Callable[[], int], min_step: Optional[int] = No
         holding = 'delay'
         log('TensorPipe: waiting for the global step (%d) to reach start_up_delay_steps (%d)',
             step, min_step)
-    except tf.errors.FailedPreconditionError as e:
+    except tf.errors.FailedPreconditionError:
+      # TensorFlow's message (a multi-line graph execution error) says only this.
       if holding != 'uninitialised':
         holding = 'uninitialised'
         log('TensorPipe: waiting for the model\'s variables, which another task initialises or '
-            'restores (reading the global step: %s)', _FirstLine(e.message))
+            'restores (the global step is not initialised yet)')
     sleep(delay)
     waited += delay
     delay = min(MAX_DELAY_S, delay * _GROWTH)

@@ -52,13 +52,13 @@ class WaitForGlobalStepTest(test_utils.TestCase):
   def testOneLinePerConditionAndOneWhenTheWaitEnds(self):
     lines = []
     fake = _FakeStep(12, [3, 4, 5, 6])
-    fake.message = 'Could not find variable global_step. Details:\n  File "x.py", line 1\n'
+    fake.message = 'Graph execution error:\n\nDetected at node ...\n  File "x.py", line 1\n'
     step = startup.WaitForGlobalStep(fake, 5, sleep=lambda s: None,
                                      log=lambda fmt, *args: lines.append(fmt % args))
     self.assertEqual(step, 5)
     self.assertEqual(lines[:2], [
         "TensorPipe: waiting for the model's variables, which another task initialises or "
-        'restores (reading the global step: Could not find variable global_step. Details:)',
+        'restores (the global step is not initialised yet)',
         'TensorPipe: waiting for the global step (3) to reach start_up_delay_steps (5)'])
     self.assertRegex(lines[2], r'^TensorPipe: the global step is 5 after [0-9.]+ s of waiting; '
                      r'starting$')
