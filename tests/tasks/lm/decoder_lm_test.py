@@ -313,7 +313,9 @@ class DecoderLmDecodingTest(test_utils.TestCase):
                       False)]
       what = '%s %s incremental=%s' % (name, method, incremental)
       self.assertAllEqual(ids, want[0], msg=what)
-      self.assertAllClose(scores, want[1], rtol=0, atol=1e-5, msg=what)
+      # A score sums the log-probabilities of the new tokens, computed in another order against a
+      # cache than against the whole prefix: float32 rounding grows with the score's size.
+      self.assertAllClose(scores, want[1], rtol=1e-5, atol=1e-5, msg=what)
 
 
 class TinyTiedLmTest(test_utils.TestCase):

@@ -219,7 +219,10 @@ class IncrementalDecodingTest(test_utils.TestCase):
     for key, got in sorted(decoded.items()):
       for i, what in enumerate(('greedy ids', 'greedy scores', 'beam ids', 'beam scores')):
         if i % 2:
-          self.assertAllClose(got[i], reference[i], rtol=0, atol=1e-5, msg='%s %s' % (key, what))
+          # Scores sum log-probabilities computed in another order against a cache than against the
+          # whole prefix: float32 rounding grows with their size.
+          self.assertAllClose(got[i], reference[i], rtol=1e-5, atol=1e-5,
+                              msg='%s %s' % (key, what))
         else:
           self.assertAllEqual(got[i], reference[i], msg='%s %s' % (key, what))
 
