@@ -22,11 +22,12 @@ from lingvo.core import learner
 from lingvo.core import optimizer
 from lingvo.core import schedule
 
-from params import digits
 from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import amoebanet
 from tensorpipe.tasks.image import image_classifier
 from tensorpipe.tasks.image import image_input
+# The registered models' package: `params` in a checkout, `tensorpipe.params` when installed.
+from . import digits
 
 IMAGENET_TRAIN_IMAGES = 1281167
 

@@ -11,11 +11,12 @@ from lingvo.core import learner
 from lingvo.core import optimizer
 from lingvo.core import schedule
 
-from params import digits
 from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import image_classifier
 from tensorpipe.tasks.image import image_input
 from tensorpipe.tasks.image import resnet
+# The registered models' package: `params` in a checkout, `tensorpipe.params` when installed.
+from . import digits
 
 
 @model_registry.RegisterSingleTaskModel

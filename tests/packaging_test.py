@@ -4,7 +4,7 @@ The wheel test builds TensorPipe's wheel from a copy of the repository and insta
 --no-deps into a new venv that sees the pinned stack through a .pth file naming this interpreter's
 site-packages (no TensorFlow is installed again). Only path lines of that .pth count: .pth files of
 the stack's site-packages are not run, so the stack's own editable TensorPipe (scripts/setup.sh)
-cannot shadow the wheel, and the test checks that `tensorpipe` and `params` come from the new venv.
+cannot shadow the wheel, and the test checks that `tensorpipe` comes from the new venv.
 """
 
 from importlib import metadata
@@ -26,7 +26,8 @@ from packaging import requirements
 from packaging import utils as packaging_utils
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ('tensorpipe', 'params')
+# {repository directory: the package the wheel installs it as}.
+PACKAGES = {'tensorpipe': 'tensorpipe', 'params': 'tensorpipe/params'}
 # Not copied into the build: environments, build output and caches.
 _IGNORE = shutil.ignore_patterns('.git', '.venv', 'build', 'dist', '*.egg-info', '__pycache__',
                                  '.pytest_cache', 'logs')
@@ -75,12 +76,14 @@ def _Site(path, levels=2):
 class DependenciesTest(unittest.TestCase):
 
   def testStackSatisfiesEveryRange(self):
-    """Every dependency and extra admits the pinned version and the one this venv has."""
+    """Every dependency and the stack's extra admit the pinned version and the one this venv has."""
     project = _Project()
     pins = _Pins()
     reqs = list(project['dependencies'])
-    for extra in ('tools', 'test'):
-      reqs += project['optional-dependencies'][extra]
+    extras = project['optional-dependencies']
+    # `trace` (viztracer, to view a trace offline) is outside the verified stack.
+    self.assertEqual(sorted(extras), ['test', 'trace'])
+    reqs += extras['test']
     self.assertGreater(len(reqs), 10)
     for line in reqs:
       req = requirements.Requirement(line)
@@ -208,14 +211,20 @@ class WheelTest(unittest.TestCase):
 
   def testWheelHoldsEveryModule(self):
     want = set()
-    for package in PACKAGES:
-      for folder, subfolders, names in os.walk(os.path.join(ROOT, package)):
+    for directory, package in PACKAGES.items():
+      top = os.path.join(ROOT, directory)
+      for folder, subfolders, names in os.walk(top):
         subfolders[:] = [d for d in subfolders if d != '__pycache__']
-        want.update(os.path.relpath(os.path.join(folder, n), ROOT).replace(os.sep, '/')
-                    for n in names if n.endswith('.py'))
+        want.update(package + '/' + os.path.relpath(os.path.join(folder, n), top).replace(
+            os.sep, '/') for n in names if n.endswith('.py'))
     with zipfile.ZipFile(self.wheel) as z:
-      have = {n for n in z.namelist() if n.endswith('.py')}
+      names = z.namelist()
+      have = {n for n in names if n.endswith('.py')}
+      (top_level,) = [n for n in names if n.endswith('.dist-info/top_level.txt')]
+      self.assertEqual(z.read(top_level).decode().split(), ['tensorpipe'])
     self.assertEqual(have, want)
+    # No generic top-level package: the registered models are tensorpipe.params.
+    self.assertEqual({n.split('/')[0] for n in have}, {'tensorpipe'})
 
   def testWheelCarriesTheLicence(self):
     with zipfile.ZipFile(self.wheel) as z:
@@ -251,13 +260,34 @@ class WheelTest(unittest.TestCase):
 
   def testImportsComeFromTheVenv(self):
     code, out = self._RunInVenv([
-        self.python, '-c', 'import tensorpipe, params, tensorpipe.schedule, lingvo; '
-        'print(tensorpipe.__file__); print(params.__file__); print(lingvo.__file__)'], 120)
+        self.python, '-c', 'import tensorpipe, tensorpipe.params, tensorpipe.schedule, lingvo; '
+        'print(tensorpipe.__file__); print(tensorpipe.params.__file__); print(lingvo.__file__)'],
+        120)
     self.assertEqual(code, 0, out)
     tensorpipe_dir, params_dir, lingvo_dir = [_Site(f) for f in out.split()]
     self.assertEqual(tensorpipe_dir, _Site(self.site, 0))
-    self.assertEqual(params_dir, _Site(self.site, 0))
+    self.assertEqual(params_dir, os.path.join(_Site(self.site, 0), 'tensorpipe'))
     self.assertIn(lingvo_dir, [_Site(sysconfig.get_path(p), 0) for p in ('purelib', 'platlib')])
+    code, out = self._RunInVenv([self.python, '-c', 'import params'], 120)
+    self.assertNotEqual(code, 0, out)
+    self.assertIn("No module named 'params'", out)
+
+  def testModelNamesAreTheCheckoutsBesideAnotherParamsPackage(self):
+    # A Lingvo project's own top-level `params` (here in the current directory, which python -m
+    # puts first on sys.path) is not taken for TensorPipe's; --model=digits.X still resolves.
+    project = os.path.join(self.tmp, 'project')
+    os.makedirs(os.path.join(project, 'params'), exist_ok=True)
+    for name in ('__init__.py', 'digits.py'):
+      with open(os.path.join(project, 'params', name), 'w') as f:
+        f.write('raise ImportError("not TensorPipe\'s params")\n')
+    code, out = _Run([self.python, '-c', 'from absl import flags; flags.FLAGS(["x"]); '
+                      'from tensorpipe.trainer import registry; '
+                      'print(registry.ParamsPackage()); '
+                      'print(registry.ModelParams("digits.TinyConvPipeline", "Train").cls)'], 300,
+                     cwd=project, env=self.env)
+    self.assertEqual(code, 0, out)
+    self.assertIn('tensorpipe.params\n', out)
+    self.assertIn('SingleTaskModel', out)
 
   def testTrainListsEveryParamsModule(self):
     code, out = self._RunInVenv([os.path.join(self.venv, 'bin', 'tensorpipe-train'),

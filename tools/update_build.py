@@ -76,9 +76,14 @@ def _Imports(path, known):
     names = []
     if isinstance(node, ast.Import):
       names = [a.name for a in node.names]
-    elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-      subs = ['%s.%s' % (node.module, a.name) for a in node.names]
-      names = [n for n in subs if n in known] or [node.module]
+    elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+      module = node.module
+      if node.level:  # Relative: from the package that holds `path`, `level` - 1 packages up.
+        base = os.path.dirname(path).split(os.sep)
+        base = base[:len(base) - node.level + 1]
+        module = '.'.join(base + ([node.module] if node.module else []))
+      subs = ['%s.%s' % (module, a.name) for a in node.names]
+      names = [n for n in subs if n in known] or [module]
     for name in names:
       top = name.split('.')[0]
       if top in PACKAGES:

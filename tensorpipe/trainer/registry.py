@@ -1,21 +1,28 @@
-"""Registered models: TensorPipe's top-level `params` package first, then wherever Lingvo looks.
+"""Registered models: TensorPipe's params package first, then wherever Lingvo looks.
 
---model=digits.X imports params.digits; --model=my_lm.X imports a user's my_lm on PYTHONPATH, as
-Lingvo's trainer would. `ModelRegistry` stands in for Lingvo's model_registry module in the trainer,
-and every lookup failure is a `UsageError` with a one-line message: for an unknown model it lists
-the registered ones, and a model module that exists but fails to import is named with its error
-(where Lingvo would call the model unknown or print a traceback).
+TensorPipe's registered models are the repository's params/ directory: the package `params` in a
+checkout, `tensorpipe.params` once installed (the wheel installs no generic top-level `params`).
+Either way --model=digits.X names params/digits.py's X: Lingvo's registry keys a model by its module
+path less "params.", which makes the installed one's key tensorpipe.digits.X, and the lookups here
+translate. --model=my_lm.X imports a user's my_lm on PYTHONPATH, as Lingvo's trainer would.
+`ModelRegistry` stands in for Lingvo's model_registry module in the trainer, and every lookup
+failure is a `UsageError` with a one-line message: for an unknown model it lists the registered
+ones, and a model module that exists but fails to import is named with its error (where Lingvo
+would call the model unknown or print a traceback).
 """
 
 import importlib
 import importlib.util
+import os
 import pkgutil
 import sys
 
 from lingvo import model_registry
 from lingvo.core import base_model_params
 
-PARAMS_PACKAGE = 'params'
+# The names TensorPipe's registered models import under: installed, in a checkout.
+INSTALLED_PACKAGE = 'tensorpipe.params'
+CHECKOUT_PACKAGE = 'params'
 # Lingvo's registry proper; its module-level functions lack the lookups ModelRegistry adds.
 _HELPER = model_registry._ModelRegistryHelper  # pylint: disable=protected-access
 # Where Lingvo's model_imports.ImportParams looks for its built-in tasks' params.
@@ -24,6 +31,56 @@ _LINGVO_TASKS = 'lingvo.tasks'
 
 class UsageError(Exception):
   """A problem with the command line or the model's configuration, reported in one line."""
+
+
+def _Spec(name):
+  """importlib's spec of module `name`, or None if it (or a parent package) does not exist."""
+  try:
+    return importlib.util.find_spec(name)
+  except ModuleNotFoundError:
+    return None
+
+
+def ParamsPackage():
+  """The package TensorPipe's registered models import from: 'tensorpipe.params' when installed,
+  'params' in a checkout (also when the checkout is installed editable: both names are then the
+  same files, and one name keeps one copy of each model), None if neither exists.
+
+  A top-level `params` beside an installed TensorPipe is somebody else's package (a Lingvo
+  project's params/, say) and is not taken for TensorPipe's.
+  """
+  installed, checkout = _Spec(INSTALLED_PACKAGE), _Spec(CHECKOUT_PACKAGE)
+  if installed is None:
+    return CHECKOUT_PACKAGE if checkout is not None else None
+  if checkout is not None and checkout.submodule_search_locations is not None and (
+      [os.path.realpath(p) for p in checkout.submodule_search_locations] ==
+      [os.path.realpath(p) for p in installed.submodule_search_locations or ()]):
+    return CHECKOUT_PACKAGE
+  return INSTALLED_PACKAGE
+
+
+def _KeyPrefix(package):
+  """What Lingvo's registry puts before `module.Name` for a model of `package`: its path less
+  "params" ('tensorpipe.' for tensorpipe.params, '' for params)."""
+  return package[:-len('params')]
+
+
+def _IsTensorPipes(cls, package):
+  """Whether registered class `cls` comes from TensorPipe's params `package`."""
+  return package is not None and ParamsClass(cls).__module__.startswith(package + '.')
+
+
+def LingvoKey(model_name):
+  """The key Lingvo's registry holds --model=`model_name` under, or None if it holds none: the name
+  itself, or for an installed TensorPipe's model its name after 'tensorpipe.'."""
+  known = _HELPER._MODEL_PARAMS  # pylint: disable=protected-access
+  if model_name in known:
+    return model_name
+  package = ParamsPackage()
+  key = _KeyPrefix(package or '') + model_name
+  if package and key in known and _IsTensorPipes(known[key], package):
+    return key
+  return None
 
 
 def _WithParams(module):
@@ -35,13 +92,13 @@ def _WithParams(module):
 def CandidateModules(model_name):
   """The modules that may register `model_name`, in the order ImportModel tries them.
 
-  TensorPipe's `params.<module>` first, then the paths of Lingvo's model_imports.ImportParams: the
-  module itself (e.g. a user's module on PYTHONPATH), then with `params` inserted after each of its
-  components, then both again under lingvo.tasks. Like Lingvo, nothing beyond TensorPipe's own
-  module for `test.` models.
+  TensorPipe's `<ParamsPackage()>.<module>` first, then the paths of Lingvo's
+  model_imports.ImportParams: the module itself (e.g. a user's module on PYTHONPATH), then with
+  `params` inserted after each of its components, then both again under lingvo.tasks. Like Lingvo,
+  nothing beyond TensorPipe's own module for `test.` models.
   """
   module = model_name.rpartition('.')[0]
-  candidates = ['%s.%s' % (PARAMS_PACKAGE, module)]
+  candidates = ['%s.%s' % (ParamsPackage() or CHECKOUT_PACKAGE, module)]
   if not model_name.startswith('test.'):
     for path in (module, '%s.%s' % (_LINGVO_TASKS, module)):
       candidates += [path] + _WithParams(path)
@@ -87,19 +144,27 @@ def _ImportIfExists(module_name, model_name, flag='--model'):
 
 
 def ImportAllParams():
-  """Imports every module of the `params` package (registering its models)."""
-  try:
-    package = importlib.import_module(PARAMS_PACKAGE)
-  except ModuleNotFoundError:
+  """Imports every module of TensorPipe's params package (registering its models)."""
+  name = ParamsPackage()
+  if name is None:
     return
-  for info in pkgutil.walk_packages(package.__path__, PARAMS_PACKAGE + '.'):
+  package = importlib.import_module(name)
+  for info in pkgutil.walk_packages(package.__path__, name + '.'):
     importlib.import_module(info.name)
 
 
 def RegisteredModels():
-  """{key: params class} of every registered model, after importing the `params` package."""
+  """{--model name: params class} of every registered model, after importing TensorPipe's params
+  package; TensorPipe's own are named as in a checkout (digits.X, not tensorpipe.digits.X)."""
   ImportAllParams()
-  return dict(_HELPER.GetAllRegisteredClasses())
+  package = ParamsPackage()
+  prefix = _KeyPrefix(package or '')
+  models = {}
+  for key, cls in _HELPER.GetAllRegisteredClasses().items():
+    if prefix and key.startswith(prefix) and _IsTensorPipes(cls, package):
+      key = key[len(prefix):]
+    models[key] = cls
+  return models
 
 
 def ParamsClass(cls):
@@ -120,9 +185,9 @@ def Description(cls):
 
 
 def TensorPipeModels():
-  """{key: params class} of the models that TensorPipe's `params` package registers."""
-  return {key: cls for key, cls in RegisteredModels().items()
-          if ParamsClass(cls).__module__.startswith(PARAMS_PACKAGE + '.')}
+  """{--model name: params class} of the models that TensorPipe's params package registers."""
+  package = ParamsPackage()
+  return {name: cls for name, cls in RegisteredModels().items() if _IsTensorPipes(cls, package)}
 
 
 def ImportModel(model_name):
@@ -135,14 +200,13 @@ def ImportModel(model_name):
   if not model_name or '.' not in model_name:
     raise UsageError('--model=%r is not a registered model name such as digits.TinyConvPipeline '
                      '(see --list_models)' % (model_name or ''))
-  known = _HELPER._MODEL_PARAMS  # pylint: disable=protected-access
   imported = []
   for module in CandidateModules(model_name):
-    if model_name in known:
+    if LingvoKey(model_name):
       return
     if _ImportIfExists(module, model_name):
       imported.append(module)
-  if model_name not in known:
+  if not LingvoKey(model_name):
     names = sorted(RegisteredModels())
     message = 'unknown --model=%s; registered models: %s' % (
         model_name, ', '.join(names) if names else '(none)')
@@ -180,18 +244,17 @@ class ModelRegistry:
   @staticmethod
   def GetClass(class_key):
     ImportModel(class_key)
-    return _HELPER.GetClass(class_key)
+    return _HELPER.GetClass(LingvoKey(class_key))
 
   @staticmethod
   def GetParams(class_key, dataset_name):
     ImportModel(class_key)
-    return _HELPER.GetParams(class_key, dataset_name)
+    return _HELPER.GetParams(LingvoKey(class_key), dataset_name)
 
   @staticmethod
   def GetProgramSchedule(class_key):
     ImportModel(class_key)
-    return _HELPER.GetProgramSchedule(class_key)
-
+    return _HELPER.GetProgramSchedule(LingvoKey(class_key))
 
 
 def ModelParams(model_name, dataset):

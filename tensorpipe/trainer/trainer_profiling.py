@@ -15,7 +15,10 @@ The trainer also writes, for each traced step STEP:
   - LOGDIR/train/tensorpipe_trace-STEP.json, the step in the Trace Event Format (chrome_trace):
     its tasks with TensorFlow's ops nested under them and each device's step memory, to open in
     Perfetto or chrome://tracing;
-  - the step's timeline PNG (timeline.TraceFigure) as the image summary tensorpipe/timeline.
+  - the step's timeline PNG (timeline.TraceFigure) as the image summary tensorpipe/timeline;
+  - the step's RunMetadata, tagged step_STEP, which TensorBoard's Graphs tab lays over the training
+    graph (each op's compute time and memory in that step); the graph goes with the first traced
+    step (Lingvo's trainer writes none into LOGDIR/train).
 Only the traced step pays for the trace; the others run as before. Summaries and files come from
 the trainer task that writes Lingvo's summaries (task 0).
 """
@@ -45,6 +48,7 @@ FIRST_TRACED_STEP = 2
 
 TRACE_FILE = 'tensorpipe_trace-%d.json'  # In LOGDIR/train, per traced step.
 TIMELINE_TAG = 'tensorpipe/timeline'
+RUN_METADATA_TAG = 'step_%d'  # The traced step's "Run" in TensorBoard's Graphs tab.
 
 
 def StepProfile(trace):
@@ -116,6 +120,8 @@ class _TracingSession:
 class ProfilingTrainer(runners.Trainer):
   """Lingvo's Trainer that logs and summarises a traced step (see the module docstring)."""
 
+  _graph_written = False  # Whether the summary writer holds the training graph yet.
+
   def IsTrainOp(self, fetch):
     return any(fetch is task.train_op for task in self._model.tasks)
 
@@ -124,8 +130,8 @@ class ProfilingTrainer(runners.Trainer):
     return every > 0 and (run == FIRST_TRACED_STEP or run % every == 0)
 
   def Report(self, sess, run_metadata):
-    """Logs the traced step's profile; with a summary writer, also its scalars, timeline image and
-    Chrome-trace JSON."""
+    """Logs the traced step's profile; with a summary writer, also its scalars, timeline image,
+    run metadata and Chrome-trace JSON."""
     step = int(sess.run(self._model.global_step))
     names = [p.name for _, p in layer_lib.Pipelines(self.params)]
     trace = profiling.Trace(run_metadata, pipeline_scope=names)
@@ -136,6 +142,10 @@ class ProfilingTrainer(runners.Trainer):
         self._summary_writer.add_summary(metrics.CreateScalarSummary(tag, value), step)
       title = 'step %d: one traced training step' % step
       self._summary_writer.add_summary(TimelineSummary(trace, title), step)
+      if not self._graph_written:
+        self._summary_writer.add_graph(sess.graph)
+        self._graph_written = True
+      self._summary_writer.add_run_metadata(run_metadata, RUN_METADATA_TAG % step, step)
       self._summary_writer.flush()
       path = chrome_trace.Write(trace, os.path.join(self.GetTrainDir(), TRACE_FILE % step), title)
       tf.logging.info('TensorPipe trace of step %d: %s (open it in ui.perfetto.dev or '

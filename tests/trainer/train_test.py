@@ -993,9 +993,16 @@ class TrainerSmokeTest(test_utils.TestCase):
     self.assertRegex(profile, r'\n1 +\d+\.\d+ms +\d+\.\d+ms +\d+\.\d+ms')
     tags = collections.defaultdict(list)
     images = []
+    run_metadata = {}  # {tag: ops traced}, for TensorBoard's Graphs tab.
+    has_graph = False
     for path in glob.glob(os.path.join(train_dir, 'events.out.tfevents.*')):
       try:
         for event in tf.compat.v1.train.summary_iterator(path):
+          has_graph |= bool(event.graph_def)
+          if event.HasField('tagged_run_metadata'):
+            meta = tf.compat.v1.RunMetadata.FromString(event.tagged_run_metadata.run_metadata)
+            run_metadata[event.tagged_run_metadata.tag] = sum(
+                len(d.node_stats) for d in meta.step_stats.dev_stats)
           for value in event.summary.value:
             tags[value.tag].append((event.step, value.simple_value))
             if value.HasField('image'):
@@ -1015,6 +1022,9 @@ class TrainerSmokeTest(test_utils.TestCase):
     summarised = [step for step, _ in tags['tensorpipe/pipeline/partition0/forward_ms']]
     self.assertContainsSubset(traced, summarised)
     self.assertContainsSubset([(step, 'tensorpipe/timeline', b'PNG') for step in traced], images)
+    self.assertTrue(has_graph)
+    for step in traced:
+      self.assertGreater(run_metadata.get('step_%d' % step, 0), 0, sorted(run_metadata))
     for step in traced:
       with open(os.path.join(train_dir, 'tensorpipe_trace-%d.json' % step)) as f:
         events = json.load(f)['traceEvents']
