@@ -1,13 +1,13 @@
 r"""Launcher: Lingvo's trainer (all of its flags) plus what TensorPipe models need on CPU.
 
-  .venv/bin/python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 \
-      --mode=sync --run_locally=cpu --logdir=/tmp/digits                    # controller + trainer
-  .venv/bin/python -m tensorpipe.trainer.train --model=digits.TinyConvPipeline --cpu_devices=4 \
-      --mode=sync --run_locally=cpu --logdir=/tmp/digits --job=evaler_test  # evaluate
-  .venv/bin/python -m tensorpipe.trainer.train --list_models
+  tensorpipe-train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
+      --run_locally=cpu --logdir=/tmp/digits                                # controller + trainer
+  tensorpipe-train --model=digits.TinyConvPipeline --cpu_devices=4 --mode=sync \
+      --run_locally=cpu --logdir=/tmp/digits --job=evaler_test              # evaluate
+  tensorpipe-train --list_models
 
-Installed with pip, `tensorpipe-train FLAGS` is the same command as `python -m
-tensorpipe.trainer.train FLAGS`. --help lists the flags below and the Lingvo flags every run sets;
+`tensorpipe-train FLAGS` is the same command as `python -m tensorpipe.trainer.train FLAGS` (in a
+checkout set up by scripts/setup.sh: .venv/bin/tensorpipe-train FLAGS). --help lists the flags below and the Lingvo flags every run sets;
 --helpfull lists every flag.
 
 Extra flags:
