@@ -341,6 +341,7 @@ from lingvo import compat as tf
 from lingvo import model_registry
 from lingvo.core import base_input_generator
 from lingvo.core import base_model_params
+from lingvo.core import py_utils
 
 from tests import helpers
 
