@@ -25,7 +25,7 @@ from lingvo.core import schedule
 from params import digits
 from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import amoebanet
-from tensorpipe.tasks.image import image_classifier
+from tensorpipe.tasks.image import paper_classifier
 from tensorpipe.tasks.image import image_input
 
 IMAGENET_TRAIN_IMAGES = 1281167
@@ -115,7 +115,7 @@ class AmoebaNetBase(base_model_params.SingleTaskModelParams):
         l2_regularizer_weight=self.L2)
 
   def Task(self):
-    p = image_classifier.ImageClassifier.Params().Set(
+    p = paper_classifier.ImageClassifier.Params().Set(
         name='amoebanet', num_classes=self.NUM_CLASSES, label_smoothing=self.LABEL_SMOOTHING,
         aux_loss_weight=self.AUX_LOSS_WEIGHT, bfloat16_activations=self.BFLOAT16_ACTIVATIONS)
     p.pipeline = layer_lib.TensorPipeLayer.Params().Set(
