@@ -24,7 +24,7 @@ from lingvo.core import schedule
 
 from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import amoebanet
-from tensorpipe.tasks.image import image_classifier
+from tensorpipe.tasks.image import paper_classifier
 from tensorpipe.tasks.image import image_input
 # The registered models' package: `params` in a checkout, `tensorpipe.params` when installed.
 from . import digits
@@ -116,7 +116,7 @@ class AmoebaNetBase(base_model_params.SingleTaskModelParams):
         l2_regularizer_weight=self.L2)
 
   def Task(self):
-    p = image_classifier.ImageClassifier.Params().Set(
+    p = paper_classifier.ImageClassifier.Params().Set(
         name='amoebanet', num_classes=self.NUM_CLASSES, label_smoothing=self.LABEL_SMOOTHING,
         aux_loss_weight=self.AUX_LOSS_WEIGHT, bfloat16_activations=self.BFLOAT16_ACTIVATIONS)
     p.pipeline = layer_lib.TensorPipeLayer.Params().Set(

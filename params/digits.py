@@ -21,7 +21,7 @@ from lingvo.core import optimizer
 from lingvo.core import schedule
 
 from tensorpipe import layer as layer_lib
-from tensorpipe.tasks.image import classifier
+from tensorpipe.tasks.image import pipelined_classifier
 from tensorpipe.tasks.image import digits_input
 from tensorpipe.tasks.image import unet
 
@@ -69,10 +69,10 @@ class TinyConvPipeline(DigitsData, base_model_params.SingleTaskModelParams):
   NUM_MICRO_BATCHES = 8
 
   def Task(self):
-    p = classifier.PipelinedClassifier.Params().Set(name='digits', num_classes=10)
+    p = pipelined_classifier.PipelinedClassifier.Params().Set(name='digits', num_classes=10)
     p.pipeline = layer_lib.TensorPipeLayer.Params().Set(
         name='pipeline',
-        layers=classifier.TinyConvLayers(image_shape=(8, 8, 1), num_classes=10),
+        layers=pipelined_classifier.TinyConvLayers(image_shape=(8, 8, 1), num_classes=10),
         num_partitions=self.NUM_PARTITIONS,
         num_micro_batches=self.NUM_MICRO_BATCHES,
         cost_input_shapes=[[self.BATCH_SIZE, 8, 8, 1]],

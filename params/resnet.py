@@ -12,7 +12,7 @@ from lingvo.core import optimizer
 from lingvo.core import schedule
 
 from tensorpipe import layer as layer_lib
-from tensorpipe.tasks.image import image_classifier
+from tensorpipe.tasks.image import paper_classifier
 from tensorpipe.tasks.image import image_input
 from tensorpipe.tasks.image import resnet
 # The registered models' package: `params` in a checkout, `tensorpipe.params` when installed.
@@ -66,7 +66,7 @@ class ImageNetResNet101(base_model_params.SingleTaskModelParams):
         l2_regularizer_weight=1e-4)
 
   def Task(self):
-    p = image_classifier.ImageClassifier.Params().Set(name='resnet', num_classes=self.NUM_CLASSES,
+    p = paper_classifier.ImageClassifier.Params().Set(name='resnet', num_classes=self.NUM_CLASSES,
                                                       label_smoothing=0.0)
     channels = 1 if self.IMAGE_SIZE == 8 else 3
     p.pipeline = layer_lib.TensorPipeLayer.Params().Set(

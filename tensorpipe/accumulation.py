@@ -15,7 +15,7 @@ from typing import ContextManager, Optional, Union
 
 from lingvo import compat as tf
 
-from tensorpipe import shared_tensors
+from tensorpipe import body_cache
 from tensorpipe import tf_internals
 
 
@@ -37,7 +37,7 @@ def Zeros(shape: tf.TensorShape, dtype: tf.DType) -> tf.Tensor:
   `Empty` is a stateful op, so grappler never folds it into a constant (whose one buffer every
   step would then add into).
   """
-  return tf.raw_ops.Empty(shape=shared_tensors.Constant(shape.as_list(), tf.int32), dtype=dtype,
+  return tf.raw_ops.Empty(shape=body_cache.Constant(shape.as_list(), tf.int32), dtype=dtype,
                           init=True)
 
 
@@ -46,15 +46,15 @@ def AddInPlace(total: tf.Tensor, grad: Optional[tf.Tensor]) -> tf.Tensor:
 
   Element for element the same value as total + grad (one float addition). Both are added as one
   row, [1, -1]; the shapes (static where known) and row index are constants shared in a function
-  body (see `shared_tensors`).
+  body (see `body_cache`).
   """
   if grad is None:
     return total
   if total is None:
     raise ValueError('AddInPlace: no running sum to add to')
-  shape = (shared_tensors.Constant(total.shape.as_list(), tf.int32)
+  shape = (body_cache.Constant(total.shape.as_list(), tf.int32)
            if total.shape.is_fully_defined() else tf.shape(total))
-  row = shared_tensors.Constant([1, -1], tf.int32)
-  summed = tf.raw_ops.InplaceAdd(x=tf.reshape(total, row), i=shared_tensors.Constant([0], tf.int32),
+  row = body_cache.Constant([1, -1], tf.int32)
+  summed = tf.raw_ops.InplaceAdd(x=tf.reshape(total, row), i=body_cache.Constant([0], tf.int32),
                                  v=tf.reshape(tf.cast(grad, total.dtype), row))
   return tf.reshape(summed, shape)

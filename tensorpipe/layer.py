@@ -31,9 +31,9 @@ from tensorpipe import decode_state
 from tensorpipe import executor
 from tensorpipe import micro_batching
 from tensorpipe import nested_params
-from tensorpipe.partition import cost_model
-from tensorpipe.partition import partition_report
-from tensorpipe.partition import partitioning
+from tensorpipe.partitioner import cost_model
+from tensorpipe.partitioner import partition_report
+from tensorpipe.partitioner import partitioning
 from tensorpipe import partition_function
 from tensorpipe import partition_trace
 from tensorpipe import placement

@@ -28,7 +28,7 @@ from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import py_utils
 
-from tensorpipe import shared_tensors
+from tensorpipe import body_cache
 from tensorpipe import trace_context
 
 _MASK32 = 0xFFFFFFFF
@@ -166,7 +166,7 @@ def _ExampleTerms(batch, offset, c):
 def _StaticExampleTerms(batch, c):
   """_ExampleTerms for a static `batch` at the current example offset, shared per function body."""
   offset = CurrentExampleOffset()
-  return shared_tensors.Shared(
+  return body_cache.Shared(
       ('example terms', batch, offset.ref() if isinstance(offset, tf.Tensor) else offset),
       lambda: _ExampleTerms(batch, offset, c))
 
@@ -206,7 +206,7 @@ def Uniform(shape: _Shape, site: int, batch_axis: Optional[int] = 0) -> tf.Tenso
 
   The example of an element is CurrentExampleOffset() + its index along `batch_axis`; its position
   is its flat index over the other axes (in row-major order). With a static shape, what depends
-  only on the shape and the example offset is made once per function body (see `shared_tensors`).
+  only on the shape and the example offset is made once per function body (see `body_cache`).
   """
   if not isinstance(site, int):
     raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
@@ -248,7 +248,7 @@ def Uniform(shape: _Shape, site: int, batch_axis: Optional[int] = 0) -> tf.Tenso
     seed = tf.gather(_Mix32(tf.bitwise.bitwise_and(key + terms, c.mask), c), example)
     h = _Mix32(tf.bitwise.bitwise_and(seed + position * c.golden, c.mask), c)
   return tf.reshape(_ToUniform(h, c), shape if static is None else
-                    shared_tensors.Constant(static, tf.int32))
+                    body_cache.Constant(static, tf.int32))
 
 
 def _CheckKeepProb(keep_prob, where):
@@ -319,7 +319,7 @@ def DropPathMasks(batch: int, rank: int, dtype: tf.DType, keep_prob: Union[float
   uniform = _ToUniform(_PerExampleHashes(keys, _StaticExampleTerms(batch, c), c), c)
   masks = tf.cast(uniform < tf.cast(keep_prob, tf.float32), dtype, name='dropout_mask')
   shape = [len(sites)] + [batch if i == batch_axis else 1 for i in range(rank)]
-  return tf.unstack(tf.reshape(masks, shared_tensors.Constant(shape, tf.int32)))
+  return tf.unstack(tf.reshape(masks, body_cache.Constant(shape, tf.int32)))
 
 
 def Masked(x: tf.Tensor, mask: Optional[tf.Tensor], keep_prob: Union[float, tf.Tensor]

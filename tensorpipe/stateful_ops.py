@@ -50,7 +50,7 @@ from lingvo.core import py_utils
 
 from tensorpipe import batch_norm
 from tensorpipe import randomness
-from tensorpipe import shared_tensors
+from tensorpipe import body_cache
 from tensorpipe import tf_internals
 from tensorpipe import trace_context
 
@@ -102,11 +102,11 @@ def Routes() -> List[trace_context.Route]:
 def _UpdateBatchNormVars(batch_norm_var, batch_norm_stats, decay):
   """py_utils.UpdateBatchNormVars in a partition: records the statistics; updates nothing here.
 
-  Returns a no-op for callers that wait for the update, one per function body (`shared_tensors`).
+  Returns a no-op for callers that wait for the update, one per function body (`body_cache`).
   """
   count = _Routing().counts.get(id(batch_norm_stats))
   batch_norm.Record(batch_norm_var, batch_norm_stats, decay, count)
-  return shared_tensors.Shared(('batch-norm update recorded',),
+  return body_cache.Shared(('batch-norm update recorded',),
                                lambda: tf.no_op(name='batch_norm_update_recorded'))
 
 

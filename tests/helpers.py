@@ -347,6 +347,16 @@ def ModelParams(name, dataset='Train'):
   return registry.ModelParams(name, dataset)
 
 
+def WriteStepCheckpoint(train_dir, step):
+  """Writes a checkpoint train_dir/ckpt-<step> holding just global_step = `step`, as Lingvo names
+  its checkpoints, makes it the latest and returns its path."""
+  with tf.Graph().as_default():
+    global_step = tf.train.get_or_create_global_step()
+    with tf.Session() as sess:
+      sess.run(global_step.assign(step))
+      return tf.train.Saver().save(sess, os.path.join(train_dir, 'ckpt-%08d' % step))
+
+
 def Num2WordsCorpus():
   """The directory of a small num2words corpus, generated once per process.
 

@@ -36,8 +36,8 @@ from lingvo import compat as tf
 from tensorpipe.measure import machine
 from tensorpipe.measure import training_step
 from tensorpipe.measure import workloads
-from tensorpipe.partition import balancing
-from tensorpipe.partition import partitioning
+from tensorpipe.partitioner import balancing
+from tensorpipe.partitioner import partitioning
 from tensorpipe.tasks.image import amoebanet
 
 

@@ -89,8 +89,8 @@ from tensorpipe.measure import machine
 from tensorpipe.measure import profiling
 from tensorpipe.measure import step_flops
 from tensorpipe.measure import workloads
-from tensorpipe.partition import cost_model
-from tensorpipe.partition import partitioning
+from tensorpipe.partitioner import cost_model
+from tensorpipe.partitioner import partitioning
 from tensorpipe import placement
 from tensorpipe import schedule as schedule_lib
 

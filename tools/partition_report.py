@@ -20,9 +20,9 @@ import argparse  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tensorpipe import layer as layer_lib
-from tensorpipe.partition import balancing
-from tensorpipe.partition import partition_report
-from tensorpipe.partition import partitioning
+from tensorpipe.partitioner import balancing
+from tensorpipe.partitioner import partition_report
+from tensorpipe.partitioner import partitioning
 from tensorpipe.trainer import registry
 from tensorpipe import units  # pylint: disable=g-import-not-at-top
 

@@ -59,10 +59,10 @@ from tensorpipe.measure import simulator
 from tensorpipe.measure import throughput_report
 from tensorpipe.measure import training_step
 from tensorpipe.measure import workloads
-from tensorpipe.partition import balancing
-from tensorpipe.partition import capacity
-from tensorpipe.partition import cost_model
-from tensorpipe.partition import partitioning
+from tensorpipe.partitioner import balancing
+from tensorpipe.partitioner import capacity
+from tensorpipe.partitioner import cost_model
+from tensorpipe.partitioner import partitioning
 from tensorpipe.tasks.image import amoebanet
 from tensorpipe.tasks.image import resnet
 

@@ -31,8 +31,8 @@ import time
 
 from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
-from tensorpipe.partition import capacity  # pylint: disable=g-import-not-at-top
-from tensorpipe.partition import cost_model  # pylint: disable=g-import-not-at-top
+from tensorpipe.partitioner import capacity  # pylint: disable=g-import-not-at-top
+from tensorpipe.partitioner import cost_model  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import planner  # pylint: disable=g-import-not-at-top
 from tensorpipe.tasks.image import amoebanet  # pylint: disable=g-import-not-at-top
 from tensorpipe import units  # pylint: disable=g-import-not-at-top

@@ -38,8 +38,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from tensorpipe import disk_cache
 from tensorpipe.measure import simulator
-from tensorpipe.partition import balancing
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import balancing
+from tensorpipe.partitioner import cost_model
 from tensorpipe import progress as progress_lib
 from tensorpipe import schedule
 from tensorpipe import units

@@ -12,7 +12,7 @@ import numpy as np
 
 from tensorpipe.measure import profiling
 from tensorpipe.measure import simulator
-from tensorpipe.partition import balancing
+from tensorpipe.partitioner import balancing
 
 GridTimes = Mapping[Tuple[int, int], float]  # {(K, M): step seconds}
 

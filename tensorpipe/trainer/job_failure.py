@@ -6,7 +6,7 @@ inside a step, a step that did not finish within --step_timeout_s, a task at ano
 address. Without it the other tasks would end later with a line that misleads ("task
 trainer_client:0 stopped answering"), or not at all. The task that ends the job writes its line to
 LOGDIR/tensorpipe_job_failure.txt (`Record`), a directory every task of the job shares; the others
-read it every second (`Recorded`) and end with it (tensorpipe.trainer.train.ClusterTask). A record
+read it every second (`Recorded`) and end with it (tensorpipe.trainer.cluster_task). A record
 written before the reading process started is an earlier run's and counts for nothing: the reader
 passes its own start (`ProcessStart`), not the time it got round to reading, since a task that
 starts slowly may find the record of a failure that happened while it was still starting.

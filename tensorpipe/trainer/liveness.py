@@ -23,7 +23,7 @@ server's threads must serve, tells the trainer's step watchdog which tasks still
 `Preemption` turns SIGTERM (what a scheduler sends before it takes a host away) into an event seen
 by a thread of its own: Python runs signal handlers only in the main thread, which a worker spends
 inside TensorFlow's server.join() and the trainer inside session calls. The trainer client then
-saves a checkpoint of its current step before it ends (see tensorpipe.trainer.train).
+saves a checkpoint of its current step before it ends (see tensorpipe.trainer.runners).
 """
 
 from concurrent import futures

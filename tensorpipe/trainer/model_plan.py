@@ -12,7 +12,7 @@ from lingvo.core import hyperparams
 from tensorpipe import disk_cache
 from tensorpipe import layer as layer_lib
 from tensorpipe.measure import training_step
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import cost_model
 from tensorpipe.measure import planner
 from tensorpipe import progress as progress_lib
 from tensorpipe import schedule

@@ -132,7 +132,7 @@ class StepWatchdog:
 
 
 class LoopWatch:
-  """The watchdog of one training loop, as a Lingvo Trainer uses it (train.WatchedSteps).
+  """The watchdog of one training loop, as a Lingvo Trainer uses it (runners.WatchedSteps).
 
   Only the thread that runs the loop (`LoopStarts`) is observed: Lingvo's enqueue loops call the
   same `_ShouldStop` from threads of their own, with other steps. The first observed step starts

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tensorpipe import disk_cache
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import cost_model
 from tensorpipe.measure import planner
 from tensorpipe import progress as progress_lib
 from tensorpipe import schedule

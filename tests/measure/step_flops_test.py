@@ -5,7 +5,7 @@ import unittest
 from lingvo.core import layers
 
 from tensorpipe.measure import step_flops
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import cost_model
 from tensorpipe import schedule
 
 

@@ -5,7 +5,7 @@ from lingvo import compat as tf
 from lingvo.core import test_utils
 
 from tensorpipe.measure import workloads
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import cost_model
 
 
 class WorkloadsTest(test_utils.TestCase):

@@ -9,7 +9,7 @@ from lingvo.core import hyperparams
 
 from tensorpipe import disk_cache
 from tensorpipe.measure import planner
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import cost_model
 from tensorpipe import progress as progress_lib
 from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import registry

@@ -1,12 +1,10 @@
 """The trainer's start-up wait: it polls the global step (fake reads, a fake clock) and never sleeps
-a fixed time; the runners the launcher uses have it."""
+a fixed time (the trainer's runners have it: runners_test)."""
 
 from lingvo import compat as tf
-from lingvo import runners
 from lingvo.core import test_utils
 
 from tensorpipe.trainer import startup
-from tensorpipe.trainer import train
 
 
 class _FakeStep:
@@ -80,17 +78,6 @@ class WaitForGlobalStepTest(test_utils.TestCase):
       raise tf.errors.InvalidArgumentError(None, None, 'bad graph')
     with self.assertRaisesRegex(tf.errors.InvalidArgumentError, 'bad graph'):
       self._Wait(Broken)
-
-
-class RunnersTest(test_utils.TestCase):
-
-  def testLauncherRunnersStartPromptly(self):
-    manager = train.RunnerManager('digits.TinyConvPipeline')
-    for runner in (manager.Controller, manager.Trainer):
-      self.assertTrue(issubclass(runner, startup.PromptStart), runner)
-      self.assertIs(runner._WaitUntilInit, startup.PromptStart._WaitUntilInit)  # pylint: disable=protected-access
-    self.assertTrue(issubclass(manager.Controller, runners.Controller))
-    self.assertTrue(issubclass(manager.Trainer, runners.Trainer))
 
 
 if __name__ == '__main__':

@@ -1,4 +1,5 @@
-"""The trainer (tensorpipe.trainer.train): flag checks, one-line errors, and the real trainer path.
+"""The trainer's command line (tensorpipe.trainer.train): one-line errors, what main does at start,
+and the real trainer path.
 
 TrainerSmokeTest runs `python -m tensorpipe.trainer.train` (Lingvo's trainer, sync mode: controller
 + trainer_client) on digits.TinyConvPipeline cut into K = 2 partitions on --cpu_devices=2: it kills
@@ -8,35 +9,32 @@ cores: the runners start as soon as the model is ready (tensorpipe.trainer.start
 """
 
 import collections
-import functools
 import glob
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import types
 from unittest import mock
 
 from absl.testing import flagsaver
 import numpy as np
 import pytest
 from lingvo import compat as tf
-from lingvo.core import py_utils
 from lingvo.core import test_utils
 
-from tensorpipe.trainer import job_failure
-from tensorpipe.trainer import liveness
+from tensorpipe.trainer import cluster_task
+from tensorpipe.trainer import ending
+from tensorpipe.trainer import model_listing
 from tensorpipe.trainer import registry
-from tensorpipe.trainer import startup_plan
-from tensorpipe.trainer import step_watchdog
+from tensorpipe.trainer import run_summary
+from tensorpipe.trainer import runners
 from tensorpipe.trainer import train
+from tensorpipe.trainer import validation
 from tests import helpers
 
 REPO = helpers.REPO
@@ -95,190 +93,6 @@ def _Checkpoints(train_dir):
   return sorted(steps)
 
 
-class ValidateTest(test_utils.TestCase):
-
-  def _Validate(self, **flags):
-    defaults = dict(model=MODEL, mode='sync', run_locally='cpu', logdir=self.get_temp_dir(),
-                    cpu_devices=4, worker_split_size=4, job='')
-    defaults.update(flags)
-    with flagsaver.flagsaver(**defaults):
-      train.Validate()
-
-  def testValidConfiguration(self):
-    self._Validate()
-
-  def testPlanIsLoggedAndItsFlagsApply(self):
-    cache_dir = self.create_tempdir().full_path
-    with mock.patch.object(startup_plan, '_Log') as log:
-      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V100-16GB',
-                     tensorpipe_plan_cache_dir=cache_dir)
-    lines = [call.args[1] for call in log.call_args_list if call.args[0] == 'plan: %s']
-    progress = [call.args[1] for call in log.call_args_list if call.args[0] == 'planning: %s']
-    self.assertEqual(progress[0], 'cost model: building the distinct layers of 4: 4 to do')
-    self.assertTrue(progress[-1].startswith('simulating steps, best first by a lower bound: done '
-                                            'in '), progress)
-    self.assertNotEmpty(os.listdir(os.path.join(cache_dir, 'layer_facts')))
-    self.assertIn('rank', lines[1])
-    best = re.search(r'best: S=(\d+) K=(\d+) M=(\d+) (\S+) (\S+); train it with: '
-                     r'--worker_gpus=(\d+) --worker_split_size=(\d+) '
-                     r'--model_params_override="(.*)"', lines[-1])
-    s, k, m, sched, recompute, gpus, split, override = best.groups()
-    self.assertEqual((int(gpus), int(split)), (int(s) * int(k), int(k)))
-    with flagsaver.flagsaver(model_params_override=override):
-      cfg = registry.ModelParams(MODEL, 'Train')
-    p = cfg.task.pipeline
-    self.assertEqual((p.num_partitions, p.num_micro_batches, p.schedule, p.recompute),
-                     (int(k), int(m), sched, recompute))
-
-  def testPlanWithABadCacheDirectory(self):
-    not_a_dir = self.create_tempfile().full_path
-    with self.assertRaisesRegex(registry.UsageError, r"^--tensorpipe_plan_cache_dir: cache "
-                                r"directory '%s/c' cannot be created \(Not a directory\); give a "
-                                r"writable directory, or --tensorpipe_plan_cache_dir=none$" %
-                                re.escape(not_a_dir)):
-      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V100-16GB',
-                     tensorpipe_plan_cache_dir=not_a_dir + '/c')
-
-  def testPlanWithAnUnknownProfile(self):
-    with self.assertRaisesRegex(registry.UsageError, r"--tensorpipe_plan: unknown device profile "
-                                r"'V200'; known profiles: cpu, A100-40GB"):
-      self._Validate(tensorpipe_plan=4, tensorpipe_plan_device='V200',
-                     tensorpipe_plan_cache_dir='none')
-
-  def testTooFewCpuDevices(self):
-    with self.assertRaisesRegex(registry.UsageError, r'needs 4 devices per model split.*'
-                                r'--cpu_devices=2'):
-      self._Validate(cpu_devices=2, worker_split_size=2)
-
-  def testMissingDataDir(self):
-    missing = os.path.join(self.get_temp_dir(), 'no-such-dir')
-    with self.assertRaisesRegex(registry.UsageError,
-                                r"data directory '.*no-such-dir' of dataset Train"):
-      self._Validate(model_params_override='input.data_dir: %s' % missing)
-
-  def testSyntheticInputNeedsNoDataDir(self):
-    missing = os.path.join(self.get_temp_dir(), 'no-such-dir')
-    self._Validate(model='resnet.ImageNetResNet101',
-                   model_params_override='input.synthetic: True; input.data_dir: %s' % missing)
-    with self.assertRaisesRegex(registry.UsageError, r"data directory '.*no-such-dir'"):
-      self._Validate(model='resnet.ImageNetResNet101',
-                     model_params_override='input.data_dir: %s' % missing)
-
-  def testEvalWithoutCheckpoint(self):
-    with self.assertRaisesRegex(registry.UsageError, 'no checkpoint in .*train to evaluate'):
-      self._Validate(job='evaler_test', logdir=tempfile.mkdtemp(dir=self.get_temp_dir()))
-
-
-def _WriteCheckpoint(train_dir, step):
-  """Writes a checkpoint train_dir/ckpt-<step> holding just global_step = `step`, as Lingvo names
-  its checkpoints, and makes it the latest."""
-  with tf.Graph().as_default():
-    global_step = tf.train.get_or_create_global_step()
-    with tf.Session() as sess:
-      sess.run(global_step.assign(step))
-      return tf.train.Saver().save(sess, os.path.join(train_dir, 'ckpt-%08d' % step))
-
-
-class TaskTrainOverrideTest(test_utils.TestCase):
-  """A task.train override the trainer does not read is named once, with the override to use."""
-
-  def testWarnsOnceNamingTheKeyAndTheFix(self):
-    with mock.patch.object(tf.logging, 'warning') as warning, flagsaver.flagsaver(
-        model=MODEL, mode='sync', run_locally='cpu', logdir=self.get_temp_dir(), cpu_devices=4,
-        worker_split_size=4, job='controller,trainer_client,evaler_test',
-        model_params_override='task.train.max_steps: 750'):
-      train.Validate()
-    messages = [c.args[0] % c.args[1:] for c in warning.call_args_list]
-    unread = [m for m in messages if 'task.train.max_steps' in m]
-    self.assertLen(unread, 1, messages)
-    self.assertIn('which the trainer does not read', unread[0])
-    self.assertIn('--model_params_override="train.max_steps: 750"', unread[0])
-
-
-class EvalWaitTest(test_utils.TestCase):
-  """Evaluating a run that stopped before train.max_steps: the messages say what to run instead."""
-
-  def testOnceCommands(self):
-    ckpt = '/logs/train/ckpt-00000750'
-    self.assertEqual(train.OnceCommand('evaler_test', ckpt), '--job=evaler_once_test@750')
-    self.assertEqual(train.OnceCommand('decoder_test', ckpt),
-                     '--job=decoder_test --model_params_override='
-                     '"task.eval.load_checkpoint_from: /logs/train/ckpt-00000750"')
-
-  def testWaitMessage(self):
-    message = train.WaitMessage('decoder_test', '/logs/train/ckpt-00000750', 750, 1500)
-    self.assertIn('until one reaches train.max_steps = 1500', message)
-    self.assertIn('is at step 750', message)
-    self.assertIn('"task.eval.load_checkpoint_from: /logs/train/ckpt-00000750"', message)
-
-  def _Validate(self, logdir, job, override=''):
-    with mock.patch.object(tf.logging, 'warning') as warning, flagsaver.flagsaver(
-        model=MODEL, mode='sync', run_locally='cpu', logdir=logdir, cpu_devices=4,
-        worker_split_size=4, job=job, model_params_override=override):
-      train.Validate()
-    return [c.args[0] % c.args[1:] for c in warning.call_args_list]
-
-  def testPreflightOfAnEarlyStoppedRun(self):
-    logdir = self.create_tempdir().full_path
-    ckpt = _WriteCheckpoint(os.path.join(logdir, 'train'), 5)
-    messages = self._Validate(logdir, 'evaler_test')
-    self.assertLen(messages, 1)
-    self.assertIn('train.max_steps = 800; the latest, %s, is at step 5' % ckpt, messages[0])
-    self.assertIn('run --job=evaler_once_test@5', messages[0])
-    # The once job, or a fixed checkpoint, evaluates what is there: nothing to say.
-    self.assertEqual(self._Validate(logdir, 'evaler_once_test@5'), [])
-    self.assertEqual(
-        self._Validate(logdir, 'evaler_test', 'task.eval.load_checkpoint_from: %s' % ckpt), [])
-    self.assertEqual(self._Validate(logdir, 'evaler_test', 'train.max_steps: 5'), [])
-    with self.assertRaisesRegex(registry.UsageError,
-                                'task.eval.load_checkpoint_from: .*ckpt-00000009 is no checkpoint'):
-      self._Validate(logdir, 'evaler_test',
-                     'task.eval.load_checkpoint_from: %s' % ckpt.replace('5', '9'))
-
-  def testWaitingRunnerSaysWhyOnceAndFindsTheNextCheckpoint(self):
-    train_dir = self.create_tempdir().full_path
-    first = _WriteCheckpoint(train_dir, 5)
-    runner = _WaitingRunner(train_dir, max_steps=800)
-    sleeps = []
-
-    def _Sleep(seconds):
-      sleeps.append(seconds)
-      if len(sleeps) == 3:  # Training writes a new checkpoint while the runner waits.
-        _WriteCheckpoint(train_dir, 10)
-
-    with mock.patch.object(train.time, 'sleep', side_effect=_Sleep), \
-         mock.patch.object(tf.logging, 'warning') as warning:
-      found = runner._FindNewCheckpoint(None, {first})
-    self.assertEqual(found, os.path.join(train_dir, 'ckpt-00000010'))
-    self.assertLen(sleeps, 3)
-    self.assertLen(warning.call_args_list, 1)  # Once, not once per poll.
-    message = warning.call_args.args[0] % warning.call_args.args[1:]
-    self.assertIn('evaler_test evaluates the checkpoints', message)
-    self.assertIn('run --job=evaler_once_test@5', message)
-
-
-  def testEvalerRecordsAFixedCheckpointAsProcessed(self):
-    # Lingvo 0.14.0's Evaler calls a method it lacks after evaluating
-    # task.eval.load_checkpoint_from; TensorPipe's records the checkpoint as the Decoder does.
-    eval_dir = self.create_tempdir().full_path
-    train.TensorPipeEvaler._UpdateProcessedCheckpoints(None, eval_dir, '/logs/train/ckpt-00000005')
-    self.assertEqual(py_utils.GetProcessedCheckpoints(eval_dir), ['/logs/train/ckpt-00000005'])
-
-
-class _WaitingRunner(train.ExplainedCheckpointWait):
-  """What ExplainedCheckpointWait uses of Lingvo's Evaler: job name, checkpoint dir, params."""
-
-  def __init__(self, train_dir, max_steps):
-    self._job_name = 'evaler_test'
-    self._checkpointer = collections.namedtuple('Checkpointer', 'checkpoint_dir')(train_dir)
-    self.params = registry.ModelParams(MODEL, 'Test')
-    self.params.train.max_steps = max_steps
-
-  def _ShouldStop(self, sess, step):
-    del sess
-    return step >= self.params.train.max_steps
-
-
 class CommandLineErrorsTest(test_utils.TestCase):
   """The command line: one-line messages and exit status 2, no traceback."""
 
@@ -287,7 +101,7 @@ class CommandLineErrorsTest(test_utils.TestCase):
     proc = subprocess.run(_Launcher(*args), cwd=REPO, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, timeout=120, check=False)
     output = proc.stdout
-    self.assertEqual(proc.returncode, train.ERROR_EXIT_CODE, output[-2000:])
+    self.assertEqual(proc.returncode, ending.ERROR_EXIT_CODE, output[-2000:])
     self.assertNotIn('Traceback', output)
     lines = output.strip().splitlines()
     self.assertRegex(lines[-1], r'^tensorpipe\.trainer\.train: error: ' + pattern)
@@ -360,7 +174,7 @@ class CommandLineErrorsTest(test_utils.TestCase):
                                               '--params_module=tp_list_models_user'), timeout=120)
     self.assertEqual(status, 0, stderr[-2000:])
     lines = stdout.splitlines()
-    self.assertEqual(lines[0], train.LIST_LEGEND)
+    self.assertEqual(lines[0], model_listing.LIST_LEGEND)
     self.assertIn('%s  [tiny, K=4]  Tiny conv net on the digits' % MODEL, stdout)
     self.assertIn('tp_list_models_user.UserTimeMajor  [paper-scale, K=2]  A user\'s model.', lines)
     self.assertEqual(len(lines) - 2, len(registry.RegisteredModels()))
@@ -373,14 +187,14 @@ class ClusterStartTest(test_utils.TestCase):
     """Runs train.main for `job` (in this process, run_locally) with the runners stubbed out."""
     with flagsaver.flagsaver(model=MODEL, mode='sync', run_locally='cpu', logdir=logdir,
                              worker_split_size=4, job=job), \
-         mock.patch.object(train.RunnerManager, 'Start') as start:
+         mock.patch.object(runners.RunnerManager, 'Start') as start:
       self.assertEqual(train.main(['train']), 0)
     start.assert_called_once()
 
   def testTheTrainerClientRemovesKilledSavesBeforeItStarts(self):
     logdir = self.create_tempdir().full_path
     train_dir = os.path.join(logdir, 'train')
-    _WriteCheckpoint(train_dir, 5)
+    helpers.WriteStepCheckpoint(train_dir, 5)
     os.makedirs(os.path.join(train_dir, 'ckpt-00000009_temp'))
     self._Main(logdir, 'controller')  # In sync mode not the job that saves: it removes nothing.
     self.assertTrue(os.path.isdir(os.path.join(train_dir, 'ckpt-00000009_temp')))
@@ -388,46 +202,6 @@ class ClusterStartTest(test_utils.TestCase):
     self.assertFalse(os.path.exists(os.path.join(train_dir, 'ckpt-00000009_temp')))
     self.assertTrue(os.path.exists(os.path.join(train_dir, 'ckpt-00000005.index')))
 
-  def testPortTakenAfterTheCheckIsNamed(self):
-    # The port is taken between the check and the server's start: TensorFlow's 'Could not start
-    # gRPC server' becomes the line naming the address.
-    with socket.socket() as held:
-      held.bind(('127.0.0.1', 0))
-      held.listen()
-      address = '127.0.0.1:%d' % held.getsockname()[1]
-      with flagsaver.flagsaver(cluster_spec='worker=%s' % address, job='worker', task=0,
-                               mode='sync', run_locally='', tf_master=''), \
-           mock.patch.object(train, '_Exit', side_effect=SystemExit) as end, \
-           mock.patch.object(train.sys, 'stderr') as stderr, \
-           self.assertRaises(SystemExit):
-        train.RunnerManager(MODEL).MaybeLaunchTensorFlow()
-    end.assert_called_once_with(train.ERROR_EXIT_CODE)
-    self.assertEqual(
-        ''.join(c.args[0] for c in stderr.write.call_args_list),
-        'tensorpipe.trainer.train: error: task worker:0 cannot listen on %s: another process, '
-        'e.g. a task of an earlier run, holds %s; stop it or pick another port in '
-        '--cluster_spec\n' % (address, address))
-
-
-class ListModelsTest(test_utils.TestCase):
-
-  def _Line(self, name):
-    return train.ModelLine(name, registry.RegisteredModels()[name])
-
-  def testTinyAndPaperScaleWithTheirK(self):
-    self.assertEqual(
-        self._Line(MODEL),
-        MODEL + '  [tiny, K=4]  Tiny conv net on the digits, pipelined over 4 devices with 8 '
-        'micro-batches.')
-    self.assertStartsWith(self._Line('amoebanet.AmoebaNetDPipeline8'),
-                          'amoebanet.AmoebaNetDPipeline8  [paper-scale, K=8]  Table 1, ')
-    self.assertStartsWith(self._Line('mt.Num2WordsTinyT'),
-                          'mt.Num2WordsTinyT  [tiny, K=2 (encoder), 2 (decoder)]  T(3, 256, 4)')
-    self.assertStartsWith(self._Line('mt.T24H8192A16'),
-                          'mt.T24H8192A16  [paper-scale, K=4 (encoder), 4 (decoder)]  ')
-
-
-# A user's model registered from a module of its own: time-major x [T, B, D] through FC layers, a
 # layer that mixes time steps and Lingvo's BatchNormLayer in every partition, with batch_dim left at
 # 0 (it should be 1).
 WRONG_BATCH_DIM_MODULE = """
@@ -513,7 +287,7 @@ def _RunClusterJob(test, directory, env, *flags):
   for job in ('controller', 'trainer_client', 'worker'):
     with open(os.path.join(logdir, job + '.log')) as f:
       log = f.read()
-    test.assertEqual(status[job], train.ERROR_EXIT_CODE, (job, log[-3000:]))
+    test.assertEqual(status[job], ending.ERROR_EXIT_CODE, (job, log[-3000:]))
     out[job] = (status[job], log.strip().splitlines()[-1])
   return out
 
@@ -536,27 +310,6 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
                        r"^tensorpipe\.trainer\.train: error: TensorPipeLayer 'pipe': the batch_dim "
                        r"check failed: layer 'mix' .*set batch_dim=1", job)
 
-  def testOtherTasksOfAClusterJobEndWithTheRecordedLine(self):
-    """The controller and the workers end with the line the trainer client recorded in --logdir;
-    a line an earlier run left there ends nothing."""
-    logdir = self.create_tempdir().full_path
-    path = os.path.join(logdir, job_failure.FILE)
-    with open(path, 'w') as f:
-      f.write("TensorPipeLayer 'pipe': the batch_dim check failed\n")
-    task = object.__new__(train.ClusterTask)  # Only its watch of recorded failures runs here.
-    task._stop = mock.Mock()  # pylint: disable=protected-access
-    task._stop.wait.side_effect = [False, False, True]  # pylint: disable=protected-access
-    with flagsaver.flagsaver(logdir=logdir), mock.patch.object(train, '_Exit') as exit_, \
-        mock.patch.object(train, '_Fail') as fail:
-      os.utime(path, (0, 0))  # Written before this process started: an earlier run's.
-      task._WatchJobFailure()  # pylint: disable=protected-access
-      fail.assert_not_called()
-      os.utime(path, None)
-      task._stop.wait.side_effect = [False, True]  # pylint: disable=protected-access
-      task._WatchJobFailure()  # pylint: disable=protected-access
-    fail.assert_called_once_with("TensorPipeLayer 'pipe': the batch_dim check failed")
-    exit_.assert_called_once_with(train.ERROR_EXIT_CODE)
-
   @pytest.mark.slow
   def testWrongBatchDimEndsTheRunWithItsLine(self):
     directory, env = self._WriteModel()
@@ -568,7 +321,7 @@ class CheckFailureEndsTheJobTest(test_utils.TestCase):
                   '--run_locally=cpu', '--logdir=%s' % logdir),
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False, env=env)
     log = proc.stdout + proc.stderr
-    self.assertEqual(proc.returncode, train.ERROR_EXIT_CODE, log[-3000:])
+    self.assertEqual(proc.returncode, ending.ERROR_EXIT_CODE, log[-3000:])
     last = proc.stderr.strip().splitlines()[-1]
     self.assertRegex(
         last, r"^tensorpipe\.trainer\.train: error: TensorPipeLayer 'pipe': the batch_dim check "
@@ -619,163 +372,9 @@ class StuckInput(base_model_params.SingleTaskModelParams):
 """
 
 
-class _FakeCheckpointer:
-  """Lingvo's checkpointer as the trainer calls it; a save or restore takes 1000 s of `clock` (a
-  fake one: its `now` is the time)."""
-
-  def __init__(self, clock):
-    self.clock = clock
-    self.calls = []
-
-  def Save(self, sess=None, gsteps=None, sync=True):
-    self.calls.append(('Save', sess, gsteps, sync))
-    self.clock.now += 1000
-    return 'train/ckpt-%08d' % gsteps
-
-  def Restore(self, sess=None, force_reinitialize=False):
-    self.calls.append(('Restore', sess, force_reinitialize))
-    self.clock.now += 1000
-
-
-class _FakeLingvoTrainer:
-  """What WatchedSteps uses of Lingvo's Trainer: `_checkpointer`, and a `_Loop` that restores, then
-  calls `_ShouldStop(sess, global_step)` before every step and saves every second step. A step
-  takes `step_s` of the clock; after each, `checks` records the watchdog's Check."""
-
-  def __init__(self, clock, step_s, max_steps):
-    self._checkpointer = _FakeCheckpointer(clock)
-    self.clock, self.step_s, self.max_steps = clock, step_s, max_steps
-    self.checks = []
-
-  def _Loop(self):
-    self._checkpointer.Restore('sess', force_reinitialize=True)
-    step = 0
-    while not self._ShouldStop('sess', step):
-      self.clock.now += self.step_s
-      step += 1
-      self.checks.append(self._loop_watch.watchdog.Check())  # pylint: disable=no-member
-      if step % 2 == 0:
-        self.checks.append(self._checkpointer.Save('sess', step))
-
-  def _ShouldStop(self, sess=None, step=None, check_early_stop=True):
-    del sess, check_early_stop
-    return step >= self.max_steps
-
-
-class _WatchedTrainer(train.WatchedSteps, _FakeLingvoTrainer):
-  pass
-
-
 class StuckStepEndsTheJobTest(test_utils.TestCase):
   """--step_timeout_s: a step that does not finish within it ends the job with one line (every
   task of a --cluster_spec job), checkpoint saves and restores not counted."""
-
-  def _Trainer(self, step_s, max_steps, **flags):
-    """A _WatchedTrainer on a fake clock whose watching thread is not started but kept in
-    `self.spawned`; returns it and the clock."""
-    clock = types.SimpleNamespace(now=0.0)
-    self.spawned = []
-    watch = functools.partial(step_watchdog.LoopWatch, clock=lambda: clock.now,
-                              spawn=self.spawned.append)
-    with flagsaver.flagsaver(**dict(dict(step_timeout_s=10), **flags)), \
-         mock.patch.object(train.step_watchdog, 'LoopWatch', watch):
-      trainer = _WatchedTrainer(clock, step_s, max_steps)
-    return trainer, clock
-
-  @staticmethod
-  def _Watchdog(trainer):
-    return trainer._loop_watch.watchdog  # pylint: disable=protected-access
-
-  def testSavesAndRestoresRunUnchangedAndDoNotCount(self):
-    trainer, clock = self._Trainer(step_s=9, max_steps=4)  # Steps of 9 s, saves of 1000 s.
-    trainer._Loop()  # pylint: disable=protected-access
-    self.assertEqual(trainer.checks, [None, None, 'train/ckpt-00000002', None, None,
-                                      'train/ckpt-00000004'])
-    self.assertEqual(trainer._checkpointer.calls, [  # pylint: disable=protected-access
-        ('Restore', 'sess', True), ('Save', 'sess', 2, True), ('Save', 'sess', 4, True)])
-    self.assertLen(self.spawned, 1)  # The watching thread, started at the first step.
-    clock.now += 10000
-    self.assertIsNone(self._Watchdog(trainer).Check())  # Training ended: no stall any more.
-
-  def testAStepLongerThanTheBoundIsAStall(self):
-    trainer, _ = self._Trainer(step_s=11, max_steps=3)
-    trainer._Loop()  # pylint: disable=protected-access
-    # The first step has 3 x 10 s; the second's 11 s pass the bound.
-    self.assertEqual(trainer.checks[:2], [None, step_watchdog.Stall(
-        global_step=1, bound_s=10, timeout_s=10, first=False, restarts=0)])
-
-  def testZeroTurnsTheWatchOff(self):
-    trainer, _ = self._Trainer(step_s=9, max_steps=2, step_timeout_s=0)
-    self.assertIsNone(trainer._loop_watch)  # pylint: disable=protected-access
-    self.assertEqual(trainer._checkpointer.Save.__func__,  # pylint: disable=protected-access
-                     _FakeCheckpointer.Save)
-
-  def testOnlyTheTrainingLoopsThreadIsWatched(self):
-    # Lingvo's enqueue loops call _ShouldStop from threads of their own, with other steps.
-    trainer, clock = self._Trainer(step_s=1, max_steps=100)
-    trainer._loop_watch.LoopStarts()  # pylint: disable=protected-access  # This thread's loop.
-    should_stop = trainer._ShouldStop  # pylint: disable=protected-access
-    other = threading.Thread(target=should_stop, args=('sess', 5))
-    other.start()
-    other.join(timeout=60)  # Hang guard.
-    clock.now = 10000
-    self.assertIsNone(self._Watchdog(trainer).Check())  # Not armed: nothing observed.
-    self.assertEqual(self.spawned, [])
-
-  def _Stall(self, trainer, clock):
-    """Puts `trainer` 11 s into step 8 (bound 10 s) and returns the stall."""
-    trainer._loop_watch.LoopStarts()  # pylint: disable=protected-access
-    trainer._ShouldStop('sess', 6)  # pylint: disable=protected-access
-    trainer._ShouldStop('sess', 7)  # pylint: disable=protected-access
-    clock.now += 11
-    stall = self._Watchdog(trainer).Check()
-    self.assertIsNotNone(stall)
-    return stall
-
-  def testAStallInOneProcessEndsItWithTheLine(self):
-    trainer, clock = self._Trainer(step_s=1, max_steps=100)
-    stall = self._Stall(trainer, clock)
-    with flagsaver.flagsaver(cluster_spec='', run_locally='cpu'), \
-         mock.patch.object(train, '_EndJob') as end:
-      trainer._OnStall(stall)  # pylint: disable=protected-access
-    end.assert_called_once_with(
-        'training step 8 did not finish within --step_timeout_s=10 s (the global step stayed at '
-        '7, checkpoint saves and restores not counted): the step is stuck inside TensorFlow in '
-        'this process (e.g. a deadlocked op or an input that never yields); look at the log for '
-        'the cause, or raise --step_timeout_s if steps of this model really take that long (0 '
-        'turns the bound off)', record=True)
-
-  def testAStallInAClusterJobNamesTheTasksThatDoNotAnswer(self):
-    trainer, clock = self._Trainer(step_s=1, max_steps=100)
-    stall = self._Stall(trainer, clock)
-    spec = 'controller=10.0.0.2:7000@trainer_client=10.0.0.2:7001@worker=10.0.0.3:7000'
-    silent = ['worker:0 at 10.0.0.3:7000 (no answer within 5 s)']
-    with flagsaver.flagsaver(cluster_spec=spec, job='trainer_client', task=0, run_locally='',
-                             tf_master=''), \
-         mock.patch.object(train.liveness, 'Silent', return_value=silent) as ask, \
-         mock.patch.object(train, '_EndJob') as end:
-      trainer._OnStall(stall)  # pylint: disable=protected-access
-    ask.assert_called_once_with([('controller', 0, '10.0.0.2:7000'),
-                                 ('worker', 0, '10.0.0.3:7000')], liveness.STATUS_TIMEOUT_S)
-    line = end.call_args.args[0]
-    self.assertIn(': task worker:0 at 10.0.0.3:7000 (no answer within 5 s) does not answer a '
-                  'status request, and the step waits for it;', line)
-
-  def testAStepThatFinishesWhileTheTasksAreAskedEndsNothing(self):
-    trainer, clock = self._Trainer(step_s=1, max_steps=100)
-    stall = self._Stall(trainer, clock)
-
-    def Silent(unused_peers, unused_timeout_s):
-      trainer._ShouldStop('sess', 8)  # pylint: disable=protected-access  # The step finished.
-      return []
-
-    spec = 'trainer_client=10.0.0.2:7001@worker=10.0.0.3:7000'
-    with flagsaver.flagsaver(cluster_spec=spec, job='trainer_client', task=0, run_locally='',
-                             tf_master=''), \
-         mock.patch.object(train.liveness, 'Silent', side_effect=Silent), \
-         mock.patch.object(train, '_EndJob') as end:
-      self.assertFalse(trainer._OnStall(stall))  # pylint: disable=protected-access
-    end.assert_not_called()
 
   @pytest.mark.slow
   def testAStuckFirstStepEndsTheRunWithItsLine(self):
@@ -786,7 +385,7 @@ class StuckStepEndsTheJobTest(test_utils.TestCase):
         _Launcher('--model=tp_stuck_input.StuckInput', '--cpu_devices=2', '--mode=sync',
                   '--run_locally=cpu', '--logdir=%s' % logdir, '--step_timeout_s=5'),
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False, env=env)
-    self.assertEqual(proc.returncode, train.ERROR_EXIT_CODE, (proc.stdout + proc.stderr)[-3000:])
+    self.assertEqual(proc.returncode, ending.ERROR_EXIT_CODE, (proc.stdout + proc.stderr)[-3000:])
     line = ('the first step of this run, step 1, did not finish within 3 x --step_timeout_s=5 = '
             '15 s (a run\'s first step also starts the graph; the global step stayed at 0, '
             'checkpoint saves and restores not counted): the step is stuck inside TensorFlow in '
@@ -811,7 +410,7 @@ class StuckStepEndsTheJobTest(test_utils.TestCase):
         'stayed at 0, checkpoint saves and restores not counted')
     # The trainer client ended the job; the controller and the worker end with its line, not with
     # "trainer_client stopped answering".
-    self.assertEqual(ends, {job: (train.ERROR_EXIT_CODE,
+    self.assertEqual(ends, {job: (ending.ERROR_EXIT_CODE,
                                   'tensorpipe.trainer.train: error: ' + recorded)
                             for job in ('controller', 'trainer_client', 'worker')})
 
@@ -820,37 +419,18 @@ class ClusterTaskEndsTest(test_utils.TestCase):
   """How a task of a --cluster_spec job ends when another task ended the job, or answers at another
   task's address."""
 
-  def testALostTaskThatEndedTheJobIsNamedByItsLine(self):
-    logdir = self.create_tempdir().full_path
-    with open(os.path.join(logdir, 'tensorpipe_job_failure.txt'), 'w') as f:
-      f.write('training step 8 did not finish within --step_timeout_s=10 s (...)\n')
-    task = object.__new__(train.ClusterTask)  # Only its handlers run here.
-    task.job = 'controller'
-    with flagsaver.flagsaver(logdir=logdir), mock.patch.object(train, '_Exit') as exit_, \
-        mock.patch.object(train, '_Fail') as fail:
-      task._OnLost('task trainer_client:0 at 10.0.0.2:7001 stopped answering: no answer for 60 s '
-                   '([Errno 111] Connection refused)')  # pylint: disable=protected-access
-    fail.assert_called_once_with('training step 8 did not finish within --step_timeout_s=10 s '
-                                 '(...)')
-    exit_.assert_called_once_with(train.ERROR_EXIT_CODE)
-
-  def testATaskAtAnotherTasksAddressEndsTheJob(self):
-    with mock.patch.object(train, '_EndJob') as end:
-      on_wrong_task = train.ClusterTask._OnWrongTask  # pylint: disable=protected-access
-      on_wrong_task('--cluster_spec puts task worker:1 at ...')
-    end.assert_called_once_with('--cluster_spec puts task worker:1 at ...', record=True)
-
   def _Main(self, error, recorded):
     """Runs train.main for worker 0 of a --cluster_spec job whose runners fail with `error`, while
     `recorded` is the line another task ended the job with (or None)."""
-    jobs = train.ClusterTask.JOBS
+    jobs = cluster_task.ClusterTask.JOBS
     with flagsaver.flagsaver(model=MODEL, mode='sync', run_locally='', tf_master='',
                              cluster_spec='worker=127.0.0.1:1', job='worker', task=0,
                              logdir=self.create_tempdir().full_path), \
-         mock.patch.object(train, 'Validate'), mock.patch.object(train, 'ClusterTask') as task, \
-         mock.patch.object(train.RunnerManager, 'Start', side_effect=error), \
-         mock.patch.object(train, '_RecordedJobFailure', return_value=recorded), \
-         mock.patch.object(train, '_EndJob') as end:
+         mock.patch.object(validation, 'Validate'), \
+         mock.patch.object(cluster_task, 'ClusterTask') as task, \
+         mock.patch.object(runners.RunnerManager, 'Start', side_effect=error), \
+         mock.patch.object(ending, 'RecordedJobFailure', return_value=recorded), \
+         mock.patch.object(ending, 'EndJob') as end:
       task.JOBS = jobs
       train.main(['train'])
     return end
@@ -880,7 +460,7 @@ class ClusterTaskEndsTest(test_utils.TestCase):
                     '--task=0', '--cluster_spec=%s' % spec, '--logdir=%s' % self.get_temp_dir()),
           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
           check=False)
-    self.assertEqual(proc.returncode, train.ERROR_EXIT_CODE, proc.stdout[-3000:])
+    self.assertEqual(proc.returncode, ending.ERROR_EXIT_CODE, proc.stdout[-3000:])
     self.assertEqual(
         proc.stdout.strip().splitlines()[-1],
         'tensorpipe.trainer.train: error: --cluster_spec puts task worker:1 at %s, but the task '
@@ -1043,7 +623,7 @@ class TrainerSmokeTest(test_utils.TestCase):
                   '--logdir=%s' % logdir, '--job=evaler_once_test@%d' % final,
                   '--model_params_override=task.pipeline.num_partitions: 2'), timeout=180)
     self.assertEqual(status, 0, (stdout + stderr)[-3000:])
-    score = train.LatestScore(logdir, 'test')
+    score = run_summary.LatestScore(logdir, 'test')
     self.assertIsNotNone(score, (stdout + stderr)[-3000:])
     step, metrics = score
     self.assertEqual(step, final)

@@ -28,7 +28,7 @@ from lingvo.core import tshape
 
 from tensorpipe import batch_norm
 from tensorpipe import randomness
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import cost_model
 from tensorpipe.tasks.image import conv_layers
 
 # (operations, hidden-state indices, used hidden states) of each cell, from the public AmoebaNet

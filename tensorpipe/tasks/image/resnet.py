@@ -13,7 +13,7 @@ from lingvo.core import base_layer
 from lingvo.core import py_utils
 from lingvo.core import tshape
 
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import cost_model
 from tensorpipe.tasks.image import conv_layers
 
 # Blocks per stage: ResNet-50 / 101 / 152.

@@ -31,7 +31,7 @@ from lingvo.core import base_layer
 from lingvo.core import py_utils
 from lingvo.core import tshape
 
-from tensorpipe.tasks.image import classifier
+from tensorpipe.tasks.image import pipelined_classifier
 from tensorpipe.tasks.image import conv_layers
 
 MERGES = ('concat', 'add')
@@ -164,17 +164,17 @@ def TinyUNet(image_shape=(8, 8, 1), channels=(16, 32, 64), hidden_dim=64, num_cl
                      'halvings (channels=%r) need; use fewer channels entries or larger images' %
                      (tuple(image_shape), n, 2**n, n, tuple(channels)))
   seeds = iter(range(seed, seed + 2 * (2 * n + 2), 2))
-  layers = [classifier.ConvBlock.Params().Set(
+  layers = [pipelined_classifier.ConvBlock.Params().Set(
       name='down0', filter_shape=(3, 3, cin, channels[0]), seed=next(seeds))]
   for i in range(1, n + 1):
-    layers.append(classifier.ConvBlock.Params().Set(
+    layers.append(pipelined_classifier.ConvBlock.Params().Set(
         name='down%d' % i if i < n else 'bottom', filter_shape=(3, 3, channels[i - 1], channels[i]),
         pool=True, seed=next(seeds)))
   for i in reversed(range(n)):
     layers.append(UpBlock.Params().Set(
         name='up%d' % i, input_dim=channels[i + 1], skip_dim=channels[i], output_dim=channels[i],
         merge=merge, seed=next(seeds)))
-  layers.append(classifier.MlpHead.Params().Set(
+  layers.append(pipelined_classifier.MlpHead.Params().Set(
       name='head', input_dim=h * w * channels[0], hidden_dim=hidden_dim, num_classes=num_classes,
       seed=next(seeds)))
   skips = [('down%d' % i, 'up%d' % i) for i in reversed(range(n))]

@@ -12,7 +12,7 @@ from lingvo.core import schedule
 from lingvo.core import test_utils
 
 from params import amoebanet as amoebanet_params
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import cost_model
 from tests import helpers
 
 # (model, (L, F), K, paper's parameter count, tolerance).

@@ -6,7 +6,7 @@ from lingvo import compat as tf
 from lingvo.core import test_utils
 from lingvo.core import tshape
 
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import cost_model
 from tensorpipe.tasks.image import resnet
 from tests import helpers
 

@@ -13,7 +13,7 @@ from lingvo.core import test_utils
 from lingvo.core import tshape
 
 from tensorpipe import layer as layer_lib
-from tensorpipe.tasks.image import classifier
+from tensorpipe.tasks.image import pipelined_classifier
 from tensorpipe.tasks.image import digits_input
 from tensorpipe.tasks.image import unet
 from tests import helpers
@@ -30,7 +30,7 @@ def _Inputs():
 
 
 def _XentParams():
-  return classifier.PerExampleXent.Params().Set(name='xent', num_classes=10)
+  return pipelined_classifier.PerExampleXent.Params().Set(name='xent', num_classes=10)
 
 
 class UNetByHand(base_layer.BaseLayer):

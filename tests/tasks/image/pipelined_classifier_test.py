@@ -4,7 +4,7 @@ import numpy as np
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
-from tensorpipe.tasks.image import classifier
+from tensorpipe.tasks.image import pipelined_classifier
 
 
 def _Softmax(x):
@@ -19,9 +19,10 @@ class PerExampleXentTest(test_utils.TestCase):
     logits, aux = rng.normal(size=[2, 3, 4]).astype(np.float32)
     labels = np.array([0, 3, 1])
     with self.session(graph=tf.Graph()) as sess:
-      plain = classifier.PerExampleXent.Params().Set(name='x', num_classes=4).Instantiate()
-      smooth = classifier.PerExampleXent.Params().Set(name='s', num_classes=4, label_smoothing=0.1,
-                                                      aux_loss_weight=0.4).Instantiate()
+      xent = pipelined_classifier.PerExampleXent
+      plain = xent.Params().Set(name='x', num_classes=4).Instantiate()
+      smooth = xent.Params().Set(name='s', num_classes=4, label_smoothing=0.1,
+                                 aux_loss_weight=0.4).Instantiate()
       out_plain = plain.FProp(plain.theta, tf.constant(logits), tf.constant(labels))
       out_smooth = smooth.FProp(smooth.theta, (tf.constant(logits), tf.constant(aux)),
                                 tf.constant(labels))
@@ -40,7 +41,7 @@ class PerExampleXentTest(test_utils.TestCase):
   def testBadSmoothingIsNamed(self):
     with self.assertRaisesRegex(ValueError, r"PerExampleXent 'x': label_smoothing must be in "
                                 r"\[0, 1\), got 1.0"):
-      classifier.PerExampleXent.Params().Set(name='x', label_smoothing=1.0).Instantiate()
+      pipelined_classifier.PerExampleXent.Params().Set(name='x', label_smoothing=1.0).Instantiate()
 
 
 if __name__ == '__main__':

@@ -11,7 +11,7 @@ from lingvo.core import test_utils
 
 from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import amoebanet
-from tensorpipe.tasks.image import image_classifier
+from tensorpipe.tasks.image import paper_classifier
 from tensorpipe.tasks.image import image_input
 from tests import helpers
 
@@ -23,7 +23,7 @@ def _TinyTask(num_micro_batches, schedule='gpipe', weights=None, **task_params):
   The task has an auxiliary head and K = 2 partitions; it runs on 4 random 8x8 images, in a new
   graph and a 2-device cluster.
   """
-  p = image_classifier.ImageClassifier.Params().Set(name='clf', num_classes=10,
+  p = paper_classifier.ImageClassifier.Params().Set(name='clf', num_classes=10,
                                                     label_smoothing=0.1, **task_params)
   p.input = image_input.ImageInput.Params().Set(synthetic=True)
   p.pipeline = layer_lib.TensorPipeLayer.Params().Set(
@@ -96,7 +96,7 @@ class Bfloat16Test(test_utils.TestCase):
     self.assertAllClose(loss16, loss32, rtol=0.05)
 
   def testAcceleratorsModeNeedsTpusOrGpus(self):
-    uses = image_classifier.UsesBfloat16
+    uses = paper_classifier.UsesBfloat16
     self.assertFalse(uses('accelerators', ['/job:w/device:CPU:0', '/job:w/device:CPU:1']))
     self.assertFalse(uses('accelerators', ['/job:w/device:GPU:0', '/job:w/device:CPU:1']))
     self.assertTrue(uses('accelerators', ['/job:w/device:TPU:0', '/job:w/device:TPU:1']))

@@ -6,9 +6,9 @@ import pytest
 from lingvo.core import test_utils
 
 from tensorpipe.measure import workloads
-from tensorpipe.partition import balancing
-from tensorpipe.partition import capacity
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import balancing
+from tensorpipe.partitioner import capacity
+from tensorpipe.partitioner import cost_model
 from tensorpipe.tasks.image import amoebanet
 
 

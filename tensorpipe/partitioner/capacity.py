@@ -10,8 +10,8 @@ that fits by bisection, which assumes that every smaller size fits too.
 
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from tensorpipe.partition import balancing
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import balancing
+from tensorpipe.partitioner import cost_model
 
 
 def PeakOfBestSplit(profiles: Sequence[cost_model.LayerProfile], num_partitions: int,

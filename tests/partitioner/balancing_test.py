@@ -5,7 +5,7 @@ import random
 import unittest
 from unittest import mock
 
-from tensorpipe.partition import balancing
+from tensorpipe.partitioner import balancing
 
 
 def _Splits(num_layers, num_partitions):

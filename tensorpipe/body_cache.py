@@ -13,7 +13,7 @@ from lingvo import compat as tf
 
 # The attribute of a function graph that holds its shared tensors: {key: tensors}. Kept on the graph
 # itself, so that the tensors (which refer to their graph) go when it goes.
-_ATTRIBUTE = 'tensorpipe_shared_tensors'
+_ATTRIBUTE = 'tensorpipe_body_cache'
 
 
 def Shared(key: Hashable, build: Callable[[], Any]) -> Any:

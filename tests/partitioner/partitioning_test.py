@@ -9,8 +9,8 @@ from lingvo.core import test_utils
 
 from tensorpipe import layer as layer_lib
 from tensorpipe.measure import workloads
-from tensorpipe.partition import cost_model
-from tensorpipe.partition import partitioning
+from tensorpipe.partitioner import cost_model
+from tensorpipe.partitioner import partitioning
 from tests import helpers
 
 

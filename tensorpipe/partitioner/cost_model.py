@@ -29,7 +29,7 @@ from lingvo.core import tshape
 
 from tensorpipe import disk_cache
 from tensorpipe import selective_recompute
-from tensorpipe.partition import balancing
+from tensorpipe.partitioner import balancing
 from tensorpipe import progress as progress_lib
 
 COST_SOURCES = ('count', 'flops', 'measured', 'memory')

@@ -12,8 +12,8 @@ from lingvo.core import test_utils
 
 from tensorpipe import disk_cache
 from tensorpipe.measure import workloads
-from tensorpipe.partition import cost_model
-from tensorpipe.tasks.image import classifier
+from tensorpipe.partitioner import cost_model
+from tensorpipe.tasks.image import pipelined_classifier
 from tests import helpers
 
 
@@ -65,7 +65,8 @@ class _StaticBatch(helpers.Dense):
 class CostModelTest(test_utils.TestCase):
 
   def testProfilesChainShapesAndCountVariables(self):
-    conv = classifier.ConvBlock.Params().Set(name='conv', filter_shape=(3, 3, 1, 4), pool=True)
+    conv = pipelined_classifier.ConvBlock.Params().Set(name='conv', filter_shape=(3, 3, 1, 4),
+                                                       pool=True)
     dense = _WithState.Params().Set(name='dense', dim=4)
     profiles = cost_model.Profiles([conv, dense], [[2, 8, 8, 1]])
     self.assertEqual([p.name for p in profiles], ['conv', 'dense'])
@@ -92,7 +93,8 @@ class CostModelTest(test_utils.TestCase):
     self.assertEqual(profile.backward_ops, 5)
 
   def testGradientElementsAreTheLargestBackwardOp(self):
-    conv = classifier.ConvBlock.Params().Set(name='conv', filter_shape=(3, 3, 1, 4), pool=True)
+    conv = pipelined_classifier.ConvBlock.Params().Set(name='conv', filter_shape=(3, 3, 1, 4),
+                                                       pool=True)
     profile, = cost_model.Profiles([conv], [[2, 8, 8, 1]])
     # The max-pool gradient reads the pooled gradient (2 x 4 x 4 x 4) and writes one of the relu
     # output (2 x 8 x 8 x 4); the relu gradient writes into the gradient it reads (counted once);

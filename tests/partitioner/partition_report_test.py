@@ -3,8 +3,8 @@
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
-from tensorpipe.partition import partition_report
-from tensorpipe.partition import partitioning
+from tensorpipe.partitioner import partition_report
+from tensorpipe.partitioner import partitioning
 from tests import helpers
 
 

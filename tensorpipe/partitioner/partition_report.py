@@ -10,8 +10,8 @@ partitions'.
 import dataclasses
 from typing import List, Optional
 
-from tensorpipe.partition import balancing
-from tensorpipe.partition import partitioning
+from tensorpipe.partitioner import balancing
+from tensorpipe.partitioner import partitioning
 from tensorpipe import schedule
 from tensorpipe import units
 

@@ -1,17 +1,19 @@
-"""Image classifier task for pipelined AmoebaNet and ResNet: label smoothing and an auxiliary head.
+"""The papers' image classifier task, for pipelined AmoebaNet and ResNet: label smoothing, an
+auxiliary head, bfloat16 activations, top-5 accuracy.
 
-`ImageClassifier` is a `classifier.PipelinedClassifier` whose pipeline returns either logits or
-(logits, aux_logits) (AmoebaNet's auxiliary head; aux_logits is None in evaluation). Its per-example
-loss (`classifier.PerExampleXent`) is the label-smoothed softmax cross-entropy of the logits plus
-`aux_loss_weight` times that of the auxiliary logits, computed in float32, in the pipeline's last
-partition for schedules other than 'gpipe'. Metrics: loss, log_pplx (unsmoothed cross-entropy),
-accuracy, top-5 accuracy, error. With `bfloat16_activations` the network runs on bfloat16
-activations (the paper's setting on TPUs); weights, batch-norm statistics and the loss stay float32.
+`ImageClassifier` is a `pipelined_classifier.PipelinedClassifier` whose pipeline returns either
+logits or (logits, aux_logits) (AmoebaNet's auxiliary head; aux_logits is None in evaluation). Its
+per-example loss (`pipelined_classifier.PerExampleXent`) is the label-smoothed softmax cross-entropy
+of the logits plus `aux_loss_weight` times that of the auxiliary logits, computed in float32, in
+the pipeline's last partition for schedules other than 'gpipe'. Metrics: loss, log_pplx
+(unsmoothed cross-entropy), accuracy, top-5 accuracy, error. With `bfloat16_activations` the
+network runs on bfloat16 activations (the paper's setting on TPUs); weights, batch-norm statistics
+and the loss stay float32.
 """
 
 from lingvo import compat as tf
 
-from tensorpipe.tasks.image import classifier
+from tensorpipe.tasks.image import pipelined_classifier
 
 BFLOAT16_MODES = ('never', 'accelerators', 'always')
 
@@ -23,7 +25,7 @@ def UsesBfloat16(mode, devices):
   return mode == 'always'
 
 
-class ImageClassifier(classifier.PipelinedClassifier):
+class ImageClassifier(pipelined_classifier.PipelinedClassifier):
   """Pipelined image classification with label smoothing and an optional auxiliary loss."""
 
   @classmethod

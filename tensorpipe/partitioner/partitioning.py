@@ -10,8 +10,8 @@ min-variance heuristic). The resulting `Plan` remembers costs and profiles so th
 import dataclasses
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from tensorpipe.partition import balancing
-from tensorpipe.partition import cost_model
+from tensorpipe.partitioner import balancing
+from tensorpipe.partitioner import cost_model
 from tensorpipe import units
 
 COST_SOURCES = ('auto',) + cost_model.COST_SOURCES
