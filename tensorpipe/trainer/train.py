@@ -7,8 +7,8 @@ r"""Launcher: Lingvo's trainer (all of its flags) plus what TensorPipe models ne
   tensorpipe-train --list_models
 
 `tensorpipe-train FLAGS` is the same command as `python -m tensorpipe.trainer.train FLAGS` (in a
-checkout set up by scripts/setup.sh: .venv/bin/tensorpipe-train FLAGS). --help lists the flags below and the Lingvo flags every run sets;
---helpfull lists every flag.
+checkout set up by scripts/setup.sh: .venv/bin/tensorpipe-train FLAGS). --help lists the flags
+below and the Lingvo flags every run sets; --helpfull lists every flag.
 
 Extra flags:
   --cpu_devices=K  gives this process K logical CPU devices: every TF server it starts (and every
