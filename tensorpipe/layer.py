@@ -488,7 +488,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
       cache[signature] = partition_function.PartitionFunctions(
           self._LayerFunctions(self._partition_layers[k]), theta, inputs, device,
           '%s_partition%d' % (p.name, k), p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
-          site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
+          site_prefix=randomness.LayerKey(self), batch_dim=p.batch_dim,
           example_count=example_count, recomputes=recomputes, kept_op_types=kept_types)
     return cache[signature]
 
@@ -581,7 +581,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
         state = partition_trace.RunInline(
             self._LayerFunctions(names), partition_theta[k], state,
             None if step is None else tf.cast(step, tf.int64), collector,
-            site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
+            site_prefix=randomness.LayerKey(self), batch_dim=p.batch_dim,
             example_count=batch if isinstance(batch, int) else None,
             two_d_weight_gradients=p.two_d_weight_gradients)
     return state
@@ -734,7 +734,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
             self._LayerFunctions(names, decoding=True), partition_theta[k],
             (state, states[k][0], t), None if step is None else tf.cast(step, tf.int64),
             batch_norm.Discarding(), site_prefix=randomness.LayerKey(self),
-            example_axis=p.batch_dim, two_d_weight_gradients=p.two_d_weight_gradients)
+            batch_dim=p.batch_dim, two_d_weight_gradients=p.two_d_weight_gradients)
       new_states.append([caches])
     return state, new_states
 

@@ -80,7 +80,7 @@ class PartitionFunctions:
   """The graph functions of one partition (see the module docstring), traced on first use.
 
   Args:
-    layers, theta, inputs, where, site_prefix, example_axis, example_count: as for
+    layers, theta, inputs, where, site_prefix, batch_dim, example_count: as for
       partition_trace.PartitionBody; `inputs` are micro-batch 0's (every micro-batch has the same
       structure and shapes), and only theta's and their structure, shapes and dtypes count.
     device: the partition's device.
@@ -94,11 +94,11 @@ class PartitionFunctions:
 
   def __init__(self, layers: partition_trace.LayerFunctions, theta: py_utils.NestedMap,
                inputs: Any, device: str, name: str, two_d_weight_gradients: bool = True,
-               where: str = 'TensorPipeLayer', site_prefix: str = '', example_axis: int = 0,
+               where: str = 'TensorPipeLayer', site_prefix: str = '', batch_dim: int = 0,
                example_count: Optional[int] = None, recomputes: bool = True,
                kept_op_types: Optional[frozenset] = None):
     self._body = partition_trace.PartitionBody(layers, theta, inputs, name, where, site_prefix,
-                                               example_axis, example_count,
+                                               batch_dim, example_count,
                                                two_d_weight_gradients)
     self._recomputes = recomputes
     self._kept_op_types = kept_op_types

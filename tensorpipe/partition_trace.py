@@ -46,11 +46,13 @@ def _DependsOn(op, sources):
 
 
 @contextlib.contextmanager
-def _LayerContext(step, offset, collector, check_numerics, example_axis, example_count, two_d):
+def _LayerContext(step, offset, collector, check_numerics, batch_dim, example_count,
+                  two_d_weight_gradients):
   """What a partition's layers run in (see `trace_context.Partition`), with the stateful entry
   points routed (see `stateful_ops`); yields what the trace noted (`trace_context.Routing`)."""
-  with trace_context.Partition(step, offset, collector, check_numerics, example_axis,
-                               example_count, two_d, routes=stateful_ops.Routes) as context:
+  with trace_context.Partition(step, offset, collector, check_numerics, batch_dim,
+                               example_count, two_d_weight_gradients,
+                               routes=stateful_ops.Routes) as context:
     yield context.routing
 
 
@@ -71,13 +73,13 @@ def _RunLayer(layer, site_prefix, theta, inputs, place):
 
 def RunInline(layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any,
               step: Optional[tf.Tensor], collector: batch_norm.StatsCollector,
-              site_prefix: str = '', example_axis: int = 0, example_count: Optional[int] = None,
+              site_prefix: str = '', batch_dim: int = 0, example_count: Optional[int] = None,
               two_d_weight_gradients: bool = True) -> Any:
   """Runs `layers` in order on one whole mini-batch in the current graph, as a partition's forward
   function would run them on a micro-batch starting at example 0: the same dropout masks, seeds
   and batch-norm records, with TensorFlow's own gradients (an unpipelined reference)."""
   out = inputs
-  with _LayerContext(step, tf.constant(0, tf.int64), collector, True, example_axis, example_count,
+  with _LayerContext(step, tf.constant(0, tf.int64), collector, True, batch_dim, example_count,
                      two_d_weight_gradients):
     for layer in layers:
       out = _RunLayer(layer, site_prefix, theta, out, 'the unpipelined %s' % site_prefix)
@@ -125,23 +127,23 @@ class PartitionBody:
     name: the partition's function name prefix, for messages.
     where: names the pipeline in error messages.
     site_prefix: names the pipeline in dropout sites and step seeds (the same whatever K is).
-    example_axis: the batch dimension of the partition's inputs.
+    batch_dim: the batch dimension of the partition's inputs.
     example_count: examples per micro-batch (None if unknown when the graph is built).
-    two_d: trace under matmul_gradient.Scope().
+    two_d_weight_gradients: trace under matmul_gradient.Scope().
   """
 
   def __init__(self, layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any, name: str,
-               where: str, site_prefix: str, example_axis: int, example_count: Optional[int],
-               two_d: bool):
+               where: str, site_prefix: str, batch_dim: int, example_count: Optional[int],
+               two_d_weight_gradients: bool):
     self.layers = list(layers)
     self._theta = theta
     self._in_template = inputs
     self._name = name
     self._where = where
     self._site_prefix = site_prefix
-    self._example_axis = example_axis
+    self._batch_dim = batch_dim
     self._example_count = example_count
-    self._two_d = two_d
+    self._two_d_weight_gradients = two_d_weight_gradients
 
   def Pack(self, theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor]
            ) -> Tuple[Any, Any]:
@@ -154,12 +156,12 @@ class PartitionBody:
     terms: example offset 0, batch-norm statistics discarded."""
     theta, inputs = self.Pack(theta_leaves, x_leaves)
     return RunInline(self.layers, theta, inputs, step, batch_norm.Discarding(), self._site_prefix,
-                     self._example_axis, self._example_count, self._two_d)
+                     self._batch_dim, self._example_count, self._two_d_weight_gradients)
 
   def Tracing(self, step, offset, collector, check_numerics):
     """The context the partition's layers are traced in, inside a function body."""
-    return _LayerContext(step, offset, collector, check_numerics, self._example_axis,
-                         self._example_count, self._two_d)
+    return _LayerContext(step, offset, collector, check_numerics, self._batch_dim,
+                         self._example_count, self._two_d_weight_gradients)
 
   def RunLayer(self, j: int, theta: py_utils.NestedMap, inputs: Any) -> Any:
     """Layer j on `inputs`, within `Tracing`: the same dropout masks and seeds whenever it runs."""

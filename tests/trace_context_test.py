@@ -103,14 +103,14 @@ class PartitionTest(test_utils.TestCase):
       for fails in (False, True):
         try:
           with trace_context.Offset(2), trace_context.Partition(
-              step, tf.constant(5), 'collector', check_numerics=False, example_axis=1,
-              example_count=4, two_d=True, routes=Routes) as context:
+              step, tf.constant(5), 'collector', check_numerics=False, batch_dim=1,
+              example_count=4, two_d_weight_gradients=True, routes=Routes) as context:
             self.assertIs(trace_context.Current(), context)
             self.assertEqual(_Settings(), (False, False, False, step))
             self.assertEqual(home.entry, 'routed')
             self.assertEqual((context.collector, context.step, context.check_numerics,
-                              context.two_d), ('collector', step, False, True))
-            self.assertEqual((context.routing.example_axis, context.routing.example_count), (1, 4))
+                              context.two_d_weight_gradients), ('collector', step, False, True))
+            self.assertEqual((context.routing.batch_dim, context.routing.example_count), (1, 4))
             offset = context.offset
             matmul = tf.matmul(tf.ones([2, 3, 4]), tf.ones([4, 5]))
             if fails:
