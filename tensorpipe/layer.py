@@ -17,6 +17,7 @@ training step"; the executor builds steps (1)-(6) in between. Variables are name
 `<pipeline>/<layer>/...` whatever K is, so a checkpoint loads for any partitioning.
 """
 
+import dataclasses
 import weakref
 from typing import List, Tuple
 
@@ -35,6 +36,7 @@ from tensorpipe.partition import cost_model
 from tensorpipe.partition import partition_report
 from tensorpipe.partition import partitioning
 from tensorpipe import partition_function
+from tensorpipe import partition_spec
 from tensorpipe import partition_trace
 from tensorpipe import placement
 from tensorpipe import randomness
@@ -469,27 +471,33 @@ class TensorPipeLayer(base_layer.BaseLayer):
         carried[key] = earlier[source][2][key]
     return (main, extra, carried)
 
-  def _PartitionFunctions(self, k, device, theta, inputs, example_count, recomputes):
-    """Partition k's graph functions on `device` for inputs like `inputs`.
-
-    Traced once per graph, device, input signature, mode (layers compute differently in evaluation)
-    and whether backward passes re-compute, so the graph does not grow with M (micro-batches of two
-    sizes, when M does not divide the batch, trace twice).
-    """
+  def _Specs(self, devices, recomputes=False, decoding=False):
+    """Each partition's PartitionSpec, partition k on `devices[k]`; `recomputes`: whether backward
+    passes re-compute (then selectively with recompute='selective')."""
     p = self.params
+    kept_types = self._kept_op_types if recomputes and p.recompute == 'selective' else None
+    return [partition_spec.PartitionSpec(
+        pipeline=p.name, index=k, device=device, scope=randomness.LayerKey(self),
+        batch_dim=p.batch_dim, two_d_weight_gradients=p.two_d_weight_gradients,
+        recomputes=recomputes, kept_op_types=kept_types, decoding=decoding)
+            for k, device in enumerate(devices)]
+
+  def _PartitionFunctions(self, spec, theta, inputs):
+    """The graph functions of partition `spec` for inputs like `inputs`.
+
+    Traced once per graph, spec (device, examples per micro-batch, whether backward passes
+    re-compute), input signature and mode (layers compute differently in evaluation), so the graph
+    does not grow with M (micro-batches of two sizes, when M does not divide the batch, trace
+    twice).
+    """
     graph = _OutermostGraph()  # Where traces are made (graph_function.GraphFunction.Trace).
     leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
                    for x in tf.nest.flatten(inputs))
-    kept_types = self._kept_op_types if recomputes and p.recompute == 'selective' else None
-    signature = (k, device, self.do_eval, recomputes, kept_types, example_count, leaves,
-                 str(tf.nest.map_structure(lambda _: 0, inputs)))
+    signature = (spec, self.do_eval, leaves, str(tf.nest.map_structure(lambda _: 0, inputs)))
     cache = self._functions.setdefault(graph, {})
     if signature not in cache:
       cache[signature] = partition_function.PartitionFunctions(
-          self._LayerFunctions(self._partition_layers[k]), theta, inputs, device,
-          '%s_partition%d' % (p.name, k), p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
-          site_prefix=randomness.LayerKey(self), batch_dim=p.batch_dim,
-          example_count=example_count, recomputes=recomputes, kept_op_types=kept_types)
+          self._LayerFunctions(self._partition_layers[spec.index]), theta, inputs, spec)
     return cache[signature]
 
   def NumMicroBatches(self, batch_size):
@@ -559,9 +567,12 @@ class TensorPipeLayer(base_layer.BaseLayer):
     sched = self.Schedule(batch)
     recomputes = not self.do_eval and any(sched.Recomputes(t) for t in range(num_micro))
 
+    specs = self._Specs(devices, recomputes)
+
     def MakePartition(k, t, theta, inputs):
       count = sizes[t] if isinstance(sizes[t], int) else None
-      return self._PartitionFunctions(k, devices[k], theta, inputs, count, recomputes)
+      return self._PartitionFunctions(dataclasses.replace(specs[k], example_count=count), theta,
+                                      inputs)
 
     # Steps (1)-(6) (see `executor`).
     step = executor.PipelineStep(
@@ -573,17 +584,15 @@ class TensorPipeLayer(base_layer.BaseLayer):
 
   def _FPropUnpipelined(self, partition_theta, args, devices, batch, collector):
     """The layers one after another, partition k's on device k, in the caller's graph."""
-    p = self.params
     step = py_utils.GetGlobalStep()
     state = self._PartitionInputs(0, args, [])
-    for k, names in enumerate(self._partition_layers):
-      with tf.device(devices[k]):
+    count = batch if isinstance(batch, int) else None
+    for spec, names in zip(self._Specs(devices), self._partition_layers):
+      with tf.device(spec.device):
         state = partition_trace.RunInline(
-            self._LayerFunctions(names), partition_theta[k], state,
+            self._LayerFunctions(names), partition_theta[spec.index], state,
             None if step is None else tf.cast(step, tf.int64), collector,
-            site_prefix=randomness.LayerKey(self), batch_dim=p.batch_dim,
-            example_count=batch if isinstance(batch, int) else None,
-            two_d_weight_gradients=p.two_d_weight_gradients)
+            dataclasses.replace(spec, example_count=count))
     return state
 
   # ------------------------------------------------------------------------------------------------
@@ -710,11 +719,12 @@ class TensorPipeLayer(base_layer.BaseLayer):
         return self._ExtendStepUnpipelined(partition_theta, args, devices, states, t)
       sched = self.DecodeSchedule(batch)
 
+      specs = self._Specs(devices, decoding=True)
+
       def MakePartition(k, unused_micro_batch, theta_k, inputs):
         return partition_trace.InlinePartition(partition_trace.PartitionBody(
             self._LayerFunctions(self._partition_layers[k], decoding=True), theta_k, inputs,
-            '%s_partition%d_step' % (p.name, k), where, randomness.LayerKey(self), p.batch_dim,
-            None, p.two_d_weight_gradients), devices[k])
+            specs[k]))
 
       step = executor.PipelineStep(
           sched, MakePartition, devices, p.batch_dim, where, route=self._PartitionInputs,
@@ -724,17 +734,16 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def _ExtendStepUnpipelined(self, partition_theta, args, devices, states, t):
     """A decode step without micro-batches or partition functions: partition k's entries, one
     after another, on device k (the reference of the pipelined decode step)."""
-    p = self.params
     step = py_utils.GetGlobalStep()
     state = self._PartitionInputs(0, args, [])
     new_states = []
-    for k, names in enumerate(self._partition_layers):
-      with tf.device(devices[k]):
+    for k, (spec, names) in enumerate(zip(self._Specs(devices, decoding=True),
+                                          self._partition_layers)):
+      with tf.device(spec.device):
         state, caches, _ = partition_trace.RunInline(
             self._LayerFunctions(names, decoding=True), partition_theta[k],
             (state, states[k][0], t), None if step is None else tf.cast(step, tf.int64),
-            batch_norm.Discarding(), site_prefix=randomness.LayerKey(self),
-            batch_dim=p.batch_dim, two_d_weight_gradients=p.two_d_weight_gradients)
+            batch_norm.Discarding(), spec)
       new_states.append([caches])
     return state, new_states
 

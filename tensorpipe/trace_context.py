@@ -34,6 +34,7 @@ from lingvo.core import cluster_factory
 from lingvo.core import py_utils
 
 from tensorpipe import matmul_gradient
+from tensorpipe import partition_spec
 
 _STATE = threading.local()
 
@@ -157,21 +158,18 @@ def _Replaced(routes: Sequence[Route]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def Partition(step: Optional[tf.Tensor], offset: Union[int, tf.Tensor], collector: Any,
-              check_numerics: bool = True, batch_dim: int = 0,
-              example_count: Optional[int] = None, two_d_weight_gradients: bool = False,
+def Partition(spec: partition_spec.PartitionSpec, step: Optional[tf.Tensor],
+              offset: Union[int, tf.Tensor], collector: Any, check_numerics: bool = True,
               routes: Optional[Callable[[], Sequence[Route]]] = None) -> Iterator[TraceContext]:
   """The context a partition's layers are traced in; everything it sets is restored on exit.
 
   Args:
+    spec: the partition: its batch_dim, example_count and two_d_weight_gradients (trace under
+      matmul_gradient.Scope(): 2-D weight gradients of broadcast matmuls) count here.
     step: the global step the layers see (py_utils.GetGlobalStep()), or None.
     offset: the example offset of the micro-batch (added to the current context's).
     collector: the batch_norm.StatsCollector that records the partition's batch-norm updates.
     check_numerics: whether Lingvo's CheckNumerics runs (not in a re-computation).
-    batch_dim: the pipeline's batch dimension.
-    example_count: examples per micro-batch, or None if unknown when the graph is built.
-    two_d_weight_gradients: trace under matmul_gradient.Scope(): 2-D weight gradients of broadcast
-      matmuls.
     routes: returns the module attributes to replace while the partition is traced (see
       stateful_ops.Routes). Called only for the outermost partition: a partition traced inside
       another one finds them in place.
@@ -181,16 +179,16 @@ def Partition(step: Optional[tf.Tensor], offset: Union[int, tf.Tensor], collecto
   """
   outer = _Outer()
   context = TraceContext(offset=_AddedOffset(outer.offset, offset), collector=collector,
-                         routing=Routing(batch_dim, example_count), step=step,
+                         routing=Routing(spec.batch_dim, spec.example_count), step=step,
                          check_numerics=check_numerics,
-                         two_d_weight_gradients=two_d_weight_gradients)
+                         two_d_weight_gradients=spec.two_d_weight_gradients)
   with contextlib.ExitStack() as entered:
     entered.enter_context(_Cluster(check_numerics))
     entered.enter_context(py_utils.GlobalStepContext(step))
     entered.enter_context(_Pushed(context))
     if routes is not None and outer.routing is None:
       entered.enter_context(_Replaced(routes()))
-    if two_d_weight_gradients:
+    if spec.two_d_weight_gradients:
       entered.enter_context(matmul_gradient.Scope())
     yield context
 
