@@ -27,7 +27,6 @@ from lingvo.core import hyperparams
 from lingvo.core import py_utils
 
 from tensorpipe import batch_norm
-from tensorpipe import check_failure
 from tensorpipe import decode_state
 from tensorpipe import executor
 from tensorpipe import micro_batching
@@ -533,39 +532,34 @@ class TensorPipeLayer(base_layer.BaseLayer):
     if self._loss_name is not None and len(args) != 2:
       raise ValueError('%s: with a loss_layer, FProp takes (inputs, loss_inputs); got %d '
                        'arguments' % (where, len(args)))
-    batch = micro_batching.BatchSize(args, p.batch_dim, where)
-    num_micro = 1 if p.unpipelined else self.NumMicroBatches(batch)
     devices = self._OfPartitions(
         placement.PartitionDevices(self.cluster, self.num_devices, p.devices, where))
     partition_theta = [py_utils.NestedMap({name: theta[name] for name in self._ThetaNames(names)})
                        for names in self._partition_layers]
     with tf.name_scope(p.name):
       with tf.device(devices[0]):
-        if batch is None:
-          if num_micro > 1:
-            args = self._AssertEnoughExamples(args, num_micro)
-          sizes = micro_batching.Sizes(self._RunTimeBatch(args), num_micro)
-        else:
-          sizes = micro_batching.Sizes(batch, num_micro)
-        offsets = micro_batching.Offsets(sizes)
-      collector = batch_norm.StatsCollector(
-          num_micro, where, None if micro_batching.IsEven(sizes) else sizes)
+        plan = micro_batching.Plan(
+            args, p.batch_dim, lambda batch: 1 if p.unpipelined else self.NumMicroBatches(batch),
+            where)
+      collector = batch_norm.StatsCollector(plan.num_micro_batches, where,
+                                            None if plan.even else plan.sizes)
       if p.unpipelined:
-        out = self._FPropUnpipelined(partition_theta, args, devices, sizes[0], collector)
+        out = self._FPropUnpipelined(partition_theta, plan.args, devices, plan.sizes[0],
+                                     collector)
       else:
-        out = self._FPropPipelined(partition_theta, args, batch, devices, sizes, offsets,
-                                   collector)
+        out = self._FPropPipelined(partition_theta, devices, plan, collector)
       # Step (7): one moving-average update per batch-norm variable, from the M micro-batches'
       # statistics; Lingvo's training step applies it with the gradients.
       with tf.device(devices[-1]):
         out = collector.Finish(out)
     return out
 
-  def _FPropPipelined(self, partition_theta, args, batch, devices, sizes, offsets, collector):
+  def _FPropPipelined(self, partition_theta, devices, plan, collector):
     p = self.params
-    num_micro = len(sizes)
-    sched = self.Schedule(batch)
-    recomputes = not self.do_eval and any(sched.Recomputes(t) for t in range(num_micro))
+    sizes = plan.sizes
+    sched = self.Schedule(plan.batch_size)
+    recomputes = not self.do_eval and any(
+        sched.Recomputes(t) for t in range(plan.num_micro_batches))
 
     specs = self._Specs(devices, recomputes)
 
@@ -580,7 +574,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
         'TensorPipeLayer %r' % p.name, route=self._PartitionInputs,
         output_batch_dim=p.batch_dim if p.output_batch_dim is None else p.output_batch_dim,
         check_batch_dim=p.check_batch_dim)
-    return step.Run(partition_theta, args, sizes, offsets, collector, training=not self.do_eval)
+    return step.Run(partition_theta, plan.args, sizes, plan.offsets, collector,
+                    training=not self.do_eval)
 
   def _FPropUnpipelined(self, partition_theta, args, devices, batch, collector):
     """The layers one after another, partition k's on device k, in the caller's graph."""
@@ -713,8 +708,9 @@ class TensorPipeLayer(base_layer.BaseLayer):
     t = tf.convert_to_tensor(t, tf.int32)
     with tf.name_scope(p.name):
       with tf.device(devices[0]):
-        sizes = micro_batching.Sizes(self._RunTimeBatch(args) if batch is None else batch,
-                                     num_micro)
+        sizes = micro_batching.Sizes(
+            micro_batching.RunTimeBatchSize(args, p.batch_dim) if batch is None else batch,
+            num_micro)
       if p.unpipelined:
         return self._ExtendStepUnpipelined(partition_theta, args, devices, states, t)
       sched = self.DecodeSchedule(batch)
@@ -775,25 +771,6 @@ class TensorPipeLayer(base_layer.BaseLayer):
           out.append(decode_state.Reorder(per_micro, {n: self._state_axes[n] for n in names},
                                           rows, sizes))
     return out
-
-  def _RunTimeBatch(self, args):
-    """The batch size of `args` when the graph runs (int32 scalar)."""
-    p = self.params
-    first = [x for x in tf.nest.flatten(args) if micro_batching.IsBatched(x, p.batch_dim)][0]
-    return tf.shape(first)[p.batch_dim]
-
-  def _AssertEnoughExamples(self, args, num_micro):
-    """Run-time check for a batch size unknown when the graph is built: every micro-batch needs an
-    example."""
-    p = self.params
-    batch = self._RunTimeBatch(args)
-    check = check_failure.Assert(
-        tf.greater_equal(batch, num_micro),
-        ['TensorPipeLayer %r: this batch has ' % p.name, batch, ' examples along batch_dim=%d, '
-         'fewer than its num_micro_batches=%d (each micro-batch needs one): feed batches of at '
-         'least %d examples or lower num_micro_batches' % (p.batch_dim, num_micro, num_micro)])
-    with tf.control_dependencies([check]):
-      return tf.nest.map_structure(lambda x: None if x is None else tf.identity(x), args)
 
   @classmethod
   def FPropMeta(cls, p, *args):
