@@ -26,32 +26,6 @@ def ToTuple(x: Any) -> tuple:
   return tuple(x) if isinstance(x, (list, tuple)) else (x,)
 
 
-def SkipIndices(layer_params: Sequence[hyperparams.Params], skip_connections: Any
-                ) -> List[Tuple[int, int]]:
-  """(source, destination) indices in `layer_params` of the skip connections between its layers
-  (the cost model feeds each destination its source's output); the rest are checked later."""
-  index = {layer.name: i for i, layer in enumerate(layer_params)}
-  pairs = []
-  for pair in skip_connections or []:
-    if isinstance(pair, (list, tuple)) and len(pair) == 2 and all(n in index for n in pair):
-      if index[pair[0]] < index[pair[1]]:
-        pairs.append((index[pair[0]], index[pair[1]]))
-  return pairs
-
-
-def CheckNames(layer_params: Sequence[hyperparams.Params], where: str) -> None:
-  """Refuses a layer without a name and two layers of one name."""
-  seen = set()
-  for i, params in enumerate(layer_params):
-    if not params.name:
-      raise ValueError('%s: layer %d (%s) has no name; every layer needs a unique name' %
-                       (where, i, params.cls.__name__))
-    if params.name in seen:
-      raise ValueError('%s: layer name %r appears twice; layer names must be unique' %
-                       (where, params.name))
-    seen.add(params.name)
-
-
 def WithLossLayer(partitions: List[List[hyperparams.Params]],
                   loss_layer: Optional[hyperparams.Params], where: str
                   ) -> Tuple[List[List[hyperparams.Params]], Optional[str]]:

@@ -215,29 +215,6 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def _Partitions(self, where):
     """The K lists of layer Params, from `partitions` or by splitting `layers` (partitioning)."""
     p = self.params
-    if (p.partitions is None) == (p.layers is None):
-      raise ValueError('%s: set exactly one of `partitions` (explicit partitions) and `layers` '
-                       '(cut into num_partitions partitions)' % where)
-    sizes = None
-    v = p.virtual_stages
-    if p.partitions is not None:
-      partitioning.CheckPartitions(p.partitions, where)
-      if len(p.partitions) % v:
-        raise ValueError('%s: `partitions` lists %d partitions, not a multiple of '
-                         'virtual_stages=%d (K devices hold K x virtual_stages partitions)' %
-                         (where, len(p.partitions), v))
-      if p.num_partitions is not None and p.num_partitions * v != len(p.partitions):
-        raise ValueError('%s: num_partitions=%r devices with virtual_stages=%d need %d partitions, '
-                         'but `partitions` lists %d' % (where, p.num_partitions, v,
-                                                        p.num_partitions * v, len(p.partitions)))
-      sizes = [len(partition) for partition in p.partitions]
-      layers = [layer_params for partition in p.partitions for layer_params in partition]
-      num_partitions = len(sizes)
-    else:
-      if p.num_partitions is None:
-        raise ValueError('%s: `layers` needs num_partitions (the number of devices K)' % where)
-      layers, num_partitions = list(p.layers), p.num_partitions * v
-    entries.CheckNames(layers, where)
     if p.micro_batch_size is None or p.cost_input_shapes is None:
       num_micro = p.num_micro_batches
     else:
@@ -245,17 +222,12 @@ class TensorPipeLayer(base_layer.BaseLayer):
     device = None
     if p.partition_cost == 'measured':
       device = p.devices[0] if p.devices else self.cluster.WorkerDeviceInModelSplit(0)
-    self._plan = partitioning.MakePlan(
-        layers, num_partitions, p.cost_input_shapes, p.partition_cost, p.partition_algorithm,
-        p.memory_budget, num_micro, p.recompute, p.bytes_per_param, device, sizes, where=where,
-        skips=entries.SkipIndices(layers, p.skip_connections),
-        partition_devices=schedule.PartitionDevices(p.schedule, num_partitions // v, v))
+    self._plan = partitioning.PipelinePlan(p, p.num_partitions, num_micro, device, where)
     partitions = self._plan.Partitions()
-    if sizes is None:
+    if p.partitions is None:
       tf.logging.info('%s: %d layers in partitions of %s by %s cost (%s), imbalance max/mean %.3f',
-                      where,
-                      len(layers), self._plan.sizes, self._plan.cost_source, p.partition_algorithm,
-                      self._plan.Imbalance())
+                      where, len(self._plan.layer_params), self._plan.sizes, self._plan.cost_source,
+                      p.partition_algorithm, self._plan.Imbalance())
     if p.log_partition_report:
       if p.cost_input_shapes is None:
         raise ValueError('%s: log_partition_report needs cost_input_shapes' % where)
@@ -609,7 +581,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """The whole pipeline's cost: the sum of its layers' FPropMeta (for enclosing partitioners)."""
     layer_params = list(p.layers) if p.layers is not None else [l for c in p.partitions for l in c]
     metas, shapes = cost_model.ChainMeta(layer_params, args,
-                                         entries.SkipIndices(layer_params, p.skip_connections))
+                                         partitioning.SkipIndices(layer_params, p.skip_connections))
     return py_utils.NestedMap(flops=sum(flops for flops, _ in metas), out_shapes=shapes)
 
 

@@ -113,12 +113,6 @@ class StateFlowTest(test_utils.TestCase):
     self.assertEqual(routed.Target('xent'), ('tied', 'Xent'))
     self.assertEqual(routed.PartitionOf('own'), 0)
 
-  def testSkipIndicesLeaveTheBadOnesToTheCheck(self):
-    layers = [helpers.Dense.Params().Set(name='l%d' % i) for i in range(6)]
-    self.assertEqual(entries.SkipIndices(layers, _SKIPS + [('l3', 'l1'), ('l0', 'nope'), 'l0']),
-                     [(0, 3), (2, 3), (1, 5)])
-    self.assertEqual(entries.SkipIndices(layers, None), [])
-
 
 class BadEntriesTest(test_utils.TestCase):
 
@@ -130,13 +124,6 @@ class BadEntriesTest(test_utils.TestCase):
     for skips, message in cases:
       with self.assertRaisesRegex(ValueError, '^pipe: .*' + message):
         _Entries(skips=skips)
-
-  def testLayerNames(self):
-    with self.assertRaisesRegex(ValueError, "^pipe: layer name 'layer0' appears twice"):
-      entries.CheckNames(helpers.DenseLayers(2) + helpers.DenseLayers(1), 'pipe')
-    with self.assertRaisesRegex(ValueError, r'^pipe: layer 1 \(Dense\) has no name'):
-      entries.CheckNames(helpers.DenseLayers(1) + [helpers.Dense.Params()], 'pipe')
-    entries.CheckNames(helpers.DenseLayers(3), 'pipe')
 
   def testLossLayerName(self):
     partitions = [helpers.DenseLayers(1), helpers.DenseLayers(2)[1:]]
