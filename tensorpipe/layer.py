@@ -67,13 +67,14 @@ class TensorPipeLayer(base_layer.BaseLayer):
              'k runs on device k (with virtual stages, on the device the schedule places it on). '
              'Set this or `layers`.')
     p.Define('layers', None,
-             'Flat list of layer Params, cut automatically into `num_partitions` partitions. '
-             'Set this or `partitions`. A tensorpipe.SharedLayer entry runs a layer that several '
-             'entries share (tied weights).')
-    p.Define('num_partitions', None,
+             'Flat list of layer Params, cut automatically into num_devices x virtual_stages '
+             'partitions. Set this or `partitions`. A tensorpipe.SharedLayer entry runs a layer '
+             'that several entries share (tied weights).')
+    p.Define('num_devices', None,
              'K, the number of devices the pipeline runs on: `layers` is cut into K x '
              'virtual_stages partitions (with `partitions`, optional: their number / '
              'virtual_stages).')
+    p.Define('num_partitions', None, 'Deprecated: the old name of num_devices (K devices).')
     p.Define('virtual_stages', 1,
              "v, partitions per device: 1, or 2 or more with schedule='interleaved_1f1b' (device "
              "k holds partitions k, k + K, ...), exactly 2 with schedule='zbv' (device k holds "
@@ -222,7 +223,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
     device = None
     if p.partition_cost == 'measured':
       device = p.devices[0] if p.devices else self.cluster.WorkerDeviceInModelSplit(0)
-    self._plan = partitioning.PipelinePlan(p, p.num_partitions, num_micro, device, where)
+    self._plan = partitioning.PipelinePlan(p, placement.NumDevices(p, where), num_micro, device,
+                                           where)
     partitions = self._plan.Partitions()
     if p.partitions is None:
       tf.logging.info('%s: %d layers in partitions of %s by %s cost (%s), imbalance max/mean %.3f',

@@ -308,7 +308,7 @@ def CheckNames(layer_params: Sequence[Any], where: str) -> None:
     seen.add(params.name)
 
 
-def PipelinePlan(p: Any, num_partitions_param: Optional[int], num_micro_batches: int,
+def PipelinePlan(p: Any, num_devices: Optional[int], num_micro_batches: int,
                  device: Optional[str], where: str) -> Plan:
   """The Plan of a TensorPipeLayer's Params `p`: its explicit `partitions`, checked, or its
   `layers` split into K x virtual_stages partitions.
@@ -316,14 +316,14 @@ def PipelinePlan(p: Any, num_partitions_param: Optional[int], num_micro_batches:
   Args:
     p: the TensorPipeLayer's Params (partitions or layers, virtual_stages, schedule, skip
       connections and the partition_* and memory settings).
-    num_partitions_param: K, the number of devices, as the Params give it (None: not given).
+    num_devices: K, the number of devices, as the Params give it (None: not given).
     num_micro_batches: M, for memory estimates and the predicted efficiency.
     device: a device of the type 'measured' times layers on.
     where: prefix of error messages.
   """
   if (p.partitions is None) == (p.layers is None):
     raise ValueError('%s: set exactly one of `partitions` (explicit partitions) and `layers` '
-                     '(cut into num_partitions partitions)' % where)
+                     '(cut into num_devices x virtual_stages partitions)' % where)
   sizes = None
   v = p.virtual_stages
   if p.partitions is not None:
@@ -332,17 +332,17 @@ def PipelinePlan(p: Any, num_partitions_param: Optional[int], num_micro_batches:
       raise ValueError('%s: `partitions` lists %d partitions, not a multiple of '
                        'virtual_stages=%d (K devices hold K x virtual_stages partitions)' %
                        (where, len(p.partitions), v))
-    k = num_partitions_param
+    k = num_devices
     if k is not None and k * v != len(p.partitions):
-      raise ValueError('%s: num_partitions=%r devices with virtual_stages=%d need %d partitions, '
-                       'but `partitions` lists %d' % (where, k, v, k * v, len(p.partitions)))
+      raise ValueError('%s: num_devices=%r with virtual_stages=%d needs %d partitions, but '
+                       '`partitions` lists %d' % (where, k, v, k * v, len(p.partitions)))
     sizes = [len(partition) for partition in p.partitions]
     layers = [layer_params for partition in p.partitions for layer_params in partition]
     num_partitions = len(sizes)
   else:
-    if num_partitions_param is None:
-      raise ValueError('%s: `layers` needs num_partitions (the number of devices K)' % where)
-    layers, num_partitions = list(p.layers), num_partitions_param * v
+    if num_devices is None:
+      raise ValueError('%s: `layers` needs num_devices (the number of devices K)' % where)
+    layers, num_partitions = list(p.layers), num_devices * v
   CheckNames(layers, where)
   return MakePlan(
       layers, num_partitions, p.cost_input_shapes, p.partition_cost, p.partition_algorithm,

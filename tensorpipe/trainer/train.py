@@ -544,7 +544,7 @@ def Validate():
       for message in preflight.UnusedTaskTrainOverrides(cfg, FLAGS.model_params_override):
         tf.logging.warning('TensorPipe: %s', message)
     preflight.CheckDataDirs(cfg, dataset)
-    for path, name, k in preflight.PipelinePartitions(cfg):
+    for path, name, k in preflight.PipelineDevices(cfg):
       if k > split:
         if num_cpus:
           if tasks_per_replica > 1:
@@ -718,7 +718,7 @@ LIST_LEGEND = (
 
 def ModelLine(name, cls):
   """One --list_models line: `name  [tiny|paper-scale, K=..]  description` (K from its params)."""
-  partitions = preflight.PipelinePartitions(registry.ModelParams(name, 'Train'))
+  partitions = preflight.PipelineDevices(registry.ModelParams(name, 'Train'))
   if len(partitions) == 1:
     k = 'K=%d' % partitions[0][2]
   elif partitions:

@@ -193,7 +193,7 @@ class LayerParamsTest(test_utils.TestCase):
       with self.assertRaisesRegex(ValueError, 'layer 1 .* has no name'):
         layer_lib.TensorPipeLayer.Params().Set(
             name='p', layers=[helpers.Dense.Params().Set(name='a'), helpers.Dense.Params()],
-            num_partitions=2).Instantiate()
+            num_devices=2).Instantiate()
 
 
 if __name__ == '__main__':
