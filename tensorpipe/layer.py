@@ -214,7 +214,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
       self.Schedule(None)  # Combinations of K, v and M that cannot run fail here, not in FProp.
 
   def _Partitions(self, where):
-    """The K lists of layer Params, from `partitions` or by splitting `layers` (partitioning)."""
+    """The K x virtual_stages lists of layer Params, from `partitions` or by splitting `layers`."""
     p = self.params
     if p.micro_batch_size is None or p.cost_input_shapes is None:
       num_micro = p.num_micro_batches

@@ -7,6 +7,7 @@ unchanged to every micro-batch. M need not divide N: the first N mod M micro-bat
 example more than the others (`Sizes`), so sizes differ by at most one, and the joined outputs and
 summed gradients are still those of the whole mini-batch. Outputs are joined along their own batch
 axis (`OutputAxis`): `batch_dim`, or another axis the pipeline names, and axis 0 of a rank-1 output.
+`Plan` makes a mini-batch's whole plan (N, M, sizes, offsets) in one call, every value checked.
 The executor splits in step (1), joins in step (4) and cuts the output gradient in step (5)
 (docs/design.md, "One training step").
 """
