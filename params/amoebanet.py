@@ -33,7 +33,7 @@ IMAGENET_TRAIN_IMAGES = 1281167
 
 
 class AmoebaNetBase(base_model_params.SingleTaskModelParams):
-  """AmoebaNet-GENOTYPE (NUM_CELLS, FILTERS) on ImageNet, pipelined over NUM_PARTITIONS devices."""
+  """AmoebaNet-GENOTYPE (NUM_CELLS, FILTERS) on ImageNet, pipelined over NUM_DEVICES devices."""
 
   SMOKE_TEST = False  # Full size: see the module docstring.
   GENOTYPE = 'D'
@@ -42,7 +42,7 @@ class AmoebaNetBase(base_model_params.SingleTaskModelParams):
   IMAGE_SIZE = 224
   IMAGE_CHANNELS = 3
   NUM_CLASSES = 1000
-  NUM_PARTITIONS = 4
+  NUM_DEVICES = 4
   NUM_MICRO_BATCHES = 16
   RECOMPUTE = 'always'
   BATCH_SIZE = 128
@@ -120,7 +120,7 @@ class AmoebaNetBase(base_model_params.SingleTaskModelParams):
         name='amoebanet', num_classes=self.NUM_CLASSES, label_smoothing=self.LABEL_SMOOTHING,
         aux_loss_weight=self.AUX_LOSS_WEIGHT, bfloat16_activations=self.BFLOAT16_ACTIVATIONS)
     p.pipeline = layer_lib.TensorPipeLayer.Params().Set(
-        name='pipeline', layers=self._Layers(), num_partitions=self.NUM_PARTITIONS,
+        name='pipeline', layers=self._Layers(), num_devices=self.NUM_DEVICES,
         num_micro_batches=self.NUM_MICRO_BATCHES, recompute=self.RECOMPUTE,
         cost_input_shapes=[[self.BATCH_SIZE, self.IMAGE_SIZE, self.IMAGE_SIZE,
                             self.IMAGE_CHANNELS]])
@@ -140,7 +140,7 @@ class ImageNetAmoebaNetB18x512(AmoebaNetBase):
   NUM_CELLS = 18
   FILTERS = 512
   IMAGE_SIZE = 480
-  NUM_PARTITIONS = 4
+  NUM_DEVICES = 4
   NUM_MICRO_BATCHES = 8  # Not given in the paper; the bubble (K-1)/(M+K-1) is 27% at M = 8.
   BATCH_SIZE = 256
   EVAL_BATCH_SIZE = 64
@@ -158,7 +158,7 @@ class _Table1(AmoebaNetBase):
 class AmoebaNetDNaive1(_Table1):
   """Table 1, Naive-1: AmoebaNet-D (18, 208), 82M parameters, no pipeline or re-computation."""
   NUM_CELLS, FILTERS = 18, 208
-  NUM_PARTITIONS = 1
+  NUM_DEVICES = 1
   NUM_MICRO_BATCHES = 1
   RECOMPUTE = 'never'
 
@@ -167,28 +167,28 @@ class AmoebaNetDNaive1(_Table1):
 class AmoebaNetDPipeline1(_Table1):
   """Table 1, Pipeline-1: AmoebaNet-D (18, 416), 318M parameters, one device with re-computation."""
   NUM_CELLS, FILTERS = 18, 416
-  NUM_PARTITIONS = 1
+  NUM_DEVICES = 1
 
 
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetDPipeline2(_Table1):
   """Table 1, Pipeline-2: AmoebaNet-D (18, 544), 542M parameters, 2 devices."""
   NUM_CELLS, FILTERS = 18, 544
-  NUM_PARTITIONS = 2
+  NUM_DEVICES = 2
 
 
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetDPipeline4(_Table1):
   """Table 1, Pipeline-4: AmoebaNet-D (36, 544), 1.05B parameters, 4 devices."""
   NUM_CELLS, FILTERS = 36, 544
-  NUM_PARTITIONS = 4
+  NUM_DEVICES = 4
 
 
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetDPipeline8(_Table1):
   """Table 1, Pipeline-8: AmoebaNet-D (72, 512), 1.8B parameters, 8 devices."""
   NUM_CELLS, FILTERS = 72, 512
-  NUM_PARTITIONS = 8
+  NUM_DEVICES = 8
 
 
 class _Table2(AmoebaNetBase):
@@ -204,7 +204,7 @@ def _RegisterTable2():
     for m in (1, 4, 32):
       name = 'AmoebaNetD18x256K%dM%d' % (k, m)
       cls = type(name, (_Table2,), dict(
-          NUM_PARTITIONS=k, NUM_MICRO_BATCHES=m, __module__=__name__,
+          NUM_DEVICES=k, NUM_MICRO_BATCHES=m, __module__=__name__,
           __doc__='Table 2: AmoebaNet-D (18, 256), K = %d partitions, M = %d micro-batches.' %
                   (k, m)))
       globals()[name] = model_registry.RegisterSingleTaskModel(cls)
@@ -319,14 +319,14 @@ class _Tiny(digits.DigitsData, AmoebaNetBase):
 class TinyAmoebaNetD(_Tiny):
   """Tiny AmoebaNet-D (3, 8) on the digits: K = 4 partitions on 4 CPU devices, M = 2."""
   GENOTYPE = 'D'
-  NUM_PARTITIONS = 4
+  NUM_DEVICES = 4
 
 
 @model_registry.RegisterSingleTaskModel
 class TinyAmoebaNetB(_Tiny):
   """Tiny AmoebaNet-B (3, 8) on the digits: K = 2 partitions on 2 CPU devices, M = 2."""
   GENOTYPE = 'B'
-  NUM_PARTITIONS = 2
+  NUM_DEVICES = 2
 
 
 @model_registry.RegisterSingleTaskModel

@@ -65,7 +65,7 @@ class DigitsData:
 class TinyConvPipeline(DigitsData, base_model_params.SingleTaskModelParams):
   """Tiny conv net on the digits, pipelined over 4 devices with 8 micro-batches."""
 
-  NUM_PARTITIONS = 4
+  NUM_DEVICES = 4
   NUM_MICRO_BATCHES = 8
 
   def Task(self):
@@ -73,7 +73,7 @@ class TinyConvPipeline(DigitsData, base_model_params.SingleTaskModelParams):
     p.pipeline = layer_lib.TensorPipeLayer.Params().Set(
         name='pipeline',
         layers=pipelined_classifier.TinyConvLayers(image_shape=(8, 8, 1), num_classes=10),
-        num_partitions=self.NUM_PARTITIONS,
+        num_devices=self.NUM_DEVICES,
         num_micro_batches=self.NUM_MICRO_BATCHES,
         cost_input_shapes=[[self.BATCH_SIZE, 8, 8, 1]],
         recompute='always')

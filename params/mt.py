@@ -41,7 +41,7 @@ class TransformerParamsBase(base_model_params.SingleTaskModelParams):
   MODEL_DIM = 1024
   HEAD_DIM = 64
   VOCAB_SIZE = 64000
-  NUM_PARTITIONS = 1
+  NUM_DEVICES = 1
   NUM_MICRO_BATCHES = 1
   BATCH_SIZE = 64  # Sentences per mini-batch.
   SOURCE_MAX_LENGTH = 128
@@ -94,7 +94,7 @@ class TransformerParamsBase(base_model_params.SingleTaskModelParams):
     p = mt_task.TransformerParams(
         num_layers=self.NUM_LAYERS, ffn_dim=self.FFN_DIM, num_heads=self.NUM_HEADS,
         model_dim=self.MODEL_DIM, head_dim=self.HEAD_DIM, vocab_size=self._VocabSize(),
-        num_partitions=self.NUM_PARTITIONS, num_micro_batches=self.NUM_MICRO_BATCHES,
+        num_devices=self.NUM_DEVICES, num_micro_batches=self.NUM_MICRO_BATCHES,
         dropout_keep_prob=self.DROPOUT_KEEP_PROB)
     p.name = 'mt'
     b, s, t, d = self.BATCH_SIZE, self.SOURCE_MAX_LENGTH, self.TARGET_MAX_LENGTH, self.MODEL_DIM
@@ -143,7 +143,7 @@ class Num2WordsTinyT(Num2WordsBase):
   NUM_HEADS = 4
   MODEL_DIM = 64
   HEAD_DIM = 16
-  NUM_PARTITIONS = 2
+  NUM_DEVICES = 2
   NUM_MICRO_BATCHES = 4
   BATCH_SIZE = 64
   DROPOUT_KEEP_PROB = 0.9
@@ -210,35 +210,35 @@ class MultilingualT(TransformerParamsBase):
 @model_registry.RegisterSingleTaskModel
 class T6H8192A16(MultilingualT):
   """T(6, 8192, 16), ~400M parameters, 1 partition."""
-  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_PARTITIONS = 6, 8192, 16, 1
+  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_DEVICES = 6, 8192, 16, 1
   NUM_MICRO_BATCHES = 1
 
 
 @model_registry.RegisterSingleTaskModel
 class T24H8192A16(MultilingualT):
   """T(24, 8192, 16), 1.3B deep, 4 partitions."""
-  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_PARTITIONS = 24, 8192, 16, 4
+  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_DEVICES = 24, 8192, 16, 4
   NUM_MICRO_BATCHES = 16
 
 
 @model_registry.RegisterSingleTaskModel
 class T12H16384A32(MultilingualT):
   """T(12, 16384, 32), 1.3B wide, 2 partitions."""
-  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_PARTITIONS = 12, 16384, 32, 2
+  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_DEVICES = 12, 16384, 32, 2
   NUM_MICRO_BATCHES = 8
 
 
 @model_registry.RegisterSingleTaskModel
 class T32H16384A32(MultilingualT):
   """T(32, 16384, 32), 3B, 8 partitions."""
-  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_PARTITIONS = 32, 16384, 32, 8
+  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_DEVICES = 32, 16384, 32, 8
   NUM_MICRO_BATCHES = 32
 
 
 @model_registry.RegisterSingleTaskModel
 class T64H16384A32(MultilingualT):
   """T(64, 16384, 32), 6B (128 layers), 16 partitions."""
-  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_PARTITIONS = 64, 16384, 32, 16
+  NUM_LAYERS, FFN_DIM, NUM_HEADS, NUM_DEVICES = 64, 16384, 32, 16
   NUM_MICRO_BATCHES = 64
 
 
@@ -252,7 +252,7 @@ class BilingualBaseline(TransformerParamsBase):
   LANGUAGES = ['de']
   LEARNING_RATE = 2.0
   WARMUP_STEPS = 8000
-  NUM_PARTITIONS = 1
+  NUM_DEVICES = 1
   NUM_MICRO_BATCHES = 1
   BATCH_SIZE = 4096
   DROPOUT_KEEP_PROB = 0.9
@@ -279,7 +279,7 @@ class LargeBatch(MultilingualT):
   """
   NUM_LAYERS, FFN_DIM, NUM_HEADS = 6, 8192, 16
   LANGUAGES = ['de']
-  NUM_PARTITIONS = 4
+  NUM_DEVICES = 4
   NUM_MICRO_BATCHES = 32
 
 
@@ -306,11 +306,11 @@ class TransformerL(base_model_params.SingleTaskModelParams):
   32k vocabulary, sequence 1024, batch 32 (synthetic tokens: a memory/speed config, not a quality
   one).
 
-  NUM_PARTITIONS = 1 with RECOMPUTE 'never' is the paper's Naive-1; the others re-compute (GPipe).
+  NUM_DEVICES = 1 with RECOMPUTE 'never' is the paper's Naive-1; the others re-compute (GPipe).
   """
 
   NUM_LAYERS = 3
-  NUM_PARTITIONS = 1
+  NUM_DEVICES = 1
   NUM_MICRO_BATCHES = 1
   RECOMPUTE = 'always'
   BATCH_SIZE = 32
@@ -329,7 +329,7 @@ class TransformerL(base_model_params.SingleTaskModelParams):
   def Task(self):
     p = lm_task.TransformerLmParams(
         self.NUM_LAYERS, model_dim=2048, ffn_dim=8192, num_heads=32, vocab_size=self.VOCAB_SIZE,
-        num_partitions=self.NUM_PARTITIONS, num_micro_batches=self.NUM_MICRO_BATCHES,
+        num_devices=self.NUM_DEVICES, num_micro_batches=self.NUM_MICRO_BATCHES,
         recompute=self.RECOMPUTE)
     p.train.learner = learner.Learner.Params().Set(
         name='loss', learning_rate=3.0,
@@ -342,28 +342,28 @@ class TransformerL(base_model_params.SingleTaskModelParams):
 @model_registry.RegisterSingleTaskModel
 class TransformerL3Naive1(TransformerL):
   """Naive-1: L = 3, no pipeline, no re-computation."""
-  NUM_LAYERS, NUM_PARTITIONS, NUM_MICRO_BATCHES, RECOMPUTE = 3, 1, 1, 'never'
+  NUM_LAYERS, NUM_DEVICES, NUM_MICRO_BATCHES, RECOMPUTE = 3, 1, 1, 'never'
 
 
 @model_registry.RegisterSingleTaskModel
 class TransformerL13Pipeline1(TransformerL):
   """Pipeline-1: L = 13, one partition, re-computation with 32 micro-batches."""
-  NUM_LAYERS, NUM_PARTITIONS, NUM_MICRO_BATCHES = 13, 1, 32
+  NUM_LAYERS, NUM_DEVICES, NUM_MICRO_BATCHES = 13, 1, 32
 
 
 @model_registry.RegisterSingleTaskModel
 class TransformerL103Pipeline8(TransformerL):
   """Pipeline-8: L = 103 on 8 partitions, 32 micro-batches."""
-  NUM_LAYERS, NUM_PARTITIONS, NUM_MICRO_BATCHES = 103, 8, 32
+  NUM_LAYERS, NUM_DEVICES, NUM_MICRO_BATCHES = 103, 8, 32
 
 
 @model_registry.RegisterSingleTaskModel
 class TransformerL415Pipeline32(TransformerL):
   """Pipeline-32: L = 415 on 32 partitions, 32 micro-batches."""
-  NUM_LAYERS, NUM_PARTITIONS, NUM_MICRO_BATCHES = 415, 32, 32
+  NUM_LAYERS, NUM_DEVICES, NUM_MICRO_BATCHES = 415, 32, 32
 
 
 @model_registry.RegisterSingleTaskModel
 class TransformerL1663Pipeline128(TransformerL):
   """Pipeline-128: L = 1663 on 128 partitions, 32 micro-batches."""
-  NUM_LAYERS, NUM_PARTITIONS, NUM_MICRO_BATCHES = 1663, 128, 32
+  NUM_LAYERS, NUM_DEVICES, NUM_MICRO_BATCHES = 1663, 128, 32

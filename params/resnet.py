@@ -27,7 +27,7 @@ class ImageNetResNet101(base_model_params.SingleTaskModelParams):
   DEPTH = 101
   IMAGE_SIZE = 224
   NUM_CLASSES = 1000
-  NUM_PARTITIONS = 4
+  NUM_DEVICES = 4
   NUM_MICRO_BATCHES = 8
   BATCH_SIZE = 256
   TFDS_NAME = 'imagenet2012'
@@ -70,7 +70,7 @@ class ImageNetResNet101(base_model_params.SingleTaskModelParams):
                                                       label_smoothing=0.0)
     channels = 1 if self.IMAGE_SIZE == 8 else 3
     p.pipeline = layer_lib.TensorPipeLayer.Params().Set(
-        name='pipeline', layers=self._Layers(), num_partitions=self.NUM_PARTITIONS,
+        name='pipeline', layers=self._Layers(), num_devices=self.NUM_DEVICES,
         num_micro_batches=self.NUM_MICRO_BATCHES, recompute='always',
         cost_input_shapes=[[self.BATCH_SIZE, self.IMAGE_SIZE, self.IMAGE_SIZE, channels]])
     p.eval.samples_per_summary = 0
@@ -86,7 +86,7 @@ class TinyResNet(digits.DigitsData, ImageNetResNet101):
   SMOKE_TEST = True
   IMAGE_SIZE = 8
   NUM_CLASSES = 10
-  NUM_PARTITIONS = 2
+  NUM_DEVICES = 2
   NUM_MICRO_BATCHES = 4
   BATCH_SIZE = 64
   MAX_STEPS = 600

@@ -104,24 +104,23 @@ def _BatchDimFix(batch_dim):
           'of the examples)')
 
 
-def Check(partition: Any, k: int, step: Optional[tf.Tensor], offset: tf.Tensor,
-          theta: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor], batch_dim: int,
-          count: Optional[int], inputs: str, where: str,
+def Check(partition: Any, step: Optional[tf.Tensor], offset: tf.Tensor,
+          theta: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor], inputs: str,
           done: Callable[[], tf.Tensor]) -> Optional[tf.Operation]:
-  """The check of partition k on its first micro-batch, unless `done()`; None where there is
+  """The check of a partition on its first micro-batch, unless `done()`; None where there is
   nothing to check.
 
   Args:
-    partition: its partition_function.PartitionFunctions.
-    k: the partition's index.
+    partition: its partition_function.PartitionFunctions for the first micro-batch: its `spec`
+      gives the partition's index, the pipeline's name and batch_dim, and the first micro-batch's
+      examples (if known when the graph is built).
     step, offset, theta, x_leaves: what F(k, 0) got.
-    batch_dim: the pipeline's batch dimension.
-    count: the first micro-batch's examples, if known when the graph is built.
     inputs: the pipeline's input leaves and shapes, for the message.
-    where: names the pipeline.
     done: makes (once) the boolean scalar that says whether this run has checked already
       (`Checked`), only if there is something to check.
   """
+  spec = partition.spec
+  k, batch_dim, count, where = spec.index, spec.batch_dim, spec.example_count, spec.where
   if step is None or (count is not None and count < 2):
     return None
   context = trace_context.Current()

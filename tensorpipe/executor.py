@@ -284,10 +284,8 @@ class PipelineStep:
       call = self._calls[self._Forward(k, 0)]
       with tf.device(self._devices[k]), tf.name_scope('partition%d_batch_dim_check' % k), \
           tf.control_dependencies(checks[-1:]):
-        check = batch_dim_check.Check(
-            call.partition, k, call.step, call.offset, call.theta, call.x_leaves,
-            self._batch_dim, self._sizes[0] if isinstance(self._sizes[0], int) else None,
-            inputs, self._where, Done)
+        check = batch_dim_check.Check(call.partition, call.step, call.offset, call.theta,
+                                      call.x_leaves, inputs, Done)
       if check is not None:
         checks.append(check)
         if call.partition.has_batch_norm:

@@ -17,6 +17,7 @@ training step"; the executor builds steps (1)-(6) in between. Variables are name
 `<pipeline>/<layer>/...` whatever K is, so a checkpoint loads for any partitioning.
 """
 
+import dataclasses
 import weakref
 from typing import List, Tuple
 
@@ -26,8 +27,8 @@ from lingvo.core import hyperparams
 from lingvo.core import py_utils
 
 from tensorpipe import batch_norm
-from tensorpipe import check_failure
 from tensorpipe import decode_state
+from tensorpipe import entries
 from tensorpipe import executor
 from tensorpipe import micro_batching
 from tensorpipe import nested_params
@@ -35,31 +36,13 @@ from tensorpipe.partitioner import cost_model
 from tensorpipe.partitioner import partition_report
 from tensorpipe.partitioner import partitioning
 from tensorpipe import partition_function
+from tensorpipe import partition_spec
 from tensorpipe import partition_trace
 from tensorpipe import placement
 from tensorpipe import randomness
 from tensorpipe import schedule
 from tensorpipe import selective_recompute
-from tensorpipe import shared_layer
 from tensorpipe import stateful_ops
-
-
-
-def _ToTuple(x):
-  return tuple(x) if isinstance(x, (list, tuple)) else (x,)
-
-
-def _SkipIndices(layer_params, skip_connections):
-  """(source, destination) indices in `layer_params` of the skip connections between its layers
-  (the cost model feeds each destination its source's output); the rest are checked later."""
-  index = {layer.name: i for i, layer in enumerate(layer_params)}
-  pairs = []
-  for pair in skip_connections or []:
-    if isinstance(pair, (list, tuple)) and len(pair) == 2 and all(n in index for n in pair):
-      if index[pair[0]] < index[pair[1]]:
-        pairs.append((index[pair[0]], index[pair[1]]))
-  return pairs
-
 
 RECOMPUTE_MODES = schedule.RECOMPUTE_MODES
 
@@ -84,13 +67,14 @@ class TensorPipeLayer(base_layer.BaseLayer):
              'k runs on device k (with virtual stages, on the device the schedule places it on). '
              'Set this or `layers`.')
     p.Define('layers', None,
-             'Flat list of layer Params, cut automatically into `num_partitions` partitions. '
-             'Set this or `partitions`. A tensorpipe.SharedLayer entry runs a layer that several '
-             'entries share (tied weights).')
-    p.Define('num_partitions', None,
+             'Flat list of layer Params, cut automatically into num_devices x virtual_stages '
+             'partitions. Set this or `partitions`. A tensorpipe.SharedLayer entry runs a layer '
+             'that several entries share (tied weights).')
+    p.Define('num_devices', None,
              'K, the number of devices the pipeline runs on: `layers` is cut into K x '
              'virtual_stages partitions (with `partitions`, optional: their number / '
              'virtual_stages).')
+    p.Define('num_partitions', None, 'Deprecated: the old name of num_devices (K devices).')
     p.Define('virtual_stages', 1,
              "v, partitions per device: 1, or 2 or more with schedule='interleaved_1f1b' (device "
              "k holds partitions k, k + K, ...), exactly 2 with schedule='zbv' (device k holds "
@@ -193,9 +177,6 @@ class TensorPipeLayer(base_layer.BaseLayer):
     try:
       schedule.CheckRecompute('schedule=%r' % p.schedule, p.recompute,
                               schedule.SplitsBackward(p.schedule, p.virtual_stages))
-    except ValueError as e:
-      raise ValueError('%s: %s' % (where, e)) from None
-    try:
       self._kept_op_types = selective_recompute.KeptTypes(p.selective_kept_ops, p.recompute)
     except ValueError as e:
       raise ValueError('%s: %s' % (where, e)) from None
@@ -213,119 +194,28 @@ class TensorPipeLayer(base_layer.BaseLayer):
     self._placement = list(self._plan.devices)
     self._devices = self._OfPartitions(placement.VariableDevices(
         self.cluster, len(partitions) // p.virtual_stages, p.devices, where))
-    self._loss_name = None
-    if p.loss_layer is not None:
-      self._loss_name = p.loss_layer.name or 'loss'
-      if any(self._loss_name == e.name for partition in partitions for e in partition):
-        raise ValueError('%s: loss_layer name %r is also a layer name; give it another name' %
-                         (where, self._loss_name))
-      partitions[-1] = partitions[-1] + [p.loss_layer.Copy().Set(name=self._loss_name)]
-    self._CheckSharedNames(partitions, where)
-    self._entries = {}  # entry name -> (the child it runs, the method it calls)
-    self._partition_layers = []
-    self._functions = weakref.WeakKeyDictionary()  # graph -> {input signature: PartitionFunctions}
+    partitions, self._loss_name = entries.WithLossLayer(partitions, p.loss_layer, where)
+    entries.CheckSharedNames(partitions, where)
+    targets = {}  # Entry name -> (the child it runs, the method it calls).
     for k, partition in enumerate(partitions):
       with tf.device(self._devices[k]):
         for entry in partition:
-          self._CreateEntry(entry, where)
-      self._partition_layers.append([entry.name for entry in partition])
-    self._skips = self._SkipConnections(where)
+          child, method, child_params = entries.Target(entry)
+          if child not in self.children:  # A shared layer is created at its first use.
+            self.CreateChild(child, child_params)
+            stateful_ops.CheckAccumulators(self.children[child], where)
+          targets[entry.name] = (child, method)
+    self._partition_layers = [[entry.name for entry in partition] for partition in partitions]
+    self._entries = entries.Entries(self._partition_layers, targets, p.skip_connections,
+                                    self._loss_name, where)
+    self._functions = weakref.WeakKeyDictionary()  # graph -> {input signature: PartitionFunctions}
     self._state_axes = {}  # Entry -> its decoding states' batch axes (set by InitStates).
     if p.micro_batch_size is None:
       self.Schedule(None)  # Combinations of K, v and M that cannot run fail here, not in FProp.
 
-  def _CheckSharedNames(self, partitions, where):
-    """Refuses a shared layer named like a layer, and two shared layers of one name that differ."""
-    entries = [e for partition in partitions for e in partition]
-    own = {e.name for e in entries if not issubclass(e.cls, shared_layer.SharedLayer)}
-    shared, first_use = {}, {}
-    for e in entries:
-      if not issubclass(e.cls, shared_layer.SharedLayer):
-        continue
-      if e.layer is None or not e.layer.name:
-        raise ValueError('%s: SharedLayer %r needs `layer`, the Params of a named layer' %
-                         (where, e.name))
-      name = e.layer.name
-      if name in own:
-        raise ValueError('%s: SharedLayer %r runs a layer named %r, which is also the name of a '
-                         'layer of the pipeline; give the shared layer another name' %
-                         (where, e.name, name))
-      if name in shared and shared[name].ToText() != e.layer.ToText():
-        raise ValueError('%s: SharedLayer entries %r and %r run layers both named %r but with '
-                         'different Params; entries that share a layer need equal Params' %
-                         (where, first_use[name], e.name, name))
-      shared.setdefault(name, e.layer)
-      first_use.setdefault(name, e.name)
-
-  def _CreateEntry(self, entry, where):
-    """Creates the child an entry runs (a shared layer only at its first use) on this device."""
-    if issubclass(entry.cls, shared_layer.SharedLayer):
-      child, method = entry.layer.name, entry.method
-      params = entry.layer
-    else:
-      child, method, params = entry.name, 'FProp', entry
-    if child not in self.children:
-      self.CreateChild(child, params)
-      stateful_ops.CheckAccumulators(self.children[child], where)
-    self._entries[entry.name] = (child, method)
-
-  def _SkipConnections(self, where):
-    """{key: (source, destination)} of `skip_connections`, checked; keys in declaration order."""
-    p = self.params
-    order = [name for names in self._partition_layers for name in names]
-    skips = {}
-    for i, pair in enumerate(p.skip_connections or []):
-      if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-        raise ValueError('%s: skip_connections[%d] is %r; each skip connection is a pair '
-                         '(source layer name, destination layer name)' % (where, i, pair))
-      source, destination = pair
-      for name in pair:
-        if name not in order:
-          raise ValueError('%s: skip connection %r names %r, which is not a layer of the pipeline '
-                           '(layers: %s)' % (where, tuple(pair), name, ', '.join(order)))
-      if order.index(source) >= order.index(destination):
-        raise ValueError('%s: skip connection %r goes from %r to a layer that does not come after '
-                         'it; the destination must run after the source' %
-                         (where, tuple(pair), source))
-      if tuple(pair) in skips.values():
-        raise ValueError('%s: skip connection %r is declared twice' % (where, tuple(pair)))
-      skips['skip%03d' % i] = tuple(pair)
-    return skips
-
   def _Partitions(self, where):
-    """The K lists of layer Params, from `partitions` or by splitting `layers` (partitioning)."""
+    """The K x virtual_stages lists of layer Params, from `partitions` or by splitting `layers`."""
     p = self.params
-    if (p.partitions is None) == (p.layers is None):
-      raise ValueError('%s: set exactly one of `partitions` (explicit partitions) and `layers` '
-                       '(cut into num_partitions partitions)' % where)
-    sizes = None
-    v = p.virtual_stages
-    if p.partitions is not None:
-      partitioning.CheckPartitions(p.partitions, where)
-      if len(p.partitions) % v:
-        raise ValueError('%s: `partitions` lists %d partitions, not a multiple of '
-                         'virtual_stages=%d (K devices hold K x virtual_stages partitions)' %
-                         (where, len(p.partitions), v))
-      if p.num_partitions is not None and p.num_partitions * v != len(p.partitions):
-        raise ValueError('%s: num_partitions=%r devices with virtual_stages=%d need %d partitions, '
-                         'but `partitions` lists %d' % (where, p.num_partitions, v,
-                                                        p.num_partitions * v, len(p.partitions)))
-      sizes = [len(partition) for partition in p.partitions]
-      layers = [layer_params for partition in p.partitions for layer_params in partition]
-      num_partitions = len(sizes)
-    else:
-      if p.num_partitions is None:
-        raise ValueError('%s: `layers` needs num_partitions (the number of devices K)' % where)
-      layers, num_partitions = list(p.layers), p.num_partitions * v
-    seen = set()
-    for i, layer_params in enumerate(layers):
-      if not layer_params.name:
-        raise ValueError('%s: layer %d (%s) has no name; every layer needs a unique name' %
-                         (where, i, layer_params.cls.__name__))
-      if layer_params.name in seen:
-        raise ValueError('%s: layer name %r appears twice; layer names must be unique' %
-                         (where, layer_params.name))
-      seen.add(layer_params.name)
     if p.micro_batch_size is None or p.cost_input_shapes is None:
       num_micro = p.num_micro_batches
     else:
@@ -333,17 +223,13 @@ class TensorPipeLayer(base_layer.BaseLayer):
     device = None
     if p.partition_cost == 'measured':
       device = p.devices[0] if p.devices else self.cluster.WorkerDeviceInModelSplit(0)
-    self._plan = partitioning.MakePlan(
-        layers, num_partitions, p.cost_input_shapes, p.partition_cost, p.partition_algorithm,
-        p.memory_budget, num_micro, p.recompute, p.bytes_per_param, device, sizes, where=where,
-        skips=_SkipIndices(layers, p.skip_connections),
-        partition_devices=schedule.PartitionDevices(p.schedule, num_partitions // v, v))
+    self._plan = partitioning.PipelinePlan(p, placement.NumDevices(p, where), num_micro, device,
+                                           where)
     partitions = self._plan.Partitions()
-    if sizes is None:
+    if p.partitions is None:
       tf.logging.info('%s: %d layers in partitions of %s by %s cost (%s), imbalance max/mean %.3f',
-                      where,
-                      len(layers), self._plan.sizes, self._plan.cost_source, p.partition_algorithm,
-                      self._plan.Imbalance())
+                      where, len(self._plan.layer_params), self._plan.sizes, self._plan.cost_source,
+                      p.partition_algorithm, self._plan.Imbalance())
     if p.log_partition_report:
       if p.cost_input_shapes is None:
         raise ValueError('%s: log_partition_report needs cost_input_shapes' % where)
@@ -363,6 +249,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def _OfPartitions(self, devices):
     """Per partition, its device among the K `devices` (as the schedule places partitions)."""
     return [devices[d] for d in self._placement]
+
+  def _RunDevices(self, where):
+    """Per partition, its device in the model split the layer is called in (see `FProp`)."""
+    return self._OfPartitions(
+        placement.PartitionDevices(self.cluster, self.num_devices, self.params.devices, where))
 
   @property
   def partition_plan(self):
@@ -396,100 +287,39 @@ class TensorPipeLayer(base_layer.BaseLayer):
       reasons.extend(r for r in functions.MicroBatchDependence() if r not in reasons)
     return reasons
 
-  def _LayerFunctions(self, names, decoding=False):
-    """The entries `names` as (name, function (theta, state) -> state), in order.
+  def _PartitionTheta(self, theta):
+    """Per partition, the weights its entries read (from the layer's `theta`)."""
+    return [py_utils.NestedMap({name: theta[name] for name in self._entries.ThetaNames(names)})
+            for names in self._partition_layers]
 
-    A state is (main, loss inputs or None, {skip key: tensor}): an entry gets the main value as its
-    inputs (the loss layer gets it and then the loss inputs), then the skip connections it is the
-    destination of; its output becomes the main value and the value of the skip connections it is
-    the source of. The pipeline's last entry returns its output alone.
-
-    With `decoding`, a function takes and returns (state, {entry: decoding states}, time step): an
-    entry with decoding states runs its ExtendStep on them and replaces them with what it returns
-    (see `decode_state`); the others run as in FProp.
-    """
-    last = [name for names_k in self._partition_layers for name in names_k][-1]
-
-    def Run(name):
-      child, method = self._entries[name]
-      layer = self.children[child]
-      into = [key for key, (_, dst) in self._skips.items() if dst == name]
-      out_of = [key for key, (src, _) in self._skips.items() if src == name]
-
-      def Fn(theta, state):
-        caches, time_step = {}, None
-        if decoding:
-          state, caches, time_step = state
-        main, extra, carried = state
-        args = (main,) + _ToTuple(extra) if name == self._loss_name else _ToTuple(main)
-        args += tuple(carried[key] for key in into)
-        if name in caches:
-          out, new = layer.ExtendStep(theta[child], *(args + (caches[name], time_step)))
-          caches = dict(caches, **{name: new})
-        else:
-          out = shared_layer.Run(layer, method, theta[child], *args)
-        if name != last:
-          carried = {key: value for key, value in carried.items() if key not in into}
-          carried.update((key, out) for key in out_of)
-          out = (out, extra, carried)
-        return (out, caches, time_step) if decoding else out
-
-      return Fn
-
-    return [(name, Run(name)) for name in names]
-
-  def _ThetaNames(self, names):
-    """The children whose weights the entries `names` read, in order of first use."""
-    children = []
-    for name in names:
-      child = self._entries[name][0]
-      if child not in children:
-        children.append(child)
-    return children
-
-  def _PartitionOf(self, name):
-    return [k for k, names in enumerate(self._partition_layers) if name in names][0]
-
-  def _PartitionInputs(self, k, piece, earlier):
-    """Partition k's input state for one micro-batch (see `_LayerFunctions`).
-
-    Partition 0 gets the micro-batch's piece of FProp's arguments; partition k > 0 gets partition
-    k - 1's output, and every skip connection into partition k from the partition it starts in
-    (`earlier`: the outputs of partitions 0 .. k - 1).
-    """
-    if k == 0:
-      if self._loss_name is not None:
-        return (piece[0], piece[1], {})
-      return (piece, None, {})
-    main, extra, _ = earlier[k - 1]
-    carried = {}
-    for key, (src, dst) in self._skips.items():
-      source = self._PartitionOf(src)
-      if self._PartitionOf(dst) == k and source < k:
-        carried[key] = earlier[source][2][key]
-    return (main, extra, carried)
-
-  def _PartitionFunctions(self, k, device, theta, inputs, example_count, recomputes):
-    """Partition k's graph functions on `device` for inputs like `inputs`.
-
-    Traced once per graph, device, input signature, mode (layers compute differently in evaluation)
-    and whether backward passes re-compute, so the graph does not grow with M (micro-batches of two
-    sizes, when M does not divide the batch, trace twice).
-    """
+  def _Specs(self, devices, recomputes=False, decoding=False):
+    """Each partition's PartitionSpec, partition k on `devices[k]`; `recomputes`: whether backward
+    passes re-compute (then selectively with recompute='selective')."""
     p = self.params
+    kept_types = self._kept_op_types if recomputes and p.recompute == 'selective' else None
+    return [partition_spec.PartitionSpec(
+        pipeline=p.name, index=k, device=device, scope=randomness.LayerKey(self),
+        batch_dim=p.batch_dim, two_d_weight_gradients=p.two_d_weight_gradients,
+        recomputes=recomputes, kept_op_types=kept_types, decoding=decoding)
+            for k, device in enumerate(devices)]
+
+  def _PartitionFunctions(self, spec, theta, inputs):
+    """The graph functions of partition `spec` for inputs like `inputs`.
+
+    Traced once per graph, spec (device, examples per micro-batch, whether backward passes
+    re-compute), input signature and mode (layers compute differently in evaluation), so the graph
+    does not grow with M (micro-batches of two sizes, when M does not divide the batch, trace
+    twice).
+    """
     graph = _OutermostGraph()  # Where traces are made (graph_function.GraphFunction.Trace).
     leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
                    for x in tf.nest.flatten(inputs))
-    kept_types = self._kept_op_types if recomputes and p.recompute == 'selective' else None
-    signature = (k, device, self.do_eval, recomputes, kept_types, example_count, leaves,
-                 str(tf.nest.map_structure(lambda _: 0, inputs)))
+    signature = (spec, self.do_eval, leaves, str(tf.nest.map_structure(lambda _: 0, inputs)))
     cache = self._functions.setdefault(graph, {})
     if signature not in cache:
       cache[signature] = partition_function.PartitionFunctions(
-          self._LayerFunctions(self._partition_layers[k]), theta, inputs, device,
-          '%s_partition%d' % (p.name, k), p.two_d_weight_gradients, 'TensorPipeLayer %r' % p.name,
-          site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
-          example_count=example_count, recomputes=recomputes, kept_op_types=kept_types)
+          self._entries.LayerFunctions(self._partition_layers[spec.index], self.children), theta,
+          inputs, spec)
     return cache[signature]
 
   def NumMicroBatches(self, batch_size):
@@ -525,65 +355,60 @@ class TensorPipeLayer(base_layer.BaseLayer):
     if self._loss_name is not None and len(args) != 2:
       raise ValueError('%s: with a loss_layer, FProp takes (inputs, loss_inputs); got %d '
                        'arguments' % (where, len(args)))
-    batch = micro_batching.BatchSize(args, p.batch_dim, where)
-    num_micro = 1 if p.unpipelined else self.NumMicroBatches(batch)
-    devices = self._OfPartitions(
-        placement.PartitionDevices(self.cluster, self.num_devices, p.devices, where))
-    partition_theta = [py_utils.NestedMap({name: theta[name] for name in self._ThetaNames(names)})
-                       for names in self._partition_layers]
+    devices = self._RunDevices(where)
+    partition_theta = self._PartitionTheta(theta)
     with tf.name_scope(p.name):
       with tf.device(devices[0]):
-        if batch is None:
-          if num_micro > 1:
-            args = self._AssertEnoughExamples(args, num_micro)
-          sizes = micro_batching.Sizes(self._RunTimeBatch(args), num_micro)
-        else:
-          sizes = micro_batching.Sizes(batch, num_micro)
-        offsets = micro_batching.Offsets(sizes)
-      collector = batch_norm.StatsCollector(
-          num_micro, where, None if micro_batching.IsEven(sizes) else sizes)
+        plan = micro_batching.Plan(
+            args, p.batch_dim, lambda batch: 1 if p.unpipelined else self.NumMicroBatches(batch),
+            where)
+      collector = batch_norm.StatsCollector(plan.num_micro_batches, where,
+                                            None if plan.even else plan.sizes)
       if p.unpipelined:
-        out = self._FPropUnpipelined(partition_theta, args, devices, sizes[0], collector)
+        out = self._FPropUnpipelined(partition_theta, plan.args, devices, plan.sizes[0],
+                                     collector)
       else:
-        out = self._FPropPipelined(partition_theta, args, batch, devices, sizes, offsets,
-                                   collector)
+        out = self._FPropPipelined(partition_theta, devices, plan, collector)
       # Step (7): one moving-average update per batch-norm variable, from the M micro-batches'
       # statistics; Lingvo's training step applies it with the gradients.
       with tf.device(devices[-1]):
         out = collector.Finish(out)
     return out
 
-  def _FPropPipelined(self, partition_theta, args, batch, devices, sizes, offsets, collector):
+  def _FPropPipelined(self, partition_theta, devices, plan, collector):
     p = self.params
-    num_micro = len(sizes)
-    sched = self.Schedule(batch)
-    recomputes = not self.do_eval and any(sched.Recomputes(t) for t in range(num_micro))
+    sizes = plan.sizes
+    sched = self.Schedule(plan.batch_size)
+    recomputes = not self.do_eval and any(
+        sched.Recomputes(t) for t in range(plan.num_micro_batches))
+
+    specs = self._Specs(devices, recomputes)
 
     def MakePartition(k, t, theta, inputs):
       count = sizes[t] if isinstance(sizes[t], int) else None
-      return self._PartitionFunctions(k, devices[k], theta, inputs, count, recomputes)
+      return self._PartitionFunctions(dataclasses.replace(specs[k], example_count=count), theta,
+                                      inputs)
 
     # Steps (1)-(6) (see `executor`).
     step = executor.PipelineStep(
         sched, MakePartition, devices, p.batch_dim,
-        'TensorPipeLayer %r' % p.name, route=self._PartitionInputs,
+        'TensorPipeLayer %r' % p.name, route=self._entries.PartitionInputs,
         output_batch_dim=p.batch_dim if p.output_batch_dim is None else p.output_batch_dim,
         check_batch_dim=p.check_batch_dim)
-    return step.Run(partition_theta, args, sizes, offsets, collector, training=not self.do_eval)
+    return step.Run(partition_theta, plan.args, sizes, plan.offsets, collector,
+                    training=not self.do_eval)
 
   def _FPropUnpipelined(self, partition_theta, args, devices, batch, collector):
     """The layers one after another, partition k's on device k, in the caller's graph."""
-    p = self.params
     step = py_utils.GetGlobalStep()
-    state = self._PartitionInputs(0, args, [])
-    for k, names in enumerate(self._partition_layers):
-      with tf.device(devices[k]):
+    state = self._entries.PartitionInputs(0, args, [])
+    count = batch if isinstance(batch, int) else None
+    for spec, names in zip(self._Specs(devices), self._partition_layers):
+      with tf.device(spec.device):
         state = partition_trace.RunInline(
-            self._LayerFunctions(names), partition_theta[k], state,
+            self._entries.LayerFunctions(names, self.children), partition_theta[spec.index], state,
             None if step is None else tf.cast(step, tf.int64), collector,
-            site_prefix=randomness.LayerKey(self), example_axis=p.batch_dim,
-            example_count=batch if isinstance(batch, int) else None,
-            two_d_weight_gradients=p.two_d_weight_gradients)
+            dataclasses.replace(spec, example_count=count))
     return state
 
   # ------------------------------------------------------------------------------------------------
@@ -606,17 +431,6 @@ class TensorPipeLayer(base_layer.BaseLayer):
     return schedule.DecodeSchedule(self.num_partitions, self.DecodeMicroBatches(batch_size),
                                    2 if p.forward_overlap else 1, self._placement)
 
-  def _DecodingEntries(self, where):
-    """The names of the entries that decode with a state, each checked (see decode_state.Check)."""
-    names = []
-    for k, partition in enumerate(self._partition_layers):
-      for name in partition:
-        child, method = self._entries[name]
-        decode_state.Check(self.children[child], method, name, k, where)
-        if decode_state.Decodes(self.children[child], method):
-          names.append(name)
-    return names
-
   def InitStates(self, theta, batch_size, max_length, context=None):
     """The decoding states of `batch_size` examples (batch x beam) for up to `max_length` steps.
 
@@ -632,12 +446,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
-    decoding = self._DecodingEntries(where)
+    decoding = self._entries.Decoding(self.children, where)
     static = batch_size if isinstance(batch_size, int) else None
     num_micro = self.DecodeMicroBatches(static)
     sizes = micro_batching.Sizes(batch_size, num_micro)
-    devices = self._OfPartitions(
-        placement.PartitionDevices(self.cluster, self.num_devices, p.devices, where))
+    devices = self._RunDevices(where)
     with tf.device(devices[0]):
       contexts = ([None] * num_micro if context is None else
                   micro_batching.Split(context, num_micro, p.batch_dim, sizes))
@@ -649,7 +462,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
         for name in names:
           if name not in decoding:
             continue
-          child = self._entries[name][0]
+          child = self._entries.Target(name)[0]
           layer = self.children[child]
 
           def Init(size, piece, layer=layer, child=child):
@@ -685,7 +498,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
-    args = _ToTuple(step_inputs)
+    args = entries.ToTuple(step_inputs)
     if self._loss_name is not None and len(args) != 2:
       raise ValueError('%s: with a loss_layer, ExtendStep takes step_inputs=(inputs, loss_inputs) '
                        '(loss_inputs may be None); got %d' % (where, len(args)))
@@ -697,44 +510,43 @@ class TensorPipeLayer(base_layer.BaseLayer):
                        'InitStates made for this batch' %
                        (where, [len(s) for s in states], len(states), batch, num_micro,
                         self.num_partitions))
-    devices = self._OfPartitions(
-        placement.PartitionDevices(self.cluster, self.num_devices, p.devices, where))
-    partition_theta = [py_utils.NestedMap({name: theta[name] for name in self._ThetaNames(names)})
-                       for names in self._partition_layers]
+    devices = self._RunDevices(where)
+    partition_theta = self._PartitionTheta(theta)
     t = tf.convert_to_tensor(t, tf.int32)
     with tf.name_scope(p.name):
       with tf.device(devices[0]):
-        sizes = micro_batching.Sizes(self._RunTimeBatch(args) if batch is None else batch,
-                                     num_micro)
+        sizes = micro_batching.Sizes(
+            micro_batching.RunTimeBatchSize(args, p.batch_dim) if batch is None else batch,
+            num_micro)
       if p.unpipelined:
         return self._ExtendStepUnpipelined(partition_theta, args, devices, states, t)
       sched = self.DecodeSchedule(batch)
 
+      specs = self._Specs(devices, decoding=True)
+
       def MakePartition(k, unused_micro_batch, theta_k, inputs):
         return partition_trace.InlinePartition(partition_trace.PartitionBody(
-            self._LayerFunctions(self._partition_layers[k], decoding=True), theta_k, inputs,
-            '%s_partition%d_step' % (p.name, k), where, randomness.LayerKey(self), p.batch_dim,
-            None, p.two_d_weight_gradients), devices[k])
+            self._entries.LayerFunctions(self._partition_layers[k], self.children, decoding=True),
+            theta_k, inputs, specs[k]))
 
       step = executor.PipelineStep(
-          sched, MakePartition, devices, p.batch_dim, where, route=self._PartitionInputs,
+          sched, MakePartition, devices, p.batch_dim, where, route=self._entries.PartitionInputs,
           output_batch_dim=p.batch_dim if p.output_batch_dim is None else p.output_batch_dim)
       return step.DecodeStep(partition_theta, args, sizes, states, t)
 
   def _ExtendStepUnpipelined(self, partition_theta, args, devices, states, t):
     """A decode step without micro-batches or partition functions: partition k's entries, one
     after another, on device k (the reference of the pipelined decode step)."""
-    p = self.params
     step = py_utils.GetGlobalStep()
-    state = self._PartitionInputs(0, args, [])
+    state = self._entries.PartitionInputs(0, args, [])
     new_states = []
-    for k, names in enumerate(self._partition_layers):
-      with tf.device(devices[k]):
+    for k, (spec, names) in enumerate(zip(self._Specs(devices, decoding=True),
+                                          self._partition_layers)):
+      with tf.device(spec.device):
         state, caches, _ = partition_trace.RunInline(
-            self._LayerFunctions(names, decoding=True), partition_theta[k],
+            self._entries.LayerFunctions(names, self.children, decoding=True), partition_theta[k],
             (state, states[k][0], t), None if step is None else tf.cast(step, tf.int64),
-            batch_norm.Discarding(), site_prefix=randomness.LayerKey(self),
-            example_axis=p.batch_dim, two_d_weight_gradients=p.two_d_weight_gradients)
+            batch_norm.Discarding(), spec)
       new_states.append([caches])
     return state, new_states
 
@@ -748,8 +560,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
-    devices = self._OfPartitions(
-        placement.PartitionDevices(self.cluster, self.num_devices, p.devices, where))
+    devices = self._RunDevices(where)
     batch = tf.compat.dimension_value(rows.shape[0])
     with tf.device(devices[0]):
       sizes = micro_batching.Sizes(tf.shape(rows)[0] if batch is None else batch,
@@ -767,31 +578,12 @@ class TensorPipeLayer(base_layer.BaseLayer):
                                           rows, sizes))
     return out
 
-  def _RunTimeBatch(self, args):
-    """The batch size of `args` when the graph runs (int32 scalar)."""
-    p = self.params
-    first = [x for x in tf.nest.flatten(args) if micro_batching.IsBatched(x, p.batch_dim)][0]
-    return tf.shape(first)[p.batch_dim]
-
-  def _AssertEnoughExamples(self, args, num_micro):
-    """Run-time check for a batch size unknown when the graph is built: every micro-batch needs an
-    example."""
-    p = self.params
-    batch = self._RunTimeBatch(args)
-    check = check_failure.Assert(
-        tf.greater_equal(batch, num_micro),
-        ['TensorPipeLayer %r: this batch has ' % p.name, batch, ' examples along batch_dim=%d, '
-         'fewer than its num_micro_batches=%d (each micro-batch needs one): feed batches of at '
-         'least %d examples or lower num_micro_batches' % (p.batch_dim, num_micro, num_micro)])
-    with tf.control_dependencies([check]):
-      return tf.nest.map_structure(lambda x: None if x is None else tf.identity(x), args)
-
   @classmethod
   def FPropMeta(cls, p, *args):
     """The whole pipeline's cost: the sum of its layers' FPropMeta (for enclosing partitioners)."""
     layer_params = list(p.layers) if p.layers is not None else [l for c in p.partitions for l in c]
     metas, shapes = cost_model.ChainMeta(layer_params, args,
-                                         _SkipIndices(layer_params, p.skip_connections))
+                                         partitioning.SkipIndices(layer_params, p.skip_connections))
     return py_utils.NestedMap(flops=sum(flops for flops, _ in metas), out_shapes=shapes)
 
 

@@ -7,15 +7,18 @@ unchanged to every micro-batch. M need not divide N: the first N mod M micro-bat
 example more than the others (`Sizes`), so sizes differ by at most one, and the joined outputs and
 summed gradients are still those of the whole mini-batch. Outputs are joined along their own batch
 axis (`OutputAxis`): `batch_dim`, or another axis the pipeline names, and axis 0 of a rank-1 output.
+`Plan` makes a mini-batch's whole plan (N, M, sizes, offsets) in one call, every value checked.
 The executor splits in step (1), joins in step (4) and cuts the output gradient in step (5)
 (docs/design.md, "One training step").
 """
 
-from typing import Any, List, Optional, Sequence, Union
+import dataclasses
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 from lingvo import compat as tf
 
 from tensorpipe import accumulation
+from tensorpipe import check_failure
 
 
 def NumMicroBatches(batch_size: Optional[int], num_micro_batches: Optional[int] = None,
@@ -118,6 +121,68 @@ def BatchSize(structure: Any, batch_dim: int, where: str = 'TensorPipeLayer') ->
     raise ValueError('%s: inputs disagree on the batch size along batch_dim %d: %s' %
                      (where, batch_dim, ', '.join('%s=%s' % s for s in sizes)))
   return known.pop() if known else None
+
+
+def RunTimeBatchSize(structure: Any, batch_dim: int) -> tf.Tensor:
+  """The batch size of `structure` when the graph runs (int32 scalar), from its first batched
+  tensor."""
+  first = [x for x in tf.nest.flatten(structure) if IsBatched(x, batch_dim)][0]
+  return tf.shape(first)[batch_dim]
+
+
+def _AssertEnoughExamples(structure, batch_dim, num_micro_batches, where):
+  """`structure` after a run-time check for a batch size unknown when the graph is built: every
+  micro-batch needs an example."""
+  batch = RunTimeBatchSize(structure, batch_dim)
+  check = check_failure.Assert(
+      tf.greater_equal(batch, num_micro_batches),
+      ['%s: this batch has ' % where, batch, ' examples along batch_dim=%d, fewer than its '
+       'num_micro_batches=%d (each micro-batch needs one): feed batches of at least %d examples '
+       'or lower num_micro_batches' % (batch_dim, num_micro_batches, num_micro_batches)])
+  with tf.control_dependencies([check]):
+    return tf.nest.map_structure(lambda x: None if x is None else tf.identity(x), structure)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+  """How one mini-batch is cut into micro-batches (see `Plan`)."""
+  args: Any  # The inputs; where N is unknown at graph building, checked at run time (see `Plan`).
+  batch_size: Optional[int]  # N, or None if it is only known when the graph runs.
+  sizes: List[Union[int, tf.Tensor]]  # Examples per micro-batch (see `Sizes`).
+  offsets: List[Union[int, tf.Tensor]]  # Each micro-batch's first example's index (`Offsets`).
+  even: bool  # Whether the sizes are known to be equal when the graph is built (`IsEven`).
+
+  @property
+  def num_micro_batches(self) -> int:
+    """M."""
+    return len(self.sizes)
+
+
+def Plan(args: Any, batch_dim: int, num_micro_batches: Callable[[Optional[int]], int],
+         where: str = 'TensorPipeLayer') -> BatchPlan:
+  """The micro-batches of the mini-batch `args`, every value checked.
+
+  Args:
+    args: the inputs (see `BatchSize`, which checks them).
+    batch_dim: their batch dimension.
+    num_micro_batches: M for a batch of a given size (None where it is only known at run time),
+      checked (e.g. by `NumMicroBatches`).
+    where: names the pipeline in messages.
+
+  Where N is only known when the graph runs and M > 1, the plan's `args` carry a run-time check
+  that fails the step, naming N and M, if N < M (every micro-batch needs an example); its sizes
+  are then int32 scalars computed from the inputs' shapes. Ops are made in the current device and
+  name scope.
+  """
+  batch = BatchSize(args, batch_dim, where)
+  num_micro = num_micro_batches(batch)
+  if batch is None:
+    if num_micro > 1:
+      args = _AssertEnoughExamples(args, batch_dim, num_micro, where)
+    sizes = Sizes(RunTimeBatchSize(args, batch_dim), num_micro)
+  else:
+    sizes = Sizes(batch, num_micro)
+  return BatchPlan(args, batch, sizes, Offsets(sizes), IsEven(sizes))
 
 
 def Split(structure: Any, num_micro_batches: int, batch_dim: int,

@@ -46,6 +46,7 @@ from tensorpipe import batch_norm
 from tensorpipe import graph_function
 from tensorpipe import layer_gradients
 from tensorpipe import leaves
+from tensorpipe import partition_spec
 from tensorpipe import partition_trace
 from tensorpipe import schedule
 from tensorpipe import selective_recompute
@@ -80,36 +81,23 @@ class PartitionFunctions:
   """The graph functions of one partition (see the module docstring), traced on first use.
 
   Args:
-    layers, theta, inputs, where, site_prefix, example_axis, example_count: as for
-      partition_trace.PartitionBody; `inputs` are micro-batch 0's (every micro-batch has the same
-      structure and shapes), and only theta's and their structure, shapes and dtypes count.
-    device: the partition's device.
-    name: a name for the functions (e.g. 'pipe_partition1').
-    two_d_weight_gradients: trace under matmul_gradient.Scope().
-    recomputes: whether backward passes re-compute the partition (see stateful_ops.Check).
-    kept_op_types: selective re-computation: the forward function keeps the outputs of its ops
-      of these types (matmuls, convolutions), and the backward function re-computes only the
-      other ops (see `selective_recompute`). None: no selective re-computation.
+    layers, theta, inputs, spec: as for partition_trace.PartitionBody; `inputs` are micro-batch 0's
+      (every micro-batch has the same structure and shapes), and only theta's and their structure,
+      shapes and dtypes count. The functions are placed on `spec.device` and named after
+      `spec.function_name`; `spec.recomputes` says whether backward passes re-compute the partition
+      (see stateful_ops.Check), `spec.kept_op_types` which ops' outputs a selective forward pass
+      keeps.
   """
 
   def __init__(self, layers: partition_trace.LayerFunctions, theta: py_utils.NestedMap,
-               inputs: Any, device: str, name: str, two_d_weight_gradients: bool = True,
-               where: str = 'TensorPipeLayer', site_prefix: str = '', example_axis: int = 0,
-               example_count: Optional[int] = None, recomputes: bool = True,
-               kept_op_types: Optional[frozenset] = None):
-    self._body = partition_trace.PartitionBody(layers, theta, inputs, name, where, site_prefix,
-                                               example_axis, example_count,
-                                               two_d_weight_gradients)
-    self._recomputes = recomputes
-    self._kept_op_types = kept_op_types
-    self._selective = kept_op_types is not None
+               inputs: Any, spec: partition_spec.PartitionSpec):
+    self._body = partition_trace.PartitionBody(layers, theta, inputs, spec)
+    self.spec = spec
+    self._selective = spec.kept_op_types is not None
     self._theta_specs = [graph_function.Spec(t) for t in theta.Flatten()]
     in_leaves = tf.nest.flatten(inputs)
     self._in_index = [i for i, x in enumerate(in_leaves) if x is not None]  # The x leaves.
     self._x_specs = [graph_function.Spec(in_leaves[i]) for i in self._in_index]
-    self._device = device
-    self._name = name
-    self._where = where
     self._has_step = py_utils.GetGlobalStep() is not None
     # Which weights have running sums.
     self._theta_mask = tuple(layer_gradients.IsDifferentiable(t) for t in theta.Flatten())
@@ -162,7 +150,7 @@ class PartitionFunctions:
           ('theta', self._theta_specs), ('x', self._x_specs)])
     function = self._functions['probe']
     args = dict(self._LeadingValues(step, offset), theta=list(theta_leaves), x=list(x_leaves))
-    with tf.device(self._device):
+    with tf.device(self.spec.device):
       results, _ = function.Call(args, 'probe')
     ys, out = iter(results['y']), []
     for count in function.facts:
@@ -199,7 +187,8 @@ class PartitionFunctions:
     """A call's offset and step groups (see `_Leading`)."""
     if (step is not None) != self._has_step:
       raise ValueError('%s: %s was traced %s a global step' %
-                       (self._where, self._name, 'with' if self._has_step else 'without'))
+                       (self.spec.where, self.spec.function_name,
+                        'with' if self._has_step else 'without'))
     return {'offset': [offset], 'step': [step] if self._has_step else []}
 
   @staticmethod
@@ -224,7 +213,8 @@ class PartitionFunctions:
 
   def _Trace(self, task, body, groups):
     return graph_function.GraphFunction.Trace(
-        '%s_%s' % (self._name, task), body, graph_function.Signature.Of(groups), self._device)
+        '%s_%s' % (self.spec.function_name, task), body, graph_function.Signature.Of(groups),
+        self.spec.device)
 
   def _ForwardFacts(self) -> _ForwardFacts:
     return self._Function(_Task.FORWARD).facts
@@ -233,16 +223,16 @@ class PartitionFunctions:
 
     def Forward(args):
       step, offset = self._Step(args), args['offset'][0]
-      recorder = batch_norm.StatsCollector(1, self._where)
+      recorder = batch_norm.StatsCollector(1, self.spec.where)
       out, layer_ops, masks = self._body.Run(step, offset, args['theta'], args['x'], recorder)
       ys = leaves.Present(out)
       for y in ys:
         if not isinstance(y, tf.Tensor):
           raise TypeError('%s: partition outputs must be tensors (None allowed), got %s' %
-                          (self._where, type(y).__name__))
+                          (self.spec.where, type(y).__name__))
       records = recorder.Records()
       stats = [t for u in records for t in [u.value] + ([u.count] if u.count is not None else [])]
-      kept, template = (selective_recompute.Kept(layer_ops, self._kept_op_types)
+      kept, template = (selective_recompute.Kept(layer_ops, self.spec.kept_op_types)
                         if self._selective else ([], ()))
       facts = _ForwardFacts(out, tuple((u.variable, u.decay, u.count is not None) for u in records),
                             tuple(masks), template)
@@ -251,8 +241,8 @@ class PartitionFunctions:
     function = self._Trace('forward', Forward, self._Leading() + [
         ('theta', self._theta_specs), ('x', self._x_specs)])
     facts, layer_ops = function.facts
-    stateful_ops.Check(function.concrete.graph, layer_ops, self._recomputes,
-                       '%s (%s)' % (self._where, self._name))
+    stateful_ops.Check(function.concrete.graph, layer_ops, self.spec.recomputes,
+                       '%s (%s)' % (self.spec.where, self.spec.function_name))
     self._body.CheckCaptures(function.captured_inputs)
     return dataclasses.replace(function, facts=facts)
 
@@ -271,7 +261,7 @@ class PartitionFunctions:
 
   def _TraceBackward(self, dy_mask):
     forward = self._Function(_Task.FORWARD)
-    where = '%s (%s)' % (self._where, self._name)
+    where = '%s (%s)' % (self.spec.where, self.spec.function_name)
 
     def BackwardBody(args):
       boundaries = []
@@ -279,7 +269,7 @@ class PartitionFunctions:
       replaced = []
       if self._selective:
         replaced = selective_recompute.Substitute(
-            layer_ops, self._kept_op_types, forward.facts.kept_template, args['kept_outputs'],
+            layer_ops, self.spec.kept_op_types, forward.facts.kept_template, args['kept_outputs'],
             boundaries, where)
       sums = args['sums']
       grads, new_sums = layer_gradients.LayerGradients(
@@ -365,7 +355,7 @@ class PartitionFunctions:
     """
     function = self._Function(_Task.FORWARD)
     args = dict(self._LeadingValues(step, offset), theta=list(theta_leaves), x=list(x_leaves))
-    with tf.device(self._device):
+    with tf.device(self.spec.device):
       results, _ = (function.CallDifferentiable(args, 'forward') if differentiable else
                     function.Call(args, 'forward'))
     facts = function.facts
@@ -386,7 +376,7 @@ class PartitionFunctions:
         return {'sums': [accumulation.Zeros(s.shape, s.dtype) for s in specs]}, None
 
       self._functions['zeros'] = self._Trace('zeros', MakeZeros, [])
-    with tf.device(self._device):
+    with tf.device(self.spec.device):
       results, _ = self._functions['zeros'].Call({}, 'zeros')
     return leaves.Spread(results['sums'], self._theta_mask)
 
@@ -415,7 +405,7 @@ class PartitionFunctions:
     function = self._Function(_Task.BACKWARD, dy_mask)
     args['sums'] = self._Sums(self.Zeros() if sums is None else sums)
     args['kept_outputs'] = list(kept_outputs)
-    with tf.device(self._device):
+    with tf.device(self.spec.device):
       results, op = function.Call(args, 'backward')
     return Backward(results['dx'], results['sums'], function.facts, [op])
 
@@ -430,7 +420,7 @@ class PartitionFunctions:
       (dx per input leaf or None, the kept tensors, the ops the task is done after).
     """
     args, dy_mask = self._BackwardArgs(step, offset, theta_leaves, x_leaves, dys)
-    with tf.device(self._device):
+    with tf.device(self.spec.device):
       results, op = self._Function(_Task.INPUT_GRADIENT, dy_mask).Call(args, 'backward')
     return results['dx'], results['kept'], [op]
 
@@ -451,7 +441,7 @@ class PartitionFunctions:
     function = self._Function(_Task.WEIGHT_GRADIENT, dy_mask)
     args['kept'] = list(kept)
     args['sums'] = self._Sums(self.Zeros() if sums is None else sums)
-    with tf.device(self._device):
+    with tf.device(self.spec.device):
       results, op = function.Call(args, 'weight')
     return Backward([], results['sums'], function.facts, [op])
 
@@ -472,7 +462,7 @@ class PartitionFunctions:
     targets = [x for x in x_leaves if layer_gradients.IsDifferentiable(x)] + weights
     if sums is None:
       sums = self.Zeros()
-    with tf.device(self._device):
+    with tf.device(self.spec.device):
       grads = iter(tf.gradients([y for y, _ in pairs], targets, grad_ys=[d for _, d in pairs]))
       dx = [accumulation.Dense(next(grads)) if layer_gradients.IsDifferentiable(x) else None
             for x in x_leaves]

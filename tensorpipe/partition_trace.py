@@ -19,6 +19,7 @@ from lingvo.core import py_utils
 from tensorpipe import batch_norm
 from tensorpipe import layer_gradients
 from tensorpipe import leaves
+from tensorpipe import partition_spec
 from tensorpipe import stateful_ops
 from tensorpipe import trace_context
 
@@ -46,11 +47,11 @@ def _DependsOn(op, sources):
 
 
 @contextlib.contextmanager
-def _LayerContext(step, offset, collector, check_numerics, example_axis, example_count, two_d):
+def _LayerContext(spec, step, offset, collector, check_numerics):
   """What a partition's layers run in (see `trace_context.Partition`), with the stateful entry
   points routed (see `stateful_ops`); yields what the trace noted (`trace_context.Routing`)."""
-  with trace_context.Partition(step, offset, collector, check_numerics, example_axis,
-                               example_count, two_d, routes=stateful_ops.Routes) as context:
+  with trace_context.Partition(spec, step, offset, collector, check_numerics,
+                               routes=stateful_ops.Routes) as context:
     yield context.routing
 
 
@@ -71,16 +72,14 @@ def _RunLayer(layer, site_prefix, theta, inputs, place):
 
 def RunInline(layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any,
               step: Optional[tf.Tensor], collector: batch_norm.StatsCollector,
-              site_prefix: str = '', example_axis: int = 0, example_count: Optional[int] = None,
-              two_d_weight_gradients: bool = True) -> Any:
+              spec: partition_spec.PartitionSpec) -> Any:
   """Runs `layers` in order on one whole mini-batch in the current graph, as a partition's forward
   function would run them on a micro-batch starting at example 0: the same dropout masks, seeds
   and batch-norm records, with TensorFlow's own gradients (an unpipelined reference)."""
   out = inputs
-  with _LayerContext(step, tf.constant(0, tf.int64), collector, True, example_axis, example_count,
-                     two_d_weight_gradients):
+  with _LayerContext(spec, step, tf.constant(0, tf.int64), collector, True):
     for layer in layers:
-      out = _RunLayer(layer, site_prefix, theta, out, 'the unpipelined %s' % site_prefix)
+      out = _RunLayer(layer, spec.scope, theta, out, 'the unpipelined %s' % spec.scope)
   return out
 
 
@@ -93,13 +92,11 @@ class InlinePartition:
   micro-batches interleave. The loop body holds one copy of the partition per micro-batch.
 
   Args:
-    body: the partition's layers (a PartitionBody).
-    device: the partition's device.
+    body: the partition's layers (a PartitionBody), run on its spec's device.
   """
 
-  def __init__(self, body: 'PartitionBody', device: str):
+  def __init__(self, body: 'PartitionBody'):
     self._body = body
-    self._device = device
 
   def Forward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
               theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
@@ -108,7 +105,7 @@ class InlinePartition:
     the output tensors, no kept outputs). `offset` and `differentiable` are not used: nothing here
     is re-computed or differentiated by the pipeline."""
     del offset, differentiable
-    with tf.device(self._device):
+    with tf.device(self._body.spec.device):
       out = self._body.RunInline(step, theta_leaves, x_leaves)
     return out, [], leaves.Present(out), []
 
@@ -122,26 +119,15 @@ class PartitionBody:
       they use from their inputs or theta.
     theta: NestedMap of the partition's weights (only its structure counts).
     inputs: the inputs of a micro-batch (only its structure counts).
-    name: the partition's function name prefix, for messages.
-    where: names the pipeline in error messages.
-    site_prefix: names the pipeline in dropout sites and step seeds (the same whatever K is).
-    example_axis: the batch dimension of the partition's inputs.
-    example_count: examples per micro-batch (None if unknown when the graph is built).
-    two_d: trace under matmul_gradient.Scope().
+    spec: the partition (its pipeline's names, batch_dim, examples per micro-batch, ...).
   """
 
-  def __init__(self, layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any, name: str,
-               where: str, site_prefix: str, example_axis: int, example_count: Optional[int],
-               two_d: bool):
+  def __init__(self, layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any,
+               spec: partition_spec.PartitionSpec):
     self.layers = list(layers)
+    self.spec = spec
     self._theta = theta
     self._in_template = inputs
-    self._name = name
-    self._where = where
-    self._site_prefix = site_prefix
-    self._example_axis = example_axis
-    self._example_count = example_count
-    self._two_d = two_d
 
   def Pack(self, theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor]
            ) -> Tuple[Any, Any]:
@@ -153,18 +139,16 @@ class PartitionBody:
     """The layers on `x_leaves` as ops of the caller's graph (see `RunInline`), in evaluation's
     terms: example offset 0, batch-norm statistics discarded."""
     theta, inputs = self.Pack(theta_leaves, x_leaves)
-    return RunInline(self.layers, theta, inputs, step, batch_norm.Discarding(), self._site_prefix,
-                     self._example_axis, self._example_count, self._two_d)
+    return RunInline(self.layers, theta, inputs, step, batch_norm.Discarding(), self.spec)
 
   def Tracing(self, step, offset, collector, check_numerics):
     """The context the partition's layers are traced in, inside a function body."""
-    return _LayerContext(step, offset, collector, check_numerics, self._example_axis,
-                         self._example_count, self._two_d)
+    return _LayerContext(self.spec, step, offset, collector, check_numerics)
 
   def RunLayer(self, j: int, theta: py_utils.NestedMap, inputs: Any) -> Any:
     """Layer j on `inputs`, within `Tracing`: the same dropout masks and seeds whenever it runs."""
-    return _RunLayer(self.layers[j], self._site_prefix, theta, inputs,
-                     '%s, partition function %s' % (self._where, self._name))
+    return _RunLayer(self.layers[j], self.spec.scope, theta, inputs,
+                     '%s, partition function %s' % (self.spec.where, self.spec.function_name))
 
   def Run(self, step: Optional[tf.Tensor], offset: tf.Tensor, theta_leaves: Sequence[tf.Tensor],
           x_leaves: Sequence[tf.Tensor], collector: batch_norm.StatsCollector,
@@ -235,7 +219,7 @@ class PartitionBody:
         '%s: layer %r (in %s) uses tensor %r, which %s computed in %s, but not through its '
         'inputs: a shortcut the pipeline does not know of, whose gradient would be lost. Declare '
         'it as a skip connection, skip_connections=[(%r, %r)], and take it as the last argument '
-        'of %r\'s FProp' % (self._where, name, self._name, tensor.name,
+        'of %r\'s FProp' % (self.spec.where, name, self.spec.function_name, tensor.name,
                               'layer %r' % source if source else 'an earlier layer', place,
                               source or 'SOURCE', name, name))
 
@@ -247,4 +231,4 @@ class PartitionBody:
       raise ValueError(
           '%s: a layer of %s reads trainable variables %s directly instead of through theta; '
           'their gradients would be lost. Use the theta passed to FProp.' %
-          (self._where, self._name, direct))
+          (self.spec.where, self.spec.function_name, direct))

@@ -52,46 +52,66 @@ def CheckDevice(device: str, cluster_devices: Sequence[str], where: str = 'Tenso
   return device
 
 
-def PartitionDevices(cluster: Any, num_partitions: int,
+def NumDevices(p: Any, where: Optional[str] = None) -> Optional[int]:
+  """K, the number of devices a TensorPipeLayer's Params `p` give: `num_devices`, or its deprecated
+  old name `num_partitions` (None if neither is set).
+
+  With `where` (the pipeline's name in messages), the old name gets a one-line deprecation
+  warning. Both names set to different values raise ValueError.
+  """
+  old = p.Get('num_partitions') if 'num_partitions' in p else None
+  if old is None:
+    return p.num_devices
+  if p.num_devices is not None and p.num_devices != old:
+    raise ValueError('%s: num_devices=%r and num_partitions=%r (its deprecated old name) disagree; '
+                     'set only num_devices' % (where or 'TensorPipeLayer', p.num_devices, old))
+  if where is not None:
+    tf.logging.warning('%s: the Param num_partitions is deprecated; it is K, the number of '
+                       'devices: set num_devices=%r instead', where, old)
+  return old
+
+
+def PartitionDevices(cluster: Any, num_devices: int,
                      devices: Optional[Sequence[str]] = None,
                      where: str = 'TensorPipeLayer') -> List[str]:
   """Returns the K device strings the partitions run on.
 
   Args:
     cluster: Lingvo cluster (the layer's `self.cluster`).
-    num_partitions: K.
+    num_devices: K, the devices the partitions run on.
     devices: optional explicit list of K device strings; each must be one of the cluster's devices.
     where: name used in error messages.
 
   Raises:
     ValueError: for a list of the wrong length, an unknown device, or a model split with fewer
-      devices than partitions.
+      devices than num_devices.
   """
   cluster_devices = _ClusterDevices(cluster)
   if devices is not None:
-    if not isinstance(devices, (list, tuple)) or len(devices) != num_partitions:
-      raise ValueError('%s: `devices` has %s entries for %d partitions; give one device per '
-                       'partition' % (where, len(devices) if isinstance(devices, (list, tuple))
-                                      else repr(devices), num_partitions))
+    listed = isinstance(devices, (list, tuple))
+    if not listed or len(devices) != num_devices:
+      raise ValueError('%s: `devices` has %s entries for num_devices=%d devices; give one device '
+                       'string per device' % (where, len(devices) if listed else repr(devices),
+                                              num_devices))
     return [CheckDevice(d, cluster_devices, where) for d in devices]
   split = cluster.num_devices_per_split
-  if num_partitions > 1 and split < num_partitions:
+  if num_devices > 1 and split < num_devices:
     message = (
-        '%s: %d partitions need %d devices per model split, but the cluster (job %r) has %d' %
-        (where, num_partitions, num_partitions, cluster.job, split))
+        '%s: num_devices=%d needs %d devices per model split, but the cluster (job %r) has %d' %
+        (where, num_devices, num_devices, cluster.job, split))
     if cluster.job not in _SHARING_JOBS:
       raise ValueError(
           '%s; set --worker_split_size=%d with that many devices per replica '
           '(`tensorpipe.trainer.train --cpu_devices=%d` on CPU), use '
           'cluster_factory.ForTestingWorker(cpus=%d, split_size=%d) in tests, or list `devices` '
           'explicitly' %
-          (message, num_partitions, num_partitions, num_partitions, num_partitions))
+          (message, num_devices, num_devices, num_devices, num_devices))
     tf.logging.warning('%s; job %r only builds the model, so its partitions share those devices '
                        'round-robin', message, cluster.job)
-  return [cluster.WorkerDeviceInModelSplit(k) for k in range(num_partitions)]
+  return [cluster.WorkerDeviceInModelSplit(k) for k in range(num_devices)]
 
 
-def VariableDevices(cluster: Any, num_partitions: int,
+def VariableDevices(cluster: Any, num_devices: int,
                     devices: Optional[Sequence[str]] = None,
                     where: str = 'TensorPipeLayer') -> List[str]:
   """The K devices that hold the partitions' variables: the partition devices of model split 0.
@@ -107,9 +127,9 @@ def VariableDevices(cluster: Any, num_partitions: int,
     worker_job = cluster.params.worker.name + '/'
     if any(d.startswith(worker_job) for d in listed):
       workers = cluster.ListDevices(cluster.params.worker).reshape([-1]).tolist()
-      if len(workers) >= num_partitions:
-        return workers[:num_partitions]
-  return PartitionDevices(cluster, num_partitions, devices, where)
+      if len(workers) >= num_devices:
+        return workers[:num_devices]
+  return PartitionDevices(cluster, num_devices, devices, where)
 
 
 def SessionConfig(num_cpu_devices: int, intra_op_threads: Optional[int] = None,

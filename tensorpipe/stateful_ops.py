@@ -140,7 +140,7 @@ def _ExampleAxis(shape, routing):
   size; None (no example axis) if there is none or several: the mask is then keyed by the
   micro-batch as a whole, still the same in the forward pass and its re-computation.
   """
-  axis, count = routing.example_axis, routing.example_count
+  axis, count = routing.batch_dim, routing.example_count
   if count is None:
     return axis if axis < len(shape) and shape[axis] != 1 else None
   candidates = [a for a, d in enumerate(shape) if d == count]

@@ -34,6 +34,7 @@ from lingvo.core import cluster_factory
 from lingvo.core import py_utils
 
 from tensorpipe import matmul_gradient
+from tensorpipe import partition_spec
 
 _STATE = threading.local()
 
@@ -48,7 +49,7 @@ class Routing:
   Contexts derived from the partition's (by `Offset` or `Collecting`) share this object, so what a
   layer's trace notes in any of them stays noted.
   """
-  example_axis: int  # The pipeline's batch dimension (where dropout looks for examples first).
+  batch_dim: int  # The pipeline's batch dimension (where dropout looks for examples first).
   example_count: Optional[int]  # Examples per micro-batch, or None if unknown at graph building.
   layer: Optional[str] = None  # Key of the layer being traced (see `LayerScope`), or None.
   uses: int = 0  # Dropout uses so far in that layer.
@@ -64,7 +65,7 @@ class TraceContext:
   routing: Optional[Routing] = None  # The partition's routing state; None outside any partition.
   step: Optional[tf.Tensor] = None  # The partition's global step (None: none given).
   check_numerics: bool = True  # Whether Lingvo's CheckNumerics runs in the partition.
-  two_d: bool = False  # Whether broadcast matmuls get 2-D weight gradients.
+  two_d_weight_gradients: bool = False  # Whether broadcast matmuls get 2-D weight gradients.
 
 
 def _Stack() -> List[TraceContext]:
@@ -157,20 +158,18 @@ def _Replaced(routes: Sequence[Route]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def Partition(step: Optional[tf.Tensor], offset: Union[int, tf.Tensor], collector: Any,
-              check_numerics: bool = True, example_axis: int = 0,
-              example_count: Optional[int] = None, two_d: bool = False,
+def Partition(spec: partition_spec.PartitionSpec, step: Optional[tf.Tensor],
+              offset: Union[int, tf.Tensor], collector: Any, check_numerics: bool = True,
               routes: Optional[Callable[[], Sequence[Route]]] = None) -> Iterator[TraceContext]:
   """The context a partition's layers are traced in; everything it sets is restored on exit.
 
   Args:
+    spec: the partition: its batch_dim, example_count and two_d_weight_gradients (trace under
+      matmul_gradient.Scope(): 2-D weight gradients of broadcast matmuls) count here.
     step: the global step the layers see (py_utils.GetGlobalStep()), or None.
     offset: the example offset of the micro-batch (added to the current context's).
     collector: the batch_norm.StatsCollector that records the partition's batch-norm updates.
     check_numerics: whether Lingvo's CheckNumerics runs (not in a re-computation).
-    example_axis: the pipeline's batch dimension.
-    example_count: examples per micro-batch, or None if unknown when the graph is built.
-    two_d: trace under matmul_gradient.Scope(): 2-D weight gradients of broadcast matmuls.
     routes: returns the module attributes to replace while the partition is traced (see
       stateful_ops.Routes). Called only for the outermost partition: a partition traced inside
       another one finds them in place.
@@ -180,15 +179,16 @@ def Partition(step: Optional[tf.Tensor], offset: Union[int, tf.Tensor], collecto
   """
   outer = _Outer()
   context = TraceContext(offset=_AddedOffset(outer.offset, offset), collector=collector,
-                         routing=Routing(example_axis, example_count), step=step,
-                         check_numerics=check_numerics, two_d=two_d)
+                         routing=Routing(spec.batch_dim, spec.example_count), step=step,
+                         check_numerics=check_numerics,
+                         two_d_weight_gradients=spec.two_d_weight_gradients)
   with contextlib.ExitStack() as entered:
     entered.enter_context(_Cluster(check_numerics))
     entered.enter_context(py_utils.GlobalStepContext(step))
     entered.enter_context(_Pushed(context))
     if routes is not None and outer.routing is None:
       entered.enter_context(_Replaced(routes()))
-    if two_d:
+    if spec.two_d_weight_gradients:
       entered.enter_context(matmul_gradient.Scope())
     yield context
 

@@ -145,10 +145,6 @@ class SchedulesTest(test_utils.TestCase):
       with self.assertRaisesRegex(ValueError, r"with a loss_layer, FProp takes \(inputs, "
                                   r"loss_inputs\); got 1 arguments"):
         net.FPropDefaultTheta(tf.random.uniform([8, DIM]))
-    with self.assertRaisesRegex(ValueError, "loss_layer name 'layer1' is also a layer name"):
-      with tf.Graph().as_default(), helpers.Cluster(2):
-        helpers.Pipeline(helpers.DenseLayers(2, dim=DIM), 2, 4,
-                         loss_layer=SquaredNorm.Params().Set(name='layer1')).Instantiate()
 
   def testUnknownSchedule(self):
     with self.assertRaisesRegex(

@@ -74,9 +74,9 @@ def DenseLayers(num_layers, dim=8, cls=Dense):
   return [cls.Params().Set(name='layer%d' % i, dim=dim, seed=100 + i) for i in range(num_layers)]
 
 
-def Pipeline(layers, num_partitions, num_micro_batches, recompute='always', name='pipe', **kwargs):
+def Pipeline(layers, num_devices, num_micro_batches, recompute='always', name='pipe', **kwargs):
   return layer_lib.TensorPipeLayer.Params().Set(
-      name=name, layers=layers, num_partitions=num_partitions,
+      name=name, layers=layers, num_devices=num_devices,
       num_micro_batches=num_micro_batches, recompute=recompute, **kwargs)
 
 
@@ -454,9 +454,9 @@ def ScaleOutInput():
   return np.random.RandomState(5).normal(size=[16, SCALE_OUT_DIM]).astype(np.float32)
 
 
-def ScaleOutPipeline(num_partitions):
-  """4 dense layers in a TensorPipeLayer of `num_partitions` partitions, M = 4."""
-  return Pipeline(DenseLayers(4, dim=SCALE_OUT_DIM), num_partitions, 4)
+def ScaleOutPipeline(num_devices):
+  """4 dense layers in a TensorPipeLayer on `num_devices` devices, M = 4."""
+  return Pipeline(DenseLayers(4, dim=SCALE_OUT_DIM), num_devices, 4)
 
 
 def RemoteSessionConfig(addresses, timeout_s=60, **kwargs):
@@ -576,7 +576,7 @@ def TimeMajorTask(batch_dim):
   layers = DenseLayers(2, _DIM)
   layers.insert(1, TimeMix.Params().Set(name='mix'))
   return PipelineTask.Params().Set(pipeline=layer_lib.TensorPipeLayer.Params().Set(
-      name='pipe', layers=layers, num_partitions=2, num_micro_batches=2, batch_dim=batch_dim,
+      name='pipe', layers=layers, num_devices=2, num_micro_batches=2, batch_dim=batch_dim,
       check_batch_dim=False))
 
 
@@ -593,5 +593,5 @@ def TimeMajorBatchNormTask(batch_dim):
 
   layers = [dense[0], Norm('bn0'), dense[1], Norm('bn1'), dense[2]]
   return PipelineTask.Params().Set(pipeline=layer_lib.TensorPipeLayer.Params().Set(
-      name='pipe', layers=layers, num_partitions=2, num_micro_batches=2, batch_dim=batch_dim,
+      name='pipe', layers=layers, num_devices=2, num_micro_batches=2, batch_dim=batch_dim,
       check_batch_dim=False))

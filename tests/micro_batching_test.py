@@ -53,6 +53,51 @@ class NumMicroBatchesTest(test_utils.TestCase):
         micro_batching.NumMicroBatches(*args)
 
 
+class PlanTest(test_utils.TestCase):
+
+  def testStaticBatch(self):
+    with tf.Graph().as_default():
+      args = (tf.ones([10, 3]), py_utils.NestedMap(ids=tf.ones([10], tf.int32), scale=tf.ones([])))
+      asked = []
+
+      def NumMicro(batch):
+        asked.append(batch)
+        return 4
+
+      plan = micro_batching.Plan(args, 0, NumMicro)
+      self.assertEqual(asked, [10])
+      self.assertIs(plan.args, args)
+      self.assertEqual((plan.batch_size, plan.num_micro_batches), (10, 4))
+      self.assertEqual((plan.sizes, plan.offsets, plan.even), ([3, 3, 2, 2], [0, 3, 6, 8], False))
+      even = micro_batching.Plan(tf.ones([3, 8, 2]), 1, lambda batch: batch // 2)
+      self.assertEqual((even.sizes, even.offsets, even.even), ([2, 2, 2, 2], [0, 2, 4, 6], True))
+
+  def testBadInputsFailBeforeMIsAsked(self):
+    with tf.Graph().as_default():
+      with self.assertRaisesRegex(ValueError, "pipe: inputs disagree on the batch size along "
+                                  'batch_dim 0: args\\[0\\]=4, args\\[1\\]=5'):
+        micro_batching.Plan((tf.ones([4, 2]), tf.ones([5, 2])), 0, self.fail, 'pipe')
+
+  def testRunTimeBatchIsCheckedWhenRun(self):
+    with self.session(graph=tf.Graph()) as sess:
+      x = tf.placeholder(tf.float32, [None, 2])
+      plan = micro_batching.Plan([x, None], 0, lambda batch: 1 if batch else 3, 'pipe')
+      self.assertIsNone(plan.batch_size)
+      self.assertFalse(plan.even)
+      self.assertIsNone(plan.args[1])
+      self.assertEqual(plan.offsets[0], 0)
+      self.assertEqual(sess.run(plan.sizes + plan.offsets[1:], {x: np.ones([7, 2])}),
+                       [3, 2, 2, 3, 5])
+      with self.assertRaisesRegex(
+          tf.errors.InvalidArgumentError, 'pipe: this batch has 2 examples along batch_dim=0, '
+          'fewer than its num_micro_batches=3 \\(each micro-batch needs one\\): feed batches of at '
+          'least 3 examples or lower num_micro_batches'):
+        sess.run(plan.args[0], {x: np.ones([2, 2])})
+      one = micro_batching.Plan(x, 0, lambda batch: 1)
+      self.assertIs(one.args, x)  # One micro-batch needs no check.
+      self.assertEqual(sess.run(one.sizes, {x: np.ones([2, 2])}), [2])
+
+
 class SplitConcatTest(test_utils.TestCase):
 
   def testRoundTripOfANestedMap(self):

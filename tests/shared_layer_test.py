@@ -133,15 +133,7 @@ class SharedLayerTest(test_utils.TestCase):
     self.assertLess(helpers.MaxRelativeError(two, one), 1e-5)
 
   def testBadSharing(self):
-    clash = _Layers() + [helpers.Dense.Params().Set(name='tied', dim=DIM)]
-    with self.assertRaisesRegex(ValueError, "SharedLayer 'embed' runs a layer named 'tied', which "
-                                'is also the name of a layer of the pipeline'), helpers.Cluster(2):
-      helpers.Pipeline(clash, 2, 2).Instantiate()
-    other = _LossLayer()
-    other.layer.vocab = VOCAB + 1
-    with self.assertRaisesRegex(ValueError, "SharedLayer entries 'embed' and 'xent' run layers "
-                                "both named 'tied' but with different Params"), helpers.Cluster(2):
-      helpers.Pipeline(_Layers(), 2, 2, loss_layer=other).Instantiate()
+    # Entries that share a layer are checked by entries.CheckSharedNames (tests/entries_test.py).
     with self.assertRaisesRegex(ValueError, "SharedLayer 'x': set `layer`"):
       shared_layer.SharedLayer.Params().Set(name='x').Instantiate()
 

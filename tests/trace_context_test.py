@@ -8,7 +8,10 @@ from lingvo.core import cluster_factory
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
+from tensorpipe import partition_spec
 from tensorpipe import trace_context
+
+_SPEC = partition_spec.PartitionSpec()  # A partition whose settings the test does not look at.
 
 
 def _Settings():
@@ -56,7 +59,7 @@ class OffsetTest(test_utils.TestCase):
     with tf.Graph().as_default():
       before = _Settings()
       with self.assertRaisesRegex(ValueError, 'example offset must be a scalar integer tensor'):
-        with trace_context.Partition(None, tf.constant([1, 2]), None):
+        with trace_context.Partition(_SPEC, None, tf.constant([1, 2]), None):
           pass
       self.assertEqual(_Settings(), before)
     self.assertIsNone(trace_context.Current())
@@ -103,14 +106,14 @@ class PartitionTest(test_utils.TestCase):
       for fails in (False, True):
         try:
           with trace_context.Offset(2), trace_context.Partition(
-              step, tf.constant(5), 'collector', check_numerics=False, example_axis=1,
-              example_count=4, two_d=True, routes=Routes) as context:
+              partition_spec.PartitionSpec(batch_dim=1, example_count=4), step, tf.constant(5),
+              'collector', check_numerics=False, routes=Routes) as context:
             self.assertIs(trace_context.Current(), context)
             self.assertEqual(_Settings(), (False, False, False, step))
             self.assertEqual(home.entry, 'routed')
             self.assertEqual((context.collector, context.step, context.check_numerics,
-                              context.two_d), ('collector', step, False, True))
-            self.assertEqual((context.routing.example_axis, context.routing.example_count), (1, 4))
+                              context.two_d_weight_gradients), ('collector', step, False, True))
+            self.assertEqual((context.routing.batch_dim, context.routing.example_count), (1, 4))
             offset = context.offset
             matmul = tf.matmul(tf.ones([2, 3, 4]), tf.ones([4, 5]))
             if fails:
@@ -134,8 +137,8 @@ class PartitionTest(test_utils.TestCase):
 
     with tf.Graph().as_default():
       check_numerics = cluster_factory.Current().params.enable_check_numerics
-      with trace_context.Partition(None, 4, 'outer', routes=Routes) as outer:
-        with trace_context.Partition(None, 1, 'inner', check_numerics=False,
+      with trace_context.Partition(_SPEC, None, 4, 'outer', routes=Routes) as outer:
+        with trace_context.Partition(_SPEC, None, 1, 'inner', check_numerics=False,
                                      routes=Routes) as inner:
           self.assertEqual(home.entry, 'routed')
           self.assertEqual(inner.offset, 5)
@@ -151,7 +154,7 @@ class LayerScopeTest(test_utils.TestCase):
 
   def testNamesTheLayerRestartsTheStepSeedAndSharesRoutingWithDerivedContexts(self):
     with tf.Graph().as_default():
-      with trace_context.Partition(None, 0, None) as context:
+      with trace_context.Partition(_SPEC, None, 0, None) as context:
         routing = context.routing
         seeds = []
         for key in ('pipe/a', 'pipe/b', 'pipe/a'):

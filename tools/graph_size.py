@@ -226,7 +226,7 @@ def ModelChild(args):
     if 'synthetic' in inputs:
       inputs.synthetic = True
     model_params.input = inputs
-    row['k'] = param_count.MaxPartitions(model_params)
+    row['k'] = param_count.MaxDevices(model_params)
     row['m'] = _MicroBatches(layer_lib.Pipelines(model_params))
     # No preflight.CheckDataDirs here: the launcher's pre-check insists on input.data_dir even with
     # synthetic=True. Missing data shows up as the input generator's error when it is instantiated.

@@ -20,6 +20,7 @@ import argparse  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tensorpipe import layer as layer_lib
+from tensorpipe import placement
 from tensorpipe.partitioner import balancing
 from tensorpipe.partitioner import partition_report
 from tensorpipe.partitioner import partitioning
@@ -44,7 +45,7 @@ def Reports(model, dataset='Train', num_partitions=None, num_micro_batches=None,
     else:
       layers = [l for partition in p.partitions for l in partition]
       sizes = [len(partition) for partition in p.partitions]
-    k = num_partitions or p.num_partitions or len(sizes)
+    k = num_partitions or placement.NumDevices(p) or len(sizes)
     if num_partitions or cost or memory_budget is not None or algorithms != ('optimal',):
       sizes = None  # Re-partition.
     m = num_micro_batches or p.num_micro_batches

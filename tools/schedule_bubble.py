@@ -61,7 +61,7 @@ def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, 
   with tf.Graph().as_default() as graph, cluster_factory.ForTestingWorker(
       cpus=num_partitions, split_size=num_partitions):
     net = layer_lib.TensorPipeLayer.Params().Set(
-        name='pipe', layers=stack, num_partitions=num_partitions, num_micro_batches=num_micro,
+        name='pipe', layers=stack, num_devices=num_partitions, num_micro_batches=num_micro,
         schedule=name, virtual_stages=schedule.LeastVirtualStages(name),
         forward_overlap=False).Instantiate()
     x = tf.constant(np.random.RandomState(0).normal(

@@ -59,7 +59,7 @@ def Child(args):
   batch = m * args.micro_batch_size
   with tf.Graph().as_default() as graph, cluster_factory.ForTestingWorker(cpus=k, split_size=k):
     net = layer_lib.TensorPipeLayer.Params().Set(
-        name='pipe', layers=stack, num_partitions=k, num_micro_batches=m,
+        name='pipe', layers=stack, num_devices=k, num_micro_batches=m,
         schedule=args.schedule,
         virtual_stages=schedule.LeastVirtualStages(args.schedule)).Instantiate()
     x = tf.Variable(np.random.RandomState(0).normal(size=[batch, args.width]).astype(np.float32),

@@ -50,7 +50,7 @@ def TraceModel(model, warmup=3, intra_op_threads=1, inter_op_threads=2):
   pipelines = layer_lib.Pipelines(cfg)
   if not pipelines:
     raise ValueError('model %s has no TensorPipeLayer to draw' % model)
-  num_devices = max(k for _, _, k in preflight.PipelinePartitions(cfg))
+  num_devices = max(k for _, _, k in preflight.PipelineDevices(cfg))
   graph = tf.Graph()
   with graph.as_default(), cluster_factory.ForTestingWorker(
       mode='sync', job='trainer_client', cpus=num_devices, split_size=num_devices):

@@ -247,7 +247,7 @@ def WithPipelines(params: hyperparams.Params, num_partitions: int, num_micro_bat
     if p.partitions is not None:
       p.layers = [layer for partition in p.partitions for layer in partition]
       p.partitions = None
-    p.num_partitions = num_partitions
+    p.num_devices, p.num_partitions = num_partitions, None  # K; the Param's old name cleared.
     p.num_micro_batches = num_micro_batches
     p.micro_batch_size = None
     p.memory_budget = None
@@ -436,7 +436,7 @@ def PaperExample(partitions: Sequence[int] = (1, 2, 4),
           name='conv%d' % i, filter_shape=(3, 3, 1, 1), filter_stride=(1, 1),
           params_init=py_utils.WeightInit.Gaussian(0.5, seed=i)) for i in range(16)]
       net = layer_lib.TensorPipeLayer.Params().Set(
-          name='pipe', layers=layers, num_partitions=num_partitions,
+          name='pipe', layers=layers, num_devices=num_partitions,
           num_micro_batches=num_micro_batches, unpipelined=unpipelined).Instantiate()
       loss = tf.reduce_mean(net.FPropDefaultTheta(tf.constant(x)))
       return Built(loss, tf.trainable_variables(), MicroBatchDependence(net))

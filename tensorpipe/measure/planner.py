@@ -909,7 +909,7 @@ def _SimulateRanked(candidates, exact, progress):
 def Overrides(config: Configuration, pipeline_path: str = 'task.pipeline') -> str:
   """The --model_params_override text that sets `config` on the TensorPipeLayer at the path."""
   return '; '.join('%s.%s: %s' % (pipeline_path, key, value) for key, value in (
-      ('num_partitions', config.partitions), ('num_micro_batches', config.micro_batches),
+      ('num_devices', config.partitions), ('num_micro_batches', config.micro_batches),
       ('schedule', config.schedule), ('recompute', config.recompute),
       ('virtual_stages', config.virtual_stages)))
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from tensorpipe.partitioner import balancing
 from tensorpipe.partitioner import cost_model
+from tensorpipe import schedule
 from tensorpipe import units
 
 COST_SOURCES = ('auto',) + cost_model.COST_SOURCES
@@ -280,3 +281,71 @@ def SplitLayers(layer_params: Sequence[Any], num_partitions: int,
                 where: str = 'TensorPipeLayer') -> List[List[Any]]:
   """`layer_params` in `num_partitions` partitions, balanced by flops (by count without shapes)."""
   return MakePlan(layer_params, num_partitions, input_shapes, where=where).Partitions()
+
+
+def SkipIndices(layer_params: Sequence[Any], skip_connections: Any) -> List[Tuple[int, int]]:
+  """(source, destination) indices in `layer_params` of the skip connections between its layers
+  (the cost model feeds each destination its source's output); the rest are checked later."""
+  index = {layer.name: i for i, layer in enumerate(layer_params)}
+  pairs = []
+  for pair in skip_connections or []:
+    if isinstance(pair, (list, tuple)) and len(pair) == 2 and all(n in index for n in pair):
+      if index[pair[0]] < index[pair[1]]:
+        pairs.append((index[pair[0]], index[pair[1]]))
+  return pairs
+
+
+def CheckNames(layer_params: Sequence[Any], where: str) -> None:
+  """Refuses a layer without a name and two layers of one name."""
+  seen = set()
+  for i, params in enumerate(layer_params):
+    if not params.name:
+      raise ValueError('%s: layer %d (%s) has no name; every layer needs a unique name' %
+                       (where, i, params.cls.__name__))
+    if params.name in seen:
+      raise ValueError('%s: layer name %r appears twice; layer names must be unique' %
+                       (where, params.name))
+    seen.add(params.name)
+
+
+def PipelinePlan(p: Any, num_devices: Optional[int], num_micro_batches: int,
+                 device: Optional[str], where: str) -> Plan:
+  """The Plan of a TensorPipeLayer's Params `p`: its explicit `partitions`, checked, or its
+  `layers` split into K x virtual_stages partitions.
+
+  Args:
+    p: the TensorPipeLayer's Params (partitions or layers, virtual_stages, schedule, skip
+      connections and the partition_* and memory settings).
+    num_devices: K, the number of devices, as the Params give it (None: not given).
+    num_micro_batches: M, for memory estimates and the predicted efficiency.
+    device: a device of the type 'measured' times layers on.
+    where: prefix of error messages.
+  """
+  if (p.partitions is None) == (p.layers is None):
+    raise ValueError('%s: set exactly one of `partitions` (explicit partitions) and `layers` '
+                     '(cut into num_devices x virtual_stages partitions)' % where)
+  sizes = None
+  v = p.virtual_stages
+  if p.partitions is not None:
+    CheckPartitions(p.partitions, where)
+    if len(p.partitions) % v:
+      raise ValueError('%s: `partitions` lists %d partitions, not a multiple of '
+                       'virtual_stages=%d (K devices hold K x virtual_stages partitions)' %
+                       (where, len(p.partitions), v))
+    k = num_devices
+    if k is not None and k * v != len(p.partitions):
+      raise ValueError('%s: num_devices=%r with virtual_stages=%d needs %d partitions, but '
+                       '`partitions` lists %d' % (where, k, v, k * v, len(p.partitions)))
+    sizes = [len(partition) for partition in p.partitions]
+    layers = [layer_params for partition in p.partitions for layer_params in partition]
+    num_partitions = len(sizes)
+  else:
+    if num_devices is None:
+      raise ValueError('%s: `layers` needs num_devices (the number of devices K)' % where)
+    layers, num_partitions = list(p.layers), num_devices * v
+  CheckNames(layers, where)
+  return MakePlan(
+      layers, num_partitions, p.cost_input_shapes, p.partition_cost, p.partition_algorithm,
+      p.memory_budget, num_micro_batches, p.recompute, p.bytes_per_param, device, sizes,
+      where=where, skips=SkipIndices(layers, p.skip_connections),
+      partition_devices=schedule.PartitionDevices(p.schedule, num_partitions // v, v))

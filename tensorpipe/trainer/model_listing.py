@@ -19,7 +19,7 @@ LIST_LEGEND = (
 
 def ModelLine(name, cls):
   """One --list_models line: `name  [tiny|paper-scale, K=..]  description` (K from its params)."""
-  partitions = preflight.PipelinePartitions(registry.ModelParams(name, 'Train'))
+  partitions = preflight.PipelineDevices(registry.ModelParams(name, 'Train'))
   if len(partitions) == 1:
     k = 'K=%d' % partitions[0][2]
   elif partitions:

@@ -14,16 +14,16 @@ from tensorpipe import progress as progress_lib
 from tensorpipe.trainer import preflight
 
 
-def MaxPartitions(params):
-  """The largest num_partitions (or len(partitions)) of any TensorPipeLayer inside `params`."""
-  return max([1] + [k for _, _, k in preflight.PipelinePartitions(params)])
+def MaxDevices(params):
+  """The largest K (num_devices) of any TensorPipeLayer inside `params`."""
+  return max([1] + [k for _, _, k in preflight.PipelineDevices(params)])
 
 
 def BuildTask(task_params, progress=progress_lib.QUIET):
   """(graph, task): the task instantiated in a new graph on a cluster with enough devices;
   `progress` gets a phase that counts the variables as they are declared (the deepest models
   declare tens of thousands, for minutes)."""
-  k = MaxPartitions(task_params)
+  k = MaxDevices(task_params)
   graph = tf.Graph()
   with progress.Phase('building %s, counting its variables' % task_params.name) as phase:
 

@@ -1,6 +1,6 @@
 """Checks the trainer makes before any job starts, so a bad setup fails in one line, not in a job.
 
-The model's TensorPipeLayers (`PipelinePartitions`: how many devices a model split needs), the data
+The model's TensorPipeLayers (`PipelineDevices`: how many devices a model split needs), the data
 directories its inputs read (`CheckDataDirs`), `--model_params_override` keys the trainer never
 reads (`UnusedTaskTrainOverrides`), and the tasks of a multi-process job: the --cluster_spec, --job
 and --task flags (`CheckClusterSpec`, `CheckClusterTask`), that this host can write the checkpoint
@@ -20,18 +20,19 @@ import lingvo.compat as tf
 
 from tensorpipe import layer as layer_lib
 from tensorpipe import nested_params
+from tensorpipe import placement
 from tensorpipe.trainer import liveness
 from tensorpipe.trainer import registry
 
 
-def PipelinePartitions(cfg):
-  """[(path, name, K)] for every TensorPipeLayer in model params `cfg` (K: its partitions)."""
+def PipelineDevices(cfg):
+  """[(path, name, K)] for every TensorPipeLayer in model params `cfg` (K: its devices)."""
   out = []
   for path, p in layer_lib.Pipelines(cfg):
     if p.partitions is not None:
       k = len(p.partitions) // p.virtual_stages
-    elif p.num_partitions is not None:
-      k = p.num_partitions
+    elif placement.NumDevices(p) is not None:
+      k = placement.NumDevices(p)
     else:
       continue  # Misconfigured; the layer itself raises a clear error.
     out.append((path, p.name, int(k)))

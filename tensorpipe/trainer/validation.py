@@ -64,7 +64,7 @@ def Validate():
       for message in preflight.UnusedTaskTrainOverrides(cfg, FLAGS.model_params_override):
         tf.logging.warning('TensorPipe: %s', message)
     preflight.CheckDataDirs(cfg, dataset)
-    for path, name, k in preflight.PipelinePartitions(cfg):
+    for path, name, k in preflight.PipelineDevices(cfg):
       if k > split:
         if num_cpus:
           if tasks_per_replica > 1:

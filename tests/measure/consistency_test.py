@@ -32,7 +32,7 @@ def BatchNormTask():
   layers = [dense[0], batch_norm.BatchNorm.Params().Set(name='bn0', dim=DIM), dense[1],
             batch_norm.BatchNorm.Params().Set(name='bn1', dim=DIM)]
   task = PipelineTask.Params().Set(pipeline=layer_lib.TensorPipeLayer.Params().Set(
-      name='pipe', layers=layers, num_partitions=2, num_micro_batches=2))
+      name='pipe', layers=layers, num_devices=2, num_micro_batches=2))
   task.input = ConstantInput.Params().Set(shape=[BATCH, DIM])
   return task
 
@@ -57,7 +57,7 @@ class WithPipelinesTest(test_utils.TestCase):
     self.assertIsNone(enc.partitions)
     self.assertEqual([l.name for l in enc.layers], ['layer0', 'layer1', 'layer2'])
     for p in (enc, dec):
-      self.assertEqual((p.num_partitions, p.num_micro_batches, p.micro_batch_size,
+      self.assertEqual((p.num_devices, p.num_micro_batches, p.micro_batch_size,
                         p.memory_budget, p.unpipelined), (2, 3, None, None, False))
     self.assertEqual(enc.schedule, '1f1b')  # Kept: all schedules give the same gradients.
     self.assertTrue(consistency.WithPipelines(outer, 1, 1, unpipelined=True).encoder.unpipelined)

@@ -416,7 +416,7 @@ class TestFlags:
   def testOverridesAndTrainerFlags(self):
     best = _Plan().best
     text = planner.Overrides(best, 'task.encoder')
-    assert text == ('task.encoder.num_partitions: %d; task.encoder.num_micro_batches: %d; '
+    assert text == ('task.encoder.num_devices: %d; task.encoder.num_micro_batches: %d; '
                     'task.encoder.schedule: %s; task.encoder.recompute: %s; '
                     'task.encoder.virtual_stages: %d' %
                     (best.partitions, best.micro_batches, best.schedule, best.recompute,

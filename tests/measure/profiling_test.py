@@ -18,7 +18,7 @@ def _TracedStep(recompute, num_micro_batches=2, num_layers=4, dim=64, batch=16,
   p = helpers.Pipeline(layers, 2, num_micro_batches, recompute=recompute, forward_overlap=False,
                        schedule=schedule)
   if first_partition is not None:
-    p.Set(layers=None, num_partitions=None,
+    p.Set(layers=None, num_devices=None,
           partitions=[layers[:first_partition], layers[first_partition:]])
   x = np.random.RandomState(0).uniform(size=[batch, dim]).astype(np.float32)
   return helpers.TracedPipelineStep(p, x)

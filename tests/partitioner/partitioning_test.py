@@ -29,6 +29,22 @@ class CheckPartitionsTest(test_utils.TestCase):
       partitioning.CheckPartitions([])
 
 
+class LayerNamesAndSkipsTest(test_utils.TestCase):
+
+  def testLayerNames(self):
+    with self.assertRaisesRegex(ValueError, "^pipe: layer name 'layer0' appears twice"):
+      partitioning.CheckNames(helpers.DenseLayers(2) + helpers.DenseLayers(1), 'pipe')
+    with self.assertRaisesRegex(ValueError, r'^pipe: layer 1 \(Dense\) has no name'):
+      partitioning.CheckNames(helpers.DenseLayers(1) + [helpers.Dense.Params()], 'pipe')
+    partitioning.CheckNames(helpers.DenseLayers(3), 'pipe')
+
+  def testSkipIndicesLeaveTheBadOnesToTheCheck(self):
+    layers = [helpers.Dense.Params().Set(name='l%d' % i) for i in range(6)]
+    skips = [('l0', 'l3'), ('l2', 'l3'), ('l1', 'l5'), ('l3', 'l1'), ('l0', 'nope'), 'l0']
+    self.assertEqual(partitioning.SkipIndices(layers, skips), [(0, 3), (2, 3), (1, 5)])
+    self.assertEqual(partitioning.SkipIndices(layers, None), [])
+
+
 class MakePlanTest(test_utils.TestCase):
 
   def testCountAndFlops(self):
@@ -177,7 +193,7 @@ class LayerParamsTest(test_utils.TestCase):
       with self.assertRaisesRegex(ValueError, 'layer 1 .* has no name'):
         layer_lib.TensorPipeLayer.Params().Set(
             name='p', layers=[helpers.Dense.Params().Set(name='a'), helpers.Dense.Params()],
-            num_partitions=2).Instantiate()
+            num_devices=2).Instantiate()
 
 
 if __name__ == '__main__':

@@ -22,18 +22,18 @@ from tensorpipe.measure import profiling
 from tensorpipe import placement
 from tests import helpers
 
-NUM_PARTITIONS = 2
+NUM_DEVICES = 2
 
 
 def _Run(num_splits, traced=False):
   """Gradients ({var: value}) of mean(square(out)) over the whole batch, the batch split over
   `num_splits` towers as Lingvo's trainer splits it; with `traced`, also the step's RunMetadata."""
   graph = tf.Graph()
-  num_devices = NUM_PARTITIONS * num_splits
+  num_devices = NUM_DEVICES * num_splits
   with graph.as_default(), cluster_factory.ForTestingWorker(cpus=num_devices,
-                                                            split_size=NUM_PARTITIONS) as cluster:
+                                                            split_size=NUM_DEVICES) as cluster:
     tf.random.set_seed(1234)
-    net = helpers.ScaleOutPipeline(NUM_PARTITIONS).Instantiate()
+    net = helpers.ScaleOutPipeline(NUM_DEVICES).Instantiate()
     self_devices = net.devices
     pieces = tf.split(tf.constant(helpers.ScaleOutInput()), num_splits)
     outs = []
@@ -103,7 +103,7 @@ class MultiProcessTest(test_utils.TestCase):
     proc.stdout.close()
 
   def testPartitionsInTwoProcessesGiveTheOneProcessGradients(self):
-    addresses = self._StartWorkers(NUM_PARTITIONS)
+    addresses = self._StartWorkers(NUM_DEVICES)
     remote, meta = helpers.RemotePipelineGradients(addresses)
     reference, _, _ = _Run(1)
     self.assertLess(helpers.MaxRelativeError(remote, reference), 1e-6)
@@ -115,7 +115,7 @@ class MultiProcessTest(test_utils.TestCase):
         if partition:
           tasks.setdefault(int(partition.group(1)), set()).add(
               re.search(r'task:(\d+)', dev.device).group(1))
-    self.assertEqual(tasks, {k: {str(k)} for k in range(NUM_PARTITIONS)})
+    self.assertEqual(tasks, {k: {str(k)} for k in range(NUM_DEVICES)})
 
 
 class DataParallelTest(test_utils.TestCase):
@@ -137,10 +137,10 @@ class DataParallelTest(test_utils.TestCase):
         if tower and partition:
           calls.setdefault((int(tower.group(1)), int(partition.group(1))), set()).add(
               dev.device.split('/')[-1].upper())
-    self.assertEqual(sorted(calls), [(s, k) for s in range(2) for k in range(NUM_PARTITIONS)])
+    self.assertEqual(sorted(calls), [(s, k) for s in range(2) for k in range(NUM_DEVICES)])
     for (s, k), devices in calls.items():
-      # Split s's partition k on device NUM_PARTITIONS * s + k of the worker.
-      self.assertEqual(devices, {'DEVICE:CPU:%d' % (NUM_PARTITIONS * s + k)}, (s, k))
+      # Split s's partition k on device NUM_DEVICES * s + k of the worker.
+      self.assertEqual(devices, {'DEVICE:CPU:%d' % (NUM_DEVICES * s + k)}, (s, k))
 
 
 if __name__ == '__main__':

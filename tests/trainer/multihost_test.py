@@ -143,7 +143,7 @@ class MultiHostTrainingTest(test_utils.TestCase):
             '--cpu_devices=1', '--worker_split_size=2', '--worker_tasks_per_replica=2',
             '--job=%s' % job, '--task=%d' % task, '--startup_timeout_s=%d' % startup_timeout_s,
             '--lost_task_timeout_s=%d' % lost_s, '--step_timeout_s=%d' % _STEP_TIMEOUT_S,
-            '--model_params_override=task.pipeline.num_partitions: 2; '
+            '--model_params_override=task.pipeline.num_devices: 2; '
             'train.save_interval_steps: 20; train.max_steps: %d' % _STEPS,
             '--tensorpipe_profile_every_n_steps=0']
 
@@ -415,7 +415,7 @@ class MultiHostTrainingTest(test_utils.TestCase):
         [sys.executable, '-m', 'tensorpipe.trainer.train', '--model=%s' % _MODEL,
          '--logdir=%s' % logdir, '--mode=sync', '--run_locally=cpu', '--cpu_devices=2',
          '--job=evaler_once_test@%d' % _STEPS,
-         '--model_params_override=task.pipeline.num_partitions: 2'],
+         '--model_params_override=task.pipeline.num_devices: 2'],
         cwd=helpers.REPO, capture_output=True, text=True, timeout=_WAIT_S, check=False)
     self.assertEqual(evaler.returncode, 0, evaler.stderr[-3000:])
     with open(os.path.join(logdir, 'eval_test', 'score-%08d.txt' % _STEPS)) as f:

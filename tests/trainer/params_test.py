@@ -60,7 +60,7 @@ class RegisteredParamsTest(test_utils.TestCase):
             ran.add(text)
 
   def _BuildAndRun(self, cfg, dataset):
-    num_devices = max([1] + [k for _, _, k in preflight.PipelinePartitions(cfg)])
+    num_devices = max([1] + [k for _, _, k in preflight.PipelineDevices(cfg)])
     is_train = dataset == 'Train'
     graph, task = helpers.TrainerGraph(cfg, num_devices, train=is_train)
     with graph.as_default():

@@ -25,9 +25,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 class PreflightTest(test_utils.TestCase):
 
-  def testPipelinePartitions(self):
+  def testPipelineDevices(self):
     cfg = registry.ModelRegistry.GetParams(MODEL, 'Train')
-    self.assertEqual(preflight.PipelinePartitions(cfg), [('task.pipeline', 'pipeline', 4)])
+    self.assertEqual(preflight.PipelineDevices(cfg), [('task.pipeline', 'pipeline', 4)])
 
   def testMissingDataDirIsNamed(self):
     cfg = registry.ModelParams(MODEL, 'Train')

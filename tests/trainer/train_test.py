@@ -476,7 +476,7 @@ class TrainerSmokeTest(test_utils.TestCase):
 
   def _Args(self, logdir, max_steps, *extra):
     override = ';'.join([
-        'task.pipeline.num_partitions: 2',
+        'task.pipeline.num_devices: 2',
         'train.max_steps: %d' % max_steps,
         'train.save_interval_steps: 10',
         'train.save_interval_seconds: 2',
@@ -621,7 +621,7 @@ class TrainerSmokeTest(test_utils.TestCase):
     status, stdout, stderr = _Run(
         _Launcher('--model=%s' % MODEL, '--cpu_devices=2', '--mode=sync', '--run_locally=cpu',
                   '--logdir=%s' % logdir, '--job=evaler_once_test@%d' % final,
-                  '--model_params_override=task.pipeline.num_partitions: 2'), timeout=180)
+                  '--model_params_override=task.pipeline.num_devices: 2'), timeout=180)
     self.assertEqual(status, 0, (stdout + stderr)[-3000:])
     score = run_summary.LatestScore(logdir, 'test')
     self.assertIsNotNone(score, (stdout + stderr)[-3000:])

@@ -49,7 +49,7 @@ class ValidateTest(test_utils.TestCase):
     with flagsaver.flagsaver(model_params_override=override):
       cfg = registry.ModelParams(MODEL, 'Train')
     p = cfg.task.pipeline
-    self.assertEqual((p.num_partitions, p.num_micro_batches, p.schedule, p.recompute),
+    self.assertEqual((p.num_devices, p.num_micro_batches, p.schedule, p.recompute),
                      (int(k), int(m), sched, recompute))
 
   def testPlanWithABadCacheDirectory(self):

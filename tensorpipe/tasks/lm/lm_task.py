@@ -100,12 +100,12 @@ class SyntheticLmInput(base_input_generator.BaseInputGenerator):
 
 
 def TransformerLmParams(num_layers, model_dim=2048, ffn_dim=8192, num_heads=32, vocab_size=32000,
-                        num_partitions=1, num_micro_batches=1, head_dim=64, recompute='always',
+                        num_devices=1, num_micro_batches=1, head_dim=64, recompute='always',
                         dropout_keep_prob=1.0, name='lm'):
-  """PipelinedTransformerLm Params for Transformer-L: L causal layers, num_partitions partitions."""
+  """PipelinedTransformerLm Params for Transformer-L: L causal layers on num_devices devices."""
   p = PipelinedTransformerLm.Params().Set(name=name, vocab_size=vocab_size, model_dim=model_dim)
   p.stack = layer_lib.TensorPipeLayer.Params().Set(
-      name='stack', num_partitions=num_partitions, num_micro_batches=num_micro_batches,
+      name='stack', num_devices=num_devices, num_micro_batches=num_micro_batches,
       recompute=recompute,
       layers=transformer.StackLayers(num_layers, model_dim, ffn_dim, num_heads, is_decoder=False,
                                      head_dim=head_dim, dropout_keep_prob=dropout_keep_prob,

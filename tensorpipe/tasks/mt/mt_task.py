@@ -372,13 +372,13 @@ class PipelinedTransformer(base_model.BaseTask):
 
 
 def TransformerParams(num_layers, ffn_dim, num_heads, model_dim=1024, vocab_size=64000,
-                      num_partitions=1, num_micro_batches=1, head_dim=64, dropout_keep_prob=1.0,
+                      num_devices=1, num_micro_batches=1, head_dim=64, dropout_keep_prob=1.0,
                       recompute='always', name='mt'):
   """PipelinedTransformer Params for T(L, H, A): L encoder/decoder layers, feed-forward H, A heads.
 
-  The encoder and the decoder stack are each a TensorPipeLayer of `num_partitions` partitions on the
-  same K devices (partition k of both on device k), both with `num_micro_batches` micro-batches. The
-  feed-forward init is scaled by 1/sqrt(L) and logits are clipped
+  The encoder and the decoder stack are each a TensorPipeLayer cut into partitions on the same
+  `num_devices` devices K (partition k of both on device k), both with `num_micro_batches`
+  micro-batches. The feed-forward init is scaled by 1/sqrt(L) and logits are clipped
   (PipelinedTransformer.logits_abs_max).
   """
   p = PipelinedTransformer.Params().Set(name=name, vocab_size=vocab_size, model_dim=model_dim,
@@ -387,6 +387,6 @@ def TransformerParams(num_layers, ffn_dim, num_heads, model_dim=1024, vocab_size
     stack = transformer.StackLayers(num_layers, model_dim, ffn_dim, num_heads, is_decoder,
                                     head_dim=head_dim, dropout_keep_prob=dropout_keep_prob)
     p.Set(**{side: layer_lib.TensorPipeLayer.Params().Set(
-        name=side, layers=stack, num_partitions=num_partitions,
+        name=side, layers=stack, num_devices=num_devices,
         num_micro_batches=num_micro_batches, recompute=recompute)})
   return p

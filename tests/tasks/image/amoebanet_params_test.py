@@ -50,7 +50,7 @@ class ParameterCountTest(test_utils.TestCase):
       cfg = helpers.ModelParams(name)
       layers = _Layers(cfg)
       self.assertEqual(_CellFilters(layers), (num_cells, filters), name)
-      self.assertEqual(cfg.task.pipeline.num_partitions, k, name)
+      self.assertEqual(cfg.task.pipeline.num_devices, k, name)
       count = cost_model.ParamCount(layers)
       self.assertBetween(count / paper - 1, -tolerance, tolerance, '%s: %d' % (name, count))
     count = cost_model.ParamCount(
@@ -66,7 +66,7 @@ class HyperParameterTest(test_utils.TestCase):
     self.assertEqual(_CellFilters(layers), (18, 512))
     self.assertTrue(all(p.genotype == 'B' for p in layers if 'cell' in p.name))
     self.assertEqual(cfg.input.image_size, 480)
-    self.assertEqual(cfg.task.pipeline.num_partitions, 4)
+    self.assertEqual(cfg.task.pipeline.num_devices, 4)
     self.assertEqual(cfg.task.pipeline.recompute, 'always')
     self.assertEqual(cfg.task.label_smoothing, 0.1)
     self.assertEqual(cfg.task.aux_loss_weight, 0.4)
@@ -89,13 +89,13 @@ class HyperParameterTest(test_utils.TestCase):
       for m in (1, 4, 32):
         cfg = helpers.ModelParams('amoebanet.AmoebaNetD18x256K%dM%d' % (k, m))
         self.assertEqual(_CellFilters(_Layers(cfg)), (18, 256))
-        self.assertEqual((cfg.task.pipeline.num_partitions, cfg.task.pipeline.num_micro_batches),
+        self.assertEqual((cfg.task.pipeline.num_devices, cfg.task.pipeline.num_micro_batches),
                          (k, m))
         self.assertEqual(cfg.input.batch_size % m, 0)
 
   def testTable1NaiveHasNoPipelineNorRecomputation(self):
     p = helpers.ModelParams('amoebanet.AmoebaNetDNaive1').task.pipeline
-    self.assertEqual((p.num_partitions, p.num_micro_batches, p.recompute), (1, 1, 'never'))
+    self.assertEqual((p.num_devices, p.num_micro_batches, p.recompute), (1, 1, 'never'))
     for name in ('Pipeline1', 'Pipeline2', 'Pipeline4', 'Pipeline8'):
       p = helpers.ModelParams('amoebanet.AmoebaNetD' + name).task.pipeline
       self.assertEqual((p.num_micro_batches, p.recompute), (16, 'always'))
@@ -125,7 +125,7 @@ class HyperParameterTest(test_utils.TestCase):
     """Lingvo's own rule matching on the tiny transfer model's variables (and a fake slot)."""
     from lingvo.core import py_utils  # pylint: disable=g-import-not-at-top
     cfg = helpers.ModelParams('amoebanet.TinyTransferAmoebaNetB')
-    k = cfg.task.pipeline.num_partitions
+    k = cfg.task.pipeline.num_devices
     with tf.Graph().as_default(), cluster_factory.ForTestingWorker(cpus=k, split_size=k):
       task = cfg.task.Instantiate()
       del task
@@ -154,7 +154,7 @@ class TinyTrainingTest(test_utils.TestCase):
 
   def _Train(self, name, steps=50):
     cfg = helpers.ModelParams(name)
-    k = cfg.task.pipeline.num_partitions
+    k = cfg.task.pipeline.num_devices
     graph, task = helpers.TrainerGraph(cfg, k)
     with graph.as_default():
       moving = [v for v in tf.global_variables() if 'moving_mean' in v.op.name]

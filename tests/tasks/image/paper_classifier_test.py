@@ -27,7 +27,7 @@ def _TinyTask(num_micro_batches, schedule='gpipe', weights=None, **task_params):
                                                     label_smoothing=0.1, **task_params)
   p.input = image_input.ImageInput.Params().Set(synthetic=True)
   p.pipeline = layer_lib.TensorPipeLayer.Params().Set(
-      name='pipeline', num_partitions=2, num_micro_batches=num_micro_batches, schedule=schedule,
+      name='pipeline', num_devices=2, num_micro_batches=num_micro_batches, schedule=schedule,
       layers=amoebanet.AmoebaNetLayers('B', 3, 8, 10, 8, image_channels=1, stem_filters=8,
                                        stem_stride=1, num_stem_cells=0, aux_head=True))
   rng = np.random.RandomState(0)

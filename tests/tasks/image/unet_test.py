@@ -55,7 +55,7 @@ class UNetByHand(base_layer.BaseLayer):
 def _Pipeline(name, k, m=1, sched='gpipe', **kwargs):
   layers, skips = unet.TinyUNet(IMAGE_SHAPE)
   return layer_lib.TensorPipeLayer.Params().Set(
-      name=name, layers=layers, skip_connections=skips, num_partitions=k, num_micro_batches=m,
+      name=name, layers=layers, skip_connections=skips, num_devices=k, num_micro_batches=m,
       schedule=sched, cost_input_shapes=[[BATCH] + list(IMAGE_SHAPE)], loss_layer=_XentParams(),
       **kwargs)
 
@@ -133,7 +133,7 @@ class PartitioningTest(test_utils.TestCase):
   def testSkipsCrossPartitionsAtK4(self):
     cfg = helpers.ModelParams('digits.TinyUNetPipeline')
     params = cfg.task.pipeline.Copy().Set(name='pipe')
-    self.assertEqual(params.num_partitions, 4)
+    self.assertEqual(params.num_devices, 4)
     self.assertEqual(params.num_micro_batches, 8)
     self.assertEqual(params.skip_connections, [('down1', 'up1'), ('down0', 'up0')])
     with tf.Graph().as_default(), helpers.Cluster(4):
@@ -145,7 +145,7 @@ class PartitioningTest(test_utils.TestCase):
       self.assertEqual(names, [['down0', 'down1'], ['bottom'], ['up1'], ['up0', 'head']])
       net.FPropDefaultTheta(tf.zeros([BATCH] + list(IMAGE_SHAPE)))
       functions = net._functions[tf.get_default_graph()]  # pylint: disable=protected-access
-      inputs = {sig[0]: f.num_inputs for sig, f in functions.items()}
+      inputs = {sig[0].index: f.num_inputs for sig, f in functions.items()}
     # 'bottom' gets down1's output only: neither skip passes through its partition. up1 gets
     # bottom's output and down1's; up0 gets up1's and down0's, straight from partition 0.
     self.assertEqual(inputs, {0: 1, 1: 1, 2: 2, 3: 2})

@@ -13,9 +13,9 @@ from tensorpipe.tasks.lm import lm_task
 from tests import helpers
 
 
-def _Params(num_partitions, num_micro_batches=1, pipelined=True):
+def _Params(num_devices, num_micro_batches=1, pipelined=True):
   p = lm_task.TransformerLmParams(3, model_dim=16, ffn_dim=32, num_heads=2, head_dim=8,
-                                  vocab_size=30, num_partitions=num_partitions,
+                                  vocab_size=30, num_devices=num_devices,
                                   num_micro_batches=num_micro_batches, dropout_keep_prob=0.8)
   if not pipelined:
     p.stack = builder_layers.SequentialLayer.Params().Set(name='stack', sub=p.stack.layers)

@@ -278,7 +278,7 @@ class PipelinedTransformerBeamSearchTest(test_utils.TestCase):
 
   def _Params(self, data_dir, vocab_size, beam_size):
     p = mt_task.TransformerParams(num_layers=1, ffn_dim=32, num_heads=2, model_dim=16, head_dim=8,
-                                  vocab_size=vocab_size, num_partitions=2, num_micro_batches=2)
+                                  vocab_size=vocab_size, num_devices=2, num_micro_batches=2)
     p.Set(languages=self.LANGS, max_decode_length=self.MAX_LENGTH, beam_size=beam_size,
           length_normalization=0.6)
     p.input = mt_input.MultilingualInput.Params().Set(

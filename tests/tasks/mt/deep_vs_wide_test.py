@@ -75,7 +75,7 @@ class DeepVsWideTest(test_utils.TestCase):
       p = cls().Task()
       self.assertEqual(len(p.encoder.layers), layers + 1)  # + the final layer norm.
       self.assertEqual(len(p.decoder.layers), layers + 1)
-      self.assertEqual(p.encoder.num_partitions, 2)
+      self.assertEqual(p.encoder.num_devices, 2)
       self.assertEqual(p.decoder.layers[0].ffn_dim, ffn)
       self.assertEqual((p.model_dim, p.decoder.layers[0].num_heads), (64, 4))
       counts[cls] = param_count.CountParameters(p)

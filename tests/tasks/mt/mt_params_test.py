@@ -68,8 +68,8 @@ class MtParamsTest(test_utils.TestCase):
       self.assertEqual((p.model_dim, p.vocab_size), (1024, 64000), cls.__name__)
       self.assertEqual(len(p.encoder.layers), layers + 1)  # + the final layer norm.
       self.assertEqual(len(p.decoder.layers), layers + 1)
-      self.assertEqual(p.encoder.num_partitions, k)
-      self.assertEqual(p.decoder.num_partitions, k)
+      self.assertEqual(p.encoder.num_devices, k)
+      self.assertEqual(p.decoder.num_devices, k)
       first = p.decoder.layers[0]
       self.assertEqual((first.ffn_dim, first.num_heads, first.head_dim), (ffn, heads, 64))
       self.assertAllClose(first.ffn_init_scale, layers**-0.5)
@@ -97,7 +97,7 @@ class MtParamsTest(test_utils.TestCase):
     for cls, (layers, k, _) in TRANSFORMER_L.items():
       p = cls().Task()
       self.assertEqual(len(p.stack.layers), layers + 1)
-      self.assertEqual(p.stack.num_partitions, k)
+      self.assertEqual(p.stack.num_devices, k)
       self.assertEqual((p.model_dim, p.vocab_size), (2048, 32000))
       first = p.stack.layers[0]
       self.assertEqual((first.ffn_dim, first.num_heads, first.causal, first.is_decoder),

@@ -30,9 +30,9 @@ from tests import helpers
 VOCAB, BATCH, SRC_LEN, TGT_LEN = 40, 4, 7, 6
 
 
-def _Params(num_partitions, num_micro_batches=1, pipelined=True, keep=0.8, num_layers=3):
+def _Params(num_devices, num_micro_batches=1, pipelined=True, keep=0.8, num_layers=3):
   p = mt_task.TransformerParams(num_layers=num_layers, ffn_dim=24, num_heads=2, model_dim=16, head_dim=8,
-                                vocab_size=VOCAB, num_partitions=num_partitions,
+                                vocab_size=VOCAB, num_devices=num_devices,
                                 num_micro_batches=num_micro_batches, dropout_keep_prob=keep)
   if not pipelined:
     p.encoder = builder_layers.SequentialLayer.Params().Set(name='encoder', sub=p.encoder.layers)
@@ -93,11 +93,11 @@ def Gradients(params, num_devices=4):
 
 
 @functools.lru_cache(maxsize=None)
-def PipelinedGradients(num_partitions, num_micro_batches, decoder_schedule='gpipe'):
+def PipelinedGradients(num_devices, num_micro_batches, decoder_schedule='gpipe'):
   """Gradients(_Params(K, M)) with the given decoder schedule, built once per process: the
   K = 2, M = 2 'gpipe' model is both a pipelined variant checked against the unpipelined model and
   the reference of the other decoder schedules (each build takes seconds)."""
-  p = _Params(num_partitions, num_micro_batches)
+  p = _Params(num_devices, num_micro_batches)
   p.decoder.schedule = decoder_schedule
   return Gradients(p)
 
@@ -244,7 +244,7 @@ class GreedyDecodeBleuTest(test_utils.TestCase):
 
   def _Params(self, data_dir, vocab_size):
     p = mt_task.TransformerParams(num_layers=1, ffn_dim=128, num_heads=4, model_dim=64, head_dim=16,
-                                  vocab_size=vocab_size, num_partitions=2, num_micro_batches=2,
+                                  vocab_size=vocab_size, num_devices=2, num_micro_batches=2,
                                   dropout_keep_prob=1.0)
     p.label_smoothing = 0.0
     p.languages = self.LANGS
