@@ -12,6 +12,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from tensorpipe.partitioner import balancing
 from tensorpipe.partitioner import cost_model
+from tensorpipe.partitioner import measured_cost
 from tensorpipe import units
 
 COST_SOURCES = ('auto',) + cost_model.COST_SOURCES
@@ -38,7 +39,7 @@ class Plan:
   sizes: List[int]
   cost_source: str
   algorithm: str
-  cost: balancing.PartitionCost
+  cost: balancing.LayerCosts
   input_shapes: Optional[List[Any]] = None
   num_micro_batches: int = 1
   recompute: str = 'always'
@@ -95,8 +96,8 @@ class Plan:
       totals[d] += need
     return totals
 
-  def Memory(self) -> Optional[balancing.PartitionCost]:
-    """Estimated per-partition memory as a balancing.PartitionCost (see cost_model.MemoryCost)."""
+  def Memory(self) -> Optional[balancing.LayerCosts]:
+    """Estimated per-layer memory as balancing.LayerCosts (see cost_model.MemoryCost)."""
     profiles = self.Profiles()
     if profiles is None:
       return None
@@ -135,7 +136,7 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
     skips: (source, destination) layer indices of skip connections: each destination's costs are
       taken with its source's output as an extra input.
     partition_devices: per partition, its device, when a device holds several partitions (virtual
-      stages; see schedule.PartitionDevices); None: partition k on device k.
+      stages; see schedule_builders.PartitionDevices); None: partition k on device k.
 
   Returns:
     A Plan.
@@ -159,13 +160,13 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
               num_micro_batches, recompute, bytes_per_param, memory_budget, tuple(skips),
               None if partition_devices is None else tuple(partition_devices))
   if cost == 'count':
-    plan.cost = balancing.PartitionCost([1.0] * len(layer_params))
+    plan.cost = balancing.LayerCosts([1.0] * len(layer_params))
   elif cost == 'flops':
-    plan.cost = balancing.PartitionCost(cost_model.Flops(layer_params, input_shapes, skips),
-                                        where=where)
+    plan.cost = balancing.LayerCosts(cost_model.Flops(layer_params, input_shapes, skips),
+                                     where=where)
   elif cost == 'measured':
-    plan.cost = balancing.PartitionCost(
-        cost_model.MeasureSeconds(layer_params, input_shapes, device, input_fn=input_fn,
+    plan.cost = balancing.LayerCosts(
+        measured_cost.MeasureSeconds(layer_params, input_shapes, device, input_fn=input_fn,
                                   skips=skips),
         what='time', where=where)
   else:
