@@ -364,13 +364,19 @@ def DecodeSchedule(num_partitions: int, num_micro_batches: int, forward_lag: int
                   partition_devices=partition_devices, forward_only=True)
 
 
+def _OnePerDevice(num_devices, virtual_stages):
+  del virtual_stages  # 1.
+  return list(range(num_devices))
+
+
 class Kind(NamedTuple):
   """A named schedule: `build` makes it from (K devices, M, v partitions per device, forward_lag,
   recompute); `virtual_stages` is the fewest partitions per device it runs; `check_sizes` raises
-  where `build` would refuse (K devices, M)."""
+  where `build` would refuse (K devices, M); `place` gives each partition's device from (K, v)."""
   build: Callable[[int, int, int, int, str], Schedule]
   virtual_stages: int
   check_sizes: Callable[[int, int], None] = _CheckSizes
+  place: Callable[[int, int], List[int]] = _OnePerDevice
 
 
 # Every schedule TensorPipeLayer runs, by name: the one table `Build` dispatches through.
@@ -379,8 +385,10 @@ KINDS: Dict[str, Kind] = {
     '1f1b': Kind(lambda d, m, v, lag, recompute: OneFOneBSchedule(d, m, lag, recompute), 1),
     'zero_bubble': Kind(lambda d, m, v, lag, recompute: ZeroBubbleSchedule(d, m, lag, recompute),
                         1),
-    'interleaved_1f1b': Kind(InterleavedOneFOneBSchedule, 2, _CheckInterleavedSizes),
-    'zbv': Kind(lambda d, m, v, lag, recompute: ZeroBubbleVSchedule(d, m, lag, recompute), 2),
+    'interleaved_1f1b': Kind(InterleavedOneFOneBSchedule, 2, _CheckInterleavedSizes,
+                             InterleavedPartitionDevices),
+    'zbv': Kind(lambda d, m, v, lag, recompute: ZeroBubbleVSchedule(d, m, lag, recompute), 2,
+                place=lambda d, v: VPartitionDevices(d)),
 }
 
 NAMES = tuple(KINDS)
@@ -429,11 +437,7 @@ def PartitionDevices(name: str, num_devices: int, virtual_stages: int = 1) -> Li
   device k, or the interleaved or V placement of the virtual schedules."""
   CheckVirtualStages(name, virtual_stages)
   CheckCounts(num_devices=num_devices)
-  if name == 'interleaved_1f1b':
-    return InterleavedPartitionDevices(num_devices, virtual_stages)
-  if name == 'zbv':
-    return VPartitionDevices(num_devices)
-  return list(range(num_devices))
+  return KINDS[name].place(num_devices, virtual_stages)
 
 
 def Check(name: str, num_devices: int, num_micro_batches: int, virtual_stages: int = 1,
