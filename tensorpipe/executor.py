@@ -32,7 +32,7 @@ backward action, which needs a loss gradient that does not wait for the forward 
 (5)).
 
 A decode step (`DecodeStep`, for TensorPipeLayer.ExtendStep) builds only forward actions, of a
-`schedule.DecodeSchedule`, in the same build order and through the same `_After`: each runs
+`schedule_builders.DecodeSchedule`, in the same build order and through the same `_After`: each runs
 partition k's step on micro-batch t (its `make_partition` object's Forward), taking and returning
 partition k's states for t on partition k's device.
 """
@@ -230,10 +230,10 @@ class PipelineStep:
   def DecodeStep(self, partition_theta: Sequence[py_utils.NestedMap], args: Any,
                  sizes: Sequence[Union[int, tf.Tensor]], states: Sequence[Sequence[Any]],
                  time_step: tf.Tensor) -> Tuple[Any, List[List[Any]]]:
-    """One decode step, on a forward-only schedule (`schedule.DecodeSchedule`): micro-batch t of the
-    step's inputs goes through the partitions, and partition k's step on it extends partition k's
-    states for t. The states are inputs and outputs of ops on partition k's device, so they stay
-    there; only the step's activations pass between partitions.
+    """One decode step, on a forward-only schedule (`schedule_builders.DecodeSchedule`): micro-batch
+    t of the step's inputs goes through the partitions, and partition k's step on it extends
+    partition k's states for t. The states are inputs and outputs of ops on partition k's device,
+    so they stay there; only the step's activations pass between partitions.
 
     Args:
       partition_theta: K NestedMaps, partition k's weights.

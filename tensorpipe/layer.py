@@ -2,8 +2,9 @@
 
 The L layers are cut into K partitions (explicitly, or balanced by estimated cost); partition k and
 its variables live on device k. With virtual stages v (schedules 'interleaved_1f1b' and 'zbv') they
-are cut into K v partitions and each device holds v of them, as `schedule.PartitionDevices` places
-them. FProp splits the mini-batch into M micro-batches and runs the
+are cut into K v partitions and each device holds v of them, as
+`schedule_builders.PartitionDevices` places them. FProp splits the mini-batch into M
+micro-batches and runs the
 schedule's actions (see `schedule`): each forward action F(k, t) is one call of partition k's
 forward function and each backward action B(k, t) one call of its backward function, which
 re-computes the partition from its saved boundary input (see `partition_function`). The functions
@@ -41,6 +42,7 @@ from tensorpipe import partition_trace
 from tensorpipe import placement
 from tensorpipe import randomness
 from tensorpipe import schedule
+from tensorpipe import schedule_builders
 from tensorpipe import selective_recompute
 from tensorpipe import stateful_ops
 
@@ -176,7 +178,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
     where = 'TensorPipeLayer %r' % p.name
     try:
       schedule.CheckRecompute('schedule=%r' % p.schedule, p.recompute,
-                              schedule.SplitsBackward(p.schedule, p.virtual_stages))
+                              schedule_builders.SplitsBackward(p.schedule, p.virtual_stages))
+    except ValueError as e:
+      raise ValueError('%s: %s' % (where, e)) from None
+    try:
       self._kept_op_types = selective_recompute.KeptTypes(p.selective_kept_ops, p.recompute)
     except ValueError as e:
       raise ValueError('%s: %s' % (where, e)) from None
@@ -337,8 +342,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
     lag = 2 if p.forward_overlap else 1
     num_micro = self.NumMicroBatches(batch_size)
     try:
-      return schedule.Build(p.schedule, self.num_devices, num_micro, p.virtual_stages, lag,
-                            p.recompute)
+      return schedule_builders.Build(p.schedule, self.num_devices, num_micro, p.virtual_stages,
+                                     lag, p.recompute)
     except ValueError as e:
       raise ValueError('TensorPipeLayer %r: %s' % (p.name, e)) from None
 
@@ -347,8 +352,8 @@ class TensorPipeLayer(base_layer.BaseLayer):
 
     Partition k runs on its device of the current model split: device k
     (`cluster.WorkerDeviceInModelSplit(k)`, or `devices[k]`), or with virtual stages the device
-    the schedule places it on (`schedule.PartitionDevices`). With data parallelism, Lingvo calls
-    FProp once per split, each on its own devices.
+    the schedule places it on (`schedule_builders.PartitionDevices`). With data parallelism,
+    Lingvo calls FProp once per split, each on its own devices.
     """
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
@@ -426,10 +431,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
                                           'TensorPipeLayer %r: decode_micro_batches' % p.name)
 
   def DecodeSchedule(self, batch_size):
-    """The schedule.DecodeSchedule of a decode step of `batch_size` examples."""
+    """The schedule_builders.DecodeSchedule of a decode step of `batch_size` examples."""
     p = self.params
-    return schedule.DecodeSchedule(self.num_partitions, self.DecodeMicroBatches(batch_size),
-                                   2 if p.forward_overlap else 1, self._placement)
+    return schedule_builders.DecodeSchedule(self.num_partitions,
+                                            self.DecodeMicroBatches(batch_size),
+                                            2 if p.forward_overlap else 1, self._placement)
 
   def InitStates(self, theta, batch_size, max_length, context=None):
     """The decoding states of `batch_size` examples (batch x beam) for up to `max_length` steps.

@@ -11,6 +11,7 @@ from lingvo.core import test_utils
 
 from tensorpipe.measure import profiling
 from tensorpipe import schedule
+from tensorpipe import schedule_builders
 from tests import helpers
 
 DIM = 8
@@ -100,7 +101,7 @@ class SchedulesTest(test_utils.TestCase):
     cases = []
     for k in (1, 2, 4):
       for m in (1, 4, 8, 16):
-        for name in schedule.SCHEDULES:
+        for name in schedule_builders.SCHEDULES:
           modes = (('always', 'except_last', 'never', 'selective')
                    if (k, m) == (2, 4) and name != 'zero_bubble' else ('always',))
           for mode in modes:
@@ -187,7 +188,7 @@ class RunTimeShapesTest(test_utils.TestCase):
       loss_fn = self.LOSSES[loss_name]
       variants = [('plain', helpers.Plain(layers, name='plain'))]
       for k in ks:
-        for sched in schedule.SCHEDULES:
+        for sched in schedule_builders.SCHEDULES:
           name = 'K%d_%s' % (k, sched)
           variants.append((name, helpers.Pipeline(layers, k, 3, schedule=sched, name=name)))
       results = helpers.GradientsOfVariants(variants, Inputs, loss_fn)

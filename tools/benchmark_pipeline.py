@@ -92,7 +92,7 @@ from tensorpipe.measure import workloads
 from tensorpipe.partitioner import cost_model
 from tensorpipe.partitioner import partitioning
 from tensorpipe import placement
-from tensorpipe import schedule as schedule_lib
+from tensorpipe import schedule_builders
 
 MIB = 1024.0 * 1024.0
 HARDWARE_FRACTION_TARGET = 0.9  # TensorPipe's hardware FLOP rate / the matmul rate, at least.
@@ -203,10 +203,10 @@ def RecomputedForwards(config, args):
   if config.kind in ('plain', 'plain_2d'):
     return 0.0
   if config.kind == 'gpipe':
-    schedule = schedule_lib.FillDrainSchedule(config.k, config.m, recompute='always')
+    schedule = schedule_builders.FillDrainSchedule(config.k, config.m, recompute='always')
   else:
     p = _LayerParams(config, args)
-    schedule = schedule_lib.SCHEDULES[p.schedule](config.k, config.m, recompute=p.recompute)
+    schedule = schedule_builders.Build(p.schedule, config.k, config.m, recompute=p.recompute)
   batch = args.batch if config.suite == 'dense' else args.tr_batch
   share = 1.0
   if schedule.recompute == 'selective':  # The FLOPs outside the kept matmuls, by layer.

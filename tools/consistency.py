@@ -34,6 +34,7 @@ import argparse  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tensorpipe.measure import consistency  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import consistency_cases  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
 
 EXAMPLES = ('paper',)
@@ -69,16 +70,16 @@ def BuildCase(args):
     raise _UsageError('give exactly one of --model=REGISTERED (e.g. '
                       '--model=digits.TinyConvPipeline) and --example=paper')
   if args.example == 'paper':
-    case = consistency.PaperExample(partitions or consistency.DEFAULT_PARTITIONS,
-                                    micro_batches or PAPER_MICRO_BATCHES)
+    case = consistency_cases.PaperExample(partitions or consistency.DEFAULT_PARTITIONS,
+                                          micro_batches or PAPER_MICRO_BATCHES)
     return case, args.tolerance or consistency.PAPER_TOLERANCE
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()  # Lingvo's registry reads its override flags; keep the defaults.
   registry.ImportUserModules(args.model, args.params_module)
   cfg = registry.ModelParams(args.model, 'Train')
-  case = consistency.TaskCase(cfg.task, partitions or consistency.DEFAULT_PARTITIONS,
-                              micro_batches or consistency.DEFAULT_MICRO_BATCHES,
-                              input_params=cfg.input, title=args.model)
+  case = consistency_cases.TaskCase(cfg.task, partitions or consistency.DEFAULT_PARTITIONS,
+                                    micro_batches or consistency.DEFAULT_MICRO_BATCHES,
+                                    input_params=cfg.input, title=args.model)
   return case, args.tolerance or consistency.DEFAULT_TOLERANCE
 
 

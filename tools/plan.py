@@ -26,7 +26,7 @@ import argparse  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tensorpipe import disk_cache  # pylint: disable=g-import-not-at-top
-from tensorpipe.measure import planner  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import device_profiles  # pylint: disable=g-import-not-at-top
 from tensorpipe import progress as progress_lib  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import model_plan  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
@@ -38,7 +38,7 @@ def ParseArgs(argv=None):
   parser.add_argument('--model', help='A registered model, e.g. digits.TinyConvPipeline.')
   parser.add_argument('--devices', type=int, default=None,
                       help='N: devices to plan for (S replicas x K partitions <= N).')
-  parser.add_argument('--device', default=planner.CPU,
+  parser.add_argument('--device', default=device_profiles.CPU,
                       help='Device profile: cpu (measured now) or one of --list_devices.')
   parser.add_argument('--device_memory', default=None,
                       help='Memory per device, e.g. 16GiB (default: the profile\'s).')
@@ -62,10 +62,10 @@ def ParseArgs(argv=None):
 
 def ListDevices():
   print('%-16s %12s %10s %12s  %s' % ('profile', 'peak Tflop/s', 'memory', 'link GB/s', 'source'))
-  print('%-16s %12s %10s %12s  %s' % (planner.CPU, 'measured', 'RAM', 'measured',
+  print('%-16s %12s %10s %12s  %s' % (device_profiles.CPU, 'measured', 'RAM', 'measured',
                                       'this machine, measured when planning'))
-  for name in sorted(planner.PROFILES):
-    p = planner.PROFILES[name]
+  for name in sorted(device_profiles.PROFILES):
+    p = device_profiles.PROFILES[name]
     print('%-16s %12.1f %10s %12.1f  %s' % (name, p.peak_flops / 1e12, units.FormatBytes(p.memory),
                                             p.link_bandwidth / 1e9, p.source))
 
@@ -96,7 +96,7 @@ def main(argv=None):
     memory = None if args.device_memory is None else units.ParseBytes(args.device_memory)
     cache = _Cache(args)
     progress = progress_lib.Progress(_Say)
-    device = planner.Profile(args.device, cache, progress)
+    device = device_profiles.Profile(args.device, cache, progress)
     if not flags.FLAGS.is_parsed():
       flags.FLAGS.mark_as_parsed()  # Lingvo's registry reads its override flags: the defaults.
     registry.ImportModel(args.model)

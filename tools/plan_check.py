@@ -39,6 +39,7 @@ from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import training_step  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import device_profiles  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import planner  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import model_plan  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
@@ -87,7 +88,7 @@ def CheckModel(model, args, device):
   _, p, layers, batch, profiles = model_plan.PipelineInputs(cfg)[0]
   layer_times = None
   if args.cost == 'measured':
-    layer_times = planner.MeasureLayerTimes(layers, p.cost_input_shapes, p.batch_dim)
+    layer_times = device_profiles.MeasureLayerTimes(layers, p.cost_input_shapes, p.batch_dim)
   overhead = 0.0
   if layer_times is not None and args.micro_batch_cost:
     overhead = model_plan.MeasureMicroBatchSeconds(layers, p.cost_input_shapes, layer_times,
@@ -182,7 +183,7 @@ def main(argv=None):
   commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
                           check=False).stdout.strip()
   print('commit %s; %s' % (commit, os.getloadavg()))
-  device = planner.MeasureCpu(memory=2.0**40)
+  device = device_profiles.MeasureCpu(memory=2.0**40)
   print(device)
   for model in args.models.split(','):
     registry.ImportModel(model)

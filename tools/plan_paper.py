@@ -33,6 +33,7 @@ from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
 from tensorpipe.partitioner import capacity  # pylint: disable=g-import-not-at-top
 from tensorpipe.partitioner import cost_model  # pylint: disable=g-import-not-at-top
+from tensorpipe.measure import device_profiles  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import planner  # pylint: disable=g-import-not-at-top
 from tensorpipe.tasks.image import amoebanet  # pylint: disable=g-import-not-at-top
 from tensorpipe import units  # pylint: disable=g-import-not-at-top
@@ -84,7 +85,7 @@ def _Configs(ks, m):
 
 
 def Table1():
-  tpu2, tpu3 = planner.PROFILES['TPUv2-core'], planner.PROFILES['TPUv3-core']
+  tpu2, tpu3 = device_profiles.PROFILES['TPUv2-core'], device_profiles.PROFILES['TPUv3-core']
   print('Table 1, AmoebaNet-D on %s (%s per device), 224x224, batch %d, M = %d, 12 bytes per '
         'parameter' % (tpu2.name, units.FormatBytes(tpu2.memory), AMOEBA_BATCH, AMOEBA_M))
   paper = {'Naive-1': ((18, 208), '82M'), 'Pipeline-1': ((18, 416), '318M'),
@@ -142,7 +143,7 @@ def _Ratios(profiles, batch, device, ks, ms, bytes_per_param):
 
 
 def Table2():
-  tpu3, p100 = planner.PROFILES['TPUv3-core'], planner.PROFILES['P100-16GB-PCIe']
+  tpu3, p100 = device_profiles.PROFILES['TPUv3-core'], device_profiles.PROFILES['P100-16GB-PCIe']
   paper = {
       'AmoebaNet-D (18, 256)': {1: (1, 1.13, 1.38), 4: (1.07, 1.26, 1.72), 32: (1.21, 1.84, 3.48)},
       'Transformer-48': {1: (1, 1.07, 1.3), 4: (1.7, 3.2, 4.8), 32: (1.8, 3.4, 6.3)}}

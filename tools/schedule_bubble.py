@@ -5,8 +5,8 @@ r"""Bubble of every schedule: simulated, textbook and traced.
    'zero_bubble', M micro-batches, one op at a time (intra_op = inter_op = 1), one traced step: the
    mean forward F, input-gradient B, weight-gradient W and re-computation R time per task
    (`profiling`).
-2. The simulator plays each schedule (schedule.NAMES; 'interleaved_1f1b' and 'zbv' with v = 2
-   partitions per device, each half a device's layers and half its task times) on K separate
+2. The simulator plays each schedule (schedule_builders.NAMES; 'interleaved_1f1b' and 'zbv' with
+   v = 2 partitions per device, each half a device's layers and half its task times) on K separate
    devices with equal partitions, for K in {4, 8} and M in {8, 32}: (a) with F = B = W = 1 per
    device's share of the layers and no re-computation, against the textbook bubbles (fill-drain
    and 1F1B (K-1)/(M+K-1), ZB-H1 (K-1)/(3M+K-1) for M >= K, interleaved 1F1B (K-1)/(vM+K-1), ZB-V
@@ -42,7 +42,7 @@ from tensorpipe.measure import simulator  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import timeline  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
 from tensorpipe import placement  # pylint: disable=g-import-not-at-top
-from tensorpipe import schedule  # pylint: disable=g-import-not-at-top
+from tensorpipe import schedule_builders  # pylint: disable=g-import-not-at-top
 from tools import output_dir  # pylint: disable=g-import-not-at-top
 
 KS = (4, 8)
@@ -57,12 +57,13 @@ def _Stack(num_layers, width):
 
 def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, inter_op, warmup=3):
   """profiling.Trace of one SGD step of `stack` as a pipeline on K = `num_partitions` devices with
-  schedule `name` (with the fewest partitions per device it runs, schedule.LeastVirtualStages)."""
+  schedule `name` (with the fewest partitions per device it runs,
+  schedule_builders.LeastVirtualStages)."""
   with tf.Graph().as_default() as graph, cluster_factory.ForTestingWorker(
       cpus=num_partitions, split_size=num_partitions):
     net = layer_lib.TensorPipeLayer.Params().Set(
         name='pipe', layers=stack, num_devices=num_partitions, num_micro_batches=num_micro,
-        schedule=name, virtual_stages=schedule.LeastVirtualStages(name),
+        schedule=name, virtual_stages=schedule_builders.LeastVirtualStages(name),
         forward_overlap=False).Instantiate()
     x = tf.constant(np.random.RandomState(0).normal(
         size=[num_micro * micro_batch_size, width]).astype(np.float32))
@@ -108,19 +109,21 @@ def MeasuredCost(args):
 
 def _CostOf(name, cost, split_cost):
   """The measured task times schedule `name` runs: `split_cost` where it splits backward passes."""
-  return split_cost if schedule.SplitsBackward(name, schedule.LeastVirtualStages(name)) else cost
+  v = schedule_builders.LeastVirtualStages(name)
+  return split_cost if schedule_builders.SplitsBackward(name, v) else cost
 
 
 def Textbook(name, k, m):
   """The textbook bubble of schedule `name` (idle share with equal costs), None where its formula
   does not hold."""
   if name in ('gpipe', '1f1b'):
-    return schedule.BubbleFraction(k, m)
+    return schedule_builders.FillDrainBubbleFraction(k, m)
   if name == 'zero_bubble':
-    return schedule.ZeroBubbleFraction(k, m) if m >= k else None
+    return schedule_builders.ZeroBubbleFraction(k, m) if m >= k else None
   if name == 'interleaved_1f1b':
-    return schedule.InterleavedBubbleFraction(k, m, schedule.LeastVirtualStages(name))
-  return schedule.ZeroBubbleVFraction(k, m) if m >= 2 * k - 1 else None
+    return schedule_builders.InterleavedBubbleFraction(k, m,
+                                                       schedule_builders.LeastVirtualStages(name))
+  return schedule_builders.ZeroBubbleVFraction(k, m) if m >= 2 * k - 1 else None
 
 
 def _Share(cost, v):
@@ -138,12 +141,12 @@ def BubbleTable(cost, split_cost):
   for k in KS:
     for m in MS:
       sims = {}
-      for name in schedule.NAMES:
-        v = schedule.LeastVirtualStages(name)
-        sched = schedule.Build(name, k, m, v)
+      for name in schedule_builders.NAMES:
+        v = schedule_builders.LeastVirtualStages(name)
+        sched = schedule_builders.Build(name, k, m, v)
         for label, c in (('unit', unit), ('measured', _CostOf(name, cost, split_cost))):
           sims[(label, name)] = simulator.Simulate([_Share(c, v)] * (k * v), sched)
-      for name in schedule.NAMES:
+      for name in schedule_builders.NAMES:
         rows.append(dict(
             k=k, m=m, name=name, textbook=Textbook(name, k, m),
             unit=sims[('unit', name)].idle_fraction,
@@ -179,8 +182,8 @@ def main(argv=None):
   failures = []
   for r in BubbleTable(cost, split_cost):
     print('%3d %3d  %-16s %2d | %8s | %8s | %8s | %11.2fx' % (
-        r['k'], r['m'], r['name'], schedule.LeastVirtualStages(r['name']), _Pct(r['textbook']),
-        _Pct(r['unit']), _Pct(r['measured']), r['time']))
+        r['k'], r['m'], r['name'], schedule_builders.LeastVirtualStages(r['name']),
+        _Pct(r['textbook']), _Pct(r['unit']), _Pct(r['measured']), r['time']))
     if r['textbook'] is not None and abs(r['unit'] - r['textbook']) > 1e-9:
       failures.append('%s K=%d M=%d' % (r['name'], r['k'], r['m']))
   print('(step / 1f1b: simulated step time with the measured task times)')
@@ -189,14 +192,14 @@ def main(argv=None):
 
   k, m = 4, args.micro_batches
   stack = _Stack(args.layers, args.width)
-  for name in schedule.NAMES:
-    v = schedule.LeastVirtualStages(name)
+  for name in schedule_builders.NAMES:
+    v = schedule_builders.LeastVirtualStages(name)
     trace = TracedStep(stack, k, m, args.micro_batch_size, args.width, name, inter_op=2)
     path = os.path.join(args.out_dir, 'traced_%s.png' % name)
     timeline.DrawTrace(trace, path, '%s: one traced training step (K = %d, v = %d, M = %d, %d '
                        'cores)' % (name, k, v, m, os.cpu_count() or 1))
     result = simulator.Simulate([_Share(_CostOf(name, cost, split_cost), v)] * (k * v),
-                                schedule.Build(name, k, m, v))
+                                schedule_builders.Build(name, k, m, v))
     sim_path = os.path.join(args.out_dir, 'simulated_%s.png' % name)
     timeline.DrawSimulated(result, sim_path, '%s: simulated (K = %d separate devices, v = %d, '
                            'M = %d, measured task times); bubble %.1f%%' %

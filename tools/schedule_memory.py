@@ -30,7 +30,7 @@ import subprocess
 import sys
 
 from tensorpipe import progress as progress_lib
-from tensorpipe import schedule  # No TensorFlow: the parent process stays light.
+from tensorpipe import schedule_builders  # No TensorFlow: the parent process stays light.
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -61,7 +61,7 @@ def Child(args):
     net = layer_lib.TensorPipeLayer.Params().Set(
         name='pipe', layers=stack, num_devices=k, num_micro_batches=m,
         schedule=args.schedule,
-        virtual_stages=schedule.LeastVirtualStages(args.schedule)).Instantiate()
+        virtual_stages=schedule_builders.LeastVirtualStages(args.schedule)).Instantiate()
     x = tf.Variable(np.random.RandomState(0).normal(size=[batch, args.width]).astype(np.float32),
                     trainable=False, name='inputs')
     loss = tf.reduce_mean(net.FPropDefaultTheta(tf.identity(x)))
@@ -119,8 +119,8 @@ def main(argv=None):
   progress = progress_lib.Progress(lambda line: print(line, file=sys.stderr, flush=True))
   peaks = {}
   with progress.Phase('tracing one step per schedule, each in a process of its own',
-                      len(schedule.NAMES)) as phase:
-    for name in schedule.NAMES:
+                      len(schedule_builders.NAMES)) as phase:
+    for name in schedule_builders.NAMES:
       peaks[name] = _Measure(args, name)
       phase.Step()
   print('%-8s %11s %10s %9s %14s %12s %16s %10s %8s' % (
@@ -146,8 +146,8 @@ def main(argv=None):
   print('%-8s %11s %9s %13s %10s %11s %9s %13s %10s' % (
       'device', 'il KiB', 'il/gp', 'il stash', 'predicted', 'zbv KiB', 'zbv/gp', 'zbv stash',
       'predicted'))
-  in_flight = {name: schedule.Build(name, k, m, 2).InFlight() for name in ('interleaved_1f1b',
-                                                                           'zbv')}
+  in_flight = {name: schedule_builders.Build(name, k, m, 2).InFlight()
+               for name in ('interleaved_1f1b', 'zbv')}
   for i, device in enumerate(sorted(peaks['gpipe'])):
     g = peaks['gpipe'][device] / KIB
     fixed = max(0.0, g - m * boundary)

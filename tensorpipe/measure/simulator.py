@@ -20,6 +20,7 @@ import math
 from typing import List, Optional, Sequence, Tuple
 
 from tensorpipe import schedule
+from tensorpipe import schedule_builders
 
 # The kinds of task a partition runs per micro-batch (profiling.CATEGORIES spells them the same);
 # not schedule.FORWARD etc., which name the kinds of schedule action (F, B, W).
@@ -139,7 +140,8 @@ def Simulate(costs: Sequence[TaskTimes], sched: schedule.Schedule, transfer: flo
   Args:
     costs: a TaskTimes per partition (per micro-batch); with several partitions per device (see
       `schedule.Schedule.DeviceOf`), one per partition, not per device.
-    sched: a schedule.Schedule of len(costs) partitions, e.g. schedule.FillDrainSchedule(K, M, lag).
+    sched: a schedule.Schedule of len(costs) partitions, e.g.
+      schedule_builders.FillDrainSchedule(K, M, lag).
     transfer: seconds to move one micro-batch's boundary activation (or its gradient) between two
       devices: added on the edges that cross devices only (`schedule.Edge.crosses_devices`), not
       between two partitions of one device.
@@ -200,7 +202,8 @@ def LowerBound(costs: Sequence[TaskTimes], sched: schedule.Schedule,
 def SimulateFillDrain(costs: Sequence[TaskTimes], num_micro_batches: int,
                       cores: Optional[float] = None, forward_overlap: bool = True) -> SimulatedStep:
   """Simulate of TensorPipeLayer's default schedule: fill-drain, with forward_overlap (lag 2)."""
-  sched = schedule.FillDrainSchedule(len(costs), num_micro_batches, 2 if forward_overlap else 1)
+  sched = schedule_builders.FillDrainSchedule(len(costs), num_micro_batches,
+                                              2 if forward_overlap else 1)
   return Simulate(costs, sched, cores=cores)
 
 

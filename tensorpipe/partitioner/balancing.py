@@ -4,8 +4,9 @@ A pipeline step is paced by its slowest partition, so `OptimalSplit` minimises t
 cost, exactly, and can keep every partition within a per-device memory budget. `MinVarianceSplit` is
 the GPipe paper's heuristic (minimise the variance of the partition costs), kept to compare against.
 
-A partition's cost (or memory) is a `PartitionCost`: the sum of its layers' values plus an optional
-value of the layer it starts at; a stashed partition-boundary activation is such a start value.
+Per-layer costs (or bytes) are `LayerCosts`: a partition's cost is the sum of its layers' values
+plus an optional value of the layer it starts at; a stashed partition-boundary activation is such a
+start value.
 
 `OptimalSplit` bisects on the bound B of the largest partition: a bound is feasible when some split
 into exactly K partitions keeps every partition within B (and the memory budget), which one sweep
@@ -18,14 +19,15 @@ from typing import List, Optional, Sequence, Union
 
 import numpy as np
 
-from tensorpipe import schedule
+from tensorpipe import schedule_builders
 from tensorpipe import units
 
 ALGORITHMS = ('optimal', 'min_variance')
 
 
-class PartitionCost:
-  """The cost of a partition [i, j): sum(per_layer[i:j]) + at_start[i]."""
+class LayerCosts:
+  """Per-layer values, and from them the cost of a partition [i, j): sum(per_layer[i:j]) +
+  at_start[i]."""
 
   def __init__(self, per_layer: Sequence[float], at_start: Optional[Sequence[float]] = None,
                what: str = 'cost', where: str = 'balancing'):
@@ -59,8 +61,8 @@ class PartitionCost:
     return np.maximum(ends, np.arange(len(self)))
 
 
-# Per-layer costs: a list of non-negative numbers or a PartitionCost.
-Costs = Union[Sequence[float], PartitionCost]
+# Per-layer costs: a list of non-negative numbers or LayerCosts.
+Costs = Union[Sequence[float], LayerCosts]
 
 
 def _Values(values, what, where):
@@ -75,8 +77,8 @@ def _Values(values, what, where):
   return out
 
 
-def _AsPartitionCost(costs, what, where):
-  return costs if isinstance(costs, PartitionCost) else PartitionCost(costs, what=what, where=where)
+def _AsLayerCosts(costs, what, where):
+  return costs if isinstance(costs, LayerCosts) else LayerCosts(costs, what=what, where=where)
 
 
 def CheckCounts(num_layers: int, num_partitions: int, where: str = 'balancing') -> None:
@@ -135,7 +137,7 @@ def Fits(memory: Costs, num_partitions: int, memory_budget: float,
          where: str = 'balancing') -> bool:
   """Whether some split into `num_partitions` partitions keeps each within `memory_budget`: when
   it does not, OptimalSplit with that budget raises."""
-  mem = _AsPartitionCost(memory, 'memory', where)
+  mem = _AsLayerCosts(memory, 'memory', where)
   CheckCounts(len(mem), num_partitions, where)
   return _Reach(mem.Ends(float(memory_budget)), num_partitions).Feasible()
 
@@ -182,9 +184,9 @@ def OptimalSplit(costs: Costs, num_partitions: int, memory: Optional[Costs] = No
   """K partition sizes minimising the largest partition cost, every partition's memory in budget.
 
   Args:
-    costs: per-layer costs (list of non-negative numbers) or a PartitionCost.
+    costs: per-layer costs (list of non-negative numbers) or LayerCosts.
     num_partitions: K.
-    memory: per-layer memory bytes or a PartitionCost (start values: stashed boundary activations).
+    memory: per-layer memory bytes or LayerCosts (start values: stashed boundary activations).
     memory_budget: bytes each device may hold; None for no limit.
     where: prefix of error messages.
 
@@ -195,13 +197,13 @@ def OptimalSplit(costs: Costs, num_partitions: int, memory: Optional[Costs] = No
     ValueError: bad costs or K, or no split keeps every partition within `memory_budget` (the
       message gives the smallest budget that would fit).
   """
-  cost = _AsPartitionCost(costs, 'cost', where)
+  cost = _AsLayerCosts(costs, 'cost', where)
   CheckCounts(len(cost), num_partitions, where)
   mem_ends = None
   if memory_budget is not None:
     if memory is None:
       raise ValueError('%s: memory_budget=%r needs per-layer memory' % (where, memory_budget))
-    mem = _AsPartitionCost(memory, 'memory', where)
+    mem = _AsLayerCosts(memory, 'memory', where)
     if len(mem) != len(cost):
       raise ValueError('%s: memory for %d layers but costs for %d' % (where, len(mem), len(cost)))
     mem_ends = mem.Ends(float(memory_budget))
@@ -233,7 +235,7 @@ def MinVarianceSplit(costs: Costs, num_partitions: int, where: str = 'balancing'
   programming finds that exactly in O(K L^2). It can leave the slowest partition slower than
   `OptimalSplit` does, which is what a pipeline's step time depends on.
   """
-  cost = _AsPartitionCost(costs, 'cost', where)
+  cost = _AsLayerCosts(costs, 'cost', where)
   num_layers = len(cost)
   CheckCounts(num_layers, num_partitions, where)
   prefix, at_start = cost.prefix, cost.at_start
@@ -283,7 +285,7 @@ def Efficiency(partition_costs: Sequence[float], num_micro_batches: int) -> floa
 
   A fill-drain step takes (M + K - 1) slots of the slowest partition's per-micro-batch time, while
   perfectly balanced, bubble-free work would take M slots of the mean partition's: the busy share
-  1 - schedule.BubbleFraction(K, M) divided by the imbalance.
+  1 - schedule_builders.FillDrainBubbleFraction(K, M) divided by the imbalance.
   """
-  busy = 1.0 - schedule.BubbleFraction(len(partition_costs), num_micro_batches)
+  busy = 1.0 - schedule_builders.FillDrainBubbleFraction(len(partition_costs), num_micro_batches)
   return busy / Imbalance(partition_costs)

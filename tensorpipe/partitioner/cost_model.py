@@ -5,7 +5,7 @@ Four sources (TensorPipeLayer's `partition_cost`):
 - 'flops': each layer's FPropMeta estimate for the first layer's input shapes, chained through the
   layers (composite layers compose their children's estimates in their own FPropMeta).
 - 'measured': seconds of each layer's forward and backward pass, run alone on the target device with
-  the input shapes it gets in the pipeline.
+  the input shapes it gets in the pipeline (`measured_cost`, which uses this module's shapes).
 - 'memory': bytes a layer adds to its device (parameters with their optimizer slots, and the
   activations its backward pass holds), plus, for the layer a partition starts at, its stashed
   input.
@@ -54,7 +54,7 @@ class LayerProfile:
   kept_flops: int = 0  # FLOPs of those ops, which recompute='selective' does not re-compute.
 
 
-def _OutsideLayerStack(fn, *args):
+def OutsideLayerStack(fn, *args):
   """Runs fn(*args) on a fresh thread: layers it builds are not taken for children of a layer
   being constructed on this one (Lingvo keeps its layer stack per thread)."""
   with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
@@ -103,20 +103,21 @@ def _Leaves(value):
 def WithBatch(input_shapes: Sequence[Any], batch_dim: int, batch: int) -> List[Any]:
   """The FProp arguments' shapes with dimension `batch_dim` of each shape set to `batch`, as lists
   of dimensions (see MapShapes)."""
-  return [MapShapes(lambda s: [batch if i == batch_dim else d for i, d in enumerate(_Dims(s))], a)
+  return [MapShapes(lambda s: [batch if i == batch_dim else d for i, d in enumerate(Dims(s))], a)
           for a in input_shapes]
 
 
 def BatchOf(input_shapes: Sequence[Any], batch_dim: int) -> int:
   """The batch of the FProp arguments' shapes: dimension `batch_dim` of their first shape."""
-  return int(_Dims(_Leaves(list(input_shapes))[0])[batch_dim])
+  return int(Dims(_Leaves(list(input_shapes))[0])[batch_dim])
 
 
 def _ToShape(shape):
   return shape if isinstance(shape, tshape.Shape) else tshape.Shape(list(shape))
 
 
-def _Dims(shape):
+def Dims(shape):
+  """A shape's dimensions as a list (None where unknown)."""
   return _ToShape(shape).ToTensorShape().as_list()
 
 
@@ -300,7 +301,7 @@ def _Facts(p, in_shapes):
     trainable, other = _CountVariables(layer)
     if in_shapes is None:
       return trainable, other, None, 0, 0, 0, 0, 0
-    inputs = [MapShapes(lambda s: tf.zeros(_Dims(s)), a) for a in in_shapes]
+    inputs = [MapShapes(lambda s: tf.zeros(Dims(s)), a) for a in in_shapes]
     first = len(graph.get_operations())
     try:
       out = layer.FProp(layer.theta, *inputs)
@@ -333,7 +334,7 @@ def _ShapesKey(in_shapes):
   """The FProp arguments' shapes as text, each NestedMap's fields in sorted order."""
   def Text(value):
     if value is None or _IsShape(value):
-      return repr(None if value is None else _Dims(value))
+      return repr(None if value is None else Dims(value))
     if isinstance(value, dict):
       return '{%s}' % ', '.join('%r: %s' % (k, Text(value[k])) for k in sorted(value))
     return '(%s)' % ', '.join(Text(v) for v in value)
@@ -397,7 +398,7 @@ def _CachedFacts(p, in_shapes=None, cache=None):
     disk_key = DistinctKey(p, in_shapes)
     facts = None if cache is None else _FactsFromCache(cache.Get(_FACTS_KIND, disk_key))
     if facts is None:
-      facts = _OutsideLayerStack(_Facts, p, in_shapes)
+      facts = OutsideLayerStack(_Facts, p, in_shapes)
       if cache is not None:
         cache.Put(_FACTS_KIND, disk_key, list(facts))
     _FACTS[key] = facts
@@ -471,8 +472,9 @@ def SelectiveShare(profile: LayerProfile) -> float:
 def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompute: str = 'always',
                bytes_per_param: float = DEFAULT_BYTES_PER_PARAM,
                bytes_per_activation: float = 4, stashed: Optional[float] = None,
-               waiting: float = 0.0, running: Optional[float] = None) -> balancing.PartitionCost:
-  """A partition's per-device bytes as a balancing.PartitionCost (an estimate for budgets, balance).
+               waiting: float = 0.0, running: Optional[float] = None) -> balancing.LayerCosts:
+  """Per-layer device bytes as balancing.LayerCosts, whose Of(i, j) is a partition's (an estimate
+  for budgets and balance).
 
   Per layer: parameters x bytes_per_param (weights and optimizer slots), other variables, and the
   activations its backward pass holds (the forward tensors it reads, see Profiles): with
@@ -517,13 +519,7 @@ def MemoryCost(profiles: Sequence[LayerProfile], num_micro_batches: int, recompu
       for p in profiles
   ]
   at_start = [p.in_elements * bytes_per_activation * stashed / m for p in profiles]
-  return balancing.PartitionCost(per_layer, at_start, what='memory')
-
-
-def _LocalDevice(device):
-  """The device of this process with the same type as `device` (index 0)."""
-  spec = tf.DeviceSpec.from_string(device or '/device:CPU:0')
-  return '/device:%s:0' % (spec.device_type or 'CPU')
+  return balancing.LayerCosts(per_layer, at_start, what='memory')
 
 
 def StepSeconds(sess: Any, step: Any, repeats: int = 5) -> float:
@@ -535,175 +531,3 @@ def StepSeconds(sess: Any, step: Any, repeats: int = 5) -> float:
     sess.run(step)
     times.append(time.perf_counter() - start)
   return float(np.median(times))
-
-
-def MeasureSeconds(layer_params: Sequence[Any], input_shapes: Optional[Sequence[Any]],
-                   device: Optional[str] = None, repeats: int = 5,
-                   input_fn: Optional[Callable[[], Any]] = None,
-                   timer: Optional[Callable[[Any, Any, int], float]] = None,
-                   skips: Sequence[Tuple[int, int]] = (),
-                   config: Optional[Any] = None) -> List[float]:
-  """Median seconds of each layer's forward + backward pass, each layer run alone.
-
-  Each layer's inputs are what the layers before it produce from random inputs, stored in variables
-  so that a run times the layer only.
-
-  Args:
-    layer_params: the L layer Params.
-    input_shapes: the first layer's input shapes (float32 uniform random inputs), unless input_fn.
-    device: a device of the type to measure on (e.g. a partition's device); index 0 of that type is
-      used.
-    repeats: timed runs per layer (after one warm-up run).
-    input_fn: optional callable returning the first layer's FProp args (e.g. integer ids).
-    timer: `timer(session, step, repeats)` -> the cost of one layer's step; default StepSeconds
-      (wall clock). Tests inject a deterministic cost here.
-    skips: (source, destination) layer indices of skip connections (see ChainMeta).
-    config: the session's ConfigProto (e.g. one thread, to time work rather than span); default:
-      TensorFlow's thread pools, soft placement off.
-
-  Returns:
-    L floats (seconds, or the timer's unit).
-  """
-  return _OutsideLayerStack(_MeasureSeconds, layer_params, input_shapes, device, repeats, input_fn,
-                            timer or StepSeconds, skips, config)
-
-
-def _TimedStep(layer, args, name, view=lambda x: x, initial=False):
-  """(step, stores, outputs) of `layer` run on `args` held in variables (named after `name`):
-  running `stores` fills the variables (with `initial`, their initializers do: none to run);
-  running `step` then runs its forward and backward pass on `view` of each variable's value."""
-  leaves = tf.nest.flatten(args)
-  held = [None if x is None else tf.Variable(x if initial else tf.zeros_like(x), trainable=False,
-                                             name='%s_%d' % (name, j))
-          for j, x in enumerate(leaves)]
-  stores = [] if initial else [h.assign(x) for h, x in zip(held, leaves) if h is not None]
-  inputs = tf.nest.pack_sequence_as(args, [None if h is None else view(h.read_value())
-                                           for h in held])
-  out = layer.FProp(layer.theta, *inputs)
-  ys = [y for y in tf.nest.flatten(out) if y is not None and y.dtype.is_floating]
-  sources = [x for x in tf.nest.flatten(inputs) if x is not None and x.dtype.is_floating]
-  sources += layer.theta.Flatten()
-  loss = tf.add_n([tf.reduce_sum(y) for y in ys]) if ys else None
-  grads = [] if loss is None else [g for g in tf.gradients(loss, sources) if g is not None]
-  # A scalar that needs every output and gradient: grappler drops unfetched pure ops, even
-  # ones a fetched tf.group depends on.
-  step = tf.add_n([tf.reduce_sum(t) for t in ys + grads]) if ys + grads else tf.no_op()
-  return step, stores, out
-
-
-def _MeasureSeconds(layer_params, input_shapes, device, repeats, input_fn, timer, skips, config):
-  graph = tf.Graph()
-  with graph.as_default(), tf.device(_LocalDevice(device)):
-    if input_fn is not None:
-      args = tuple(input_fn())
-    else:
-      args = tuple(RandomInputs(input_shapes, None, 0))
-    layers = [p.Copy().Instantiate() for p in layer_params]
-    steps, stores, outs = [], [], []
-    for i, layer in enumerate(layers):
-      args += tuple(outs[src] for src, dst in skips if dst == i)
-      step, store, out = _TimedStep(layer, args, 'input%d' % i)
-      steps.append(step)
-      stores.extend(store)
-      args = out if isinstance(out, tuple) else (out,)
-      outs.append(out)
-    init = tf.global_variables_initializer()
-  return _RunSteps(graph, init, stores, steps, config, timer, repeats)
-
-
-def _RunSteps(graph, init, stores, steps, config, timer, repeats):
-  config = config or tf.compat.v1.ConfigProto(allow_soft_placement=False)
-  seconds = []
-  with tf.compat.v1.Session(graph=graph, config=config) as sess:
-    sess.run(init)
-    for store in stores:  # In order: a layer's inputs may come from the stored ones before it.
-      sess.run(store)
-    for step in steps:
-      seconds.append(float(timer(sess, step, repeats)))
-  return seconds
-
-
-def MeasureLayerSeconds(layer_params: Sequence[Any], input_shapes: Sequence[Sequence[Any]],
-                        examples: Sequence[int], batch_dim: int = 0,
-                        device: Optional[str] = None, repeats: int = 5,
-                        timer: Optional[Callable[[Any, Any, int], float]] = None,
-                        config: Optional[Any] = None,
-                        built: Callable[[], None] = lambda: None,
-                        timed: Callable[[int, List[float]], None] = lambda i, seconds: None
-                        ) -> List[List[float]]:
-  """Per layer, the median seconds of its forward + backward pass, run alone, on each number of
-  `examples` (the first the largest; `input_shapes[i]`, layer i's FProp input shapes, are for that
-  many).
-
-  What MeasureSeconds measures of a layer, without the layers before it: uniform random float
-  inputs held in variables (an absent input stays None). Every layer is built once, in one graph
-  and session, for every number of examples: on the first `examples` of its inputs along
-  `batch_dim`, a size known when it runs. A layer that needs its batch size when its graph is built
-  (its FProp raises TypeError or ValueError on that) gets a graph of its own, with a pass per
-  number of examples. `built()` is called after each layer is built, `timed(i, seconds)` after
-  layer i is timed. Other arguments as MeasureSeconds'.
-  """
-  if list(examples) != sorted(examples, reverse=True):
-    raise ValueError('cost_model: examples must be in decreasing order, got %r' % (examples,))
-  return _OutsideLayerStack(_MeasureLayers, layer_params, input_shapes, examples, batch_dim,
-                            device, repeats, timer or StepSeconds, config, built, timed)
-
-
-def RandomInputs(input_shapes: Sequence[Any], examples: Optional[int] = None,
-                 batch_dim: int = 0) -> Tuple[Any, ...]:
-  """Uniform random floats of the FProp arguments' shapes (see MapShapes), dimension `batch_dim`
-  set to `examples` (unless None); each shape its own seed."""
-  seeds = iter(range(1 << 30))
-  return tuple(MapShapes(
-      lambda s: tf.random.uniform(
-          [examples if i == batch_dim and examples is not None else d
-           for i, d in enumerate(_Dims(s))], seed=next(seeds)), a) for a in input_shapes)
-
-
-def _MeasureLayers(layer_params, input_shapes, examples, batch_dim, device, repeats, timer, config,
-                   built, timed):
-  graph = tf.Graph()
-  steps, alone = {}, []
-  with graph.as_default(), tf.device(_LocalDevice(device)):
-    count = tf.Variable(examples[0], trainable=False, name='examples')
-    counts = [count.assign(n) for n in examples]  # Made before the session: no graph extension.
-
-    def FirstExamples(x):
-      return x[(slice(None),) * batch_dim + (slice(0, count),)]
-
-    for i, (p, shapes) in enumerate(zip(layer_params, input_shapes)):
-      with tf.name_scope('layer%d' % i):
-        layer = p.Copy().Instantiate()
-        try:
-          steps[i] = _TimedStep(layer, RandomInputs(shapes, examples[0], batch_dim),
-                                'input%d' % i, FirstExamples, initial=True)[0]
-        except (TypeError, ValueError):  # Its FProp needs the batch size: a graph of its own.
-          alone.append(i)
-      built()
-    init = tf.global_variables_initializer()
-  config = config or tf.compat.v1.ConfigProto(allow_soft_placement=False)
-  out = [None] * len(layer_params)
-  with tf.compat.v1.Session(graph=graph, config=config) as sess:
-    sess.run(init)
-    for i, step in steps.items():
-      out[i] = []
-      for set_count in counts:
-        sess.run(set_count)
-        out[i].append(float(timer(sess, step, repeats)))
-      timed(i, out[i])
-  for i in alone:
-    out[i] = _MeasureAlone(layer_params[i], input_shapes[i], examples, batch_dim, device, repeats,
-                           timer, config)
-    timed(i, out[i])
-  return out
-
-
-def _MeasureAlone(p, input_shapes, examples, batch_dim, device, repeats, timer, config):
-  """A layer's seconds on each number of examples, built once per number."""
-  graph = tf.Graph()
-  with graph.as_default(), tf.device(_LocalDevice(device)):
-    layer = p.Copy().Instantiate()
-    steps = [_TimedStep(layer, RandomInputs(input_shapes, n, batch_dim), 'input%d' % i,
-                        initial=True)[0] for i, n in enumerate(examples)]
-    init = tf.global_variables_initializer()
-  return _RunSteps(graph, init, [], steps, config, timer, repeats)

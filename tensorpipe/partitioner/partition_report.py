@@ -2,9 +2,9 @@
 
 Shows a user why a partitioning is what it is, and what it predicts: the imbalance (max/mean
 partition cost) and the fraction of device time spent working once the fill-drain bubble
-(`schedule.BubbleFraction`) and the imbalance are paid. With several partitions per device
-(virtual stages), each row names its device and each device's memory is the sum of its
-partitions'.
+(`schedule_builders.FillDrainBubbleFraction`) and the imbalance are paid. With several partitions
+per device (virtual stages), each row names its device and each device's memory is the sum of
+its partitions'.
 """
 
 import dataclasses
@@ -12,7 +12,7 @@ from typing import List, Optional
 
 from tensorpipe.partitioner import balancing
 from tensorpipe.partitioner import partitioning
-from tensorpipe import schedule
+from tensorpipe import schedule_builders
 from tensorpipe import units
 
 
@@ -77,7 +77,7 @@ def Build(plan: partitioning.Plan, title: str = 'pipeline') -> PartitionReport:
   shared = len(set(devices)) < len(devices)
   return PartitionReport(title, plan.cost_source, plan.algorithm, num_micro, rows,
                          balancing.Imbalance(costs),
-                         schedule.BubbleFraction(len(plan.sizes), num_micro),
+                         schedule_builders.FillDrainBubbleFraction(len(plan.sizes), num_micro),
                          balancing.Efficiency(costs, num_micro),
                          plan.DeviceMemory() if shared and profiles is not None else None,
                          plan.recompute)

@@ -12,7 +12,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from tensorpipe.partitioner import balancing
 from tensorpipe.partitioner import cost_model
-from tensorpipe import schedule
+from tensorpipe import schedule_builders
+from tensorpipe.partitioner import measured_cost
 from tensorpipe import units
 
 COST_SOURCES = ('auto',) + cost_model.COST_SOURCES
@@ -39,7 +40,7 @@ class Plan:
   sizes: List[int]
   cost_source: str
   algorithm: str
-  cost: balancing.PartitionCost
+  cost: balancing.LayerCosts
   input_shapes: Optional[List[Any]] = None
   num_micro_batches: int = 1
   recompute: str = 'always'
@@ -96,8 +97,8 @@ class Plan:
       totals[d] += need
     return totals
 
-  def Memory(self) -> Optional[balancing.PartitionCost]:
-    """Estimated per-partition memory as a balancing.PartitionCost (see cost_model.MemoryCost)."""
+  def Memory(self) -> Optional[balancing.LayerCosts]:
+    """Estimated per-layer memory as balancing.LayerCosts (see cost_model.MemoryCost)."""
     profiles = self.Profiles()
     if profiles is None:
       return None
@@ -136,7 +137,7 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
     skips: (source, destination) layer indices of skip connections: each destination's costs are
       taken with its source's output as an extra input.
     partition_devices: per partition, its device, when a device holds several partitions (virtual
-      stages; see schedule.PartitionDevices); None: partition k on device k.
+      stages; see schedule_builders.PartitionDevices); None: partition k on device k.
 
   Returns:
     A Plan.
@@ -160,13 +161,13 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
               num_micro_batches, recompute, bytes_per_param, memory_budget, tuple(skips),
               None if partition_devices is None else tuple(partition_devices))
   if cost == 'count':
-    plan.cost = balancing.PartitionCost([1.0] * len(layer_params))
+    plan.cost = balancing.LayerCosts([1.0] * len(layer_params))
   elif cost == 'flops':
-    plan.cost = balancing.PartitionCost(cost_model.Flops(layer_params, input_shapes, skips),
-                                        where=where)
+    plan.cost = balancing.LayerCosts(cost_model.Flops(layer_params, input_shapes, skips),
+                                     where=where)
   elif cost == 'measured':
-    plan.cost = balancing.PartitionCost(
-        cost_model.MeasureSeconds(layer_params, input_shapes, device, input_fn=input_fn,
+    plan.cost = balancing.LayerCosts(
+        measured_cost.MeasureSeconds(layer_params, input_shapes, device, input_fn=input_fn,
                                   skips=skips),
         what='time', where=where)
   else:
@@ -348,4 +349,4 @@ def PipelinePlan(p: Any, num_devices: Optional[int], num_micro_batches: int,
       layers, num_partitions, p.cost_input_shapes, p.partition_cost, p.partition_algorithm,
       p.memory_budget, num_micro_batches, p.recompute, p.bytes_per_param, device, sizes,
       where=where, skips=SkipIndices(layers, p.skip_connections),
-      partition_devices=schedule.PartitionDevices(p.schedule, num_partitions // v, v))
+      partition_devices=schedule_builders.PartitionDevices(p.schedule, num_partitions // v, v))

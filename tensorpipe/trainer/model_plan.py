@@ -13,9 +13,11 @@ from tensorpipe import disk_cache
 from tensorpipe import layer as layer_lib
 from tensorpipe.measure import training_step
 from tensorpipe.partitioner import cost_model
+from tensorpipe.partitioner import measured_cost
+from tensorpipe.measure import device_profiles
 from tensorpipe.measure import planner
 from tensorpipe import progress as progress_lib
-from tensorpipe import schedule
+from tensorpipe import schedule_builders
 from tensorpipe import units
 
 
@@ -26,15 +28,15 @@ def _Skips(layers, skip_connections):
 
 
 def MeasureMicroBatchSeconds(layer_params: Sequence[Any], input_shapes: Sequence[Sequence[int]],
-                             layer_times: Sequence[planner.LayerTime], call_overhead: float,
+                             layer_times: Sequence[device_profiles.LayerTime], call_overhead: float,
                              batch_dim: int = 0, rounds: int = 5, steps: int = 3) -> float:
   """Seconds each micro-batch after the first costs a pipeline beyond its layers' and calls' times:
   splitting the inputs, joining the outputs and adding its weight gradients to the others'.
 
   Measured now: the layers as one partition (a measure.training_step.TrainingStep, one op at a
-  time as planner.MeasureLayerTimes) at M = 1 and M = 2, timed interleaved for `rounds` rounds of
-  `steps` steps; the difference of the medians less what the planner already counts for the
-  second micro-batch (its layers' fixed seconds and two more task calls). At least 0.
+  time as device_profiles.MeasureLayerTimes) at M = 1 and M = 2, timed interleaved for `rounds`
+  rounds of `steps` steps; the difference of the medians less what the planner already counts for
+  the second micro-batch (its layers' fixed seconds and two more task calls). At least 0.
   """
   if len(layer_times) != len(layer_params):
     raise ValueError('model_plan: %d layer times for %d layers' %
@@ -43,7 +45,7 @@ def MeasureMicroBatchSeconds(layer_params: Sequence[Any], input_shapes: Sequence
     return 0.0
 
   def Inputs():
-    return cost_model.RandomInputs(input_shapes)
+    return measured_cost.RandomInputs(input_shapes)
 
   built = [training_step.TrainingStep('M=%d' % m, layer_params, [len(layer_params)], Inputs, m,
                                       batch_dim, devices=1, intra_op_threads=1,
@@ -100,13 +102,13 @@ def Schedules(p: hyperparams.Params) -> Sequence[str]:
   """The schedules a pipeline can run: all but 'gpipe' need per-example losses, which a pipeline
   has when it sets a loss_layer or already runs one of them."""
   if p.loss_layer is not None or p.schedule != 'gpipe':
-    return schedule.NAMES
+    return schedule_builders.NAMES
   return ('gpipe',)
 
 
 # Seconds the measurements of a model's pipelines may take on CPU devices by default, all together
-# (estimated; see planner.ChooseMeasuring): the paper's AmoebaNet-D (18, 256) and T(64, 16384, 32)
-# then plan in under a minute on 2 cores.
+# (estimated; see device_profiles.ChooseMeasuring): the paper's AmoebaNet-D (18, 256) and
+# T(64, 16384, 32) then plan in under a minute on 2 cores.
 MEASURE_BUDGET = 30.0
 _MEASURING_KIND = 'measuring'
 _MICRO_BATCH_KIND = 'micro_batch_seconds'
@@ -116,11 +118,12 @@ _STEPS_PER_MEASUREMENT = 2 * (1 + 5 * 3)
 
 
 def MicroBatchMeasuringSeconds(profiles: Sequence[cost_model.LayerProfile],
-                               device: planner.DeviceProfile, batch: int, examples: int) -> float:
+                               device: device_profiles.DeviceProfile, batch: int,
+                               examples: int) -> float:
   """About how long MeasureMicroBatchSeconds takes on `examples` examples (`profiles` are for
-  `batch`): setting up the layers' passes twice, then its steps (planner.RunSeconds)."""
-  return sum(2 * (p.forward_ops + p.backward_ops) * planner.SETUP_SECONDS_PER_OP +
-             _STEPS_PER_MEASUREMENT * planner.RunSeconds(p, device, batch, examples)
+  `batch`): setting up the layers' passes twice, then its steps (device_profiles.RunSeconds)."""
+  return sum(2 * (p.forward_ops + p.backward_ops) * device_profiles.SETUP_SECONDS_PER_OP +
+             _STEPS_PER_MEASUREMENT * device_profiles.RunSeconds(p, device, batch, examples)
              for p in profiles)
 
 
@@ -144,15 +147,17 @@ def _Measure(path, p, layers, batch, profiles, device, budget, cache, progress):
     first.setdefault(key, i)
   distinct = sorted(first.values())
   # The measured step runs the layers in a plain chain: no skip connections.
-  estimate = 0.0 if p.skip_connections else planner.MicroBatchSecondsEstimate(profiles, device)
+  estimate = (0.0 if p.skip_connections else
+              device_profiles.MicroBatchSecondsEstimate(profiles, device))
   where = '%s; budget %g s; batch %d; layers %s' % (
-      planner.MachineKey(), budget, batch, hashlib.sha256('\n'.join(keys).encode()).hexdigest())
+      device_profiles.MachineKey(), budget, batch,
+      hashlib.sha256('\n'.join(keys).encode()).hexdigest())
   chosen = None if cache is None else cache.Get(_MEASURING_KIND, where)
   if (isinstance(chosen, list) and len(chosen) == 4 and
       all(isinstance(v, int) and not isinstance(v, bool) for v in chosen[:3])):
-    measuring, micro_batches = planner.Measuring(*chosen[:3]), chosen[3] is True
+    measuring, micro_batches = device_profiles.Measuring(*chosen[:3]), chosen[3] is True
   else:
-    measuring, seconds = planner.ChooseMeasuring(profiles, distinct, device, batch, budget)
+    measuring, seconds = device_profiles.ChooseMeasuring(profiles, distinct, device, batch, budget)
     if measuring is None:
       progress.Say('%s: measuring the layers would take about %s, more than the budget of %g s: '
                    'planning from flops (a larger budget measures them)' %
@@ -163,10 +168,10 @@ def _Measure(path, p, layers, batch, profiles, device, budget, cache, progress):
     if cache is not None:
       cache.Put(_MEASURING_KIND, where, [measuring.high, measuring.low, measuring.repeats,
                                          micro_batches])
-  layer_times = planner.MeasureLayerTimes(
+  layer_times = device_profiles.MeasureLayerTimes(
       layers, shapes, p.batch_dim, skips=skips, measuring=measuring, cache=cache,
-      progress=progress, estimate=planner.MeasuringSeconds(profiles, distinct, device, batch,
-                                                           measuring))
+      progress=progress,
+      estimate=device_profiles.MeasuringSeconds(profiles, distinct, device, batch, measuring))
   if p.skip_connections:
     return layer_times, 0.0
   if not micro_batches:
@@ -187,7 +192,7 @@ def _Measure(path, p, layers, batch, profiles, device, budget, cache, progress):
   return layer_times, overhead
 
 
-def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceProfile,
+def PlanModel(cfg: hyperparams.Params, num_devices: int, device: device_profiles.DeviceProfile,
               memory: Optional[float] = None, batch: Optional[int] = None, title: str = 'model',
               quick: bool = False, budget: float = MEASURE_BUDGET,
               cache: Optional[disk_cache.DiskCache] = None,
@@ -196,11 +201,11 @@ def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceP
   """[(pipeline path, planner.Ranking)] for each TensorPipeLayer of model params `cfg`.
 
   On this machine's CPU devices (a profile with shared `cores`) the layers' times, and what a
-  micro-batch costs beyond them, are measured (planner.MeasureLayerTimes, MeasureMicroBatchSeconds)
-  within about `budget` seconds (shared equally by the pipelines): at the largest batches that fit
-  (planner.ChooseMeasuring), and the micro-batch only if it fits too (else
-  planner.MicroBatchSecondsEstimate). With `quick`, or a budget below the least measuring, the
-  layers' times come from flops and the profile, as on the accelerators. A `cache` (a
+  micro-batch costs beyond them, are measured (device_profiles.MeasureLayerTimes,
+  MeasureMicroBatchSeconds) within about `budget` seconds (shared equally by the pipelines): at the
+  largest batches that fit (device_profiles.ChooseMeasuring), and the micro-batch only if it fits
+  too (else device_profiles.MicroBatchSecondsEstimate). With `quick`, or a budget below the least
+  measuring, the layers' times come from flops and the profile, as on the accelerators. A `cache` (a
   disk_cache.DiskCache) keeps the cost-model facts, the measurements, what was chosen and the
   search's ranking for the next run; `progress` hears of every phase; `exact`: the ranks to
   simulate exactly (planner.PlanPipeline; None: all).
@@ -211,8 +216,8 @@ def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceP
     layer_times, overhead = None, 0.0
     if device.cores is not None:
       if quick:
-        overhead = 0.0 if p.skip_connections else planner.MicroBatchSecondsEstimate(profiles,
-                                                                                    device)
+        overhead = (0.0 if p.skip_connections else
+                    device_profiles.MicroBatchSecondsEstimate(profiles, device))
       else:
         layer_times, overhead = _Measure(path, p, layers, pipeline_batch, profiles, device,
                                          budget / len(pipelines), cache, progress)
@@ -225,15 +230,15 @@ def PlanModel(cfg: hyperparams.Params, num_devices: int, device: planner.DeviceP
   return out
 
 
-def PlanText(cfg: hyperparams.Params, num_devices: int, device_name: str = planner.CPU,
+def PlanText(cfg: hyperparams.Params, num_devices: int, device_name: str = device_profiles.CPU,
              memory: Optional[str] = None, title: str = 'model', limit: Optional[int] = 10,
              quick: bool = False, budget: float = MEASURE_BUDGET,
              cache: Optional[disk_cache.DiskCache] = None,
              progress: progress_lib.Progress = progress_lib.QUIET) -> str:
   """The plan of model params `cfg` as text (what --tensorpipe_plan logs): `device_name` is a
-  profile (planner.Profile), `memory` a size such as '16GiB' (default: the profile's); the first
-  `limit` ranks are exact (see PlanModel for the rest)."""
-  device = planner.Profile(device_name, cache, progress)
+  profile (device_profiles.Profile), `memory` a size such as '16GiB' (default: the profile's); the
+  first `limit` ranks are exact (see PlanModel for the rest)."""
+  device = device_profiles.Profile(device_name, cache, progress)
   budget_bytes = None if not memory else units.ParseBytes(memory)
   return Text(PlanModel(cfg, num_devices, device, budget_bytes, title=title, quick=quick,
                         budget=budget, cache=cache, progress=progress, exact=limit), limit)

@@ -16,6 +16,7 @@ from lingvo.core import test_utils
 from tensorpipe.measure import chrome_trace
 from tensorpipe.measure import profiling
 from tensorpipe import schedule
+from tensorpipe import schedule_builders
 from tests import helpers
 
 NUM_MICRO_BATCHES = 4
@@ -187,12 +188,12 @@ class ChromeTraceTest(test_utils.TestCase):
 
   def testFillDrainStep(self):
     slices = self._AssertSlicesMatchSchedule(
-        'gpipe', schedule.FillDrainSchedule(2, NUM_MICRO_BATCHES))
+        'gpipe', schedule_builders.FillDrainSchedule(2, NUM_MICRO_BATCHES))
     self.assertNotIn('W', {e['name'][0] for e in slices})
 
   def testZeroBubbleStep(self):
     slices = self._AssertSlicesMatchSchedule(
-        'zero_bubble', schedule.ZeroBubbleSchedule(2, NUM_MICRO_BATCHES))
+        'zero_bubble', schedule_builders.ZeroBubbleSchedule(2, NUM_MICRO_BATCHES))
     self.assertEqual({e['cat'] for e in slices if e['name'][0] == 'W'}, {'weight'})
 
   def testPipelinesNamedAndOverlappingTasksOnTheirOwnThread(self):

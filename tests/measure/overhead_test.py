@@ -5,7 +5,7 @@ from lingvo.core import test_utils
 
 from tensorpipe.measure import overhead
 from tensorpipe.measure import training_step
-from tensorpipe import schedule
+from tensorpipe import schedule_builders
 from tests import helpers
 
 
@@ -27,7 +27,8 @@ class OverheadTest(test_utils.TestCase):
     # The bubble is the fill-drain idle share of equal partitions, (K - 1) / (M + K - 1), unless
     # the devices idled less than that; the rest of the idle time is imbalance.
     idle = shares['bubble'] + shares['imbalance']
-    self.assertAlmostEqual(shares['bubble'], min(schedule.BubbleFraction(2, 4), idle))
+    self.assertAlmostEqual(shares['bubble'],
+                           min(schedule_builders.FillDrainBubbleFraction(2, 4), idle))
 
 
 if __name__ == '__main__':

@@ -1,7 +1,5 @@
-"""Planner: rankings on constructed costs, schedule-aware memory, pruning, measuring each distinct
-layer once (cached), profiles and errors."""
+"""Planner: rankings on constructed costs, schedule-aware memory, pruning, errors and flags."""
 
-import dataclasses
 import functools
 import json
 import os
@@ -11,17 +9,17 @@ import pytest
 
 from tensorpipe import disk_cache
 from tensorpipe.partitioner import cost_model
+from tensorpipe.measure import device_profiles
 from tensorpipe.measure import planner
 from tensorpipe import progress as progress_lib
-from tensorpipe import schedule
+from tensorpipe import schedule_builders
 from tensorpipe import units
-from tests import helpers
 
 # An accelerator-like device: 1 Gflop/s, no per-op or per-call costs, a link so fast that
 # transfers cost nothing.
-_DEVICE = planner.DeviceProfile('test', peak_flops=1e9, memory=1e9, link_bandwidth=1e18,
-                                source='constructed', efficiency=1.0, op_overhead=0.0,
-                                call_overhead=0.0)
+_DEVICE = device_profiles.DeviceProfile('test', peak_flops=1e9, memory=1e9, link_bandwidth=1e18,
+                                        source='constructed', efficiency=1.0, op_overhead=0.0,
+                                        call_overhead=0.0)
 
 
 def _Profiles(num_layers=8, flops=1e9, params=1000, activations=100000, boundary=10000):
@@ -67,7 +65,7 @@ class TestRanking:
   def testEqualStagesGiveTheTextbookBubble(self):
     for k, m in ((2, 4), (4, 4), (4, 8)):
       c = planner.Evaluate(_Profiles(), _DEVICE, 1e12, 1, k, m, 'gpipe', 'always')
-      assert c.bubble == pytest.approx(schedule.BubbleFraction(k, m))
+      assert c.bubble == pytest.approx(schedule_builders.FillDrainBubbleFraction(k, m))
       # Re-computation: each micro-batch's task takes forward + (forward + 2 x forward) flops.
       per_stage = 8 / k * 1.0 * 4 / m
       assert c.step_time == pytest.approx((m + k - 1) * per_stage)
@@ -76,7 +74,7 @@ class TestRanking:
     one = planner.Evaluate(_Profiles(), _DEVICE, 1e12, 1, 1, 8, 'gpipe', 'never')
     four = planner.Evaluate(_Profiles(), _DEVICE, 1e12, 1, 4, 8, 'gpipe', 'never')
     assert four.step_time < one.step_time / 2
-    slow = planner.DeviceProfile('slow link', 1e9, 1e9, 1e3, 'constructed', efficiency=1.0,
+    slow = device_profiles.DeviceProfile('slow link', 1e9, 1e9, 1e3, 'constructed', efficiency=1.0,
                                  op_overhead=0.0, call_overhead=0.0)
     half = planner.ScaledProfiles(_Profiles(), 0.5)
     alone = planner.Evaluate(half, _DEVICE, 1e12, 1, 1, 1, 'gpipe', 'never')
@@ -97,7 +95,7 @@ class TestPruning:
 
   @pytest.mark.parametrize('device', [
       _DEVICE,
-      planner.DeviceProfile('shared', 1e9, 1e9, 1e9, 'constructed', efficiency=1.0,
+      device_profiles.DeviceProfile('shared', 1e9, 1e9, 1e9, 'constructed', efficiency=1.0,
                             op_overhead=1e-4, call_overhead=1e-3, cores=2.0,
                             backward_parallelism=2.0)])
   def testTheFirstRanksAndTheTableAreTheExhaustiveSearchs(self, device, monkeypatch):
@@ -174,114 +172,17 @@ class TestPruning:
     assert len(lines) == 4
 
 
-def _Dense(name, seed, dim=8):
-  return helpers.Dense.Params().Set(name=name, dim=dim, seed=seed)
-
-
-def _OldLayerTimes(layers, shapes, batch_dim=0, small=8):
-  """The planner's layer times as they were measured before distinct layers were: every layer in
-  the chain of the layers before it (cost_model.MeasureSeconds), at the batch and 1/small of it."""
-  batch = shapes[0][batch_dim]
-  low = max(1, batch // small)
-  full, part = [cost_model.MeasureSeconds(
-      layers, [[b if i == batch_dim else d for i, d in enumerate(s)] for s in shapes],
-      timer=helpers.MatMulElementsRun) for b in (batch, low)]
-  out = []
-  for t_full, t_low in zip(full, part):
-    per_example = max(0.0, (t_full - t_low) / (batch - low)) if batch > low else 0.0
-    out.append(planner.LayerTime(max(0.0, t_low - per_example * low), per_example))
-  return out
-
-
-class TestMeasuring:
-
-  def testDistinctLayersAreMeasuredOnceAndThenReadFromTheCache(self, tmp_path):
-    layers = [_Dense('a', 0), _Dense('b', 0), _Dense('c', 1), _Dense('d', 0, dim=8)]
-    calls = []
-
-    def Timer(sess, step, repeats):
-      calls.append(repeats)
-      return helpers.MatMulElementsRun(sess, step)
-
-    cache = disk_cache.DiskCache(str(tmp_path))
-    lines = []
-    progress = progress_lib.Progress(lines.append, interval=1e9)
-    times = planner.MeasureLayerTimes(layers, [[16, 8]], cache=cache, progress=progress,
-                                      timer=Timer)
-    # Two distinct layers (a, b, d alike; c's seed differs), each at 16 and 2 examples.
-    assert calls == [5] * 4
-    assert times == _OldLayerTimes(layers, [[16, 8]])
-    # Dense: 2 B D + D^2 elements written by its MatMuls; fitted exactly.
-    assert times[0] == planner.LayerTime(64.0, 16.0)
-    assert lines[-1] == 'measuring the distinct layers of 4 at 16 and 2 examples: 0 of 2 read from ' \
-        'the cache'
-    del calls[:]
-    assert planner.MeasureLayerTimes(layers, [[16, 8]], cache=cache, timer=Timer) == times
-    assert calls == []
-    # Other batch sizes are other measurements; a bad entry is measured again.
-    planner.MeasureLayerTimes(layers, [[16, 8]], measuring=planner.Measuring(4, 1, 2),
-                              cache=cache, timer=Timer)
-    assert calls == [2] * 4
-    for name in os.listdir(tmp_path / 'layer_seconds'):
-      (tmp_path / 'layer_seconds' / name).write_text(json.dumps({'format': 1, 'key': 'x'}))
-    del calls[:]
-    assert planner.MeasureLayerTimes(layers, [[16, 8]], cache=cache, timer=Timer) == times
-    assert calls == [5] * 4
-
-  def testTheBudgetPicksTheLargestBatchesThenFewerRuns(self):
-    profiles = _Profiles(num_layers=4, flops=64e9)  # 1 Gflop per example at batch 64.
-    device = dataclasses.replace(_DEVICE, op_overhead=0.0)
-    distinct = [0, 1]
-    full = planner.Measuring(64, 8)
-    setup = 2 * 30 * planner.SETUP_SECONDS_PER_OP
-    # Two layers, each 6 runs of (64 + 8) examples at 6 s per example (6 x flops at 1 Gflop/s).
-    assert planner.MeasuringSeconds(profiles, distinct, device, 64, full) == pytest.approx(
-        setup + 2 * 6 * 72 * 6.0)
-
-    def Choose(budget):
-      return planner.ChooseMeasuring(profiles, distinct, device, 64, budget)[0]
-
-    assert Choose(1e9) == full
-    assert Choose(2 * 6 * 36 * 6.0 + setup) == planner.Measuring(32, 4)
-    assert Choose(2 * 6 * 3 * 6.0 + setup) == planner.Measuring(2, 1)
-    assert Choose(2 * 4 * 3 * 6.0 + setup) == planner.Measuring(2, 1, 3)
-    assert Choose(2 * 2 * 3 * 6.0 + setup) == planner.Measuring(2, 1, 1)
-    measuring, least = planner.ChooseMeasuring(profiles, distinct, device, 64, 1.0)
-    assert measuring is None and least == pytest.approx(2 * 2 * 3 * 6.0 + setup)
-
-  def testAMicroBatchIsEstimatedToAddItsWeightGradients(self):
-    device = dataclasses.replace(_DEVICE, link_bandwidth=12e3)
-    # 8 layers of 1000 parameters: 3 float32 moved per parameter at 12 kB/s.
-    assert planner.MicroBatchSecondsEstimate(_Profiles(), device) == pytest.approx(8.0)
-
-  def testTheCpuProfileIsMeasuredOncePerCache(self, tmp_path, monkeypatch):
-    measured = []
-    cpu = dataclasses.replace(_DEVICE, name=planner.CPU, cores=2.0)
-    monkeypatch.setattr(planner, 'MeasureCpu', lambda: measured.append(1) or cpu)
-    cache = disk_cache.DiskCache(str(tmp_path))
-    lines = []
-    progress = progress_lib.Progress(lines.append)
-    assert planner.Profile(planner.CPU, cache, progress) == cpu
-    assert planner.Profile(planner.CPU, cache, progress) == cpu
-    assert (measured, lines) == ([1], ['measuring this machine\'s CPU devices'])
-    [name] = os.listdir(tmp_path / 'cpu_profile')
-    entry = json.loads((tmp_path / 'cpu_profile' / name).read_text())
-    entry['value']['peak_flops'] = 'fast'  # Not a profile: measured again.
-    (tmp_path / 'cpu_profile' / name).write_text(json.dumps(entry))
-    assert planner.Profile(planner.CPU, cache) == cpu and measured == [1, 1]
-    assert planner.Profile(planner.CPU) == cpu and measured == [1, 1, 1]
-
-
 class TestScheduleMemory:
 
   @pytest.mark.parametrize('k,m', [(2, 3), (4, 8), (4, 2), (3, 16)])
   def testInFlightCountsAreTheClosedForms(self, k, m):
-    assert schedule.FillDrainSchedule(k, m, 2).InFlight() == [m] * k
-    assert schedule.OneFOneBSchedule(k, m, 2).InFlight() == [min(k - i, m) for i in range(k)]
-    zb = schedule.ZeroBubbleSchedule(k, m, 2)
+    assert schedule_builders.FillDrainSchedule(k, m, 2).InFlight() == [m] * k
+    in_flight = schedule_builders.OneFOneBSchedule(k, m, 2).InFlight()
+    assert in_flight == [min(k - i, m) for i in range(k)]
+    zb = schedule_builders.ZeroBubbleSchedule(k, m, 2)
     assert zb.InFlight() == [min(k - i, m) for i in range(k)]
     assert zb.AwaitingWeights() == [min(i + 1, m) for i in range(k)]
-    assert schedule.FillDrainSchedule(k, m).AwaitingWeights() == [0] * k
+    assert schedule_builders.FillDrainSchedule(k, m).AwaitingWeights() == [0] * k
 
   def testDeviceMemoryFollowsTheSchedule(self):
     profiles = _Profiles(activations=0, params=0)  # Only stashed boundary inputs and gradients.
@@ -298,36 +199,36 @@ class TestScheduleMemory:
 
   def testMicroBatchOverheadGoesToBackwardTasksByParameterShare(self):
     seconds = [(1.0, 2.0), (1.0, 2.0)]
-    device = planner.DeviceProfile('test', 1e9, 1e9, 1e18, 'constructed', call_overhead=0.0)
-    plain = planner.PartitionCosts(seconds, [1, 1], device, 'never', 4, False)
-    extra = planner.PartitionCosts(seconds, [1, 1], device, 'never', 4, False,
-                                   micro_batch_overhead=0.4, params=[3, 1])
+    device = device_profiles.DeviceProfile('test', 1e9, 1e9, 1e18, 'constructed', call_overhead=0.0)
+    plain = planner.PartitionTaskTimes(seconds, [1, 1], device, 'never', 4, False)
+    extra = planner.PartitionTaskTimes(seconds, [1, 1], device, 'never', 4, False,
+                                       micro_batch_overhead=0.4, params=[3, 1])
     # Per micro-batch (M - 1) / M of the overhead, so M micro-batches pay it M - 1 times; the
     # partition with three quarters of the parameters (and their gradient additions) takes 3/4.
     assert extra[0].backward - plain[0].backward == pytest.approx(0.4 * 0.75 * 0.75)
     assert extra[1].backward - plain[1].backward == pytest.approx(0.4 * 0.25 * 0.75)
     assert [c.forward for c in extra] == [c.forward for c in plain]
-    one = planner.PartitionCosts(seconds, [2], device, 'never', 1, False,
-                                 micro_batch_overhead=0.4, params=[3, 1])
-    assert one[0].backward == planner.PartitionCosts(seconds, [2], device, 'never', 1,
-                                                     False)[0].backward
+    one = planner.PartitionTaskTimes(seconds, [2], device, 'never', 1, False,
+                                     micro_batch_overhead=0.4, params=[3, 1])
+    assert one[0].backward == planner.PartitionTaskTimes(seconds, [2], device, 'never', 1,
+                                                         False)[0].backward
 
   def testSelectiveRecomputesEachLayersShareOfItsForwardPass(self):
     seconds = [(1.0, 2.0), (3.0, 6.0), (2.0, 4.0)]
-    device = planner.DeviceProfile('test', 1e9, 1e9, 1e18, 'constructed', call_overhead=0.0)
-    always = planner.PartitionCosts(seconds, [2, 1], device, 'always', 4, False)
-    selective = planner.PartitionCosts(seconds, [2, 1], device, 'selective', 4, False,
-                                       selective_shares=[0.5, 0.1, 0.25])
+    device = device_profiles.DeviceProfile('test', 1e9, 1e9, 1e18, 'constructed', call_overhead=0.0)
+    always = planner.PartitionTaskTimes(seconds, [2, 1], device, 'always', 4, False)
+    selective = planner.PartitionTaskTimes(seconds, [2, 1], device, 'selective', 4, False,
+                                           selective_shares=[0.5, 0.1, 0.25])
     assert [c.recompute for c in always] == [4.0, 2.0]
     assert [c.recompute for c in selective] == pytest.approx([1.0 * 0.5 + 3.0 * 0.1, 2.0 * 0.25])
     assert [(c.forward, c.backward) for c in selective] == [(c.forward, c.backward) for c in always]
     # Without shares, as 'always'.
-    unknown = planner.PartitionCosts(seconds, [2, 1], device, 'selective', 4, False)
+    unknown = planner.PartitionTaskTimes(seconds, [2, 1], device, 'selective', 4, False)
     assert [c.recompute for c in unknown] == [4.0, 2.0]
 
   def testMicroBatchOverheadMakesMoreMicroBatchesSlower(self):
     # One partition: its tasks run one after another, so the step is their sum.
-    times = [planner.LayerTime(0.0, 1e-3)] * 8
+    times = [device_profiles.LayerTime(0.0, 1e-3)] * 8
     at = {}
     for overhead in (0.0, 0.01):
       ranking = _Plan(1e12, partitions=(1,), recomputes=('never',), schedules=('gpipe',),
@@ -356,7 +257,7 @@ class TestScheduleMemory:
     for name in ('interleaved_1f1b', 'zbv'):
       c = planner.Evaluate(profiles, _DEVICE, 1e12, 1, k, m, name, 'always', virtual_stages=2)
       assert (c.virtual_stages, c.sizes) == (2, [2, 2, 2, 2])
-      in_flight = schedule.Build(name, k, m, 2).InFlight()
+      in_flight = schedule_builders.Build(name, k, m, 2).InFlight()
       for d in range(k):
         # Both partitions' re-computed outputs; each stashed (partition, micro-batch) pair its
         # boundary input (weight-gradient tasks keep nothing here: no layer has weights).
@@ -388,27 +289,19 @@ class TestErrors:
       _Plan(memory=least * 0.99)
     assert _Plan(memory=least).best.peak_memory == least
 
-  def testUnknownProfileListsTheKnownOnes(self):
-    with pytest.raises(ValueError, match="unknown device profile 'V200'; known profiles: cpu, "
-                       'A100-40GB'):
-      planner.Profile('V200')
-    assert planner.Profile('TPUv3-core').memory == 16 * 2**30
-
   @pytest.mark.parametrize('kwargs,message', [
       (dict(num_devices=0), 'number of devices must be a positive integer, got 0'),
       (dict(batch=0), 'batch must be a positive integer, got 0'),
       (dict(schedules=('fifo',)), "schedule 'fifo' is not one of"),
       (dict(recomputes=('sometimes',)), "recompute 'sometimes' is not one of"),
+      (dict(schedules=('interleaved_1f1b',), interleaved_stages=(1,)),
+       "schedule='interleaved_1f1b' needs virtual_stages >= 2"),
   ])
   def testBadArguments(self, kwargs, message):
     args = dict(profiles=_Profiles(), batch=16, num_devices=4, device=_DEVICE)
     args.update(kwargs)
     with pytest.raises(ValueError, match=message):
       planner.PlanPipeline(**args)
-
-  def testProfilesHaveSources(self):
-    for p in planner.PROFILES.values():
-      assert p.source.startswith('https://') and p.peak_flops > 0 and p.memory > 0
 
 
 class TestFlags:
@@ -421,8 +314,9 @@ class TestFlags:
                     'task.encoder.virtual_stages: %d' %
                     (best.partitions, best.micro_batches, best.schedule, best.recompute,
                      best.virtual_stages))
-    cpu = planner.DeviceProfile('cpu', 1e9, 1e9, 1e9, 'constructed', cores=2.0)
+    cpu = device_profiles.DeviceProfile('cpu', 1e9, 1e9, 1e9, 'constructed', cores=2.0)
     assert planner.TrainerFlags(best, cpu).startswith(
         '--cpu_devices=%d --worker_split_size=%d ' % (best.devices, best.partitions))
     assert planner.TrainerFlags(best, _DEVICE).startswith('--worker_gpus=')
-    assert planner.TrainerFlags(best, planner.PROFILES['TPUv3-core']).startswith('--worker_tpus=')
+    tpu = device_profiles.PROFILES['TPUv3-core']
+    assert planner.TrainerFlags(best, tpu).startswith('--worker_tpus=')

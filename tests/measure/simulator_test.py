@@ -6,6 +6,7 @@ import unittest
 
 from tensorpipe.measure import simulator
 from tensorpipe import schedule
+from tensorpipe import schedule_builders
 
 
 def _Equal(num_partitions, forward=1.0, backward=2.0, recompute=0.0):
@@ -13,7 +14,7 @@ def _Equal(num_partitions, forward=1.0, backward=2.0, recompute=0.0):
 
 
 def _Gpipe(costs, m, lag=1):
-  return schedule.FillDrainSchedule(len(costs), m, lag)
+  return schedule_builders.FillDrainSchedule(len(costs), m, lag)
 
 
 def _Sim(costs, m, transfer=0.0, cores=None, lag=1):
@@ -28,22 +29,25 @@ class SimulateTest(unittest.TestCase):
         result = _Sim(_Equal(k, 1.0, 2.0, 1.0), m)
         self.assertAlmostEqual(result.step_time, (m + k - 1) * (1.0 + 2.0 + 1.0))
         self.assertAlmostEqual(result.idle_fraction, (k - 1) / (m + k - 1))
-        self.assertAlmostEqual(result.idle_fraction, schedule.BubbleFraction(k, m))
+        self.assertAlmostEqual(result.idle_fraction,
+                               schedule_builders.FillDrainBubbleFraction(k, m))
 
   def testOneFOneBHasTheFillDrainBubble(self):
     for k in (2, 4, 8):
       for m in (4, 8, 32):
         costs = _Equal(k, 1.0, 2.0, 1.0)
-        result = simulator.Simulate(costs, schedule.OneFOneBSchedule(k, m))
-        self.assertAlmostEqual(result.idle_fraction, schedule.BubbleFraction(k, m), msg=(k, m))
+        result = simulator.Simulate(costs, schedule_builders.OneFOneBSchedule(k, m))
+        self.assertAlmostEqual(result.idle_fraction,
+                               schedule_builders.FillDrainBubbleFraction(k, m), msg=(k, m))
 
   def testZeroBubbleIsAThirdOfOneFOneBWithEqualForwardInputAndWeightGradients(self):
     for k in (2, 4, 8):
       for m in (4, 8, 32):
         costs = [simulator.TaskTimes(forward=1.0, backward=1.0, weight=1.0)] * k
-        one_f_one_b = simulator.Simulate(costs, schedule.OneFOneBSchedule(k, m))
-        zero_bubble = simulator.Simulate(costs, schedule.ZeroBubbleSchedule(k, m))
-        self.assertAlmostEqual(one_f_one_b.idle_fraction, schedule.BubbleFraction(k, m))
+        one_f_one_b = simulator.Simulate(costs, schedule_builders.OneFOneBSchedule(k, m))
+        zero_bubble = simulator.Simulate(costs, schedule_builders.ZeroBubbleSchedule(k, m))
+        self.assertAlmostEqual(one_f_one_b.idle_fraction,
+                               schedule_builders.FillDrainBubbleFraction(k, m))
         self.assertAlmostEqual(one_f_one_b.step_time, 3.0 * (m + k - 1))  # B holds the weights'.
         # ZB-H1's (K-1)(F + B - W) idle time per device, against 1F1B's (K-1)(F + B + W).
         if m >= k:
@@ -52,12 +56,12 @@ class SimulateTest(unittest.TestCase):
 
   def testAWeightActionRecomputesThenAddsTheWeightGradients(self):
     costs = [simulator.TaskTimes(forward=1.0, backward=2.0, recompute=1.0, weight=3.0)]
-    split = simulator.Simulate(costs, schedule.ZeroBubbleSchedule(1, 1))
+    split = simulator.Simulate(costs, schedule_builders.ZeroBubbleSchedule(1, 1))
     self.assertEqual([(i.kind, i.start, i.end) for i in split.timeline], [
         (simulator.FORWARD_TASK, 0.0, 1.0), (simulator.RECOMPUTE_TASK, 1.0, 2.0),
         (simulator.BACKWARD_TASK, 2.0, 4.0), (simulator.RECOMPUTE_TASK, 4.0, 5.0),
         (simulator.WEIGHT_TASK, 5.0, 8.0)])
-    joined = simulator.Simulate(costs, schedule.OneFOneBSchedule(1, 1))
+    joined = simulator.Simulate(costs, schedule_builders.OneFOneBSchedule(1, 1))
     self.assertEqual([i.kind for i in joined.timeline], [
         simulator.FORWARD_TASK, simulator.RECOMPUTE_TASK, simulator.BACKWARD_TASK,
         simulator.WEIGHT_TASK])
@@ -72,7 +76,7 @@ class SimulateTest(unittest.TestCase):
         self.assertLessEqual(a.end, b.start + 1e-12)  # One task at a time.
       forward = [(i.kind, i.micro_batch) for i in mine if i.kind == simulator.FORWARD_TASK]
       backward = [(i.kind, i.micro_batch) for i in mine if i.kind == simulator.BACKWARD_TASK]
-      order = schedule.FillDrainSchedule(k, m).DeviceActions(partition)
+      order = schedule_builders.FillDrainSchedule(k, m).DeviceActions(partition)
       self.assertEqual([t.micro_batch for t in order if t.kind == schedule.FORWARD],
                        [t for _, t in forward])
       self.assertEqual([t.micro_batch for t in order if t.kind == schedule.BACKWARD],
@@ -107,9 +111,9 @@ class SimulateTest(unittest.TestCase):
     with self.assertRaisesRegex(ValueError, 'partition 1 has backward time -1'):
       _Sim([simulator.TaskTimes(1, 1), simulator.TaskTimes(1, -1)], 2)
     with self.assertRaisesRegex(ValueError, 'no partitions'):
-      simulator.Simulate([], schedule.FillDrainSchedule(1, 2))
+      simulator.Simulate([], schedule_builders.FillDrainSchedule(1, 2))
     with self.assertRaisesRegex(ValueError, '3 partition costs for a schedule of 2 partitions'):
-      simulator.Simulate(_Equal(3), schedule.FillDrainSchedule(2, 2))
+      simulator.Simulate(_Equal(3), schedule_builders.FillDrainSchedule(2, 2))
     with self.assertRaisesRegex(ValueError, 'expected a schedule.Schedule, got 4'):
       simulator.Simulate(_Equal(2), 4)
 
@@ -280,7 +284,7 @@ class RecomputeModeTest(unittest.TestCase):
     for cores in (None, 2):
       steps = {}
       for mode in schedule.RECOMPUTE_MODES:
-        result = simulator.Simulate(costs, schedule.OneFOneBSchedule(k, m, recompute=mode),
+        result = simulator.Simulate(costs, schedule_builders.OneFOneBSchedule(k, m, recompute=mode),
                                     cores=cores)
         steps[mode] = result.step_time
         kinds = self._Kinds(result)
@@ -294,15 +298,16 @@ class RecomputeModeTest(unittest.TestCase):
       # One partition's re-computations are on the critical path: 0.5 s per micro-batch each.
       self.assertLess(steps['never'], steps['except_last'])
       self.assertLess(steps['except_last'], steps['always'])
-    one = simulator.Simulate(costs[:1], schedule.OneFOneBSchedule(1, 1, recompute='never'))
+    one = simulator.Simulate(costs[:1], schedule_builders.OneFOneBSchedule(1, 1, recompute='never'))
     self.assertAlmostEqual(one.step_time, 1.0 + 2.0 + 0.25)
-    one = simulator.Simulate(costs[:1], schedule.OneFOneBSchedule(1, 1, recompute='always'))
+    one = simulator.Simulate(costs[:1],
+                             schedule_builders.OneFOneBSchedule(1, 1, recompute='always'))
     self.assertAlmostEqual(one.step_time, 1.0 + 0.5 + 2.0 + 0.25)
 
   def testFillDrainWithoutRecomputationIsItsBackwardPassesShorter(self):
     k, m = 3, 4
     costs = _Equal(k, 1.0, 2.0, 1.0)
-    never = simulator.Simulate(costs, schedule.FillDrainSchedule(k, m, recompute='never'))
+    never = simulator.Simulate(costs, schedule_builders.FillDrainSchedule(k, m, recompute='never'))
     self.assertNotIn(simulator.RECOMPUTE_TASK, {i.kind for i in never.timeline})
     self.assertAlmostEqual(never.step_time, (m + k - 1) * (1.0 + 2.0))
     always = _Sim(costs, m)
@@ -318,10 +323,10 @@ class VirtualStagesTest(unittest.TestCase):
     # device a v-th of that. Narayanan et al.: the bubble (K - 1)(F + B) becomes (K - 1)(F + B) / v.
     for k, m, v in ((2, 4, 2), (4, 8, 2), (4, 8, 3), (8, 16, 2), (8, 32, 3)):
       one_f_one_b = simulator.Simulate([simulator.TaskTimes(1.0, 1.0, weight=1.0)] * k,
-                                       schedule.OneFOneBSchedule(k, m))
+                                       schedule_builders.OneFOneBSchedule(k, m))
       chunk = simulator.TaskTimes(1.0 / v, 1.0 / v, weight=1.0 / v)
       interleaved = simulator.Simulate([chunk] * (k * v),
-                                       schedule.InterleavedOneFOneBSchedule(k, m, v))
+                                       schedule_builders.InterleavedOneFOneBSchedule(k, m, v))
       self.assertAlmostEqual(one_f_one_b.step_time, 3.0 * m + 3.0 * (k - 1), msg=(k, m, v))
       self.assertAlmostEqual(interleaved.step_time, 3.0 * m + 3.0 * (k - 1) / v, msg=(k, m, v))
       self.assertEqual(len(interleaved.busy), k)
@@ -333,7 +338,7 @@ class VirtualStagesTest(unittest.TestCase):
     # the step is the 6M tasks of a device plus the ramp, one forward pass per device before it.
     # ZB-H1 on the same model (a partition twice a V partition) idles twice that ramp.
     for k, m in ((1, 4), (2, 3), (2, 4), (4, 8), (4, 32), (8, 16)):
-      sched = schedule.ZeroBubbleVSchedule(k, m)
+      sched = schedule_builders.ZeroBubbleVSchedule(k, m)
       result = simulator.Simulate([simulator.TaskTimes(0.5, 0.5, weight=0.5)] * (2 * k), sched)
       self.assertAlmostEqual(result.step_time, 3.0 * m + 0.5 * (k - 1), msg=(k, m))
       for d in range(k):
@@ -341,19 +346,19 @@ class VirtualStagesTest(unittest.TestCase):
         self.assertEqual(len(simulator.MergeSpans(spans)), 1, (k, m, d))  # No gap.
         self.assertAlmostEqual(result.busy[d], 3.0 * m)
       zb_h1 = simulator.Simulate([simulator.TaskTimes(1.0, 1.0, weight=1.0)] * k,
-                                 schedule.ZeroBubbleSchedule(k, m))
+                                 schedule_builders.ZeroBubbleSchedule(k, m))
       self.assertAlmostEqual(zb_h1.step_time, 3.0 * m + (k - 1), msg=(k, m))
 
   def testTransferOnlyBetweenDevices(self):
     costs = [simulator.TaskTimes(1.0, 1.0, weight=1.0)] * 2
     # One device holding both partitions of the V: no transfer anywhere.
-    sched = schedule.ZeroBubbleVSchedule(1, 3)
+    sched = schedule_builders.ZeroBubbleVSchedule(1, 3)
     self.assertEqual(simulator.Simulate(costs, sched, transfer=5.0),
                      simulator.Simulate(costs, sched))
     # Two devices: every edge between devices waits for the transfer, no other edge does.
     rng = random.Random(5)
-    for sched in (schedule.InterleavedOneFOneBSchedule(2, 4, 2),
-                  schedule.ZeroBubbleVSchedule(2, 4)):
+    for sched in (schedule_builders.InterleavedOneFOneBSchedule(2, 4, 2),
+                  schedule_builders.ZeroBubbleVSchedule(2, 4)):
       for cores in (None, 1, 4):
         costs = _Random(rng, sched.num_partitions, parallel=True)
         result = simulator.Simulate(costs, sched, 0.25, cores)
@@ -377,9 +382,12 @@ class LowerBoundTest(unittest.TestCase):
 
   def testNoSimulatedStepIsBelowItsBound(self):
     rng = random.Random(7)
-    schedules = [schedule.FillDrainSchedule(3, 5, 2), schedule.OneFOneBSchedule(4, 6),
-                 schedule.ZeroBubbleSchedule(3, 4), schedule.InterleavedOneFOneBSchedule(2, 4, 2),
-                 schedule.ZeroBubbleVSchedule(2, 3), schedule.FillDrainSchedule(1, 3)]
+    schedules = [schedule_builders.FillDrainSchedule(3, 5, 2),
+                 schedule_builders.OneFOneBSchedule(4, 6),
+                 schedule_builders.ZeroBubbleSchedule(3, 4),
+                 schedule_builders.InterleavedOneFOneBSchedule(2, 4, 2),
+                 schedule_builders.ZeroBubbleVSchedule(2, 3),
+                 schedule_builders.FillDrainSchedule(1, 3)]
     for sched in schedules:
       for cores in (None, 0.5, 1, 2, 8):
         for _ in range(5):
@@ -395,7 +403,7 @@ class LowerBoundTest(unittest.TestCase):
   def testItIsTheStepWhereNothingOverlaps(self):
     # One device runs every action one after another: the step is the device's busy time.
     costs = _Random(random.Random(3), 1, recompute=True)
-    sched = schedule.OneFOneBSchedule(1, 4)
+    sched = schedule_builders.OneFOneBSchedule(1, 4)
     self.assertAlmostEqual(simulator.LowerBound(costs, sched),
                            simulator.Simulate(costs, sched).step_time, places=12)
     # One core: the step is the total work (testOneCoreRunsTheTotalWork).

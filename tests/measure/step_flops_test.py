@@ -7,6 +7,7 @@ from lingvo.core import layers
 from tensorpipe.measure import step_flops
 from tensorpipe.partitioner import cost_model
 from tensorpipe import schedule
+from tensorpipe import schedule_builders
 
 
 class StepFlopsTest(unittest.TestCase):
@@ -19,7 +20,7 @@ class StepFlopsTest(unittest.TestCase):
 
   def testRecomputedForwardsFollowTheRecomputeMode(self):
     sizes = [2, 2, 2, 2]
-    fill_drain = lambda mode: schedule.FillDrainSchedule(2, 4, recompute=mode)
+    fill_drain = lambda mode: schedule_builders.FillDrainSchedule(2, 4, recompute=mode)
     self.assertEqual(step_flops.RecomputedForwards(fill_drain('never'), sizes), 0.0)
     self.assertEqual(step_flops.RecomputedForwards(fill_drain('always'), sizes), 1.0)
     self.assertEqual(step_flops.RecomputedForwards(fill_drain('except_last'), sizes), 0.75)
@@ -31,15 +32,16 @@ class StepFlopsTest(unittest.TestCase):
     self.assertAlmostEqual(
         step_flops.RecomputedForwards(fill_drain('except_last'), [3, 3, 3, 2]), 9 / 11.0)
     self.assertEqual(step_flops.RecomputedForwards(
-        schedule.OneFOneBSchedule(2, 4, recompute='always'), sizes), 1.0)
+        schedule_builders.OneFOneBSchedule(2, 4, recompute='always'), sizes), 1.0)
     # Zero bubble: the input-gradient task re-computes; the weight-gradient task re-runs nothing.
-    self.assertEqual(step_flops.RecomputedForwards(schedule.ZeroBubbleSchedule(2, 4), sizes), 1.0)
+    zero_bubble = schedule_builders.ZeroBubbleSchedule(2, 4)
+    self.assertEqual(step_flops.RecomputedForwards(zero_bubble, sizes), 1.0)
 
   def testRecomputedForwardsRefuseSizesNotOnePerMicroBatch(self):
     with self.assertRaisesRegex(ValueError, r'needs 4 micro-batch sizes .*got \[2, 2\]'):
-      step_flops.RecomputedForwards(schedule.FillDrainSchedule(2, 4), [2, 2])
+      step_flops.RecomputedForwards(schedule_builders.FillDrainSchedule(2, 4), [2, 2])
     with self.assertRaisesRegex(ValueError, r'adding up to >= 1, got \[0\]'):
-      step_flops.RecomputedForwards(schedule.FillDrainSchedule(1, 1), [0])
+      step_flops.RecomputedForwards(schedule_builders.FillDrainSchedule(1, 1), [0])
 
   def testDenseStackCountsItsMatmulsThreeOrFourTimes(self):
     batch, width, depth = 64, 32, 3
@@ -50,7 +52,7 @@ class StepFlopsTest(unittest.TestCase):
     # FCLayer's FPropMeta adds its ReLU (one per output) and bias (one per unit) to the matmul.
     self.assertEqual(forward, matmuls + depth * (batch * width + width))
     self.assertEqual(step_flops.ModelFlops(forward), 3 * forward)
-    recompute = step_flops.RecomputedForwards(schedule.FillDrainSchedule(3, 4), [16] * 4)
+    recompute = step_flops.RecomputedForwards(schedule_builders.FillDrainSchedule(3, 4), [16] * 4)
     self.assertEqual(step_flops.HardwareFlops(forward, recompute), 4 * forward)
     self.assertEqual(step_flops.HardwareFlops(forward, 0.0), step_flops.ModelFlops(forward))
 

@@ -11,7 +11,7 @@ from PIL import Image
 from tensorpipe.measure import simulator
 from tensorpipe.measure import timeline
 from tensorpipe.measure import training_step
-from tensorpipe import schedule
+from tensorpipe import schedule_builders
 from tests import helpers
 
 
@@ -28,7 +28,7 @@ class TimelineTest(test_utils.TestCase):
 
   def testDrawSimulated(self):
     result = simulator.Simulate([simulator.TaskTimes(1.0, 2.0, 1.0)] * 3,
-                                schedule.FillDrainSchedule(3, 4))
+                                schedule_builders.FillDrainSchedule(3, 4))
     path = os.path.join(tempfile.mkdtemp(), 's.png')
     self.assertEqual(timeline.DrawSimulated(result, path, 'K=3, M=4'), path)
     self._AssertDrawsTasks(path)
@@ -47,7 +47,7 @@ class LabelsTest(test_utils.TestCase):
 
   def _SimulatedLabels(self, name, k, m, v):
     result = simulator.Simulate([simulator.TaskTimes(1.0, 2.0, 1.0, 1.0)] * (k * v),
-                                schedule.Build(name, k, m, v))
+                                schedule_builders.Build(name, k, m, v))
     tasks = [('device %d' % i.device, i.kind, i.partition, i.micro_batch, i.start, i.end)
              for i in result.timeline]
     out = collections.defaultdict(set)

@@ -38,7 +38,7 @@ class OptimalSplitTest(unittest.TestCase):
       num_layers = rng.randint(1, 10)
       num_partitions = rng.randint(1, num_layers)
       costs = [rng.choice([0, 0, 1, 2, 3, 5, 8, 13, 100]) for _ in range(num_layers)]
-      cost = balancing.PartitionCost(costs)
+      cost = balancing.LayerCosts(costs)
       sizes = balancing.OptimalSplit(cost, num_partitions)
       self.assertEqual(sum(sizes), num_layers)
       self.assertEqual(len(sizes), num_partitions)
@@ -50,7 +50,7 @@ class OptimalSplitTest(unittest.TestCase):
     for _ in range(200):
       num_layers = rng.randint(2, 9)
       num_partitions = rng.randint(1, num_layers)
-      cost = balancing.PartitionCost([rng.uniform(0, 10) for _ in range(num_layers)],
+      cost = balancing.LayerCosts([rng.uniform(0, 10) for _ in range(num_layers)],
                                 [rng.uniform(0, 5) for _ in range(num_layers)])
       sizes = balancing.OptimalSplit(cost, num_partitions)
       self.assertAlmostEqual(max(cost.Partitions(sizes)), _BruteForce(cost, num_partitions),
@@ -62,7 +62,7 @@ class OptimalSplitTest(unittest.TestCase):
     for _ in range(300):
       num_layers = rng.randint(2, 12)
       num_partitions = rng.randint(2, min(num_layers, 5))
-      cost = balancing.PartitionCost([rng.randint(1, 20) for _ in range(num_layers)])
+      cost = balancing.LayerCosts([rng.randint(1, 20) for _ in range(num_layers)])
       optimal = max(cost.Partitions(balancing.OptimalSplit(cost, num_partitions)))
       heuristic = max(cost.Partitions(balancing.MinVarianceSplit(cost, num_partitions)))
       self.assertLessEqual(optimal, heuristic)
@@ -74,7 +74,7 @@ class OptimalSplitTest(unittest.TestCase):
     for _ in range(100):
       num_layers = rng.randint(1, 9)
       num_partitions = rng.randint(1, num_layers)
-      cost = balancing.PartitionCost([rng.randint(0, 20) for _ in range(num_layers)])
+      cost = balancing.LayerCosts([rng.randint(0, 20) for _ in range(num_layers)])
       sizes = balancing.MinVarianceSplit(cost, num_partitions)
       self.assertEqual(_SumSquares(cost.Partitions(sizes)),
                        _BruteForce(cost, num_partitions, key=_SumSquares))
@@ -99,8 +99,8 @@ class OptimalSplitTest(unittest.TestCase):
     for _ in range(300):
       num_layers = rng.randint(2, 9)
       num_partitions = rng.randint(1, num_layers)
-      cost = balancing.PartitionCost([rng.randint(1, 10) for _ in range(num_layers)])
-      mem = balancing.PartitionCost([rng.randint(1, 10) for _ in range(num_layers)],
+      cost = balancing.LayerCosts([rng.randint(1, 10) for _ in range(num_layers)])
+      mem = balancing.LayerCosts([rng.randint(1, 10) for _ in range(num_layers)],
                                [rng.randint(0, 6) for _ in range(num_layers)])
       budget = rng.randint(5, 30)
       best = _BruteForce(cost, num_partitions, mem, budget)
@@ -117,7 +117,7 @@ class OptimalSplitTest(unittest.TestCase):
     self.assertGreater(checked, 100)
 
   def testBudgetErrorGivesTheSmallestBudgetThatFits(self):
-    mem = balancing.PartitionCost([3 * 2**30, 2**30, 2**30, 2**30])
+    mem = balancing.LayerCosts([3 * 2**30, 2**30, 2**30, 2**30])
     with self.assertRaisesRegex(ValueError, r'budget of 2.00 GiB per device; the best split needs '
                                 r'3.00 GiB on its fullest device \(partition sizes \[1, 3\]\)'):
       balancing.OptimalSplit([1, 1, 1, 1], 2, mem, 2 * 2**30)
@@ -150,9 +150,9 @@ class OptimalSplitTest(unittest.TestCase):
     reach = balancing._Reach  # pylint: disable=protected-access
     with mock.patch.object(reach, 'Forward', autospec=True, side_effect=reach.Forward) as probes:
       sizes = balancing.OptimalSplit(costs, 64, mem, 400.0)
-    cost = balancing.PartitionCost(costs)
+    cost = balancing.LayerCosts(costs)
     self.assertLess(balancing.Imbalance(cost.Partitions(sizes)), 1.01)
-    self.assertLessEqual(max(balancing.PartitionCost(mem).Partitions(sizes)), 400.0)
+    self.assertLessEqual(max(balancing.LayerCosts(mem).Partitions(sizes)), 400.0)
     self.assertGreaterEqual(probes.call_count, 2)
     self.assertLessEqual(probes.call_count, 64 + 16, 'feasibility probes')
 

@@ -8,17 +8,20 @@ from absl import flags
 from lingvo.core import hyperparams
 
 from tensorpipe import disk_cache
+from tensorpipe.measure import device_profiles
 from tensorpipe.measure import planner
 from tensorpipe.partitioner import cost_model
+from tensorpipe.partitioner import measured_cost
 from tensorpipe import progress as progress_lib
 from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import registry
 from tests import helpers
 
 # This machine's CPU devices as the planner models them, with constant figures.
-_CPU = planner.DeviceProfile(planner.CPU, peak_flops=1e9, memory=1e9, link_bandwidth=1e9,
-                             source='constructed', efficiency=1.0, op_overhead=1e-6,
-                             call_overhead=1e-5, cores=2.0, backward_parallelism=2.0)
+_CPU = device_profiles.DeviceProfile(device_profiles.CPU, peak_flops=1e9, memory=1e9,
+                                     link_bandwidth=1e9, source='constructed', efficiency=1.0,
+                                     op_overhead=1e-6, call_overhead=1e-5, cores=2.0,
+                                     backward_parallelism=2.0)
 
 
 def _Params(model):
@@ -48,14 +51,16 @@ def testMissingShapesNameTheFix():
   cfg = _Params('digits.TinyConvPipeline')
   cfg.task.pipeline.cost_input_shapes = None
   with pytest.raises(ValueError, match='set task.pipeline.cost_input_shapes'):
-    model_plan.PlanModel(cfg, 4, planner.PROFILES['V100-16GB'])
+    model_plan.PlanModel(cfg, 4, device_profiles.PROFILES['V100-16GB'])
 
 
 def testMicroBatchMeasurementChecksItsArguments():
   with pytest.raises(ValueError, match='model_plan: 1 layer times for 2 layers'):
-    model_plan.MeasureMicroBatchSeconds([None, None], [[8, 4]], [planner.LayerTime(0, 0)], 0.0)
+    model_plan.MeasureMicroBatchSeconds([None, None], [[8, 4]], [device_profiles.LayerTime(0, 0)],
+                                        0.0)
   # One example cannot be split into two micro-batches: nothing to measure.
-  assert model_plan.MeasureMicroBatchSeconds([None], [[1, 4]], [planner.LayerTime(0, 0)], 0.0) == 0
+  assert model_plan.MeasureMicroBatchSeconds([None], [[1, 4]], [device_profiles.LayerTime(0, 0)],
+                                             0.0) == 0
 
 
 def _Model():
@@ -88,8 +93,8 @@ def testTheTableIsTheExhaustiveSearchOfEveryLayerMeasured(tmp_path, deterministi
   # The planner before distinct layers, caching and pruning: every layer measured in the chain at
   # the batch and an eighth of it, every configuration simulated.
   [(path, p, layers, batch, profiles)] = model_plan.PipelineInputs(cfg)
-  full, low = [cost_model.MeasureSeconds(layers, [[b, 16]]) for b in (32, 4)]
-  times = [planner.LayerTime(l - (f - l) / 28 * 4, (f - l) / 28) for f, l in zip(full, low)]
+  full, low = [measured_cost.MeasureSeconds(layers, [[b, 16]]) for b in (32, 4)]
+  times = [device_profiles.LayerTime(l - (f - l) / 28 * 4, (f - l) / 28) for f, l in zip(full, low)]
   old = model_plan.Text([(path, planner.PlanPipeline(
       profiles, batch, 4, _CPU, schedules=model_plan.Schedules(p), title='model ' + path,
       layer_times=times, micro_batch_overhead=2e-4))], 8)

@@ -23,8 +23,8 @@ per-token loss runs inside one TensorPipeLayer, built from stock Lingvo layers:
   argmax [T, B]) (a pipeline output needs a batch dimension; Lingvo's softmax FProp also returns
   mini-batch scalars). The task's loss, sum(xent * (1 - paddings)) / (number of real tokens), is
   computed after the pipeline, and its gradient with respect to xent depends only on the paddings.
-  So every schedule (schedule.NAMES) can run a micro-batch's backward pass as soon as its forward
-  pass is done, also when the batch and sequence sizes are known only at run time.
+  So every schedule (schedule_builders.NAMES) can run a micro-batch's backward pass as soon as its
+  forward pass is done, also when the batch and sequence sizes are known only at run time.
 - **Dropout** is on the embedding output and in the feed-forward blocks (residual and ReLU). Those
   masks are per example, so training does not depend on M. Lingvo's attention-probability dropout
   and its attention residual dropout act on tensors whose batch axis was merged into another, so
@@ -502,7 +502,8 @@ def DecoderLmParams(vocab_size=VOCAB_SIZE, model_dim=64, hidden_dim=256, num_hea
     num_partitions: the pipeline's partitions: K devices x its virtual_stages (set on the returned
       `pipeline` Params; 1 by default).
     num_micro_batches: M, micro-batches per mini-batch (need not divide the batch).
-    schedule: one of schedule.NAMES ('interleaved_1f1b' and 'zbv' need pipeline.virtual_stages).
+    schedule: one of schedule_builders.NAMES ('interleaved_1f1b' and 'zbv' need
+      pipeline.virtual_stages).
     dropout_prob: dropout on the embedding and the feed-forward residual and ReLU.
     recompute: the pipeline's re-computation ('always', 'except_last', 'never' or 'selective').
     name: the task's name.
