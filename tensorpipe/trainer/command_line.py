@@ -13,6 +13,7 @@ two lines and exits with 1).
 """
 
 import sys
+import types
 
 from absl import app
 from absl import flags
@@ -33,6 +34,20 @@ def FirstLine(error):
   return lines[0] if lines else type(error).__name__
 
 
+def Args():
+  """The parsed flags' values as a namespace of their own (args.NAME), which a command may fill in
+  further (e.g. a default that depends on another flag) without changing FLAGS."""
+  return types.SimpleNamespace(**flags.FLAGS.flag_values_dict())
+
+
+def PositiveInts(values):
+  """Validator of a DEFINE_list flag whose items are integers >= 1 (e.g. --partitions=1,2,4)."""
+  try:
+    return all(int(v) >= 1 for v in values)
+  except ValueError:
+    return False
+
+
 def FlagsParser(prog, args=(), known_only=False):
   """A flags_parser for absl.app.run: parses absl's FLAGS from argv (program name first).
 
@@ -48,6 +63,10 @@ def FlagsParser(prog, args=(), known_only=False):
       rest = flags.FLAGS(list(argv), known_only=known_only)
     except flags.Error as e:
       Fail(prog, '%s (see --helpfull)' % FirstLine(e))
+    if not flags.FLAGS['verbosity'].present:
+      # Logging stays at WARNING, as before absl parsed the flags (app.run would lower it to INFO
+      # and Lingvo's INFO lines would bury the command's own output); --v=0 shows them.
+      flags.FLAGS.verbosity = -1
     if not known_only and len(rest) - 1 != len(args):
       given = ' '.join(rest[1:]) or 'none'
       if args:

@@ -15,17 +15,28 @@ _COMMAND = r'''
 """Prints its report and --rows."""
 import sys
 from absl import flags
+from absl import logging
 from tensorpipe.trainer import command_line
 flags.DEFINE_integer('rows', 20, 'Table rows.', lower_bound=0)
 def main(argv):
   print(argv[1:], flags.FLAGS.rows)
+  logging.info('an info line')
+  logging.warning('a warning line')
   return 0
 command_line.Run(main, 'demo', args=('stack|models',), known_only=sys.argv.pop(1) == 'known')
 '''
 
 
 def _Run(mode, *args):
-  """(exit status, stdout, stderr) of _COMMAND with `args`; `mode`: 'known' parses known_only."""
+  """(exit status, stdout, stderr less logged lines) of _COMMAND with `args`; `mode`: 'known'
+  parses known_only."""
+  code, out, err = _RunLogged(mode, *args)
+  return code, out, ''.join(line for line in err.splitlines(True)
+                            if not line.rstrip().endswith(('an info line', 'a warning line')))
+
+
+def _RunLogged(mode, *args):
+  """(exit status, stdout, stderr) of _COMMAND with `args`."""
   proc = subprocess.run([sys.executable, '-c', _COMMAND, mode] + list(args), capture_output=True,
                         text=True, timeout=120, check=False, cwd=helpers.REPO,
                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
@@ -37,6 +48,15 @@ class CommandLineTest(test_utils.TestCase):
   def testFlagsAndPositionalArgumentsReachMain(self):
     self.assertEqual(_Run('all', 'stack', '--rows', '3'), (0, "['stack'] 3\n", ''))
     self.assertEqual(_Run('all', '--rows=0', 'models'), (0, "['models'] 0\n", ''))
+
+  def testLoggingStaysAtWarningUnlessVerbositySaysOtherwise(self):
+    code, _, err = _RunLogged('all', 'stack')
+    self.assertEqual(code, 0, err)
+    self.assertIn('a warning line', err)
+    self.assertNotIn('an info line', err)
+    code, _, err = _RunLogged('all', 'stack', '--v=0')
+    self.assertEqual(code, 0, err)
+    self.assertIn('an info line', err)
 
   def testABadCommandLineIsOneLineWithStatus2(self):
     for args, line in [
