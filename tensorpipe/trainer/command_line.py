@@ -3,13 +3,14 @@ that a bad command line ends the command with one line.
 
 Each command defines its flags at module level with absl.flags and runs `Run(main, prog)`, i.e.
 absl.app.run with `FlagsParser` as its flags_parser: `--help` prints the module's docstring and its
-own flags, `--helpfull` every flag (absl's and Lingvo's too), and an unknown flag, a bad value, a
-missing required flag or a wrong number of positional arguments prints
+own flags, `--helpfull` every flag (absl's too, and Lingvo's where the command imports Lingvo), and
+an unknown flag, a bad value or a missing required flag prints
 
-  PROG: error: WHAT (see --helpfull)
+  PROG: error: flag --NAME=VALUE: WHAT (see --helpfull)
 
 on stderr and exits with status 2, as argparse did for these commands (absl's own parser prints
-two lines and exits with 1).
+two lines and exits with 1); so does a wrong number of positional arguments. Logging stays at
+WARNING unless --v (--verbosity) is given.
 """
 
 import sys

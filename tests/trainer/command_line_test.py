@@ -8,6 +8,7 @@ import sys
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
+from tensorpipe.trainer import command_line
 from tests import helpers
 
 # A command as the tools are written: a flag, one positional argument, main printing both.
@@ -68,6 +69,12 @@ class CommandLineTest(test_utils.TestCase):
         (['stack', 'models'],
          'takes 1 positional argument, stack|models (got: stack models); see --help')]:
       self.assertEqual(_Run('all', *args), (2, '', 'demo: error: %s\n' % line))
+
+  def testPositiveIntsAcceptsCommaSeparatedIntegersOfAtLeast1(self):
+    self.assertTrue(command_line.PositiveInts(['1', '2', '16']))
+    self.assertTrue(command_line.PositiveInts([]))
+    for values in (['0'], ['1', 'two'], ['-4'], ['1.5']):
+      self.assertFalse(command_line.PositiveInts(values), values)
 
   def testKnownOnlyReturnsUnknownFlagsToMain(self):
     self.assertEqual(_Run('known', '--colums=2', '--rows=4', 'x', 'y'),
