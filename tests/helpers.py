@@ -515,6 +515,12 @@ def RunTool(name, *args, timeout=300):
   return proc.returncode, proc.stdout, proc.stderr
 
 
+def OwnLines(err):
+  """A tool's stderr lines less TensorFlow's own import-time warnings ('WARNING:tensorflow:...',
+  e.g. Lingvo's 'Please fix your imports'), which no flag of the tool changes."""
+  return [line for line in err.splitlines() if not line.startswith('WARNING:tensorflow:')]
+
+
 # Tiny tasks for the consistency check: its library test and its tool test (which registers them).
 
 TIME_MAJOR_SHAPE = (4, 8, 4)  # T, B, D of ConstantInput's default x.

@@ -23,17 +23,15 @@ TensorFlow fixes its pools with the first session of a process. The report also 
 device's decoding states for the largest N (bytes of the caches, from their static shapes), the
 machine (CPU model, cores, oneDNN on or off, load average before and after) and the commit.
 
-  .venv/bin/python -m tools.benchmark_decode                    # 16/64/128 tokens, K in {1, 2, 4}
-  .venv/bin/python -m tools.benchmark_decode --new_tokens=16 --partitions=2 --rounds=2  # smoke
+  python -m tools.benchmark_decode                    # 16/64/128 tokens, K in {1, 2, 4}
+  python -m tools.benchmark_decode --new_tokens=16 --partitions=2 --rounds=2  # smoke
 
 Results: docs/benchmarks.md, "Decoding".
 """
 
-import argparse
 import os
 import resource
 import subprocess
-import sys
 import time
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -49,33 +47,31 @@ from tensorpipe import decode_state
 from tensorpipe import placement
 from tensorpipe.measure import machine
 from tensorpipe.tasks.lm import decoder_lm
+from tensorpipe.trainer import command_line
 # pylint: enable=wrong-import-position
+
+flags.DEFINE_list('new_tokens', ['16', '64', '128'], 'N values.')
+flags.register_validator('new_tokens', command_line.PositiveInts,
+                         message='give comma-separated positive integers, e.g. 16,64')
+flags.DEFINE_list('partitions', ['1', '2', '4'], 'K values (devices).')
+flags.register_validator('partitions', command_line.PositiveInts,
+                         message='give comma-separated positive integers, e.g. 1,2,4')
+flags.DEFINE_integer('micro_batches', 2, 'M of a pipelined decode step (decode_micro_batches).')
+flags.DEFINE_integer('batch', 32, 'Prompts decoded at once.')
+flags.DEFINE_integer('model_dim', 256, 'Model width D.')
+flags.DEFINE_integer('hidden_dim', 1024, 'Feed-forward width.')
+flags.DEFINE_integer('num_heads', 4, 'Attention heads.')
+flags.DEFINE_integer('num_layers', 4, 'Transformer layers.')
+flags.DEFINE_integer('rounds', 5, 'Timed runs of each incremental configuration.')
+flags.DEFINE_integer('full_prefix_rounds', 1,
+                     'Timed runs of the full-prefix configuration (the first rounds): a run of it '
+                     'takes up to minutes.')
+flags.DEFINE_integer('intra_op_threads', None, "Session intra-op threads (default: TensorFlow's).")
+flags.DEFINE_integer('inter_op_threads', None, "Session inter-op threads (default: TensorFlow's).")
 
 MODES = ('pipelined', 'unpipelined', 'full_prefix')
 
 
-def _Args(argv):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ints = lambda text: [int(v) for v in text.split(',')]
-  parser.add_argument('--new_tokens', type=ints, default=[16, 64, 128], help='N values.')
-  parser.add_argument('--partitions', type=ints, default=[1, 2, 4], help='K values (devices).')
-  parser.add_argument('--micro_batches', type=int, default=2,
-                      help='M of a pipelined decode step (decode_micro_batches).')
-  parser.add_argument('--batch', type=int, default=32, help='Prompts decoded at once.')
-  parser.add_argument('--model_dim', type=int, default=256, help='Model width D.')
-  parser.add_argument('--hidden_dim', type=int, default=1024, help='Feed-forward width.')
-  parser.add_argument('--num_heads', type=int, default=4, help='Attention heads.')
-  parser.add_argument('--num_layers', type=int, default=4, help='Transformer layers.')
-  parser.add_argument('--rounds', type=int, default=5,
-                      help='Timed runs of each incremental configuration.')
-  parser.add_argument('--full_prefix_rounds', type=int, default=1,
-                      help='Timed runs of the full-prefix configuration (the first rounds): a '
-                      'run of it takes up to minutes.')
-  parser.add_argument('--intra_op_threads', type=int, default=None,
-                      help="Session intra-op threads (default: TensorFlow's).")
-  parser.add_argument('--inter_op_threads', type=int, default=None,
-                      help="Session inter-op threads (default: TensorFlow's).")
-  return parser.parse_args(argv)
 
 
 def _Params(args, k, n, mode):
@@ -144,9 +140,10 @@ def _Load():
   return '%.2f %.2f %.2f' % os.getloadavg()
 
 
-def main(argv):
-  args = _Args(argv)
-  flags.FLAGS.mark_as_parsed()
+def main(unused_argv):
+  args = command_line.Args()
+  args.new_tokens = [int(n) for n in args.new_tokens]
+  args.partitions = [int(k) for k in args.partitions]
   print('commit %s; %s' % (_Commit(), machine.Line()), flush=True)
   print('model: D=%d, hidden %d, %d heads, %d layers, vocabulary %d; batch %d one-token prompts; '
         'pipelined M=%d' % (args.model_dim, args.hidden_dim, args.num_heads, args.num_layers,
@@ -207,4 +204,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  main(sys.argv[1:])
+  command_line.Run(main, 'benchmark_decode')

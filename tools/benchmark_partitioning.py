@@ -17,8 +17,8 @@ are timed interleaved, in rounds, in one process (see benchmark_pipeline for why
 median step times.
 
 Usage:
-  .venv/bin/python -m tools.benchmark_partitioning               # both parts (a few minutes)
-  .venv/bin/python -m tools.benchmark_partitioning --skip_timing # part 1 only (seconds)
+  python -m tools.benchmark_partitioning               # both parts (a few minutes)
+  python -m tools.benchmark_partitioning --skip_timing # part 1 only (seconds)
 
 Results and the command that produced them: docs/benchmarks.md.
 """
@@ -27,10 +27,10 @@ import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import argparse  # pylint: disable=g-import-not-at-top
 import time
 
 import numpy as np  # pylint: disable=g-import-not-at-top
+from absl import flags
 from lingvo import compat as tf
 
 from tensorpipe.measure import machine
@@ -39,6 +39,17 @@ from tensorpipe.measure import workloads
 from tensorpipe.partitioner import balancing
 from tensorpipe.partitioner import partitioning
 from tensorpipe.tasks.image import amoebanet
+from tensorpipe.trainer import command_line
+
+flags.DEFINE_bool('skip_timing', False, 'Only part 1.')
+flags.DEFINE_integer('k', 2, 'Partitions (= logical CPU devices) in part 2.')
+flags.DEFINE_integer('micro_batches', 4, 'M in part 2.')
+flags.DEFINE_integer('rounds', 12, 'Interleaved timing rounds.')
+flags.DEFINE_integer('steps_per_round', 5, 'Timed steps per round.')
+flags.DEFINE_integer('warmup', 3, 'Untimed steps first.')
+flags.DEFINE_integer('intra_op_threads', 1, 'Session intra-op threads.')
+flags.DEFINE_integer('inter_op_threads', 2, 'Session inter-op threads.')
+FLAGS = flags.FLAGS
 
 
 def ImbalanceModels():
@@ -133,19 +144,8 @@ def TimeSplits(args):
   return results
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--skip_timing', action='store_true', help='Only part 1.')
-  parser.add_argument('--k', type=int, default=2,
-                      help='Partitions (= logical CPU devices) in part 2.')
-  parser.add_argument('--micro_batches', type=int, default=4, help='M in part 2.')
-  parser.add_argument('--rounds', type=int, default=12, help='Interleaved timing rounds.')
-  parser.add_argument('--steps_per_round', type=int, default=5, help='Timed steps per round.')
-  parser.add_argument('--warmup', type=int, default=3, help='Untimed steps first.')
-  parser.add_argument('--intra_op_threads', type=int, default=1)
-  parser.add_argument('--inter_op_threads', type=int, default=2)
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   print(machine.Line(), flush=True)
   args.devices = args.k
   start = time.time()
@@ -160,4 +160,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  main()
+  command_line.Run(main, 'benchmark_partitioning')

@@ -42,13 +42,13 @@ TF_CPU_ALLOCATOR_USE_BFC=true is set below, before TensorFlow is imported, so th
 with TF_ENABLE_ONEDNN_OPTS=0).
 
 Usage:
-  .venv/bin/python -m tools.benchmark_pipeline             # full run (8-10 minutes on 2 cores)
-  .venv/bin/python -m tools.benchmark_pipeline --quick     # smoke run (a minute or two)
-  .venv/bin/python -m tools.benchmark_pipeline --trace     # also: per-device busy time from one
-                                                           # traced step
-  .venv/bin/python -m tools.benchmark_pipeline --diagnose  # also: TensorPipe K=1,M=8,'never'
-                                                           # (micro-batching alone) on both stacks
-  .venv/bin/python -m tools.benchmark_pipeline --suites=dense --skip_memory  # dense speed (~3 min)
+  python -m tools.benchmark_pipeline             # full run (8-10 minutes on 2 cores)
+  python -m tools.benchmark_pipeline --quick     # smoke run (a minute or two)
+  python -m tools.benchmark_pipeline --trace     # also: per-device busy time from one
+                                                 # traced step
+  python -m tools.benchmark_pipeline --diagnose  # also: TensorPipe K=1,M=8,'never'
+                                                 # (micro-batching alone) on both stacks
+  python -m tools.benchmark_pipeline --suites=dense --skip_memory  # dense speed (~3 min)
 
 Results measured with it, and how to read them: docs/benchmarks.md.
 """
@@ -61,8 +61,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
 
-import argparse  # pylint: disable=g-import-not-at-top
-import collections
+import collections  # pylint: disable=g-import-not-at-top
 import contextlib
 import dataclasses
 import json
@@ -75,6 +74,7 @@ import time
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf2
+from absl import flags
 from lingvo import compat as tf
 from lingvo.core import builder_layers
 from lingvo.core import cluster_factory
@@ -93,6 +93,56 @@ from tensorpipe.partitioner import cost_model
 from tensorpipe.partitioner import partitioning
 from tensorpipe import placement
 from tensorpipe import schedule_builders
+from tensorpipe.trainer import command_line
+
+flags.DEFINE_integer('layers', None, 'dense stack: number of FCLayers (default 16; 8 with --quick)')
+flags.DEFINE_integer('width', 512, 'dense stack: input = output dim')
+flags.DEFINE_integer('batch', 2048, 'dense stack: batch size')
+flags.DEFINE_integer('tr_layers', None,
+                     'transformer stack: number of blocks (default 8; 2 with --quick)')
+flags.DEFINE_integer('tr_dim', 256, 'transformer: model dim')
+flags.DEFINE_integer('tr_heads', 4, 'transformer: attention heads')
+flags.DEFINE_integer('tr_hidden', 1024, 'transformer: feed-forward dim')
+flags.DEFINE_integer('tr_seq', 64, 'transformer: sequence length')
+flags.DEFINE_integer('tr_batch', 64,
+                     'transformer: batch (sequences); M=8 gives micro-batches of 8 x 64 tokens')
+flags.DEFINE_string('suites', 'dense,transformer', 'comma list: dense,transformer')
+flags.DEFINE_integer('devices', 4,
+                     'logical CPU devices of every session (4 so that K=4 runs; fewer drops the '
+                     'K=4 configurations)')
+flags.DEFINE_integer('intra_op_threads', 1, 'session intra-op threads')
+flags.DEFINE_integer('inter_op_threads', 2, 'session inter-op threads')
+flags.DEFINE_integer('matmul_size', 1024,
+                     'n of the [n, n] @ [n, n] float32 matmuls that measure this machine\'s '
+                     'matmul rate', lower_bound=1)
+flags.DEFINE_integer('matmul_chain', 8,
+                     'dependent matmuls per chain and run (one chain per inter-op thread); more '
+                     'amortises the run\'s overhead', lower_bound=1)
+flags.DEFINE_integer('warmup', 2, 'untimed steps per configuration')
+flags.DEFINE_integer('rounds', 8, 'interleaved timing rounds (at least)')
+flags.DEFINE_integer('steps_per_round', 3, 'timed steps per dense configuration per round')
+flags.DEFINE_integer('tr_steps_per_round', 1,
+                     'timed steps per transformer configuration per round')
+flags.DEFINE_bool('diagnose', False,
+                  "also time TensorPipe K=1,M=8,'never' on both stacks (micro-batching alone, no "
+                  'pipelining or re-computation); not part of any target')
+flags.DEFINE_integer('min_clean', 8,
+                     'keep adding rounds (up to --max_timing_s) until every config has this many '
+                     'quiet steps')
+flags.DEFINE_float('max_timing_s', 240, 'no extra rounds once timing has taken this long')
+flags.DEFINE_float('max_foreign_cpu', 0.15,
+                   'a step is quiet if other processes used at most this many CPU-seconds per '
+                   'second of the step')
+flags.DEFINE_integer('memory_steps', 5, 'steps measured per memory config')
+flags.DEFINE_float('learning_rate', 1e-4, 'SGD learning rate of every configuration')
+flags.DEFINE_bool('skip_memory', False, 'skip the peak-memory processes')
+flags.DEFINE_bool('trace', False,
+                  'after timing, trace one step per config and print device busy time')
+flags.DEFINE_bool('quick', False,
+                  'smoke run (1-3 minutes): 8 dense layers, 2 transformer blocks, 3 rounds of 1 '
+                  'step; its numbers are not the benchmark\'s')
+flags.DEFINE_string('memory_child', None,
+                    'internal: measure the peak memory of this config in a process of its own')
 
 MIB = 1024.0 * 1024.0
 HARDWARE_FRACTION_TARGET = 0.9  # TensorPipe's hardware FLOP rate / the matmul rate, at least.
@@ -787,67 +837,10 @@ def Main(args):
   print('total %.0f s' % (time.perf_counter() - t_start))
 
 
-def ParseArgs(argv=None):
-  """The flags, with --quick's and the defaults' sizes filled in."""
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n', maxsplit=1)[0],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--layers', type=int, default=None,
-                      help='dense stack: number of FCLayers (default 16; 8 with --quick)')
-  parser.add_argument('--width', type=int, default=512, help='dense stack: input = output dim')
-  parser.add_argument('--batch', type=int, default=2048, help='dense stack: batch size')
-  parser.add_argument('--tr_layers', type=int, default=None,
-                      help='transformer stack: number of blocks (default 8; 2 with --quick)')
-  parser.add_argument('--tr_dim', type=int, default=256, help='transformer: model dim')
-  parser.add_argument('--tr_heads', type=int, default=4, help='transformer: attention heads')
-  parser.add_argument('--tr_hidden', type=int, default=1024, help='transformer: feed-forward dim')
-  parser.add_argument('--tr_seq', type=int, default=64, help='transformer: sequence length')
-  parser.add_argument('--tr_batch', type=int, default=64,
-                      help='transformer: batch (sequences); M=8 gives micro-batches of 8 x 64 '
-                      'tokens')
-  parser.add_argument('--suites', default='dense,transformer', help='comma list: dense,transformer')
-  parser.add_argument('--devices', type=int, default=4,
-                      help='logical CPU devices of every session (4 so that K=4 runs; fewer drops '
-                      'the K=4 configurations)')
-  parser.add_argument('--intra_op_threads', type=int, default=1)
-  parser.add_argument('--inter_op_threads', type=int, default=2)
-  parser.add_argument('--matmul_size', type=int, default=1024,
-                      help='n of the [n, n] @ [n, n] float32 matmuls that measure this machine\'s '
-                      'matmul rate')
-  parser.add_argument('--matmul_chain', type=int, default=8,
-                      help='dependent matmuls per chain and run (one chain per inter-op thread); '
-                      'more amortises the run\'s overhead')
-  parser.add_argument('--warmup', type=int, default=2, help='untimed steps per configuration')
-  parser.add_argument('--rounds', type=int, default=8, help='interleaved timing rounds (at least)')
-  parser.add_argument('--steps_per_round', type=int, default=3,
-                      help='timed steps per dense configuration per round')
-  parser.add_argument('--tr_steps_per_round', type=int, default=1,
-                      help='timed steps per transformer configuration per round')
-  parser.add_argument('--diagnose', action='store_true',
-                      help="also time TensorPipe K=1,M=8,'never' on both stacks (micro-batching "
-                      'alone, no pipelining or re-computation); not part of any target')
-  parser.add_argument('--min_clean', type=int, default=8,
-                      help='keep adding rounds (up to --max_timing_s) until every config has this '
-                      'many quiet steps')
-  parser.add_argument('--max_timing_s', type=float, default=240,
-                      help='no extra rounds once timing has taken this long')
-  parser.add_argument('--max_foreign_cpu', type=float, default=0.15,
-                      help='a step is quiet if other processes used at most this many CPU-seconds '
-                      'per second of the step')
-  parser.add_argument('--memory_steps', type=int, default=5,
-                      help='steps measured per memory config')
-  parser.add_argument('--learning_rate', type=float, default=1e-4)
-  parser.add_argument('--skip_memory', action='store_true', help='skip the peak-memory processes')
-  parser.add_argument('--trace', action='store_true',
-                      help='after timing, trace one step per config and print device busy time')
-  parser.add_argument('--quick', action='store_true',
-                      help='smoke run (1-3 minutes): 8 dense layers, 2 transformer blocks, 3 '
-                      'rounds of 1 step; its numbers are not the benchmark\'s')
-  parser.add_argument('--memory_child', default=None, help=argparse.SUPPRESS)
-  args = parser.parse_args(argv)
+def ParseArgs():
+  """The parsed flags, with --quick's and the defaults' sizes filled in."""
+  args = command_line.Args()
   args.suites = [s.strip() for s in args.suites.split(',') if s.strip()]
-  for name in ('matmul_size', 'matmul_chain'):
-    if getattr(args, name) < 1:
-      parser.error('--%s must be >= 1, got %d' % (name, getattr(args, name)))
   if args.layers is None:
     args.layers = 8 if args.quick else 16
   if args.tr_layers is None:
@@ -859,9 +852,13 @@ def ParseArgs(argv=None):
   return args
 
 
-if __name__ == '__main__':
+def main(unused_argv):
   parsed = ParseArgs()
   if parsed.memory_child:
     MemoryChild(parsed, parsed.memory_child)
   else:
     Main(parsed)
+
+
+if __name__ == '__main__':
+  command_line.Run(main, 'benchmark_pipeline')

@@ -14,11 +14,11 @@ A variant that fails to run (e.g. a check inside the step) is listed as `K=.. M=
 run: <cause>`. `--example=paper` runs the paper's own test (supplementary Figure 1: 16
 convolutions, 8 micro-batches, K = 1, 2, 4).
 
-  .venv/bin/python -m tools.consistency --model=digits.TinyConvPipeline
-  .venv/bin/python -m tools.consistency --model=digits.TinyConvPipeline --partitions=1,2 \
+  python -m tools.consistency --model=digits.TinyConvPipeline
+  python -m tools.consistency --model=digits.TinyConvPipeline --partitions=1,2 \
       --micro_batches=1,2
-  .venv/bin/python -m tools.consistency --example=paper
-  .venv/bin/python -m tools.consistency --list_models --params_module=mymodels
+  python -m tools.consistency --example=paper
+  python -m tools.consistency --list_models --params_module=mymodels
 
 Exit status: 0 if every variant agrees within --tolerance, 1 if one differs or fails to run (the
 last line says PASS or FAIL and why), 2 for a usage error (one line on stderr).
@@ -29,16 +29,42 @@ import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import argparse  # pylint: disable=g-import-not-at-top
-
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tensorpipe.measure import consistency  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import consistency_cases  # pylint: disable=g-import-not-at-top
+from tensorpipe.trainer import command_line  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
 
 EXAMPLES = ('paper',)
 PAPER_MICRO_BATCHES = (8,)
+
+flags.DEFINE_string('model', None,
+                    'Registered model to check, e.g. digits.TinyConvPipeline (its Train input '
+                    'gives the batch). Give this or --example.')
+flags.DEFINE_enum('example', None, EXAMPLES,
+                  "Run a built-in example instead of a model: 'paper' is the GPipe paper's test "
+                  '(16 convolutions, default K = 1,2,4 and M = 8).')
+flags.DEFINE_string('partitions', None,
+                    'Comma-separated K to compare, e.g. 1,2,4 (the default). A K above a '
+                    'pipeline\'s number of layers is skipped with a note; each K needs K logical '
+                    'CPU devices, which the tool creates.')
+flags.DEFINE_string('micro_batches', None,
+                    'Comma-separated M to compare, e.g. 1,4 (the default; 8 for '
+                    '--example=paper). Each M must not exceed the batch size.')
+flags.DEFINE_float('tolerance', None,
+                   'Largest allowed gradient difference, relative to the largest gradient norm of '
+                   'what a variant is compared with (default %g, %g for --example=paper): %s. '
+                   'Raise it only if a deep model\'s rounding, shown in the table, exceeds it.' %
+                   (consistency.DEFAULT_TOLERANCE, consistency.PAPER_TOLERANCE,
+                    consistency.TOLERANCE_REASON))
+flags.DEFINE_bool('list_models', False,
+                  'Print the registered models (with --model or --params_module, also those of '
+                  'that user\'s module) and exit.')
+flags.DEFINE_string('params_module', None,
+                    'A module on PYTHONPATH (e.g. mymodels) that registers models, imported '
+                    'first: --list_models lists its models too.')
+FLAGS = flags.FLAGS
 
 
 class _UsageError(ValueError):
@@ -95,37 +121,8 @@ def ListModels(args, out=None):
                                   registry.Description(cls)))
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter,
-                                   epilog=__doc__.split('\n\n', 1)[1])
-  parser.add_argument('--model', default=None,
-                      help='Registered model to check, e.g. digits.TinyConvPipeline (its Train '
-                      'input gives the batch). Give this or --example.')
-  parser.add_argument('--example', default=None, choices=EXAMPLES,
-                      help="Run a built-in example instead of a model: 'paper' is the GPipe "
-                      "paper's test (16 convolutions, default K = 1,2,4 and M = 8).")
-  parser.add_argument('--partitions', default=None,
-                      help='Comma-separated K to compare, e.g. 1,2,4 (the default). A K above a '
-                      'pipeline\'s number of layers is skipped with a note; each K needs K '
-                      'logical CPU devices, which the tool creates.')
-  parser.add_argument('--micro_batches', default=None,
-                      help='Comma-separated M to compare, e.g. 1,4 (the default; 8 for '
-                      '--example=paper). Each M must not exceed the batch size.')
-  parser.add_argument('--tolerance', type=float, default=None,
-                      help='Largest allowed gradient difference, relative to the largest gradient '
-                      'norm of what a variant is compared with (default %g, %g for '
-                      '--example=paper): %s. Raise it only if a deep model\'s rounding, shown '
-                      'in the table, exceeds it.' %
-                      (consistency.DEFAULT_TOLERANCE, consistency.PAPER_TOLERANCE,
-                       consistency.TOLERANCE_REASON))
-  parser.add_argument('--list_models', action='store_true',
-                      help='Print the registered models (with --model or --params_module, also '
-                      'those of that user\'s module) and exit.')
-  parser.add_argument('--params_module', default=None,
-                      help='A module on PYTHONPATH (e.g. mymodels) that registers models, '
-                      'imported first: --list_models lists its models too.')
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   try:
     if args.list_models:
       ListModels(args)
@@ -141,4 +138,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  command_line.Run(main, 'consistency')

@@ -2,7 +2,7 @@
 
 The GPipe paper's T(24, 8192, 16) vs T(12, 16384, 32) comparison, at CPU size:
 
-  .venv/bin/python -m tools.deep_vs_wide --logdir_root=/tmp/dvw --steps=1000
+  python -m tools.deep_vs_wide --logdir_root=/tmp/dvw --steps=1000
 
 For each model (default mt.Num2WordsDeepT and mt.Num2WordsWideT, one after the other) it runs
 `tensorpipe.trainer.train --model=M --cpu_devices=2 --mode=sync --run_locally=cpu` (with this
@@ -21,20 +21,28 @@ and similar on the high-resource ones. The commands, files and score analysis ar
 tensorpipe.tasks.mt.deep_vs_wide; this tool runs them.
 """
 
-import argparse
 import json
 import os
 import subprocess
-import sys
 import time
+
+from absl import flags
 
 from tensorpipe.measure import machine
 from tensorpipe.tasks.mt import deep_vs_wide
 from tensorpipe.tasks.mt import num2words_corpus
+from tensorpipe.trainer import command_line
 from tensorpipe.trainer import param_count
 from tensorpipe.trainer import registry
 
 DEFAULT_MODELS = ('mt.Num2WordsDeepT', 'mt.Num2WordsWideT')
+
+flags.DEFINE_string('logdir_root', None, 'One logdir per model is made under it.', required=True)
+flags.DEFINE_integer('steps', 1000, 'Training steps per model.', lower_bound=1)
+flags.DEFINE_list('models', list(DEFAULT_MODELS),
+                  'Comma-separated registered models, trained in this order.')
+flags.DEFINE_integer('num_extreme', 10, 'Languages in each of the high- and low-resource groups.')
+FLAGS = flags.FLAGS
 
 
 def _Run(cmd, log_path):
@@ -49,19 +57,10 @@ def _Run(cmd, log_path):
   return time.time() - start
 
 
-def main(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--logdir_root', required=True, help='One logdir per model is made under it.')
-  parser.add_argument('--steps', type=int, default=1000, help='Training steps per model.')
-  parser.add_argument('--models', default=','.join(DEFAULT_MODELS),
-                      help='Comma-separated registered models, trained in this order.')
-  parser.add_argument('--num_extreme', type=int, default=10,
-                      help='Languages in each of the high- and low-resource groups.')
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   print(machine.Line(), flush=True)
-  if args.steps < 1:
-    raise SystemExit('deep_vs_wide: --steps must be positive, got %d' % args.steps)
-  models = [m for m in args.models.split(',') if m]
+  models = [m for m in args.models if m]
 
   registered = registry.RegisteredModels()
   unknown = [m for m in models if m not in registered]
@@ -106,4 +105,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  main(sys.argv[1:])
+  command_line.Run(main, 'deep_vs_wide')

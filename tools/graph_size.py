@@ -32,13 +32,13 @@ its child is done.
           (the child is killed by pid) or 'error: ...'.
 
 Commands:
-  .venv/bin/python -m tools.graph_size stack                 # about 3.5 minutes on 2 cores
-  .venv/bin/python -m tools.graph_size stack --quick         # smoke run: M in {2, 4}, 8 layers
-  .venv/bin/python -m tools.graph_size stack --first_run_m 0 # sizes and build times only
-  .venv/bin/python -m tools.graph_size models --match 'AmoebaNetD18x256K8M32$'   # about 75 s
-  .venv/bin/python -m tools.graph_size models \
+  python -m tools.graph_size stack                 # about 3.5 minutes on 2 cores
+  python -m tools.graph_size stack --quick         # smoke run: M in {2, 4}, 8 layers
+  python -m tools.graph_size stack --first_run_m 0 # sizes and build times only
+  python -m tools.graph_size models --match 'AmoebaNetD18x256K8M32$'   # about 75 s
+  python -m tools.graph_size models \
       --match 'AmoebaNetD18x256K8M32$|T64H16384A32$|TransformerL415Pipeline32$'
-  .venv/bin/python -m tools.graph_size models                # every registered model (hours)
+  python -m tools.graph_size models                # every registered model (hours)
 
 Each report ends with PASS/FAIL lines for its targets; every ratio in them comes from rows of the
 same run. stack: TensorPipe's total nodes at the largest M <= 3x the plain model's; TensorPipe's
@@ -52,8 +52,7 @@ import os
 # Must be set before TensorFlow is imported (the children import it).
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import argparse  # pylint: disable=g-import-not-at-top
-import json
+import json  # pylint: disable=g-import-not-at-top
 import re
 import resource
 import signal
@@ -62,6 +61,10 @@ import sys
 import time
 import traceback
 
+from absl import flags  # pylint: disable=g-import-not-at-top
+
+from tensorpipe.trainer import command_line  # pylint: disable=g-import-not-at-top
+
 # The working directory of sub-runs: the repository root.
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -69,6 +72,34 @@ _RESULT = 'GRAPH_SIZE_RESULT '  # Prefix of the one line of JSON a child prints.
 GIB = 2.0**30
 KINDS = ('plain', 'tensorpipe', 'gpipe')
 NUM_PARTITIONS = 4  # K of the stack report (and its logical CPU devices).
+REPORTS = ('stack', 'models')
+flags.DEFINE_bool('quick', False,
+                  'stack: smoke run with M in {2, 4} and 8 layers (a minute or two).')
+flags.DEFINE_string('ms', '4,16,64', 'stack: comma-separated list of M.')
+flags.DEFINE_string('kinds', ','.join(KINDS),
+                    'stack: comma-separated kinds to build, of %s (the GPipe build-time targets '
+                    'need gpipe).' % ', '.join(KINDS))
+flags.DEFINE_integer('layers', None,
+                     'stack: number of TransformerLayers, a multiple of 4 (default 16; 8 with '
+                     '--quick).')
+flags.DEFINE_integer('model_dim', 64, 'stack: model dimension D.')
+flags.DEFINE_integer('num_heads', 4, 'stack: attention heads.')
+flags.DEFINE_integer('hidden_dim', 256, 'stack: feed-forward dimension.')
+flags.DEFINE_integer('seq_len', 16, 'stack: sequence length T.')
+flags.DEFINE_integer('batch', 64, 'stack: batch size B (sequences).')
+flags.DEFINE_integer('first_run_m', None,
+                     'stack: the M whose rows also time the first and second session.run '
+                     '(default: the largest M; 0: none).')
+flags.DEFINE_string('match', '', 'models: regular expression the registered model key must match.')
+flags.DEFINE_integer('timeout', 900, 'Seconds a child process may take before it is killed.')
+# Used by the parent to start a child.
+flags.DEFINE_bool('child', False,
+                  'Internal: build one row of the report in this process (the tool starts one '
+                  'child per row).')
+flags.DEFINE_enum('kind', None, KINDS, 'Internal: the kind of a stack --child.')
+flags.DEFINE_integer('m', None, 'Internal: the M of a stack --child.')
+flags.DEFINE_string('model', None, 'Internal: the registered model of a models --child.')
+flags.DEFINE_bool('first_run', False, 'Internal: a stack --child also times its first runs.')
 
 # Models with a target: (maximum total build seconds, maximum peak RSS bytes or None).
 MODEL_TARGETS = {
@@ -315,7 +346,7 @@ def Stack(args):
   kinds = [kind for kind in KINDS if kind in args.kinds.split(',')]
   for m in ms:
     for kind in kinds:
-      flags = ['--child', 'stack', '--kind', kind, '--m', str(m), '--layers', str(layers)]
+      flags = ['stack', '--child', '--kind', kind, '--m', str(m), '--layers', str(layers)]
       flags += ['--%s=%s' % (name, getattr(args, name)) for name in
                 ('model_dim', 'num_heads', 'hidden_dim', 'seq_len', 'batch')]
       if m == first_run_m:
@@ -368,7 +399,7 @@ def Models(args):
         flush=True)
   results = {}
   for name in names:
-    row, status = _RunChild(['--child', 'models', '--model', name], args.timeout)
+    row, status = _RunChild(['models', '--child', '--model', name], args.timeout)
     results[name] = (row, status)
     if row is None or status != 'ok':
       k = m = '-'
@@ -396,55 +427,24 @@ def Models(args):
     print('%-78s %.1f s, %.2f GiB  %s' % (goal, row['total_s'], row['rss'] / GIB, _Verdict(ok)))
 
 
-def ParseArgs(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('report', choices=['stack', 'models'], help='Which report to print.')
-  parser.add_argument('--quick', action='store_true',
-                      help='stack: smoke run with M in {2, 4} and 8 layers (a minute or two).')
-  parser.add_argument('--ms', default='4,16,64', help='stack: comma-separated list of M.')
-  parser.add_argument('--kinds', default=','.join(KINDS),
-                      help='stack: comma-separated kinds to build, of %s (the GPipe build-time '
-                      'targets need gpipe).' % ', '.join(KINDS))
-  parser.add_argument('--layers', type=int, default=None,
-                      help='stack: number of TransformerLayers, a multiple of 4 (default 16; 8 '
-                      'with --quick).')
-  parser.add_argument('--model_dim', type=int, default=64, help='stack: model dimension D.')
-  parser.add_argument('--num_heads', type=int, default=4, help='stack: attention heads.')
-  parser.add_argument('--hidden_dim', type=int, default=256, help='stack: feed-forward dimension.')
-  parser.add_argument('--seq_len', type=int, default=16, help='stack: sequence length T.')
-  parser.add_argument('--batch', type=int, default=64, help='stack: batch size B (sequences).')
-  parser.add_argument('--first_run_m', type=int, default=None,
-                      help='stack: the M whose rows also time the first and second session.run '
-                      '(default: the largest M; 0: none).')
-  parser.add_argument('--match', default='',
-                      help='models: regular expression the registered model key must match.')
-  parser.add_argument('--timeout', type=int, default=900,
-                      help='Seconds a child process may take before it is killed.')
-  # Used by the parent to start a child.
-  parser.add_argument('--child', choices=['stack', 'models'], default=None, help=argparse.SUPPRESS)
-  parser.add_argument('--kind', choices=KINDS, default=None, help=argparse.SUPPRESS)
-  parser.add_argument('--m', type=int, default=None, help=argparse.SUPPRESS)
-  parser.add_argument('--model', default=None, help=argparse.SUPPRESS)
-  parser.add_argument('--first_run', action='store_true', help=argparse.SUPPRESS)
-  if argv is None:
-    argv = sys.argv[1:]
-  if '--child' in argv:
-    argv = ['stack'] + list(argv)  # A child's report comes from --child.
-  return parser.parse_args(argv)
 
 
-def main(argv=None):
-  args = ParseArgs(argv)
-  if args.child == 'stack':
-    StackChild(args)
-  elif args.child == 'models':
-    ModelChild(args)
+def main(argv):
+  report = argv[1]
+  if report not in REPORTS:
+    command_line.Fail('graph_size', 'unknown report %r: give stack or models, e.g. python -m '
+                      'tools.graph_size stack' % report)
+  args = command_line.Args()
+  if args.child:
+    if report == 'stack':
+      StackChild(args)
+    else:
+      ModelChild(args)
   else:
     # The parent stays free of TensorFlow until here (its children build the graphs).
     from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
     print(machine.Line(), flush=True)
-    if args.report == 'stack':
+    if report == 'stack':
       Stack(args)
     else:
       Models(args)
@@ -452,4 +452,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  command_line.Run(main, 'graph_size', args=('stack|models',))

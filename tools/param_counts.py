@@ -1,21 +1,26 @@
 """Prints the parameter count of every registered TensorPipe model (built, variables unallocated).
 
-  .venv/bin/python -m tools.param_counts                  # every model registered by params/
-  .venv/bin/python -m tools.param_counts --match '^mt\\.'  # only those whose key matches a regex
+  python -m tools.param_counts                  # every model registered by params/
+  python -m tools.param_counts --match '^mt\\.'  # only those whose key matches a regex
 
 Each model's task is instantiated in a throwaway graph (tensorpipe.trainer.param_count), so counts
 come from the variables the model really declares. Building the deepest configurations takes
 minutes (Lingvo declares one variable at a time; Transformer-L 1663 has ~20k variables).
 """
 
-import argparse
 import re
 import sys
 import time
 
+from absl import flags
+
 from tensorpipe import progress as progress_lib
+from tensorpipe.trainer import command_line
 from tensorpipe.trainer import param_count
 from tensorpipe.trainer import registry
+
+flags.DEFINE_string('match', '', 'Regular expression the model key must match.')
+FLAGS = flags.FLAGS
 
 
 def _Human(n):
@@ -25,10 +30,8 @@ def _Human(n):
   return str(n)
 
 
-def main(argv):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--match', default='', help='Regular expression the model key must match.')
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   models = registry.TensorPipeModels()
   keys = sorted(k for k in models if re.search(args.match, k))
   if not keys:
@@ -44,4 +47,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  main(sys.argv[1:])
+  command_line.Run(main, 'param_counts')

@@ -5,8 +5,8 @@ the total, parameters, estimated parameter and activation memory; then the imbal
 partition cost), the bubble and the efficiency they predict for M micro-batches. Flags re-partition
 the same layers to compare choices without editing the params.
 
-  .venv/bin/python -m tools.partition_report --model=digits.TinyConvPipeline
-  .venv/bin/python -m tools.partition_report --model=digits.TinyConvPipeline --num_partitions=2 \\
+  python -m tools.partition_report --model=digits.TinyConvPipeline
+  python -m tools.partition_report --model=digits.TinyConvPipeline --num_partitions=2 \\
       --cost=memory --algorithm=both --memory_budget=1MiB
 """
 
@@ -15,8 +15,6 @@ import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import argparse  # pylint: disable=g-import-not-at-top
-
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tensorpipe import layer as layer_lib
@@ -24,8 +22,21 @@ from tensorpipe import placement
 from tensorpipe.partitioner import balancing
 from tensorpipe.partitioner import partition_report
 from tensorpipe.partitioner import partitioning
+from tensorpipe.trainer import command_line
 from tensorpipe.trainer import registry
 from tensorpipe import units  # pylint: disable=g-import-not-at-top
+
+flags.DEFINE_string('model', None, 'Registered model, e.g. digits.TinyConvPipeline.',
+                    required=True)
+flags.DEFINE_string('dataset', 'Train', 'Which dataset params to read.')
+flags.DEFINE_integer('num_partitions', None, 'Re-split into K partitions.')
+flags.DEFINE_integer('num_micro_batches', None, 'M for the prediction.')
+flags.DEFINE_enum('cost', None, partitioning.COST_SOURCES,
+                  'Cost source (default: the params\' partition_cost).')
+flags.DEFINE_enum('algorithm', 'optimal', balancing.ALGORITHMS + ('both',),
+                  'Balancing algorithm.')
+flags.DEFINE_string('memory_budget', None, 'Bytes per device, e.g. 8GiB.')
+FLAGS = flags.FLAGS
 
 
 def Reports(model, dataset='Train', num_partitions=None, num_micro_batches=None, cost=None,
@@ -58,21 +69,8 @@ def Reports(model, dataset='Train', num_partitions=None, num_micro_batches=None,
   return reports
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--model', required=True,
-                      help='Registered model, e.g. digits.TinyConvPipeline.')
-  parser.add_argument('--dataset', default='Train', help='Which dataset params to read.')
-  parser.add_argument('--num_partitions', type=int, default=None,
-                      help='Re-split into K partitions.')
-  parser.add_argument('--num_micro_batches', type=int, default=None, help='M for the prediction.')
-  parser.add_argument('--cost', default=None, choices=partitioning.COST_SOURCES,
-                      help='Cost source (default: the params\' partition_cost).')
-  parser.add_argument('--algorithm', default='optimal',
-                      choices=balancing.ALGORITHMS + ('both',), help='Balancing algorithm.')
-  parser.add_argument('--memory_budget', default=None, help='Bytes per device, e.g. 8GiB.')
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   algorithms = balancing.ALGORITHMS if args.algorithm == 'both' else (args.algorithm,)
   try:
     budget = None if args.memory_budget is None else units.ParseBytes(args.memory_budget)
@@ -86,4 +84,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  command_line.Run(main, 'partition_report')

@@ -26,9 +26,9 @@ models' step time errors; the same with the predictions scaled by the K=1 timed 
 traced step its time, work and spans.
 
 Usage:
-  .venv/bin/python -m tools.pipeline_tables                      # everything (15-25 minutes)
-  .venv/bin/python -m tools.pipeline_tables --sections=memory    # a few minutes
-  .venv/bin/python -m tools.pipeline_tables --quick              # smoke run (smaller grids)
+  python -m tools.pipeline_tables                      # everything (15-25 minutes)
+  python -m tools.pipeline_tables --sections=memory    # a few minutes
+  python -m tools.pipeline_tables --quick              # smoke run (smaller grids)
 
 Results and the exact command: docs/benchmarks.md.
 """
@@ -40,7 +40,6 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault('TF_CPU_ALLOCATOR_USE_BFC', 'true')
 
-import argparse  # pylint: disable=g-import-not-at-top
 import collections
 import functools
 import json
@@ -50,6 +49,7 @@ import time
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf2
+from absl import flags
 from lingvo import compat as tf
 
 from tensorpipe.measure import machine
@@ -65,6 +65,7 @@ from tensorpipe.partitioner import cost_model
 from tensorpipe.partitioner import partitioning
 from tensorpipe.tasks.image import amoebanet
 from tensorpipe.tasks.image import resnet
+from tensorpipe.trainer import command_line
 
 GIB = 2.0**30
 # The throughput sessions: ops run on at most this many threads at once, each op on one thread.
@@ -151,12 +152,33 @@ def LayerCosts(layers, inputs_fn, batch_dim, m, warmup=2):
 # --throughput_models name -> the model of CpuModels.
 THROUGHPUT_MODELS = {'amoebanet': 'AmoebaNet-D (6, 32)', 'transformer': 'Transformer-8 (128, 512)'}
 
+SECTIONS = ('throughput', 'overhead', 'memory')
+flags.DEFINE_list('sections', list(SECTIONS), 'Comma-separated: throughput, overhead, memory.')
+flags.register_validator('sections', lambda values: set(values) <= set(SECTIONS),
+                         message='give a comma-separated subset of %s' % ', '.join(SECTIONS))
+flags.DEFINE_bool('quick', False, 'Smaller grids (a smoke run).')
+flags.DEFINE_integer('rounds', 4, 'Interleaved timing rounds.')
+flags.DEFINE_integer('steps_per_round', 3, 'Timed steps per round.')
+flags.DEFINE_integer('warmup', 2, 'Untimed steps first.')
+flags.DEFINE_list('throughput_models', list(THROUGHPUT_MODELS),
+                  'Comma-separated models of the throughput section: amoebanet, transformer.')
+flags.register_validator('throughput_models', lambda values: set(values) <= set(THROUGHPUT_MODELS),
+                         message='give a comma-separated subset of %s' %
+                         ', '.join(THROUGHPUT_MODELS))
+flags.DEFINE_float('memory_budget_gib', 8.0,
+                   'Per-device budget of the memory table (8 GiB: a TPUv2 core).')
+flags.DEFINE_float('transformer_budget_gib', 16.0,
+                   'Per-device budget of the Transformer-L memory rows (16 GiB: a TPUv3 core).')
+flags.DEFINE_string('memory_child', None,
+                    'Internal: a memory-table configuration (JSON) to measure in this process.')
+FLAGS = flags.FLAGS
+
 
 def Throughput(args):
   ks, ms = ((1, 2), (1, 4)) if args.quick else ((1, 2, 4), (1, 4, 8))
   models = CpuModels(args.quick)
   cores = Cores()
-  for name in [THROUGHPUT_MODELS[key] for key in args.throughput_models.split(',')]:
+  for name in [THROUGHPUT_MODELS[key] for key in args.throughput_models]:
     layers, inputs_fn, batch_dim, batch = models[name]
     steps = {}
     for k in ks:
@@ -384,38 +406,14 @@ def CrossCheck(args):
         max(r['estimated']) / max(r['measured']), r['process'] / mib, r['trace_total'] / mib))
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--sections', default='throughput,overhead,memory',
-                      help='Comma-separated: throughput, overhead, memory.')
-  parser.add_argument('--quick', action='store_true', help='Smaller grids (a smoke run).')
-  parser.add_argument('--rounds', type=int, default=4, help='Interleaved timing rounds.')
-  parser.add_argument('--steps_per_round', type=int, default=3, help='Timed steps per round.')
-  parser.add_argument('--warmup', type=int, default=2, help='Untimed steps first.')
-  parser.add_argument('--throughput_models', default='amoebanet,transformer',
-                      help='Comma-separated models of the throughput section: amoebanet, '
-                      'transformer.')
-  parser.add_argument('--memory_budget_gib', type=float, default=8.0,
-                      help='Per-device budget of the memory table (8 GiB: a TPUv2 core).')
-  parser.add_argument('--transformer_budget_gib', type=float, default=16.0,
-                      help='Per-device budget of the Transformer-L memory rows (16 GiB: a TPUv3 '
-                      'core).')
-  parser.add_argument('--memory_child', default=None, help=argparse.SUPPRESS)
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   if args.memory_child:
     print(json.dumps(_MemoryChild(json.loads(args.memory_child))))
     return 0
   print(machine.Line(), flush=True)
   start = time.time()
-  sections = args.sections.split(',')
-  for section in sections:
-    if section not in ('throughput', 'overhead', 'memory'):
-      parser.error('unknown section %r' % section)
-  for model in args.throughput_models.split(','):
-    if model not in THROUGHPUT_MODELS:
-      parser.error('unknown --throughput_models entry %r (known: %s)' %
-                   (model, ', '.join(THROUGHPUT_MODELS)))
+  sections = args.sections
   if 'throughput' in sections:
     Throughput(args)
   if 'overhead' in sections:
@@ -427,4 +425,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  command_line.Run(main, 'pipeline_tables')

@@ -5,10 +5,10 @@ device profile is predicted (step time, examples/s, bubble, per-device peak memo
 those that do not fit the device memory marked with what they need (`tensorpipe.measure.planner`).
 The last line gives the trainer flags that apply the best one.
 
-  .venv/bin/python -m tools.plan --model=digits.TinyConvPipeline --devices=4
-  .venv/bin/python -m tools.plan --model=amoebanet.AmoebaNetDPipeline8 --devices=8 \
+  python -m tools.plan --model=digits.TinyConvPipeline --devices=4
+  python -m tools.plan --model=amoebanet.AmoebaNetDPipeline8 --devices=8 \
       --device=TPUv2-core --device_memory=8GiB
-  .venv/bin/python -m tools.plan --list_devices
+  python -m tools.plan --list_devices
 
 --device=cpu (the default) measures this machine's CPU devices first (under a second), then each
 distinct layer within --measure_budget seconds per pipeline (--quick: none, costs from flops).
@@ -21,43 +21,38 @@ import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import argparse  # pylint: disable=g-import-not-at-top
-
 from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tensorpipe import disk_cache  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import device_profiles  # pylint: disable=g-import-not-at-top
 from tensorpipe import progress as progress_lib  # pylint: disable=g-import-not-at-top
+from tensorpipe.trainer import command_line  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import model_plan  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
 from tensorpipe import units  # pylint: disable=g-import-not-at-top
 
 
-def ParseArgs(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--model', help='A registered model, e.g. digits.TinyConvPipeline.')
-  parser.add_argument('--devices', type=int, default=None,
-                      help='N: devices to plan for (S replicas x K partitions <= N).')
-  parser.add_argument('--device', default=device_profiles.CPU,
-                      help='Device profile: cpu (measured now) or one of --list_devices.')
-  parser.add_argument('--device_memory', default=None,
-                      help='Memory per device, e.g. 16GiB (default: the profile\'s).')
-  parser.add_argument('--batch', type=int, default=None,
-                      help='Global mini-batch (default: the model\'s cost_input_shapes batch).')
-  parser.add_argument('--rows', type=int, default=20, help='Table rows to print (0: all).')
-  parser.add_argument('--quick', action='store_true',
-                      help='Measure no layer on --device=cpu: costs from flops and the profile, '
-                      'an answer in seconds (less faithful than measured times).')
-  parser.add_argument('--measure_budget', type=float, default=model_plan.MEASURE_BUDGET,
-                      help='About how many seconds measuring each pipeline\'s layers may take on '
-                      '--device=cpu; more measures at batches closer to the model\'s.')
-  parser.add_argument('--cache_dir', default='',
-                      help='Where built and measured layers are kept for the next run (default: '
-                      '$XDG_CACHE_HOME/tensorpipe or ~/.cache/tensorpipe); none: no cache, build '
-                      'and measure everything.')
-  parser.add_argument('--list_devices', action='store_true',
-                      help='Print the device profiles with their sources and exit.')
-  return parser.parse_args(argv)
+flags.DEFINE_string('model', None, 'A registered model, e.g. digits.TinyConvPipeline.')
+flags.DEFINE_integer('devices', None, 'N: devices to plan for (S replicas x K partitions <= N).')
+flags.DEFINE_string('device', device_profiles.CPU,
+                    'Device profile: cpu (measured now) or one of --list_devices.')
+flags.DEFINE_string('device_memory', None,
+                    'Memory per device, e.g. 16GiB (default: the profile\'s).')
+flags.DEFINE_integer('batch', None,
+                     'Global mini-batch (default: the model\'s cost_input_shapes batch).')
+flags.DEFINE_integer('rows', 20, 'Table rows to print (0: all).')
+flags.DEFINE_bool('quick', False,
+                  'Measure no layer on --device=cpu: costs from flops and the profile, an answer '
+                  'in seconds (less faithful than measured times).')
+flags.DEFINE_float('measure_budget', model_plan.MEASURE_BUDGET,
+                   'About how many seconds measuring each pipeline\'s layers may take on '
+                   '--device=cpu; more measures at batches closer to the model\'s.')
+flags.DEFINE_string('cache_dir', '',
+                    'Where built and measured layers are kept for the next run (default: '
+                    '$XDG_CACHE_HOME/tensorpipe or ~/.cache/tensorpipe); none: no cache, build and '
+                    'measure everything.')
+flags.DEFINE_bool('list_devices', False, 'Print the device profiles with their sources and exit.')
+FLAGS = flags.FLAGS
 
 
 def ListDevices():
@@ -83,8 +78,8 @@ def _Cache(args):
                      e) from None
 
 
-def main(argv=None):
-  args = ParseArgs(argv)
+def main(unused_argv):
+  args = command_line.Args()
   if args.list_devices:
     ListDevices()
     return 0
@@ -112,4 +107,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  command_line.Run(main, 'tools.plan')

@@ -16,18 +16,16 @@ Printed per model: predicted and measured step times and ranks, predicted and me
 peak memory; the Spearman rank correlation of predicted and measured step times, how far the
 planner's first choice is from the fastest measured, and the largest memory errors.
 
-  .venv/bin/python -m tools.plan_check --recomputes='amoebanet.TinyAmoebaNetD=always'  # 20 min
-  .venv/bin/python -m tools.plan_check --models=digits.TinyConvPipeline --rounds=3
+  python -m tools.plan_check --recomputes='amoebanet.TinyAmoebaNetD=always'  # 20 min
+  python -m tools.plan_check --models=digits.TinyConvPipeline --rounds=3
 
 Results: docs/benchmarks.md.
 """
 
 import os
-import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import argparse  # pylint: disable=g-import-not-at-top
 import collections
 import subprocess
 import time
@@ -41,8 +39,33 @@ from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import training_step  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import device_profiles  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import planner  # pylint: disable=g-import-not-at-top
+from tensorpipe.trainer import command_line  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import model_plan  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import registry  # pylint: disable=g-import-not-at-top
+
+flags.DEFINE_string('models', 'digits.TinyConvPipeline,amoebanet.TinyAmoebaNetD',
+                    'Registered models, comma-separated.')
+flags.DEFINE_integer('devices', 4, 'Logical CPU devices to plan for.')
+flags.DEFINE_list('ks', ['1', '2', '4'], 'K values to measure.')
+flags.register_validator('ks', command_line.PositiveInts,
+                         message='give comma-separated positive integers, e.g. 1,2,4')
+flags.DEFINE_list('ms', ['1', '2', '4', '8'], 'M values to measure.')
+flags.register_validator('ms', command_line.PositiveInts,
+                         message='give comma-separated positive integers, e.g. 1,2,4,8')
+flags.DEFINE_string('schedules', 'gpipe,1f1b,zero_bubble',
+                    'Schedules to measure, comma-separated (zero_bubble with re-computation only).')
+flags.DEFINE_string('recomputes', 'always,never',
+                    'Re-computation modes to measure (model=modes;model=modes to differ, e.g. '
+                    'amoebanet.TinyAmoebaNetD=always).')
+flags.DEFINE_integer('rounds', 7, 'Interleaved timing rounds.')
+flags.DEFINE_integer('steps', 3, 'Timed steps per config per round.')
+flags.DEFINE_enum('cost', 'measured', ('measured', 'flops'),
+                  'Task times from measured per-layer times or from flops and op counts.')
+flags.DEFINE_integer('micro_batch_cost', 1,
+                     '1: measure what a micro-batch costs beyond its layers and add it to the '
+                     'predicted steps; 0: leave it out.', lower_bound=0, upper_bound=1)
+flags.DEFINE_integer('warmup', 3, 'Untimed steps when a step is built.')
+FLAGS = flags.FLAGS
 
 MIB = 2.0**20
 
@@ -145,31 +168,11 @@ def CheckModel(model, args, device):
                                    100 * float(np.mean(np.abs(errors)))), flush=True)
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--models', default='digits.TinyConvPipeline,amoebanet.TinyAmoebaNetD',
-                      help='Registered models, comma-separated.')
-  parser.add_argument('--devices', type=int, default=4, help='Logical CPU devices to plan for.')
-  parser.add_argument('--ks', default='1,2,4', help='K values to measure.')
-  parser.add_argument('--ms', default='1,2,4,8', help='M values to measure.')
-  parser.add_argument('--schedules', default='gpipe,1f1b,zero_bubble',
-                      help='Schedules to measure, comma-separated (zero_bubble with re-computation '
-                      'only).')
-  parser.add_argument('--recomputes', default='always,never',
-                      help='Re-computation modes to measure (model=modes;model=modes to differ, '
-                      'e.g. amoebanet.TinyAmoebaNetD=always).')
-  parser.add_argument('--rounds', type=int, default=7, help='Interleaved timing rounds.')
-  parser.add_argument('--steps', type=int, default=3, help='Timed steps per config per round.')
-  parser.add_argument('--cost', default='measured', choices=('measured', 'flops'),
-                      help='Task times from measured per-layer times or from flops and op counts.')
-  parser.add_argument('--micro_batch_cost', type=int, default=1,
-                      help='1: measure what a micro-batch costs beyond its layers and add it to '
-                      'the predicted steps; 0: leave it out.')
-  parser.add_argument('--warmup', type=int, default=3, help='Untimed steps when a step is built.')
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   print(machine.Line(), flush=True)
-  args.ks = tuple(int(k) for k in args.ks.split(','))
-  args.ms = tuple(int(m) for m in args.ms.split(','))
+  args.ks = tuple(int(k) for k in args.ks)
+  args.ms = tuple(int(m) for m in args.ms)
   args.schedules = tuple(args.schedules.split(','))
   default_modes, per_model = 'always,never', {}
   for part in args.recomputes.split(';'):
@@ -194,4 +197,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  command_line.Run(main, 'plan_check')

@@ -13,21 +13,21 @@ cores, and AmoebaNet-D (18, 128) and Transformer-24 on P100 GPUs at M = 32, norm
 Predictions come from flops, the profile's peak x efficiency and its per-op and per-call costs
 (no measurement: these devices are not here).
 
-  .venv/bin/python -m tools.plan_paper            # a few minutes (AmoebaNet profiles at 224x224)
-  .venv/bin/python -m tools.plan_paper --tables=2
+  python -m tools.plan_paper            # a few minutes (AmoebaNet profiles at 224x224)
+  python -m tools.plan_paper --tables=2
 
 Results: docs/benchmarks.md.
 """
 
 import os
-import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import argparse  # pylint: disable=g-import-not-at-top
 import dataclasses
 import functools
 import time
+
+from absl import flags  # pylint: disable=g-import-not-at-top
 
 from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
@@ -37,6 +37,12 @@ from tensorpipe.measure import device_profiles  # pylint: disable=g-import-not-a
 from tensorpipe.measure import planner  # pylint: disable=g-import-not-at-top
 from tensorpipe.tasks.image import amoebanet  # pylint: disable=g-import-not-at-top
 from tensorpipe import units  # pylint: disable=g-import-not-at-top
+from tensorpipe.trainer import command_line  # pylint: disable=g-import-not-at-top
+
+flags.DEFINE_list('tables', ['1', '2'], 'Which tables: 1, 2 or 1,2.')
+flags.register_validator('tables', lambda tables: set(tables) <= {'1', '2'},
+                         message='give 1, 2 or 1,2')
+FLAGS = flags.FLAGS
 
 AMOEBA_BATCH, AMOEBA_M = 128, 16
 TRANSFORMER_BATCH, TRANSFORMER_M = 32, 32
@@ -173,13 +179,11 @@ def Table2():
           flush=True)
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--tables', default='1,2', help='Which tables: 1, 2 or 1,2.')
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   print(machine.Line(), flush=True)
   start = time.time()
-  tables = args.tables.split(',')
+  tables = args.tables
   if '1' in tables:
     Table1()
   if '2' in tables:
@@ -189,4 +193,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  command_line.Run(main, 'plan_paper')

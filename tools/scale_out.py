@@ -20,13 +20,12 @@ talk over loopback gRPC (or veth) and share its cores: this measures what proces
 not what separate hosts would gain. With --repeats R the ways run R rounds, interleaved, and each
 column is the median over the rounds.
 
-  .venv/bin/python -m tools.scale_out              # about 5 minutes on 2 cores
-  .venv/bin/python -m tools.scale_out --steps 200 --repeats 3
+  python -m tools.scale_out              # about 5 minutes on 2 cores
+  python -m tools.scale_out --steps 200 --repeats 3
 
 Results: docs/benchmarks.md.
 """
 
-import argparse
 import os
 import re
 import statistics
@@ -35,8 +34,18 @@ import sys
 import tempfile
 import time
 
+from absl import flags
+
 from tensorpipe.measure import machine
+from tensorpipe.trainer import command_line
 from tensorpipe.trainer import hosts
+
+flags.DEFINE_integer('steps', 400, 'Training steps per way.', lower_bound=1)
+flags.DEFINE_integer('profile_every', 100, 'Traced step interval.')
+flags.DEFINE_integer('timeout', 600, 'Seconds per way.')
+flags.DEFINE_integer('repeats', 1, 'Rounds of all ways, interleaved; each column is the median.',
+                     lower_bound=1)
+FLAGS = flags.FLAGS
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = 'digits.TinyConvPipeline'
@@ -143,14 +152,8 @@ def _Name(way):
   return way if way == HOSTS_WAY else '%d process%s' % (way, '' if way == 1 else 'es')
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--steps', type=int, default=400, help='Training steps per way.')
-  parser.add_argument('--profile_every', type=int, default=100, help='Traced step interval.')
-  parser.add_argument('--timeout', type=int, default=600, help='Seconds per way.')
-  parser.add_argument('--repeats', type=int, default=1,
-                      help='Rounds of all ways, interleaved; each column is the median.')
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   print(machine.Line(), flush=True)
   ways = [1, 2, 4]
   available, why = hosts.Available()
@@ -177,4 +180,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  main()
+  command_line.Run(main, 'scale_out')

@@ -17,19 +17,18 @@ r"""Bubble of every schedule: simulated, textbook and traced.
 3. Timelines: one real traced training step per schedule (K = 4 logical CPU devices, M = 8) and
    the simulator's step from the measured times, one PNG each, in --out_dir.
 
-  .venv/bin/python -m tools.schedule_bubble --out_dir /tmp/schedules   # about 1 minute
+  python -m tools.schedule_bubble --out_dir /tmp/schedules   # about 1 minute
 
 Results: docs/benchmarks.md.
 """
 
-import argparse
 import collections
 import dataclasses
 import os
-import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+from absl import flags  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
 from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
 from lingvo.core import cluster_factory  # pylint: disable=g-import-not-at-top
@@ -43,7 +42,17 @@ from tensorpipe.measure import timeline  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
 from tensorpipe import placement  # pylint: disable=g-import-not-at-top
 from tensorpipe import schedule_builders  # pylint: disable=g-import-not-at-top
+from tensorpipe.trainer import command_line  # pylint: disable=g-import-not-at-top
 from tools import output_dir  # pylint: disable=g-import-not-at-top
+
+flags.DEFINE_string('out_dir', None, 'Folder for the timeline PNGs, created if missing.',
+                    required=True)
+flags.register_validator('out_dir', output_dir.Writable)
+flags.DEFINE_integer('layers', 8, 'Dense layers of the K = 4 stack.')
+flags.DEFINE_integer('width', 512, 'Width of every layer.')
+flags.DEFINE_integer('micro_batches', 8, 'M of the traced steps.')
+flags.DEFINE_integer('micro_batch_size', 128, 'Examples per micro-batch.')
+FLAGS = flags.FLAGS
 
 KS = (4, 8)
 MS = (8, 32)
@@ -159,15 +168,8 @@ def _Pct(x):
   return '   -  ' if x is None else '%5.1f%%' % (100 * x)
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--out_dir', required=True, type=output_dir.Writable,
-                      help='Folder for the timeline PNGs, created if missing.')
-  parser.add_argument('--layers', type=int, default=8, help='Dense layers of the K = 4 stack.')
-  parser.add_argument('--width', type=int, default=512, help='Width of every layer.')
-  parser.add_argument('--micro_batches', type=int, default=8, help='M of the traced steps.')
-  parser.add_argument('--micro_batch_size', type=int, default=128, help='Examples per micro-batch.')
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   print(machine.Line(), flush=True)
   cost, split_cost, rerun = MeasuredCost(args)
   print('task times of one partition (%d layers of %d, micro-batch %d), mean per task: F %.2f ms, '
@@ -210,4 +212,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  command_line.Run(main, 'schedule_bubble')

@@ -17,20 +17,33 @@ partitions); their stash is estimated the same way, against the schedule's own c
 (partition, micro-batch) pairs in flight on the device (`schedule.Schedule.InFlight`), each
 holding one boundary input of the same size here.
 
-  .venv/bin/python -m tools.schedule_memory                   # K = 4, M = 32; about 1 minute
-  .venv/bin/python -m tools.schedule_memory --partitions 4 --micro_batches 8
+  python -m tools.schedule_memory                   # K = 4, M = 32; about 1 minute
+  python -m tools.schedule_memory --partitions 4 --micro_batches 8
 
 Results: docs/benchmarks.md.
 """
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 
+from absl import flags
+
 from tensorpipe import progress as progress_lib
 from tensorpipe import schedule_builders  # No TensorFlow: the parent process stays light.
+from tensorpipe.trainer import command_line
+
+flags.DEFINE_integer('partitions', 4, 'K.')
+flags.DEFINE_integer('micro_batches', 32, 'M.')
+flags.DEFINE_integer('micro_batch_size', 512, 'Examples per micro-batch.')
+flags.DEFINE_integer('width', 64, 'Width of every layer.')
+flags.DEFINE_integer('layers', 8, 'Dense layers (K must divide them+1 with the loss layer, or they '
+                     'are balanced by count).')
+flags.DEFINE_integer('timeout', 600, 'Seconds per child.')
+flags.DEFINE_bool('child', False, 'Internal: run one schedule\'s traced step (the tool runs it).')
+flags.DEFINE_string('schedule', None, 'Internal: the schedule of a --child run.')
+FLAGS = flags.FLAGS
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
@@ -94,18 +107,8 @@ def _Measure(args, schedule):
                    (schedule, proc.returncode, proc.stderr[-3000:]))
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--partitions', type=int, default=4, help='K.')
-  parser.add_argument('--micro_batches', type=int, default=32, help='M.')
-  parser.add_argument('--micro_batch_size', type=int, default=512, help='Examples per micro-batch.')
-  parser.add_argument('--width', type=int, default=64, help='Width of every layer.')
-  parser.add_argument('--layers', type=int, default=8, help='Dense layers (K must divide them+1 '
-                      'with the loss layer, or they are balanced by count).')
-  parser.add_argument('--timeout', type=int, default=600, help='Seconds per child.')
-  parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
-  parser.add_argument('--schedule', default=None, help=argparse.SUPPRESS)
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   if args.child:
     return Child(args)
   # TensorFlow is imported here only to say which kernels the children run.
@@ -160,4 +163,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  main()
+  command_line.Run(main, 'schedule_memory')

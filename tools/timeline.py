@@ -14,7 +14,7 @@ the devices Lingvo's cluster gives), runs a few warm-up steps, traces one, and w
 and prints each device's busy time by category and each pipeline's per-partition times (the
 trainer's profile tables).
 
-  .venv/bin/python -m tools.timeline --model=digits.TinyConvPipeline --out_dir=/tmp/timeline
+  python -m tools.timeline --model=digits.TinyConvPipeline --out_dir=/tmp/timeline
 """
 
 import os
@@ -22,7 +22,6 @@ import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import argparse  # pylint: disable=g-import-not-at-top
 import tempfile  # pylint: disable=g-import-not-at-top
 
 from absl import flags  # pylint: disable=g-import-not-at-top
@@ -38,7 +37,24 @@ from tensorpipe.measure import timeline
 from tensorpipe import placement
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
+from tensorpipe.trainer import command_line
 from tools import output_dir
+
+flags.DEFINE_string('model', None, 'Registered model, e.g. digits.TinyConvPipeline.', required=True)
+flags.DEFINE_string('out_dir', None,
+                    'Directory for PREFIX.png, PREFIX_simulated.png and PREFIX.json, created if '
+                    'missing (default: a new directory under $TMPDIR or /tmp).')
+flags.register_validator('out_dir', output_dir.Writable)
+flags.DEFINE_string('prefix', 'timeline', 'File name stem of the outputs, e.g. timeline_digits.')
+flags.register_validator(
+    'prefix', lambda prefix: prefix and os.path.sep not in prefix,
+    message='give a file name stem, e.g. timeline_digits: no directory (that is --out_dir), not '
+    'empty')
+flags.DEFINE_integer('warmup', 3, 'Untraced steps first.')
+flags.DEFINE_integer('inter_op_threads', 2,
+                     "The session's inter-op threads (1: one op at a time in the process, so each "
+                     'task runs alone).', lower_bound=1)
+FLAGS = flags.FLAGS
 
 
 def TraceModel(model, warmup=3, intra_op_threads=1, inter_op_threads=2):
@@ -70,27 +86,9 @@ def TraceModel(model, warmup=3, intra_op_threads=1, inter_op_threads=2):
   return profiling.Trace(meta, pipeline_scope=names), [p for _, p in pipelines]
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0], epilog=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--model', required=True,
-                      help='Registered model, e.g. digits.TinyConvPipeline.')
-  parser.add_argument('--out_dir', default=None, type=output_dir.Writable,
-                      help='Directory for PREFIX.png, PREFIX_simulated.png and PREFIX.json, '
-                      'created if missing (default: a new directory under $TMPDIR or /tmp).')
-  parser.add_argument('--prefix', default='timeline',
-                      help='File name stem of the outputs, e.g. timeline_digits.')
-  parser.add_argument('--warmup', type=int, default=3, help='Untraced steps first.')
-  parser.add_argument('--inter_op_threads', type=int, default=2,
-                      help="The session's inter-op threads (1: one op at a time in the process, "
-                      'so each task runs alone).')
-  args = parser.parse_args(argv)
+def main(unused_argv):
+  args = command_line.Args()
   print(machine.Line(), flush=True)
-  if args.inter_op_threads < 1:
-    parser.error('--inter_op_threads=%d: give 1 or more' % args.inter_op_threads)
-  if os.path.sep in args.prefix or not args.prefix:
-    parser.error('--prefix=%r is a file name stem: no directory (that is --out_dir), not empty'
-                 % args.prefix)
   try:
     trace, pipelines = TraceModel(args.model, args.warmup, inter_op_threads=args.inter_op_threads)
   except (ValueError, registry.UsageError) as e:
@@ -120,4 +118,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  command_line.Run(main, 'timeline')

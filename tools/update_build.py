@@ -11,14 +11,17 @@ __init__ modules that importing its modules runs. Third-party packages (tensorfl
 numpy, ...) come from the checkout's .venv, which Bazel's Python toolchain runs
 (scripts/bazel/BUILD), and are listed as comments.
 
-  .venv/bin/python -m tools.update_build          # rewrite BUILD
-  .venv/bin/python -m tools.update_build --check  # exit 1 if BUILD is out of date
+  python -m tools.update_build          # rewrite BUILD
+  python -m tools.update_build --check  # exit 1 if BUILD is out of date
 """
 
-import argparse
 import ast
 import os
 import sys
+
+from absl import flags
+
+from tensorpipe.trainer import command_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ('tensorpipe', 'params', 'tests', 'tools')
@@ -222,10 +225,14 @@ def Generate():
   return '\n'.join(blocks)
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--check', action='store_true', help='Exit 1 if BUILD is out of date.')
-  args = parser.parse_args()
+def DefineFlags():
+  """Defines --check; run as a command only: tests/build_test.py imports this module for Generate,
+  and a flag defined at import would be defined in every test process that loads it."""
+  flags.DEFINE_bool('check', False, 'Exit 1 if BUILD is out of date.')
+
+
+def main(unused_argv):
+  args = flags.FLAGS
   path = os.path.join(ROOT, 'BUILD')
   text = Generate()
   if args.check:
@@ -242,4 +249,5 @@ def main():
 
 
 if __name__ == '__main__':
-  sys.exit(main())
+  DefineFlags()
+  command_line.Run(main, 'update_build')

@@ -5,8 +5,9 @@ r"""Starts a whole distributed training job on this machine: one process per tas
   python -m tensorpipe.trainer.launch --model=digits.TinyConvPipeline --logdir=/tmp/digits22 \
       --worker_tasks=4 --tasks_per_replica=2 --cpu_devices=2   # S = 2 replicas x K = 4 partitions
 
-Installed with pip, `tensorpipe-launch ARGS` is the same command as `python -m
-tensorpipe.trainer.launch ARGS`.
+Installed with pip, `tensorpipe-launch FLAGS` is the same command as `python -m
+tensorpipe.trainer.launch FLAGS`. --help lists the launcher's flags, --helpfull every flag; a bad or
+missing launcher flag ends it with one line `tensorpipe.trainer.launch: error: ...` (status 2).
 
 It picks free ports below the kernel's ephemeral range (so no outgoing connection takes one before
 its task binds it), writes Lingvo's --cluster_spec (controller, trainer_client, W worker tasks) and
@@ -14,7 +15,8 @@ runs `python -m tensorpipe.trainer.train` once per task with --mode=sync --job=J
 every process is TensorFlow's own distributed runtime driven by Lingvo's trainer. A replica (one
 model split of --tasks_per_replica x --cpu_devices devices) spans --tasks_per_replica worker tasks:
 partition k of replica r runs on worker task r * tasks_per_replica + k // cpu_devices. Any other
-flag (e.g. --model_params_override) is passed to every process.
+flag (e.g. --model_params_override, or absl's logging flags such as --v) is passed to every
+process, which checks it.
 
 It prints each process's pid and log file, and stops every process it started, by pid, when training
 ends, when any process fails, or when no training step has been logged for --stall_timeout_s
@@ -22,11 +24,10 @@ seconds; the message names the task. SIGTERM, SIGHUP or SIGINT (Ctrl-C) to the l
 job as a preemption does (see `Stop`): the trainer client saves a checkpoint of its current step,
 then every task ends, and the last line names the checkpoint and the step the same command resumes
 at. Running the same command again resumes from the last checkpoint in --logdir. On several hosts
-run `python -m tensorpipe.trainer.train` with the same --cluster_spec (real addresses) and
---job/--task on each host (see docs/guide.md, "Scale-out").
+run `tensorpipe-train` (`python -m tensorpipe.trainer.train`) with the same --cluster_spec (real
+addresses) and --job/--task on each host (see docs/guide.md, "Scale-out").
 """
 
-import argparse
 import dataclasses
 import os
 import random
@@ -38,6 +39,11 @@ import subprocess
 import sys
 import time
 from typing import List, Optional
+
+from absl import app
+from absl import flags
+
+from tensorpipe.trainer import command_line
 
 _STEP = re.compile(r'step: *(\d+),')
 _REPORT_EVERY_S = 30  # How often the latest training step is printed.
@@ -323,47 +329,80 @@ def SignalledOutcome(name, before, after, killed):
   return 'stopped by %s: %s. Run the same command again to resume %s.' % (name, saved, resume)
 
 
-def ParseArgs(argv):
-  """(the launcher's flags, the other arguments) from `argv`, which lacks the program name."""
-  parser = argparse.ArgumentParser(prog='tensorpipe.trainer.launch',
-                                   description=__doc__.split('\n\n', maxsplit=1)[0],
-                                   epilog=__doc__.split('\n\n', maxsplit=2)[2],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--model', required=True, help='Registered model (see --list_models of '
-                      'tensorpipe.trainer.train).')
-  parser.add_argument('--logdir', required=True, help='Checkpoints, summaries and launch/ logs.')
-  parser.add_argument('--worker_tasks', type=int, default=2, help='Worker processes W.')
-  parser.add_argument('--tasks_per_replica', type=int, default=None,
-                      help='Worker tasks one replica spans (default W: one replica, no data '
-                      'parallelism); must divide W.')
-  parser.add_argument('--cpu_devices', type=int, default=1,
-                      help='Logical CPU devices per worker process.')
-  parser.add_argument('--stall_timeout_s', type=int, default=300,
-                      help='Stop the job when the trainer client logs no new step for this long.')
-  parser.add_argument('--startup_timeout_s', type=int, default=120,
-                      help='Seconds the controller and trainer client wait for every worker '
-                      'task to accept connections.')
-  parser.add_argument('--sigterm_grace_s', type=int, default=60,
-                      help='After SIGTERM, SIGHUP or SIGINT to the launcher: seconds the trainer '
-                      'client has to save a checkpoint of its current step before every task is '
-                      'killed; set it below the time your scheduler waits between SIGTERM and '
-                      'SIGKILL. A second signal kills every task at once.')
-  args, extra = parser.parse_known_args(argv)
-  if args.tasks_per_replica is None:
-    args.tasks_per_replica = args.worker_tasks
-  for name in ('worker_tasks', 'tasks_per_replica', 'cpu_devices', 'stall_timeout_s',
-               'startup_timeout_s', 'sigterm_grace_s'):
-    if getattr(args, name) < 1:
-      parser.error('--%s must be at least 1, got %d' % (name, getattr(args, name)))
-  if args.worker_tasks % args.tasks_per_replica:
-    parser.error('--tasks_per_replica=%d must divide --worker_tasks=%d' %
-                 (args.tasks_per_replica, args.worker_tasks))
-  args.logdir = os.path.abspath(args.logdir)
-  return args, extra
+def DefineFlags():
+  """Defines the launcher's flags; Run calls it.
+
+  Not at import: the trainer (tensorpipe.trainer.train, through Lingvo's trainer) defines flags of
+  the same names (--model, --logdir, --cpu_devices, ...) for its own meaning, and a process may
+  import both modules (the tests do); absl allows one definition per name.
+  """
+  flags.DEFINE_string('model', None, 'Registered model (see `tensorpipe-train --list_models`).')
+  flags.DEFINE_string('logdir', None, 'Checkpoints, summaries and launch/ logs.')
+  flags.DEFINE_integer('worker_tasks', 2, 'Worker processes W.', lower_bound=1)
+  flags.DEFINE_integer('tasks_per_replica', None,
+                       'Worker tasks one replica spans (default W: one replica, no data '
+                       'parallelism); must divide W.', lower_bound=1)
+  flags.DEFINE_integer('cpu_devices', 1, 'Logical CPU devices per worker process.', lower_bound=1)
+  flags.DEFINE_integer('stall_timeout_s', 300,
+                       'Stop the job when the trainer client logs no new step for this long.',
+                       lower_bound=1)
+  flags.DEFINE_integer('startup_timeout_s', 120,
+                       'Seconds the controller and trainer client wait for every worker task to '
+                       'accept connections.', lower_bound=1)
+  flags.DEFINE_integer('sigterm_grace_s', 60,
+                       'After SIGTERM, SIGHUP or SIGINT to the launcher: seconds the trainer '
+                       'client has to save a checkpoint of its current step before every task is '
+                       'killed; set it below the time your scheduler waits between SIGTERM and '
+                       'SIGKILL. A second signal kills every task at once.', lower_bound=1)
+  flags.mark_flags_as_required(['model', 'logdir'])
+  flags.register_multi_flags_validator(
+      ['worker_tasks', 'tasks_per_replica'],
+      lambda v: v['worker_tasks'] % (v['tasks_per_replica'] or 1) == 0,
+      message='--tasks_per_replica must divide --worker_tasks')
 
 
-def main(argv=None):
-  args, extra = ParseArgs(sys.argv[1:] if argv is None else argv)
+FLAGS = flags.FLAGS
+PROG = 'tensorpipe.trainer.launch'
+
+
+@dataclasses.dataclass
+class Args:
+  """The launcher's settings, from its flags."""
+  model: str
+  logdir: str  # Absolute.
+  worker_tasks: int
+  tasks_per_replica: int
+  cpu_devices: int
+  stall_timeout_s: int
+  startup_timeout_s: int
+  sigterm_grace_s: int
+
+  @classmethod
+  def FromFlags(cls):
+    return cls(model=FLAGS.model, logdir=os.path.abspath(FLAGS.logdir),
+               worker_tasks=FLAGS.worker_tasks,
+               tasks_per_replica=FLAGS.tasks_per_replica or FLAGS.worker_tasks,
+               cpu_devices=FLAGS.cpu_devices, stall_timeout_s=FLAGS.stall_timeout_s,
+               startup_timeout_s=FLAGS.startup_timeout_s, sigterm_grace_s=FLAGS.sigterm_grace_s)
+
+
+def ParseFlags(argv):
+  """The launcher's flags_parser for absl.app.run: parses its flags from `argv` (program name
+  first); returns [program name] + the arguments passed on to every task.
+
+  Those are the flags no module of the launcher defines (the trainer's and Lingvo's) and any other
+  argument, in their order, then absl's logging flags given on the command line (--v,
+  --alsologtostderr, ...): the launcher parses those too, and they mean the same to every task.
+  A bad value of the launcher's own flags, or a missing one, ends it with one line.
+  """
+  rest = command_line.FlagsParser(PROG, known_only=True)(argv)
+  logging_flags = FLAGS.flags_by_module_dict().get('absl.logging', [])
+  return rest + [f.serialize() for f in logging_flags if f.present]
+
+
+def main(argv):
+  """Runs the job; `argv`: what ParseFlags returns."""
+  args, extra = Args.FromFlags(), argv[1:]
   signals = Signals()
   signals.Install()  # Before any task starts: from here on no signal leaves a task behind.
   tasks = Tasks(args, extra)
@@ -410,5 +449,11 @@ def main(argv=None):
   return status
 
 
+def Run(argv=None):
+  """Parses the flags in `argv` (default sys.argv), runs the job and exits with its status."""
+  DefineFlags()
+  app.run(main, argv=argv, flags_parser=ParseFlags)
+
+
 if __name__ == '__main__':
-  sys.exit(main())
+  Run()

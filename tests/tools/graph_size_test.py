@@ -1,7 +1,7 @@
 """Smoke test of `python -m tools.graph_size`, run as a user runs it: its quick stack report and a
 models report of one tiny registered model. Checks the rows' shape: TensorPipe's function bodies do
 not grow with M, its outer graph grows by a few ops per added task, and a registered model
-builds."""
+builds; a missing or unknown report is one line."""
 
 import re
 import unittest
@@ -105,6 +105,17 @@ class GraphSizeToolTest(unittest.TestCase):
     self.assertGreater(ops, 0)
     self.assertGreater(fn_nodes, 0)  # Its TensorPipeLayer's partitions are graph functions.
     self.assertGreater(rss, 0)
+
+  def testAMissingOrUnknownReportIsOneLine(self):
+    for args, line in [
+        ((), 'takes 1 positional argument, stack|models (got: none); see --help'),
+        (('stak', '--quick'), "unknown report 'stak': give stack or models, e.g. python -m "
+                              'tools.graph_size stack'),
+        (('stack', 'models'),
+         'takes 1 positional argument, stack|models (got: stack models); see --help')]:
+      code, out, err = helpers.RunTool('graph_size', *args)
+      self.assertEqual((code, out), (2, ''), err)
+      self.assertEqual(helpers.OwnLines(err), ['graph_size: error: ' + line])
 
 
 if __name__ == '__main__':

@@ -1,5 +1,6 @@
 """`python -m tools.timeline`, run as a user runs it: PNGs of a real traced step of a registered
-model and of its simulated step, its Chrome trace, and a one-line error for bad input."""
+model and of its simulated step, its Chrome trace, a one-line error for bad input, and its absl
+flags' --help and --helpfull."""
 
 import json
 import os
@@ -59,7 +60,9 @@ class TimelineToolTest(unittest.TestCase):
     code, _, err = helpers.RunTool('timeline', '--model=digits.TinyConvPipeline',
                                    '--prefix=docs/img/x')
     self.assertEqual(code, 2, err)
-    self.assertIn("--prefix='docs/img/x' is a file name stem", err)
+    self.assertEqual(helpers.OwnLines(err), [
+        'timeline: error: flag --prefix=docs/img/x: give a file name stem, e.g. timeline_digits: '
+        'no directory (that is --out_dir), not empty (see --helpfull)'])
 
   def testUnwritableOutDirIsOneLineBeforeAnyTracing(self):
     not_a_dir = tempfile.NamedTemporaryFile(dir=tempfile.mkdtemp(), delete=False).name
@@ -69,14 +72,45 @@ class TimelineToolTest(unittest.TestCase):
     self.assertEqual(code, 2, err)
     self.assertEqual(text, '')
     self.assertNotIn('Traceback', err)
-    self.assertRegex(err.strip().splitlines()[-1],
-                     r"^timeline.py: error: argument --out_dir: '%s' cannot hold the outputs "
-                     r"\(Not a directory\); give a directory you can write$" % bad)
+    self.assertEqual(helpers.OwnLines(err), [
+        "timeline: error: flag --out_dir=%s: '%s' cannot hold the outputs (Not a directory); give "
+        "a directory you can write (see --helpfull)" % (bad, bad)])
 
   def testUnknownModelIsOneLine(self):
     code, _, err = helpers.RunTool('timeline', '--model=digits.NoSuchModel')
     self.assertEqual(code, 2, err)
     self.assertIn('timeline: error: unknown --model=digits.NoSuchModel', err)
+
+  def testHelpListsTheToolsFlagsAndHelpfullEveryFlag(self):
+    code, out, err = helpers.RunTool('timeline', '--help')
+    self.assertEqual(code, 1, err)  # absl's --help ends with status 1.
+    self.assertTrue(out.startswith('Draws one real training step of a registered model'), out)
+    self.assertIn('  python -m tools.timeline --model=digits.TinyConvPipeline', out)
+    for name in ('model', 'out_dir', 'prefix', 'warmup', 'inter_op_threads'):
+      self.assertRegex(out, r'\n  --%s: ' % name)
+    self.assertNotIn('--logtostderr', out)  # The tool's own flags only.
+    code, full, err = helpers.RunTool('timeline', '--helpfull')
+    self.assertEqual(code, 1, err)
+    # Its own flags, absl's and those of the Lingvo modules it imports (py_utils).
+    for name in ('model', 'out_dir', 'helpfull', 'logtostderr', 'flagfile', 'enable_asserts'):
+      self.assertRegex(full, r'\n  (-\S,)?--(\[no\])?%s: ' % name)
+
+  def testAnUnknownFlagOrABadValueIsOneLine(self):
+    for args, line in [
+        (['--model=digits.TinyConvPipeline', '--out-dir=/tmp/x'],
+         "Unknown command line flag 'out-dir'. Did you mean: out_dir ?"),
+        (['--model=digits.TinyConvPipeline', '--warmup=three'],
+         "flag --warmup=three: invalid literal for int() with base 10: 'three'"),
+        (['--model=digits.TinyConvPipeline', '--inter_op_threads=0'],
+         'flag --inter_op_threads=0: 0 is not a positive integer'),
+        (['--out_dir=/tmp/x'],
+         'flag --model=None: Flag --model must have a value other than None.'),
+        (['--model=digits.TinyConvPipeline', 'extra'],
+         'takes no positional arguments (got: extra); flags are spelled --name=value')]:
+      code, out, err = helpers.RunTool('timeline', *args)
+      self.assertEqual((code, out), (2, ''), err)
+      suffix = '' if line.startswith('takes') else ' (see --helpfull)'
+      self.assertEqual(helpers.OwnLines(err), ['timeline: error: %s%s' % (line, suffix)])
 
 
 if __name__ == '__main__':

@@ -1,4 +1,5 @@
-"""tensorpipe.trainer.launch: a killed worker stops the whole job; the same command resumes."""
+"""tensorpipe.trainer.launch: a killed worker stops the whole job; the same command resumes; its
+flags, help and one-line flag errors."""
 
 import glob
 import io
@@ -477,7 +478,7 @@ def Tasks(args, extra):
   return [launch.Task(job, i, [sys.executable, '-c', fake_task, job, train, mode],
                       os.path.join(logs, '%s.%d.log' % (job, i))) for job, i in jobs]
 launch.Tasks = Tasks
-sys.exit(launch.main(sys.argv[3:]))
+launch.Run(sys.argv[:1] + sys.argv[3:])
 '''
 
 
@@ -543,6 +544,82 @@ class LauncherSignalsTest(test_utils.TestCase):
                      r'step was not saved \(killed: trainer_client task 0, controller task 0, '
                      r'worker task 0, worker task 1\)\. Run the same command again to resume from '
                      r'step 1 \(no checkpoint yet\)\.$')
+
+
+# The tensorpipe-launch console script: its entry point, called as the installed script calls it.
+_CONSOLE_LAUNCH = ('import sys; from tensorpipe.trainer import console; '
+                   'sys.argv[0] = "tensorpipe-launch"; sys.exit(console.Launch())')
+
+_LAUNCHER_FLAGS = ('model', 'logdir', 'worker_tasks', 'tasks_per_replica', 'cpu_devices',
+                   'stall_timeout_s', 'startup_timeout_s', 'sigterm_grace_s')
+
+
+def _RunLauncher(*args, console=False):
+  """(exit status, stdout, stderr) of `python -m tensorpipe.trainer.launch ARGS`, or of the
+  tensorpipe-launch console script's entry point with ARGS."""
+  if console:
+    command = [sys.executable, '-c', _CONSOLE_LAUNCH]
+  else:
+    command = [sys.executable, '-m', 'tensorpipe.trainer.launch']
+  proc = subprocess.run(command + list(args), capture_output=True, text=True, timeout=120,
+                        cwd=_REPO, check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
+  return proc.returncode, proc.stdout, proc.stderr
+
+
+class FlagsTest(test_utils.TestCase):
+  """The launcher's absl flags: --help and --helpfull (the same from the console script), one-line
+  errors for its own flags, and every other flag passed on to the tasks."""
+
+  def testHelpListsTheLaunchersFlagsAsTheConsoleScriptDoes(self):
+    code, out, err = _RunLauncher('--help')
+    self.assertEqual(code, 1, err)  # absl's --help ends with status 1.
+    self.assertTrue(out.startswith(launch.__doc__.split('\n', maxsplit=1)[0]), out)
+    self.assertIn('`tensorpipe-launch FLAGS` is the same command', out)
+    for name in _LAUNCHER_FLAGS:
+      self.assertRegex(out, r'\n  --%s: ' % name)
+    self.assertNotIn('--logtostderr', out)  # absl's own flags: only with --helpfull.
+    self.assertIn('Try --helpfull to get a list of all flags.', out)
+    self.assertEqual(_RunLauncher('--help', console=True), (code, out, err))
+
+  def testHelpfullAlsoListsAbslsFlags(self):
+    code, out, err = _RunLauncher('--helpfull')
+    self.assertEqual(code, 1, err)
+    for name in _LAUNCHER_FLAGS + ('helpfull', 'logtostderr', 'verbosity', 'only_check_args'):
+      self.assertRegex(out, r'\n  (-\S,)?--(\[no\])?%s: ' % name)
+    self.assertEqual(_RunLauncher('--helpfull', console=True), (code, out, err))
+
+  def testABadOrMissingLauncherFlagIsOneLine(self):
+    logdir = '--logdir=%s' % self.create_tempdir().full_path
+    for args, error in [
+        (['--model=m'], r'flag --logdir=None: Flag --logdir must have a value other than None\.'),
+        (['--model=m', logdir, '--worker_tasks=0'],
+         r'flag --worker_tasks=0: 0 is not a positive integer'),
+        (['--model=m', logdir, '--sigterm_grace_s=soon'],
+         r"flag --sigterm_grace_s=soon: invalid literal for int\(\) with base 10: 'soon'"),
+        (['--model=m', logdir, '--worker_tasks=4', '--tasks_per_replica=3'],
+         r'flags worker_tasks=4, tasks_per_replica=3: --tasks_per_replica must divide '
+         r'--worker_tasks')]:
+      code, out, err = _RunLauncher(*args)
+      self.assertEqual((code, out), (2, ''), err)
+      self.assertRegex(err, r'\Atensorpipe\.trainer\.launch: error: %s \(see --helpfull\)\n\Z' %
+                       error)
+    self.assertEqual(os.listdir(logdir.split('=', 1)[1]), [])  # Nothing was started.
+
+  def testOtherFlagsAndAbslLoggingFlagsGoToEveryTask(self):
+    script = ('import sys; from tensorpipe.trainer import launch; launch.DefineFlags(); '
+              'print(launch.ParseFlags(sys.argv)[1:]); print(launch.Args.FromFlags())')
+    proc = subprocess.run(
+        [sys.executable, '-c', script, '--model=digits.X', '--logdir=rel', '--worker_tasks', '4',
+         '--model_params_override=train.max_steps: 5', '--v=1', '--cpu_devices=2',
+         '--noenable_asserts'], capture_output=True, text=True, timeout=120, cwd=_REPO,
+        check=False)
+    self.assertEqual(proc.returncode, 0, proc.stderr)
+    extra, args = proc.stdout.splitlines()
+    self.assertEqual(extra, str(['--model_params_override=train.max_steps: 5',
+                                 '--noenable_asserts', '--verbosity=1']))
+    self.assertEqual(args, str(launch.Args(
+        model='digits.X', logdir=os.path.join(_REPO, 'rel'), worker_tasks=4, tasks_per_replica=4,
+        cpu_devices=2, stall_timeout_s=300, startup_timeout_s=120, sigterm_grace_s=60)))
 
 
 class FreePortsTest(test_utils.TestCase):

@@ -1,0 +1,84 @@
+"""absl flags for TensorPipe's commands (tensorpipe-launch and the tools under tools/), parsed so
+that a bad command line ends the command with one line.
+
+Each command defines its flags at module level with absl.flags and runs `Run(main, prog)`, i.e.
+absl.app.run with `FlagsParser` as its flags_parser: `--help` prints the module's docstring and its
+own flags, `--helpfull` every flag (absl's too, and Lingvo's where the command imports Lingvo), and
+an unknown flag, a bad value or a missing required flag prints
+
+  PROG: error: flag --NAME=VALUE: WHAT (see --helpfull)
+
+on stderr and exits with status 2, as argparse did for these commands (absl's own parser prints
+two lines and exits with 1); so does a wrong number of positional arguments. Logging stays at
+WARNING unless --v (--verbosity) is given.
+"""
+
+import sys
+import types
+
+from absl import app
+from absl import flags
+
+ERROR_EXIT_CODE = 2
+
+
+def Fail(prog, message):
+  """Ends the command with the line `PROG: error: MESSAGE` and exit status 2."""
+  sys.stderr.write('%s: error: %s\n' % (prog, message))
+  sys.stderr.flush()
+  sys.exit(ERROR_EXIT_CODE)
+
+
+def FirstLine(error):
+  """The first line of an exception's text (absl's flag errors may add hints below it)."""
+  lines = str(error).strip().splitlines()
+  return lines[0] if lines else type(error).__name__
+
+
+def Args():
+  """The parsed flags' values as a namespace of their own (args.NAME), which a command may fill in
+  further (e.g. a default that depends on another flag) without changing FLAGS."""
+  return types.SimpleNamespace(**flags.FLAGS.flag_values_dict())
+
+
+def PositiveInts(values):
+  """Validator of a DEFINE_list flag whose items are integers >= 1 (e.g. --partitions=1,2,4)."""
+  try:
+    return all(int(v) >= 1 for v in values)
+  except ValueError:
+    return False
+
+
+def FlagsParser(prog, args=(), known_only=False):
+  """A flags_parser for absl.app.run: parses absl's FLAGS from argv (program name first).
+
+  Returns [program name] + the positional arguments, which main(argv) receives. `args`: the usage
+  names of the positional arguments the command takes (e.g. ('stack|models',)); a command line with
+  another number of them ends the command. With `known_only`, flags no module defines are returned
+  among the positional arguments instead of ending the command (the launcher passes them on), and
+  their number is not checked.
+  """
+
+  def Parse(argv):
+    try:
+      rest = flags.FLAGS(list(argv), known_only=known_only)
+    except flags.Error as e:
+      Fail(prog, '%s (see --helpfull)' % FirstLine(e))
+    if not flags.FLAGS['verbosity'].present:
+      # Logging stays at WARNING, as before absl parsed the flags (app.run would lower it to INFO
+      # and Lingvo's INFO lines would bury the command's own output); --v=0 shows them.
+      flags.FLAGS.verbosity = -1
+    if not known_only and len(rest) - 1 != len(args):
+      given = ' '.join(rest[1:]) or 'none'
+      if args:
+        Fail(prog, 'takes %d positional argument%s, %s (got: %s); see --help' %
+             (len(args), '' if len(args) == 1 else 's', ' '.join(args), given))
+      Fail(prog, 'takes no positional arguments (got: %s); flags are spelled --name=value' % given)
+    return rest
+
+  return Parse
+
+
+def Run(main, prog, args=(), known_only=False, argv=None):
+  """absl.app.run(main) with FlagsParser(prog, args, known_only); exits with main's status."""
+  app.run(main, argv=argv, flags_parser=FlagsParser(prog, args, known_only))
