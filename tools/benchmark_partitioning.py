@@ -6,7 +6,7 @@ dimension 2048, feed-forward 8192, 32 heads, and a 32k-vocabulary softmax, as in
 2) for K = 2, 4, 8, side by side: partitions of equal layer count, the paper's min-variance
 heuristic, and the exact min-max split. The min-max split is the least imbalance of any contiguous
 split of these
-layers (tests/partition/balancing_test.py checks it against brute force): where it is above 1.05,
+layers (tests/partitioner/balancing_test.py checks it against brute force): where it is above 1.05,
 the layers are too coarse for any split to do better.
 
 Part 2, step time: a training step (forward, backward, SGD update) of a TensorPipeLayer with K = 2

@@ -44,7 +44,7 @@ SELF_GLOB = ['%s/**/*.py' % p for p in PACKAGES]
 
 def _Sources():
   """(package, dotted module, path relative to ROOT) for every Python file of the project, e.g.
-  ('tensorpipe', 'tensorpipe.partition.balancing', 'tensorpipe/partition/balancing.py')."""
+  ('tensorpipe', 'tensorpipe.partitioner.balancing', 'tensorpipe/partitioner/balancing.py')."""
   out = []
   for package in PACKAGES:
     top = os.path.join(ROOT, package)
@@ -61,8 +61,8 @@ def _Sources():
 
 
 def TargetName(package, module):
-  """The BUILD target of a dotted module: tensorpipe.layer -> 'layer', tensorpipe.partition ->
-  'partition', params.image -> 'params_image', tests.partition.balancing_test ->
+  """The BUILD target of a dotted module: tensorpipe.layer -> 'layer', tensorpipe.partitioner ->
+  'partitioner', params.image -> 'params_image', tests.partitioner.balancing_test ->
   'balancing_test'."""
   last = module.split('.')[-1]
   if package in ('tensorpipe', 'tests'):

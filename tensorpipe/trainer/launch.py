@@ -240,7 +240,7 @@ def Stop(tasks, grace_s, kill_now=lambda: False, clock=time.monotonic, sleep=tim
   the tasks that had to be killed) or ''.
 
   (1) SIGTERM to the trainer client first: it saves a checkpoint of its current step and ends
-      (tensorpipe.trainer.train, CheckpointsBetweenSteps); then to the controller, which then
+      (tensorpipe.trainer.runners, CheckpointsBetweenSteps); then to the controller, which then
       writes nothing more; then to the workers, which keep serving until the trainer client has
       ended.
   (2) Wait until every task has ended, at most `grace_s` seconds.
