@@ -62,7 +62,7 @@ class Signature:
     """The present tensors of `values` in order; each group must match its specs' presence."""
     if set(values) != {name for name, _ in self.groups}:
       raise AssertionError('%s: got groups %s for %s' % (where, sorted(values), self.groups))
-    flat = []
+    flat: List[Any] = []
     for name, specs in self.groups:
       group = list(values[name])
       present = [x is not None for x in group]

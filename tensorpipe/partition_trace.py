@@ -11,7 +11,7 @@ reference; `InlinePartition` runs them so on one micro-batch, for a decode step.
 
 import contextlib
 import weakref
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
 from lingvo.core import py_utils
@@ -28,7 +28,7 @@ LayerFunctions = Sequence[Tuple[str, Callable[[py_utils.NestedMap, Any], Any]]]
 LayerOps = List[Tuple[str, List[tf.Operation]]]
 
 # Per traced function graph: {op name: the layer whose trace made it}, to name a shortcut's source.
-_PRODUCERS = weakref.WeakKeyDictionary()
+_PRODUCERS: 'weakref.WeakKeyDictionary[Any, Dict[str, Any]]' = weakref.WeakKeyDictionary()
 
 
 def _DependsOn(op, sources):

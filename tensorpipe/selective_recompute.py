@@ -27,7 +27,7 @@ a re-run would need the forward pass's cheap activations too, which is 'never'.
 """
 
 import weakref
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from lingvo import compat as tf
@@ -43,7 +43,7 @@ KEPT_OP_TYPES = frozenset([
 
 _GRADIENT_NAME = 'TensorPipeKeptOutput'
 # Per function graph: {name of a substituting IdentityN: the re-run op whose output it replaces}.
-_REPLACED = weakref.WeakKeyDictionary()
+_REPLACED: 'weakref.WeakKeyDictionary[Any, Dict[str, Any]]' = weakref.WeakKeyDictionary()
 
 # Per layer, per kept op in creation order: (op type, output dtype name).
 KeptTemplate = Tuple[Tuple[Tuple[str, str], ...], ...]

@@ -101,6 +101,7 @@ from tensorpipe.trainer import job_failure
 from tensorpipe.trainer import liveness
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
+from tensorpipe.trainer import runner_mixin
 from tensorpipe.trainer import stale_checkpoints
 from tensorpipe.trainer import startup
 from tensorpipe.trainer import startup_plan
@@ -197,7 +198,7 @@ def WaitMessage(job, latest, step, max_steps):
           (job, max_steps, latest, step, OnceCommand(job, latest), step))
 
 
-class ExplainedCheckpointWait:
+class ExplainedCheckpointWait(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's Evaler and Decoder: waiting for a new checkpoint says why, once.
 
   Lingvo's `_FindNewCheckpoint` retries until training writes a checkpoint newer than the ones
@@ -218,7 +219,7 @@ class ExplainedCheckpointWait:
       if path and path not in processed_ckpts:
         return path
       if path and path != announced:
-        step = int(re.search(r'ckpt-(\d+)$', path).group(1))  # Lingvo's checkpoint names.
+        step = int(re.findall(r'ckpt-(\d+)$', path)[0])  # Lingvo's checkpoint names.
         tf.logging.warning('TensorPipe: %s', WaitMessage(self._job_name, path, step,
                                                           self.params.train.max_steps))
         announced = path
@@ -233,7 +234,7 @@ class ExplainedCheckpointWait:
 PREEMPTION = liveness.Preemption()  # Installed by main() for a task of a --cluster_spec job.
 
 
-class CheckpointsBetweenSteps:
+class CheckpointsBetweenSteps(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's Trainer: in sync mode the trainer client writes every checkpoint, between
   two steps, so a checkpoint holds one step whole and is named after that step.
 
@@ -274,7 +275,7 @@ class CheckpointsBetweenSteps:
     return stop
 
 
-class QuietOnSigterm:
+class QuietOnSigterm(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's Controller: after SIGTERM it writes nothing more (the trainer client saves
   the current step) and waits until the SIGTERM thread ends the process."""
 
@@ -311,7 +312,7 @@ def _EndJob(line, record):
   _Exit(ERROR_EXIT_CODE)
 
 
-class EndOnCheckFailure:
+class EndOnCheckFailure(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's runners: a failed TensorPipe in-step check (see tensorpipe.check_failure)
   ends the process at once with its one line and ERROR_EXIT_CODE. Lingvo's `_RunLoop` would
   retry it as an expected error (InvalidArgumentError), for minutes, then leave the process idle;
@@ -341,7 +342,7 @@ _CHECKPOINTER_IO = ('Save', 'Sync', 'Restore', 'RestoreIfNeeded', 'RestoreFromPa
                     'RestoreGlobalStepIfNeeded')
 
 
-class WatchedSteps:
+class WatchedSteps(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's Trainer: a step that does not finish within --step_timeout_s ends the job
   with one line (tensorpipe.trainer.step_watchdog), instead of a trainer that waits without end.
 
@@ -373,7 +374,7 @@ class WatchedSteps:
   def _ShouldStop(self, sess=None, step=None, check_early_stop=True):
     watched = bool(self._loop_watch and step is not None and self._loop_watch.Observe(int(step)))
     stop = super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
-    if stop and watched:
+    if stop and watched and self._loop_watch:
       self._loop_watch.Stop()
     return stop
 
@@ -389,7 +390,7 @@ class WatchedSteps:
                              FLAGS.task)
       silent = liveness.Silent(peers, liveness.STATUS_TIMEOUT_S)
     line = step_watchdog.StallLine(stall, silent, liveness.STATUS_TIMEOUT_S)
-    if self._loop_watch.watchdog.Check() is None:
+    if self._loop_watch is None or self._loop_watch.watchdog.Check() is None:
       _Log('the step after global step %d finished after all', stall.global_step)
       return False
     _EndJob(line, record=True)
@@ -675,8 +676,8 @@ def LatestScore(logdir, dataset='test'):
   files = glob.glob(os.path.join(logdir, 'eval_%s' % dataset.lower(), 'score-*.txt'))
   if not files:
     return None
-  path = max(files, key=lambda f: int(re.search(r'score-(\d+)\.txt$', f).group(1)))
-  step = int(re.search(r'score-(\d+)\.txt$', path).group(1))
+  path = max(files, key=lambda f: int(re.findall(r'score-(\d+)\.txt$', f)[0]))
+  step = int(re.findall(r'score-(\d+)\.txt$', path)[0])
   metrics = {}
   with open(path, encoding='utf-8') as f:
     for line in f:
