@@ -129,18 +129,13 @@ _ORDER = {_NOTHING: 0, _SHAPE: 1, _VALUE: 2}
 _NEEDS_CACHE: Dict[Any, Any] = {}
 
 
-def _Attrs(op):
-  """`op`'s attributes but its colocation (which names ops of the graph it was made in)."""
-  return {k: v for k, v in op.node_def.attr.items() if k != '_class'}
-
-
 def _Recreate(op: tf.Operation, inputs: Sequence[tf.Tensor]) -> tf.Operation:
   """An op of `op`'s type and attributes (its gradient override too) on `inputs`, named as `op`,
   in the default graph."""
   graph = tf.get_default_graph()
   with graph.name_scope(None):
     return graph.create_op(op.type, list(inputs), [y.dtype for y in op.outputs], name=op.name,
-                           attrs=_Attrs(op))
+                           attrs=tf_internals.AttributesButColocation(op))
 
 
 def _CanRecreate(op: tf.Operation) -> bool:
@@ -157,7 +152,8 @@ def _Needs(op: tf.Operation, weighted: Tuple[int, ...]) -> Optional[Tuple[str, .
   None if `op` has no registered gradient."""
   shapes = tuple((x.dtype, None if x.shape.rank is None else tuple(x.shape.as_list()))
                  for x in op.inputs)
-  key = (op.type, tuple(sorted((k, v.SerializeToString()) for k, v in _Attrs(op).items())),
+  key = (op.type, tuple(sorted((k, v.SerializeToString()) for k, v in
+                               tf_internals.AttributesButColocation(op).items())),
          shapes, weighted)
   if key not in _NEEDS_CACHE:
     with tf.Graph().as_default():

@@ -20,6 +20,7 @@ from tensorpipe import batch_norm
 from tensorpipe import layer_gradients
 from tensorpipe import leaves
 from tensorpipe import stateful_ops
+from tensorpipe import tf_internals
 from tensorpipe import trace_context
 
 # A partition's layers: (layer name, function (theta NestedMap, inputs structure) -> outputs).
@@ -190,11 +191,13 @@ class PartitionBody:
             # Lingvo's py_utils.CallDefun) and would differentiate the layer before this one too.
             out = tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), out)
           boundaries.append(out)
-        first, captured = len(graph.get_operations()), len(graph.external_captures)
+        first = len(graph.get_operations())
+        captured = len(tf_internals.ExternalCaptures(graph))
         inputs = out
         out = self.RunLayer(j, theta, out)
         ops = graph.get_operations()[first:]
-        self._CheckShortcuts(graph, j, ops, inputs, graph.external_captures[captured:], producers)
+        self._CheckShortcuts(graph, j, ops, inputs, tf_internals.ExternalCaptures(graph)[captured:],
+                             producers)
         producers.update((op.name, name) for op in ops)
         layer_ops.append((name, ops))
       masks = list(notes.whole_micro_batch_masks)
@@ -210,18 +213,14 @@ class PartitionBody:
     unreadable error). Declared skip connections arrive as inputs, so they pass.
     """
     name = self.layers[j][0]
-    outer = []
-    g = graph
-    while g is not None:
-      outer.append(g)
-      g = getattr(g, 'outer_graph', None)
+    outer = tf_internals.EnclosingGraphs(graph)
     for tensor in captures:
       if tensor.graph not in outer:
         source = _PRODUCERS.get(tensor.graph, {}).get(tensor.op.name)
         self._RaiseShortcut(name, tensor, source, 'another partition\'s function (%s)' %
                             tensor.graph.name)
     allowed = {x.ref() for x in leaves.Present(inputs)}
-    arguments = {x.op for x in graph.inputs} - {x.op for x in graph.internal_captures}
+    arguments = tf_internals.ArgumentOps(graph)
     for op in ops:
       for x in op.inputs:
         source = producers.get(x.op.name)

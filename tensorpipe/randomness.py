@@ -29,6 +29,7 @@ from lingvo.core import base_layer
 from lingvo.core import py_utils
 
 from tensorpipe import shared_tensors
+from tensorpipe import tf_internals
 from tensorpipe import trace_context
 
 _MASK32 = 0xFFFFFFFF
@@ -60,7 +61,7 @@ def CurrentExampleOffset() -> Union[int, tf.Tensor]:
 
 def LayerKey(layer: base_layer.BaseLayer) -> str:
   """A stable string naming `layer`: its variable scope, the same whatever the pipeline's K is."""
-  scope = getattr(layer, '_self_variable_scope', None)
+  scope = tf_internals.LayerVariableScope(layer)
   return scope.name if scope is not None else layer.path
 
 
