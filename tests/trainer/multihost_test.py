@@ -1,4 +1,4 @@
-"""A job on several hosts: network namespaces with their own addresses (trainer/hosts.py).
+"""A job on several hosts: network namespaces with their own addresses (tests/hosts.py).
 
 Each task runs the per-host command of docs/guide.md ("Scale-out", "Several hosts") in its own
 host, with the hosts' real addresses in --cluster_spec. Faults are made as on real hosts: a worker
@@ -25,8 +25,8 @@ import pytest
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
-from tensorpipe.trainer import hosts
 from tests import helpers
+from tests import hosts
 
 _MODEL = 'digits.TinyConvPipeline'
 _WORKERS = ['w0', 'w1', 'w2', 'w3']
