@@ -15,7 +15,8 @@ from tensorpipe.measure import planner
 from tensorpipe import progress as progress_lib
 from tensorpipe import schedule
 from tensorpipe import units
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 # An accelerator-like device: 1 Gflop/s, no per-op or per-call costs, a link so fast that
 # transfers cost nothing.
@@ -175,7 +176,7 @@ class TestPruning:
 
 
 def _Dense(name, seed, dim=8):
-  return helpers.Dense.Params().Set(name=name, dim=dim, seed=seed)
+  return layer_helpers.Dense.Params().Set(name=name, dim=dim, seed=seed)
 
 
 def _OldLayerTimes(layers, shapes, batch_dim=0, small=8):
@@ -185,7 +186,7 @@ def _OldLayerTimes(layers, shapes, batch_dim=0, small=8):
   low = max(1, batch // small)
   full, part = [cost_model.MeasureSeconds(
       layers, [[b if i == batch_dim else d for i, d in enumerate(s)] for s in shapes],
-      timer=helpers.MatMulElementsRun) for b in (batch, low)]
+      timer=trace_helpers.MatMulElementsRun) for b in (batch, low)]
   out = []
   for t_full, t_low in zip(full, part):
     per_example = max(0.0, (t_full - t_low) / (batch - low)) if batch > low else 0.0
@@ -201,7 +202,7 @@ class TestMeasuring:
 
     def Timer(sess, step, repeats):
       calls.append(repeats)
-      return helpers.MatMulElementsRun(sess, step)
+      return trace_helpers.MatMulElementsRun(sess, step)
 
     cache = disk_cache.DiskCache(str(tmp_path))
     lines = []

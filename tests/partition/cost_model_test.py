@@ -14,10 +14,11 @@ from tensorpipe import disk_cache
 from tensorpipe.measure import workloads
 from tensorpipe.partition import cost_model
 from tensorpipe.tasks.image import classifier
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 
-class _WithState(helpers.Dense):
+class _WithState(layer_helpers.Dense):
   """Dense plus a non-trainable counter (like batch-norm moving averages)."""
 
   def __init__(self, params):
@@ -42,7 +43,7 @@ class _MaskedProjection(base_layer.BaseLayer):
     return py_utils.NestedMap(flops=2 * x.num_elements() * 4, out_shapes=(x,))
 
 
-class _MaskedStep(helpers.Dense):
+class _MaskedStep(layer_helpers.Dense):
   """Dense on NestedMap(vec [B, D], paddings [B]): vec transformed, paddings passed on."""
 
   def FProp(self, theta, inputs):
@@ -55,7 +56,7 @@ class _MaskedStep(helpers.Dense):
     return py_utils.NestedMap(flops=2 * inputs.vec.num_elements() * p.dim, out_shapes=(inputs,))
 
 
-class _StaticBatch(helpers.Dense):
+class _StaticBatch(layer_helpers.Dense):
   """Dense that needs its batch size when its graph is built."""
 
   def FProp(self, theta, x):
@@ -101,7 +102,8 @@ class CostModelTest(test_utils.TestCase):
     self.assertGreater(profile.gradient_elements, profile.in_elements + profile.out_elements)
 
   def testBillionParameterLayerIsCountedWithoutAllocating(self):
-    huge = helpers.Dense.Params().Set(name='huge', dim=40000)  # 1.6e9 weights, 6.4 GB as float32.
+    # 1.6e9 weights, 6.4 GB as float32.
+    huge = layer_helpers.Dense.Params().Set(name='huge', dim=40000)
     self.assertEqual(cost_model.ParamCounts([huge]), [(1600000000, 0)])
 
   def testMemoryCostByRecomputeMode(self):
@@ -124,7 +126,7 @@ class CostModelTest(test_utils.TestCase):
         [profile], 8, 'always', bytes_per_param=12, stashed=2).Of(0, 1), 100 * 2 / 8 * 4)
 
   def testProfileCountsWhatSelectiveRecomputationKeeps(self):
-    dense = helpers.Dense.Params().Set(name='dense', dim=8)
+    dense = layer_helpers.Dense.Params().Set(name='dense', dim=8)
     conv = lingvo_layers.Conv2DLayerNoPadding.Params().Set(
         name='conv', filter_shape=(3, 3, 2, 4), filter_stride=(1, 1))
     dense_profile, = cost_model.Profiles([dense], [[16, 8]])
@@ -154,7 +156,7 @@ class CostModelTest(test_utils.TestCase):
   def testMeasureSecondsTakesIntegerInputs(self):
     emb = lingvo_layers.SimpleEmbeddingLayer.Params().Set(name='emb', vocab_size=50,
                                                           embedding_dim=16)
-    dense = helpers.Dense.Params().Set(name='dense', dim=16)
+    dense = layer_helpers.Dense.Params().Set(name='dense', dim=16)
 
     def Ids():
       return (tf.zeros([32], tf.int32),)
@@ -172,7 +174,7 @@ class CostModelTest(test_utils.TestCase):
 
     def Timer(sess, step, repeats):
       calls.append(repeats)
-      return helpers.MatMulsRun(sess, step)
+      return trace_helpers.MatMulsRun(sess, step)
     costs = cost_model.MeasureSeconds(layers, [[4, 8]], repeats=3, timer=Timer)
     self.assertEqual(costs, [3 * 2, 3 * 5])  # n forward + 2n backward MatMuls, each layer alone.
     self.assertEqual(calls, [3, 3])
@@ -180,7 +182,7 @@ class CostModelTest(test_utils.TestCase):
   def testSkipConnectionsFeedTheirDestinations(self):
     """A destination layer's costs are taken with its source's output as an extra input."""
 
-    class Join(helpers.Dense):
+    class Join(layer_helpers.Dense):
 
       def FProp(self, theta, x, skip):
         return tf.tanh(tf.matmul(x, theta.w)) + skip
@@ -190,7 +192,8 @@ class CostModelTest(test_utils.TestCase):
         py_utils.CheckShapes((x, skip))
         return super().FPropMeta(p, x)
 
-    layers = [helpers.Dense.Params().Set(name='a', dim=8), helpers.Dense.Params().Set(name='b',
+    layers = [layer_helpers.Dense.Params().Set(name='a', dim=8),
+              layer_helpers.Dense.Params().Set(name='b',
                                                                                         dim=8),
               Join.Params().Set(name='c', dim=8)]
     metas, _ = cost_model.ChainMeta(layers, [[4, 8]], skips=[(0, 2)])
@@ -198,7 +201,7 @@ class CostModelTest(test_utils.TestCase):
     profiles = cost_model.Profiles(layers, [[4, 8]], skips=[(0, 2)])
     self.assertEqual(profiles[2].in_elements, 2 * 4 * 8)  # Its input and the skip.
     costs = cost_model.MeasureSeconds(layers, [[4, 8]], repeats=1, skips=[(0, 2)],
-                                      timer=lambda sess, step, repeats: helpers.MatMulsRun(
+                                      timer=lambda sess, step, repeats: trace_helpers.MatMulsRun(
                                           sess, step))
     self.assertEqual(costs, [3, 3, 3])  # Each layer ran: 1 forward and 2 backward MatMuls.
 
@@ -215,16 +218,16 @@ class CostModelTest(test_utils.TestCase):
     self.assertGreater(profiles[0].activation_elements, 0)
     metas, _ = cost_model.ChainMeta(layers, doubled)
     seconds = cost_model.MeasureLayerSeconds(layers[:1], [metas[0][1]], [8, 2],
-                                             timer=helpers.MatMulElementsRun)
+                                             timer=trace_helpers.MatMulElementsRun)
     self.assertEqual(seconds, [[3 * 8 * 8 + 0.0, 2 * 2 * 8 + 8 * 8 + 0.0]])
 
   def testEachLayerIsBuiltOnceForEveryBatchSize(self):
-    dense = helpers.Dense.Params().Set(name='d', dim=8)
+    dense = layer_helpers.Dense.Params().Set(name='d', dim=8)
     static = _StaticBatch.Params().Set(name='s', dim=8)
     built, timed = [], []
     seconds = cost_model.MeasureLayerSeconds(
         [dense, static], [[[16, 8]], [[16, 8]]], [16, 2], repeats=2,
-        timer=helpers.MatMulElementsRun, built=lambda: built.append(1),
+        timer=trace_helpers.MatMulElementsRun, built=lambda: built.append(1),
         timed=lambda i, s: timed.append((i, s)))
     # B x D forward, B x D and D x D backward; the static layer in a graph of its own per batch.
     expected = [2 * 16 * 8 + 64.0, 2 * 2 * 8 + 64.0]
@@ -235,7 +238,7 @@ class CostModelTest(test_utils.TestCase):
 
   def testFactsAreBuiltOncePerMachineWithACache(self):
     cache = disk_cache.DiskCache(self.create_tempdir().full_path)
-    layers = [helpers.Dense.Params().Set(name='a%d' % i, dim=8) for i in range(3)]
+    layers = [layer_helpers.Dense.Params().Set(name='a%d' % i, dim=8) for i in range(3)]
     builds = []
     build = cost_model._Facts  # pylint: disable=protected-access
 

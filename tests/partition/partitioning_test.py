@@ -11,11 +11,12 @@ from tensorpipe import layer as layer_lib
 from tensorpipe.measure import workloads
 from tensorpipe.partition import cost_model
 from tensorpipe.partition import partitioning
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 
 def _Widths(widths):
-  return [helpers.Dense.Params().Set(name='d%d' % i, dim=w) for i, w in enumerate(widths)]
+  return [layer_helpers.Dense.Params().Set(name='d%d' % i, dim=w) for i, w in enumerate(widths)]
 
 
 class CheckPartitionsTest(test_utils.TestCase):
@@ -32,8 +33,8 @@ class CheckPartitionsTest(test_utils.TestCase):
 class MakePlanTest(test_utils.TestCase):
 
   def testCountAndFlops(self):
-    small = [helpers.Dense.Params().Set(name='s%d' % i, dim=8) for i in range(4)]
-    big = helpers.Dense.Params().Set(name='big', dim=64)
+    small = [layer_helpers.Dense.Params().Set(name='s%d' % i, dim=8) for i in range(4)]
+    big = layer_helpers.Dense.Params().Set(name='big', dim=64)
     by_count = partitioning.SplitLayers(small + [big], 2)
     self.assertEqual([len(c) for c in by_count], [2, 3])
     by_cost = partitioning.SplitLayers(small + [big], 2, input_shapes=[[10, 8]])
@@ -118,7 +119,7 @@ class MakePlanTest(test_utils.TestCase):
     # follow the measured work, and machine load must not decide it.
     layers = [workloads.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
               for i, n in enumerate([1, 1, 40, 1])]
-    with mock.patch.object(cost_model, 'StepSeconds', helpers.MatMulsRun):
+    with mock.patch.object(cost_model, 'StepSeconds', trace_helpers.MatMulsRun):
       plan = partitioning.MakePlan(layers, 2, [[256, 64]], cost='measured')
     costs = plan.cost.per_layer
     self.assertEqual(plan.cost_source, 'measured')
@@ -127,7 +128,7 @@ class MakePlanTest(test_utils.TestCase):
     self.assertEqual(plan.sizes, [2, 2])
 
   def testErrorsNameTheValues(self):
-    layers = helpers.DenseLayers(3)
+    layers = layer_helpers.DenseLayers(3)
     with self.assertRaisesRegex(ValueError, '`layers` is empty'):
       partitioning.MakePlan([], 1)
     with self.assertRaisesRegex(ValueError, '3 layers cannot fill 4 partitions'):
@@ -150,9 +151,9 @@ class LayerParamsTest(test_utils.TestCase):
 
   def testTensorPipeLayerUsesTheChosenAlgorithm(self):
     layers = _Widths([1, 8, 3, 3, 1])
-    with tf.Graph().as_default(), helpers.Cluster(3):
+    with tf.Graph().as_default(), layer_helpers.Cluster(3):
       for algorithm, sizes in (('optimal', [1, 1, 3]), ('min_variance', [2, 1, 2])):
-        net = helpers.Pipeline(layers, 3, 1, cost_input_shapes=[[1, 1]],
+        net = layer_helpers.Pipeline(layers, 3, 1, cost_input_shapes=[[1, 1]],
                                partition_algorithm=algorithm, name=algorithm).Instantiate()
         self.assertEqual([len(c) for c in net.partition_layer_names], sizes)
         self.assertEqual(net.partition_plan.algorithm, algorithm)
@@ -160,23 +161,26 @@ class LayerParamsTest(test_utils.TestCase):
   def testMeasuredAndMemoryCostsInsideTheLayer(self):
     layers = [workloads.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
               for i, n in enumerate([1, 1, 40, 1])]
-    with tf.Graph().as_default(), helpers.Cluster(2):
-      with mock.patch.object(cost_model, 'StepSeconds', helpers.MatMulsRun):
-        net = helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]],
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
+      with mock.patch.object(cost_model, 'StepSeconds', trace_helpers.MatMulsRun):
+        net = layer_helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]],
                                partition_cost='measured').Instantiate()
       self.assertEqual([len(c) for c in net.partition_layer_names], [2, 2])
       self.assertEqual(list(net.partition_plan.cost.per_layer), [3, 3, 120, 3])
-      net = helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]], partition_cost='memory',
+      net = layer_helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]],
+                                   partition_cost='memory',
                              name='m').Instantiate()
       self.assertEqual(net.partition_plan.cost_source, 'memory')
 
   def testBadParamsAreNamed(self):
-    with tf.Graph().as_default(), helpers.Cluster(2):
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
       with self.assertRaisesRegex(ValueError, "partition_cost='flop' is not one of"):
-        helpers.Pipeline(helpers.DenseLayers(2), 2, 1, partition_cost='flop').Instantiate()
+        layer_helpers.Pipeline(layer_helpers.DenseLayers(2), 2, 1,
+                               partition_cost='flop').Instantiate()
       with self.assertRaisesRegex(ValueError, 'layer 1 .* has no name'):
         layer_lib.TensorPipeLayer.Params().Set(
-            name='p', layers=[helpers.Dense.Params().Set(name='a'), helpers.Dense.Params()],
+            name='p',
+            layers=[layer_helpers.Dense.Params().Set(name='a'), layer_helpers.Dense.Params()],
             num_partitions=2).Instantiate()
 
 
