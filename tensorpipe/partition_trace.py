@@ -10,7 +10,6 @@ lose. `RunInline` runs the same layers on a whole mini-batch outside any functio
 reference; `InlinePartition` runs them so on one micro-batch, for a decode step. """
 
 import contextlib
-import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
@@ -19,6 +18,7 @@ from lingvo.core import py_utils
 from tensorpipe import batch_norm
 from tensorpipe import layer_gradients
 from tensorpipe import leaves
+from tensorpipe import per_graph
 from tensorpipe import stateful_ops
 from tensorpipe import tf_internals
 from tensorpipe import trace_context
@@ -29,7 +29,7 @@ LayerFunctions = Sequence[Tuple[str, Callable[[py_utils.NestedMap, Any], Any]]]
 LayerOps = List[Tuple[str, List[tf.Operation]]]
 
 # Per traced function graph: {op name: the layer whose trace made it}, to name a shortcut's source.
-_PRODUCERS: 'weakref.WeakKeyDictionary[Any, Dict[str, Any]]' = weakref.WeakKeyDictionary()
+_PRODUCERS: per_graph.PerGraph[Dict[str, str]] = per_graph.PerGraph('partition_trace', dict)
 
 
 def _DependsOn(op, sources):
@@ -181,7 +181,7 @@ class PartitionBody:
     theta, out = self.Pack(theta_leaves, x_leaves)
     graph = tf.get_default_graph()
     layer_ops = []
-    producers = _PRODUCERS.setdefault(graph, {})
+    producers = _PRODUCERS.Of(graph)
     with self.Tracing(step, offset, collector, check_numerics=boundaries is None) as notes:
       for j, (name, _) in enumerate(self.layers):
         if boundaries is not None:
@@ -216,7 +216,7 @@ class PartitionBody:
     outer = tf_internals.EnclosingGraphs(graph)
     for tensor in captures:
       if tensor.graph not in outer:
-        source = _PRODUCERS.get(tensor.graph, {}).get(tensor.op.name)
+        source = (_PRODUCERS.Peek(tensor.graph) or {}).get(tensor.op.name)
         self._RaiseShortcut(name, tensor, source, 'another partition\'s function (%s)' %
                             tensor.graph.name)
     allowed = {x.ref() for x in leaves.Present(inputs)}

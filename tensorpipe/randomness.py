@@ -19,7 +19,6 @@ docs/design.md, "Why training does not depend on K or M".
 
 import contextlib
 import numbers
-import weakref
 import zlib
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
@@ -28,6 +27,7 @@ from lingvo import compat as tf
 from lingvo.core import base_layer
 from lingvo.core import py_utils
 
+from tensorpipe import per_graph
 from tensorpipe import shared_tensors
 from tensorpipe import tf_internals
 from tensorpipe import trace_context
@@ -100,18 +100,19 @@ class _Constants:
     self.unit = tf.constant(1.0 / (1 << 24), tf.float32, name='hash_unit')  # 2^-24, exact.
 
 
-# graph -> {'constants': ..., ('step', id): step key}
-_PER_GRAPH: 'weakref.WeakKeyDictionary[Any, Dict[Any, Any]]' = weakref.WeakKeyDictionary()
+def _NewGraphState() -> Dict[Any, Any]:
+  """A graph's state: {'constants': _Constants, ('step', id): step key}; the constants built
+  outside any control context."""
+  with tf.control_dependencies(None), tf.name_scope('example_hash/'):
+    return {'constants': _Constants()}
+
+
+_PER_GRAPH = per_graph.PerGraph('randomness', _NewGraphState)
 
 
 def _GraphState():
-  """Per-graph tensors shared by every mask of the graph, built outside any control context."""
-  graph = tf.get_default_graph()
-  state = _PER_GRAPH.get(graph)
-  if state is None:
-    with tf.control_dependencies(None), tf.name_scope('example_hash/'):
-      state = _PER_GRAPH[graph] = {'constants': _Constants()}
-  return state
+  """Per-graph tensors shared by every mask of the graph (see `_NewGraphState`)."""
+  return _PER_GRAPH.Of(tf.get_default_graph())
 
 
 def _Mix32(h, c, first=True, last=True):
