@@ -22,7 +22,7 @@ without a global step, nor a pipeline inside another pipeline's partition (the o
 it as a layer).
 """
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
 
@@ -85,7 +85,8 @@ def Checked(flag: tf.Variable) -> tf.Tensor:
                  lambda: tf.constant(False), name='checked_this_run')
 
 
-def _Compare(ys: List[tf.Tensor], probe_ys: List[tf.Tensor], batch_dim: int):
+def _Compare(ys: List[tf.Tensor], probe_ys: List[tf.Tensor],
+             batch_dim: int) -> Tuple[tf.Tensor, tf.Tensor]:
   """(a layer's output leaves on the micro-batch, on the probe) -> (the largest change of the
   examples other than 0, their largest magnitude)."""
   changes = [_Change(y, p, batch_dim) for y, p in zip(ys, probe_ys)

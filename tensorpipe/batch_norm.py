@@ -25,7 +25,7 @@ In evaluation (`do_eval`) the layers normalise with the moving averages and reco
 import collections
 import contextlib
 import dataclasses
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type
 
 import numpy as np
 from lingvo import compat as tf
@@ -36,7 +36,8 @@ from tensorpipe import trace_context
 
 # Types whose equal weights are one numpy constant: numpy divides in them as TensorFlow does (IEEE
 # division, rounded once). Other types keep TensorFlow's own division.
-_EQUAL_WEIGHT_DTYPES = {tf.float32: np.float32, tf.float64: np.float64}
+_EQUAL_WEIGHT_DTYPES: Dict[Any, Type[np.floating]] = {tf.float32: np.float32,
+                                                     tf.float64: np.float64}
 
 
 def _Weighted(means, counts):
@@ -104,7 +105,7 @@ class StatsCollector:
     self._num_micro_batches = num_micro_batches
     self._where = where
     self._sizes = None if sizes is None else list(sizes)
-    self._updates = collections.OrderedDict()  # id(variable) -> [Update]
+    self._updates: Dict[int, List[Any]] = collections.OrderedDict()  # id(variable) -> [Update]
     self._closed = False
 
   @contextlib.contextmanager
@@ -129,7 +130,8 @@ class StatsCollector:
       return self._sizes  # Micro-batches of different sizes weigh by their examples.
     return counts
 
-  def _Combined(self, updates, by_name, means_done):
+  def _Combined(self, updates: List[Any], by_name: Dict[str, List[Any]],
+                means_done: Dict[int, Tuple[Any, Any, Any]]) -> Any:
     """The mini-batch statistic of one variable from its M micro-batch `updates`.
 
     means_done: id(mean variable) -> _CombineMean's results, kept for its variance's combination.
@@ -168,7 +170,8 @@ class StatsCollector:
     """
     self._closed = True
     by_name = {VariableName(u[0].variable): u for u in self._updates.values()}
-    combined, means_done = [], {}
+    combined: List[Any] = []
+    means_done: Dict[int, Tuple[Any, Any, Any]] = {}
     for updates in self._updates.values():
       variable = updates[0].variable
       if len(updates) != self._num_micro_batches:

@@ -7,13 +7,14 @@ is made once and shared: the same values from fewer ops. Outside function bodies
 may sit on several devices) every caller makes its own, as without this module.
 """
 
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Dict, Hashable
 
 from lingvo import compat as tf
 
-# The attribute of a function graph that holds its shared tensors: {key: tensors}. Kept on the graph
-# itself, so that the tensors (which refer to their graph) go when it goes.
-_ATTRIBUTE = 'tensorpipe_body_cache'
+from tensorpipe import per_graph
+
+# Per function graph: {key: tensors}.
+_SHARED: per_graph.PerGraph[Dict[Hashable, Any]] = per_graph.PerGraph('body_cache', dict)
 
 
 def Shared(key: Hashable, build: Callable[[], Any]) -> Any:
@@ -26,10 +27,7 @@ def Shared(key: Hashable, build: Callable[[], Any]) -> Any:
   graph = tf.get_default_graph()
   if not graph.building_function:
     return build()
-  cache = getattr(graph, _ATTRIBUTE, None)
-  if cache is None:
-    cache = {}
-    setattr(graph, _ATTRIBUTE, cache)
+  cache = _SHARED.Of(graph)
   if key not in cache:
     with tf.control_dependencies(None):
       cache[key] = build()

@@ -78,17 +78,18 @@ def OneLine(error: BaseException) -> Optional[str]:
   """TensorPipe's one line if `error` (a session error, a CheckFailure, or an error caused by one)
   came from a TensorPipe in-step check, else None."""
   seen = set()
-  while error is not None and id(error) not in seen:
-    seen.add(id(error))
-    if isinstance(error, CheckFailure):
-      return str(error)
-    text = error.message if isinstance(error, tf.errors.OpError) else str(error)
+  current: Optional[BaseException] = error  # Then its cause (or context), and so on.
+  while current is not None and id(current) not in seen:
+    seen.add(id(current))
+    if isinstance(current, CheckFailure):
+      return str(current)
+    text = current.message if isinstance(current, tf.errors.OpError) else str(current)
     start = text.find(OPEN)
     if start >= 0:
       end = text.find(CLOSE, start + len(OPEN))
       if end >= 0:
         return _Unescaped(text[start + len(OPEN):end])
-    error = error.__cause__ or error.__context__
+    current = current.__cause__ or current.__context__
   return None
 
 
@@ -108,7 +109,7 @@ def Raising() -> Iterator[None]:
     raise failure from None
 
 
-def Run(sess: Any, fetches: Any, *args, **kwargs) -> Any:
+def Run(sess: Any, fetches: Any, *args: Any, **kwargs: Any) -> Any:
   """sess.run(fetches, ...), raising a failed TensorPipe in-step check as CheckFailure (see
   `Raising`)."""
   with Raising():

@@ -17,7 +17,7 @@ refused with a message naming them.
 """
 
 import collections
-from typing import Callable, Dict, List, Sequence
+from typing import AbstractSet, Any, Callable, Dict, List, Sequence
 
 from lingvo import compat as tf
 
@@ -63,7 +63,8 @@ def _Inputs(op):
   return [t.op for t in op.inputs] + list(op.control_inputs)
 
 
-def Ancestors(tensors: Sequence[tf.Tensor], stop=frozenset()) -> List[tf.Operation]:
+def Ancestors(tensors: Sequence[tf.Tensor],
+              stop: AbstractSet[tf.Operation] = frozenset()) -> List[tf.Operation]:
   """The ops `tensors` are computed from (data and control inputs), nearest first, not looking
   past the ops in `stop` (e.g. the forward passes, whose ancestors are the whole model)."""
   seen, order = set(), []
@@ -92,7 +93,7 @@ class _Copier:
   def __init__(self, stand_ins: Dict[tf.Tensor, Callable[[], tf.Tensor]], late: Lateness,
                where: str):
     self._stand_in_fns = {t.ref(): fn for t, fn in stand_ins.items()}
-    self._copies = {}  # tensor ref -> its stand-in
+    self._copies: Dict[Any, tf.Tensor] = {}  # tensor ref -> its stand-in
     self._late = late
     self._where = where
 
@@ -143,7 +144,7 @@ class _Copier:
 
 
 def Detach(grads: Sequence[tf.Tensor], stand_ins: Dict[tf.Tensor, Callable[[], tf.Tensor]],
-           forward_ops, where: str) -> List[tf.Operation]:
+           forward_ops: AbstractSet[tf.Operation], where: str) -> List[tf.Operation]:
   """Rewires every shape read in the ancestry of `grads` whose input is late to a stand-in.
 
   Args:

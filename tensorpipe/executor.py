@@ -38,7 +38,8 @@ partition k's states for t on partition k's device.
 """
 
 import dataclasses
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+import functools
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from lingvo import compat as tf
 from lingvo.core import py_utils
@@ -114,22 +115,28 @@ class PipelineStep:
     self._route = route or (lambda k, piece, earlier: earlier[-1] if k else piece)
     self._num_partitions = sched.num_partitions
     self._num_micro = sched.num_micro_batches
-    self._sizes = None
-    self._num_inputs = None
-    self._ops = {}  # action -> the ops it is done after
-    self._late = {}  # action not built yet -> the already built actions that must wait for it
+    # Set by Run and DecodeStep: per micro-batch its number of examples, and the number of input
+    # leaves.
+    self._sizes: List[Union[int, tf.Tensor]] = []
+    self._num_inputs = 0
+    # action -> the ops it is done after
+    self._ops: Dict[schedule_lib.Action, List[Any]] = {}
+    # action not built yet -> the already built actions that must wait for it
+    self._late: Dict[schedule_lib.Action, List[schedule_lib.Action]] = {}
     # F(k, t) -> _Call: its partition functions and what it got and gave.
-    self._calls = {}
-    self._weight_grads = None
-    self._input_grads = None
-    self._exit_outputs = None  # The joined outputs, as FProp returns them.
-    self._output_names = None
-    self._checks = []  # Ops every step's weight gradients wait for.
+    self._calls: Dict[schedule_lib.Action, _Call] = {}
+    # Step (6)'s gradients, once step (5) is built: per partition its weights', per micro-batch
+    # its input leaves'.
+    self._weight_grads: Optional[List[List[Optional[tf.Tensor]]]] = None
+    self._input_grads: Optional[List[List[Optional[tf.Tensor]]]] = None
+    self._exit_outputs: List[tf.Tensor] = []  # The joined outputs, as FProp returns them.
+    self._output_names: List[str] = []
+    self._checks: List[Any] = []  # Ops every step's weight gradients wait for.
     # Step (5)'s state: per partition its running weight-gradient sums and which weights got a
     # gradient; (k, t) -> (the output gradients B(k, t) got, what it kept for W(k, t), its scope).
-    self._sums = None
-    self._got = None
-    self._kept = {}
+    self._sums: List[Any] = []
+    self._got: List[Any] = []
+    self._kept: Dict[Tuple[int, int], Tuple[List[Any], Any, str]] = {}
 
   def _After(self, action):
     """Ops built in this context run after what `action` waits for: its edges in the schedule.
@@ -195,19 +202,21 @@ class PipelineStep:
       self._checks.extend(self._BatchDimChecks(args))
     return out
 
-  def _Forwards(self, partition_theta, thetas, pieces, step, offsets, training, collector,
-                states=None, time_step=None):
+  def _Forwards(self, partition_theta: Sequence[py_utils.NestedMap], thetas: List[Any],
+                pieces: List[Any], step: Any, offsets: List[Any], training: bool, collector: Any,
+                states: Optional[Sequence[Sequence[Any]]] = None,
+                time_step: Optional[tf.Tensor] = None) -> List[List[Any]]:
     """Every forward action, in build order: step (3), or a decode step's actions when `states` (per
     partition and micro-batch) are given. Returns outputs[k][t]; in a decode step each is (the
     outputs, partition k's new states for micro-batch t)."""
     num_micro, num_partitions = self._num_micro, self._num_partitions
     decoding = states is not None
-    outputs = [[None] * num_micro for _ in range(num_partitions)]
+    outputs: List[List[Any]] = [[None] * num_micro for _ in range(num_partitions)]
     for action in self._sched.BuildOrder((schedule_lib.FORWARD,)):
       k, t = action.partition, action.micro_batch
       inputs = self._route(k, pieces[t], [outputs[j][t][0] if decoding else outputs[j][t]
                                           for j in range(k)])
-      if decoding:
+      if states is not None:  # Decoding.
         # Partition k's decode function takes its states for t and the time step besides its
         # inputs, and returns its new states for t besides its outputs (and the time step).
         inputs = (inputs, states[k][t], time_step)
@@ -268,9 +277,9 @@ class PipelineStep:
     The checks run one after another in partition order, so where several partitions mix examples
     the error always names the first of them (run side by side, whichever failed first would).
     """
-    checks = []
+    checks: List[Any] = []
     inputs = batch_dim_check.DescribeInputs(args)
-    flag = []  # The run's flag (batch_dim_check.RunFlag), made with the first check.
+    flag: List[Any] = []  # The run's flag (batch_dim_check.RunFlag), made with the first check.
 
     def Done():
       if not flag:
@@ -304,7 +313,7 @@ class PipelineStep:
 
   def _Origins(self, k, t, x_leaves, piece):
     """Where each input leaf of F(k, t) comes from (see `_Call`)."""
-    sources = {}
+    sources: Dict[Any, Tuple[int, int]] = {}
     for i, x in enumerate(leaves.Present(piece)):
       sources.setdefault(x.ref(), (-1, i))
     for j in range(k):
@@ -422,8 +431,9 @@ class PipelineStep:
       with tf.device(self._devices[-1]):
         return tf.zeros(shape, first.dtype, name='output_shape_stand_in')
 
-    stand_ins = {out: (lambda first=first: StandIn(first))
-                 for out, first in zip(self._exit_outputs, last_ys[0])}
+    stand_ins: Dict[Any, Callable[[], Any]] = {
+        out: functools.partial(StandIn, first) for out, first in zip(self._exit_outputs,
+                                                                      last_ys[0])}
     grads = [g for g in out_grads if g is not None and hasattr(g, 'op')]
     self._checks.extend(early_shapes.Detach(grads, stand_ins, forward, self._where))
     late = early_shapes.Lateness(forward)
@@ -453,7 +463,8 @@ class PipelineStep:
                  g.op.type == 'ZerosLike' else g for g in out_grads]
     if self._late:
       self._EarlyShapes(out_grads, last_ys)
-    dys = {}  # (k, t) -> the gradient of each output leaf of F(k, t), None where none yet
+    # (k, t) -> the gradient of each output leaf of F(k, t), None where none yet
+    dys: Dict[Tuple[int, int], List[Any]] = {}
     for t in range(num_micro):
       dys[(num_partitions - 1, t)] = [None] * len(last_ys[t])
     for j, grad in enumerate(out_grads):
@@ -481,7 +492,7 @@ class PipelineStep:
             continue  # B(k, t) had no output gradient: nothing to add.
           grads, _, scope = self._kept[(k, t)]
         else:
-          grads = dys.pop((k, t), None) or [None] * len(call.ys)
+          grads = dys.pop((k, t), []) or [None] * len(call.ys)
           if all(g is None for g in grads):
             continue
           scope = None
@@ -552,7 +563,8 @@ class PipelineStep:
                                            grads, kept, self._sums[call.k])
     return [], self._Summed(call.k, result)
 
-  _HANDLERS = {
+  # Forward and backward handlers take different arguments; their callers pass the right ones.
+  _HANDLERS: Dict[schedule_lib.Task, Callable[..., Any]] = {
       schedule_lib.Task.FORWARD: _RunForward,
       schedule_lib.Task.BACKWARD: _RunBackward,
       schedule_lib.Task.BACKWARD_FROM_KEPT: _RunBackwardFromKept,

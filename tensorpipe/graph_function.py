@@ -8,15 +8,15 @@ slices or packs flat argument lists by hand. What a trace finds out about itself
 (an output structure, which weights got gradients) is returned by the body as `facts`, kept with
 the function.
 
-`GraphFunction.Trace` traces a body once on a device. `Call` adds one call op of it, with
-_FUNCTION_ATTRS and without per-call shape inference (see `tf_internals.AddFunctionCall`), so
-the graph TensorFlow optimises and runs does not grow with the number of calls.
+`GraphFunction.Trace` traces a body once on a device. `Call` adds one call op of it, never inlined
+nor specialised per call and without per-call shape inference (see `tf_internals.FunctionFromGraph`
+and `tf_internals.AddFunctionCall`), so the graph TensorFlow optimises and runs does not grow with
+the number of calls.
 """
 
 import dataclasses
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import tensorflow as tf2
 from lingvo import compat as tf
 from lingvo.core import py_utils
 
@@ -25,13 +25,6 @@ from tensorpipe import tf_internals
 # A group of tensors: one per argument, None where absent.
 Group = List[Optional[tf.Tensor]]
 Groups = Dict[str, Group]
-
-# Attributes of every partition function: TensorFlow would otherwise inline each call into the
-# session's graph, and grappler would make a specialised copy of the function for each call (each
-# gets its own constant example offset): either way the graph TensorFlow optimises and runs would
-# grow with M. Not inlining also keeps grappler from merging re-computed ops with the forward
-# pass's, which would keep the forward activations alive.
-_FUNCTION_ATTRS = {'_noinline': True, '_nospecialize': True}
 
 
 def Spec(t: tf.Tensor) -> tf.TensorSpec:
@@ -62,7 +55,7 @@ class Signature:
     """The present tensors of `values` in order; each group must match its specs' presence."""
     if set(values) != {name for name, _ in self.groups}:
       raise AssertionError('%s: got groups %s for %s' % (where, sorted(values), self.groups))
-    flat = []
+    flat: List[Any] = []
     for name, specs in self.groups:
       group = list(values[name])
       present = [x is not None for x in group]
@@ -84,8 +77,8 @@ class GraphFunction:
 
   As Lingvo's py_utils.Function does, the body gets a fresh step seed and no summaries collection
   of the outer graph. `concrete` is TensorFlow's ConcreteFunction of the trace, whose own calls
-  tf.gradients can differentiate; `atomic` is what `Call` calls: the same trace with
-  _FUNCTION_ATTRS.
+  tf.gradients can differentiate; `atomic` is what `Call` calls: the same trace, never inlined nor
+  specialised per call (tf_internals.FunctionFromGraph).
   """
   concrete: Any
   atomic: Any
@@ -117,10 +110,8 @@ class GraphFunction:
       return result['outputs'].Flatten(outputs, name)
 
     Body.__name__ = name
-    concrete = tf2.function(Body, input_signature=inputs.specs, autograph=False,
-                            experimental_attributes={'_noinline': True}).get_concrete_function()
-    atomic = tf_internals.FunctionFromGraph(concrete.name.decode() + '_call', concrete.graph,
-                                            _FUNCTION_ATTRS)
+    concrete = tf_internals.TraceNotInlined(Body, inputs.specs)
+    atomic = tf_internals.FunctionFromGraph(concrete.name.decode() + '_call', concrete.graph)
     return cls(concrete, atomic, inputs, result['outputs'], result['facts'])
 
   @property

@@ -22,7 +22,7 @@ output gradient and weight gradient would stay alive until they run.
 """
 
 import dataclasses
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from lingvo import compat as tf
 
@@ -88,8 +88,8 @@ def _Gradients(boundaries, out_grads, theta_leaves, sums, at):
   num_layers = len(boundaries) - 1
   targets = [t for t in theta_leaves if IsDifferentiable(t)] if sums is not None else []
   total = None if sums is None else list(sums)
-  done = []
-  grads = [None] * num_layers + [list(out_grads)]
+  done: List[Any] = []
+  grads: List[Any] = [None] * num_layers + [list(out_grads)]  # Per boundary, once reached.
   at_grads = [[None] * len(at[j]) if at else [] for j in range(num_layers)]
   for j in reversed(range(num_layers)):
     ins = tf.nest.flatten(boundaries[j])
@@ -126,12 +126,7 @@ _OPAQUE_DTYPES = (tf.resource, tf.variant, tf.string)
 _NOTHING, _SHAPE, _VALUE, _WEIGHTS = 'nothing', 'shape', 'value', 'weights'
 _ORDER = {_NOTHING: 0, _SHAPE: 1, _VALUE: 2}
 # (op type, attributes, input dtypes and shapes, weight inputs) -> needs, see `_Needs`.
-_NEEDS_CACHE = {}
-
-
-def _Attrs(op):
-  """`op`'s attributes but its colocation (which names ops of the graph it was made in)."""
-  return {k: v for k, v in op.node_def.attr.items() if k != '_class'}
+_NEEDS_CACHE: Dict[Any, Any] = {}
 
 
 def _Recreate(op: tf.Operation, inputs: Sequence[tf.Tensor]) -> tf.Operation:
@@ -140,7 +135,7 @@ def _Recreate(op: tf.Operation, inputs: Sequence[tf.Tensor]) -> tf.Operation:
   graph = tf.get_default_graph()
   with graph.name_scope(None):
     return graph.create_op(op.type, list(inputs), [y.dtype for y in op.outputs], name=op.name,
-                           attrs=_Attrs(op))
+                           attrs=tf_internals.AttributesButColocation(op))
 
 
 def _CanRecreate(op: tf.Operation) -> bool:
@@ -157,7 +152,8 @@ def _Needs(op: tf.Operation, weighted: Tuple[int, ...]) -> Optional[Tuple[str, .
   None if `op` has no registered gradient."""
   shapes = tuple((x.dtype, None if x.shape.rank is None else tuple(x.shape.as_list()))
                  for x in op.inputs)
-  key = (op.type, tuple(sorted((k, v.SerializeToString()) for k, v in _Attrs(op).items())),
+  key = (op.type, tuple(sorted((k, v.SerializeToString()) for k, v in
+                               tf_internals.AttributesButColocation(op).items())),
          shapes, weighted)
   if key not in _NEEDS_CACHE:
     with tf.Graph().as_default():
@@ -188,7 +184,7 @@ def _Needs(op: tf.Operation, weighted: Tuple[int, ...]) -> Optional[Tuple[str, .
           todo.append(x.op)
         elif needs[i] != _WEIGHTS:
           need = _SHAPE if top.type in _SHAPE_READERS else _VALUE
-          needs[i] = max(needs[i], need, key=_ORDER.get)
+          needs[i] = max(needs[i], need, key=lambda n: _ORDER[n])
       todo.extend(top.control_inputs)
     _NEEDS_CACHE[key] = tuple(needs)
   return _NEEDS_CACHE[key]
@@ -266,7 +262,7 @@ def WeightReads(boundaries: Sequence[Any], layer_ops: Sequence[Tuple[str, Sequen
 def ReadOutputs(reads: Sequence[LayerReads], num_layers: int) -> List[List[tf.Tensor]]:
   """Per layer, the float outputs of its reading ops, whose gradients the weight-gradient pass
   needs (for `InputGradients`)."""
-  at = [[] for _ in range(num_layers)]
+  at: List[List[tf.Tensor]] = [[] for _ in range(num_layers)]
   for r in reads:
     for op in r.ops or ():
       at[r.j].extend(y for y in op.outputs if IsDifferentiable(y))
@@ -340,7 +336,7 @@ def Keep(boundaries: Sequence[Any], grads: Sequence[PerLeaf], reads: Sequence[La
     (the kept tensors, where the weight-gradient pass finds each tensor it needs).
   """
   keeper = _Keeper(shared)
-  layers = []
+  layers: List[Union[RerunLayer, RereadLayer]] = []
   for r in reads:
     if r.ops is None:
       xs = tf.nest.flatten(boundaries[r.j])
@@ -350,14 +346,15 @@ def Keep(boundaries: Sequence[Any], grads: Sequence[PerLeaf], reads: Sequence[La
           tuple(None if x is None else keeper.Source(x) for x in xs), grad_index,
           tuple(keeper.Source(grads[r.j + 1][i]) for i in grad_index)))
       continue
+    assert r.needs is not None  # Set with r.ops (LayerReads).
     at = iter(read_grads[r.j])
-    ops = []
+    ops: List[Tuple[tf.Operation, Tuple[Source, ...], Tuple[Optional[Source], ...]]] = []
     for op, needs in zip(r.ops, r.needs):
-      dzs = [next(at) if IsDifferentiable(y) else None for y in op.outputs]
-      dzs = tuple(None if d is None else keeper.Source(d) for d in dzs)
+      dys = [next(at) if IsDifferentiable(y) else None for y in op.outputs]
+      dzs = tuple(None if d is None else keeper.Source(d) for d in dys)
       if not any(dzs):
         continue  # No gradient reaches the op's outputs.
-      ins = []
+      ins: List[Source] = []
       for x, need in zip(op.inputs, needs):
         if need == _WEIGHTS:
           ins.append(('weights', x))
@@ -392,7 +389,7 @@ def WeightGradients(layout: KeptLayout, kept: Sequence[tf.Tensor], shared: Seque
   """
   total = list(sums)
   targets = [t for t in theta_leaves if IsDifferentiable(t)]
-  done = []
+  done: List[Any] = []
   for layer in reversed(layout.layers):  # One layer's tensors at a time.
     tensors = _LayerTensors(layout, kept, shared, done)
     if isinstance(layer, RerunLayer):

@@ -111,7 +111,7 @@ def BatchSize(structure: Any, batch_dim: int, where: str = 'TensorPipeLayer') ->
     if x is not None and not isinstance(x, tf.Tensor):
       raise TypeError('%s: input %s is of type %s; inputs must be tensors, tuples or NestedMaps '
                       'of tensors (None allowed)' % (where, name, type(x).__name__))
-    if IsBatched(x, batch_dim):
+    if x is not None and IsBatched(x, batch_dim):
       sizes.append((name, tf.compat.dimension_value(x.shape[batch_dim])))
   if not sizes:
     raise ValueError('%s: no input has a batch dimension %d to split into micro-batches' %

@@ -35,7 +35,7 @@ for each order and attribute.
 """
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
 from lingvo.core import cluster_factory
@@ -67,7 +67,7 @@ class _ForwardFacts:
 
 
 @dataclasses.dataclass(frozen=True)
-class Backward:
+class BackwardResult:
   """What a backward task gives: the input gradients (per input leaf, None where none), the
   running sums (per weight, None where none), which weights got a gradient, and the ops the task
   is done after."""
@@ -139,7 +139,7 @@ class PartitionFunctions:
       frozen = self.has_batch_norm
 
       def ProbeBody(args):
-        boundaries = []
+        boundaries: List[Any] = []
         with cluster_factory.SetEval(True if frozen else None):
           self._body.Run(self._Step(args), args['offset'][0], args['theta'], args['x'],
                          batch_norm.Discarding(), boundaries)
@@ -205,9 +205,12 @@ class PartitionFunctions:
     """The traced function of `task` (for output gradients present as `dy_mask`), traced once."""
     key = (task, dy_mask)
     if key not in self._functions:
-      trace = {_Task.FORWARD: self._TraceForward, _Task.BACKWARD: self._TraceBackward,
-               _Task.INPUT_GRADIENT: self._TraceInputGradient,
-               _Task.WEIGHT_GRADIENT: self._TraceWeightGradient}[task]
+      # The tracers of the backward tasks take the output gradients' mask.
+      tracers: Dict[schedule.Task, Callable[..., graph_function.GraphFunction]] = {
+          _Task.FORWARD: self._TraceForward, _Task.BACKWARD: self._TraceBackward,
+          _Task.INPUT_GRADIENT: self._TraceInputGradient,
+          _Task.WEIGHT_GRADIENT: self._TraceWeightGradient}
+      trace = tracers[task]
       self._functions[key] = trace(dy_mask) if dy_mask is not None else trace()
     return self._functions[key]
 
@@ -264,7 +267,7 @@ class PartitionFunctions:
     where = '%s (%s)' % (self.spec.where, self.spec.function_name)
 
     def BackwardBody(args):
-      boundaries = []
+      boundaries: List[Any] = []
       layer_ops = self._Recompute(args, boundaries)
       replaced = []
       if self._selective:
@@ -275,6 +278,7 @@ class PartitionFunctions:
       grads, new_sums = layer_gradients.LayerGradients(
           boundaries, self._OutGrads(args['dy']), args['theta'], sums)
       selective_recompute.CheckUnread(replaced, where)
+      assert new_sums is not None  # Given sums, LayerGradients returns them.
       got = tuple(a is not b for a, b in zip(new_sums, sums))
       return {'dx': [grads[0][i] for i in self._in_index], 'sums': new_sums}, got
 
@@ -293,7 +297,7 @@ class PartitionFunctions:
   def _TraceInputGradient(self, dy_mask):
 
     def InputGradient(args):
-      boundaries = []
+      boundaries: List[Any] = []
       layer_ops = self._Recompute(args, boundaries)
       reads = layer_gradients.WeightReads(boundaries, layer_ops, args['theta'])
       grads, read_grads = layer_gradients.InputGradients(
@@ -389,7 +393,7 @@ class PartitionFunctions:
   def Backward(self, step: Optional[tf.Tensor], offset: tf.Tensor,
                theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
                dys: Sequence[Optional[tf.Tensor]], sums: Optional[PerLeaf],
-               kept_outputs: Sequence[tf.Tensor] = ()) -> Backward:
+               kept_outputs: Sequence[tf.Tensor] = ()) -> BackwardResult:
     """One call of the re-computing backward function (a backward task).
 
     Args:
@@ -407,7 +411,7 @@ class PartitionFunctions:
     args['kept_outputs'] = list(kept_outputs)
     with tf.device(self.spec.device):
       results, op = function.Call(args, 'backward')
-    return Backward(results['dx'], results['sums'], function.facts, [op])
+    return BackwardResult(results['dx'], results['sums'], function.facts, [op])
 
   def InputGradient(self, step: Optional[tf.Tensor], offset: tf.Tensor,
                     theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
@@ -427,7 +431,7 @@ class PartitionFunctions:
   def WeightGradient(self, step: Optional[tf.Tensor], offset: tf.Tensor,
                      theta_leaves: Sequence[tf.Tensor], x_leaves: Sequence[tf.Tensor],
                      dys: Sequence[Optional[tf.Tensor]], kept: Sequence[tf.Tensor],
-                     sums: Optional[PerLeaf]) -> Backward:
+                     sums: Optional[PerLeaf]) -> BackwardResult:
     """One call of the weight-gradient half (a weight-gradient task): adds each layer's weight
     gradients, from what InputGradient kept, to the running sums (see
     layer_gradients.WeightGradients).
@@ -443,11 +447,11 @@ class PartitionFunctions:
     args['sums'] = self._Sums(self.Zeros() if sums is None else sums)
     with tf.device(self.spec.device):
       results, op = function.Call(args, 'weight')
-    return Backward([], results['sums'], function.facts, [op])
+    return BackwardResult([], results['sums'], function.facts, [op])
 
   def BackwardFromKept(self, forward_ys: Sequence[tf.Tensor], theta_leaves: Sequence[tf.Tensor],
                        x_leaves: Sequence[tf.Tensor], dys: Sequence[Optional[tf.Tensor]],
-                       sums: Optional[PerLeaf]) -> Backward:
+                       sums: Optional[PerLeaf]) -> BackwardResult:
     """The backward task of a forward call without re-computation (TensorFlow's function gradient).
 
     TensorFlow rewrites that forward call (made with `differentiable=True`) to also output the
@@ -481,7 +485,7 @@ class PartitionFunctions:
       results, op = self._functions['accumulate'].Call(
           {'sums': leaves.Present(sums), 'dtheta': own}, 'accumulate')
     dx_ops = [g.op for g in dx if g is not None]
-    return Backward(dx, leaves.Spread(results['sums'], self._theta_mask), got,
+    return BackwardResult(dx, leaves.Spread(results['sums'], self._theta_mask), got,
                     [op] + [o for i, o in enumerate(dx_ops) if o not in dx_ops[:i]])
 
   def WeightGradients(self, sums: Sequence[Optional[tf.Tensor]], got: Sequence[bool]) -> PerLeaf:

@@ -10,8 +10,7 @@ lose. `RunInline` runs the same layers on a whole mini-batch outside any functio
 reference; `InlinePartition` runs them so on one micro-batch, for a decode step. """
 
 import contextlib
-import weakref
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from lingvo import compat as tf
 from lingvo.core import py_utils
@@ -20,7 +19,9 @@ from tensorpipe import batch_norm
 from tensorpipe import layer_gradients
 from tensorpipe import leaves
 from tensorpipe import partition_spec
+from tensorpipe import per_graph
 from tensorpipe import stateful_ops
+from tensorpipe import tf_internals
 from tensorpipe import trace_context
 
 # A partition's layers: (layer name, function (theta NestedMap, inputs structure) -> outputs).
@@ -29,7 +30,7 @@ LayerFunctions = Sequence[Tuple[str, Callable[[py_utils.NestedMap, Any], Any]]]
 LayerOps = List[Tuple[str, List[tf.Operation]]]
 
 # Per traced function graph: {op name: the layer whose trace made it}, to name a shortcut's source.
-_PRODUCERS = weakref.WeakKeyDictionary()
+_PRODUCERS: per_graph.PerGraph[Dict[str, str]] = per_graph.PerGraph('partition_trace', dict)
 
 
 def _DependsOn(op, sources):
@@ -164,7 +165,7 @@ class PartitionBody:
     theta, out = self.Pack(theta_leaves, x_leaves)
     graph = tf.get_default_graph()
     layer_ops = []
-    producers = _PRODUCERS.setdefault(graph, {})
+    producers = _PRODUCERS.Of(graph)
     with self.Tracing(step, offset, collector, check_numerics=boundaries is None) as notes:
       for j, (name, _) in enumerate(self.layers):
         if boundaries is not None:
@@ -174,11 +175,13 @@ class PartitionBody:
             # Lingvo's py_utils.CallDefun) and would differentiate the layer before this one too.
             out = tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), out)
           boundaries.append(out)
-        first, captured = len(graph.get_operations()), len(graph.external_captures)
+        first = len(graph.get_operations())
+        captured = len(tf_internals.ExternalCaptures(graph))
         inputs = out
         out = self.RunLayer(j, theta, out)
         ops = graph.get_operations()[first:]
-        self._CheckShortcuts(graph, j, ops, inputs, graph.external_captures[captured:], producers)
+        self._CheckShortcuts(graph, j, ops, inputs, tf_internals.ExternalCaptures(graph)[captured:],
+                             producers)
         producers.update((op.name, name) for op in ops)
         layer_ops.append((name, ops))
       masks = list(notes.whole_micro_batch_masks)
@@ -194,18 +197,14 @@ class PartitionBody:
     unreadable error). Declared skip connections arrive as inputs, so they pass.
     """
     name = self.layers[j][0]
-    outer = []
-    g = graph
-    while g is not None:
-      outer.append(g)
-      g = getattr(g, 'outer_graph', None)
+    outer = tf_internals.EnclosingGraphs(graph)
     for tensor in captures:
       if tensor.graph not in outer:
-        source = _PRODUCERS.get(tensor.graph, {}).get(tensor.op.name)
+        source = (_PRODUCERS.Peek(tensor.graph) or {}).get(tensor.op.name)
         self._RaiseShortcut(name, tensor, source, 'another partition\'s function (%s)' %
                             tensor.graph.name)
     allowed = {x.ref() for x in leaves.Present(inputs)}
-    arguments = {x.op for x in graph.inputs} - {x.op for x in graph.internal_captures}
+    arguments = tf_internals.ArgumentOps(graph)
     for op in ops:
       for x in op.inputs:
         source = producers.get(x.op.name)

@@ -13,6 +13,8 @@ from typing import Any, List, Optional, Sequence
 
 from lingvo import compat as tf
 
+from tensorpipe import tf_internals
+
 _DEVICE_TYPES = ('CPU', 'GPU', 'TPU')
 _SHARING_JOBS = ('controller', 'evaler', 'decoder', 'train_summaries')
 
@@ -123,7 +125,7 @@ def VariableDevices(cluster: Any, num_devices: int,
   does; everywhere else (one process, or an evaler on its own) these are `PartitionDevices`.
   """
   if devices is None and cluster.job_spec.name != cluster.params.worker.name:
-    listed = getattr(cluster, '_session_devices', None) or []
+    listed = tf_internals.SessionDevices(cluster)
     worker_job = cluster.params.worker.name + '/'
     if any(d.startswith(worker_job) for d in listed):
       workers = cluster.ListDevices(cluster.params.worker).reshape([-1]).tolist()

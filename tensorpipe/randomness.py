@@ -19,9 +19,8 @@ docs/design.md, "Why training does not depend on K or M".
 
 import contextlib
 import numbers
-import weakref
 import zlib
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 from lingvo import compat as tf
@@ -29,6 +28,8 @@ from lingvo.core import base_layer
 from lingvo.core import py_utils
 
 from tensorpipe import body_cache
+from tensorpipe import per_graph
+from tensorpipe import tf_internals
 from tensorpipe import trace_context
 
 _MASK32 = 0xFFFFFFFF
@@ -60,7 +61,7 @@ def CurrentExampleOffset() -> Union[int, tf.Tensor]:
 
 def LayerKey(layer: base_layer.BaseLayer) -> str:
   """A stable string naming `layer`: its variable scope, the same whatever the pipeline's K is."""
-  scope = getattr(layer, '_self_variable_scope', None)
+  scope = tf_internals.LayerVariableScope(layer)
   return scope.name if scope is not None else layer.path
 
 
@@ -99,17 +100,19 @@ class _Constants:
     self.unit = tf.constant(1.0 / (1 << 24), tf.float32, name='hash_unit')  # 2^-24, exact.
 
 
-_PER_GRAPH = weakref.WeakKeyDictionary()  # graph -> {'constants': ..., ('step', id): step key}
+def _NewGraphState() -> Dict[Any, Any]:
+  """A graph's state: {'constants': _Constants, ('step', id): step key}; the constants built
+  outside any control context."""
+  with tf.control_dependencies(None), tf.name_scope('example_hash/'):
+    return {'constants': _Constants()}
+
+
+_PER_GRAPH = per_graph.PerGraph('randomness', _NewGraphState)
 
 
 def _GraphState():
-  """Per-graph tensors shared by every mask of the graph, built outside any control context."""
-  graph = tf.get_default_graph()
-  state = _PER_GRAPH.get(graph)
-  if state is None:
-    with tf.control_dependencies(None), tf.name_scope('example_hash/'):
-      state = _PER_GRAPH[graph] = {'constants': _Constants()}
-  return state
+  """Per-graph tensors shared by every mask of the graph (see `_NewGraphState`)."""
+  return _PER_GRAPH.Of(tf.get_default_graph())
 
 
 def _Mix32(h, c, first=True, last=True):
@@ -212,11 +215,11 @@ def Uniform(shape: _Shape, site: int, batch_axis: Optional[int] = 0) -> tf.Tenso
     raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
   if batch_axis is None:
     if isinstance(shape, (list, tuple)) and all(isinstance(d, int) for d in shape):
-      flat = [1, int(np.prod(shape, dtype=np.int64))]
+      flat_shape = [1, int(np.prod(shape, dtype=np.int64))]
     else:
-      flat = tf.stack([tf.constant(1, tf.int64),
-                       tf.reduce_prod(tf.cast(tf.convert_to_tensor(shape), tf.int64))])
-    return tf.reshape(Uniform(flat, site, 0), shape)
+      flat_shape = tf.stack([tf.constant(1, tf.int64),
+                             tf.reduce_prod(tf.cast(tf.convert_to_tensor(shape), tf.int64))])
+    return tf.reshape(Uniform(flat_shape, site, 0), shape)
   static = [int(d) for d in shape] if isinstance(shape, (list, tuple)) and all(
       isinstance(d, int) for d in shape) else None
   if static is None:
@@ -252,7 +255,7 @@ def Uniform(shape: _Shape, site: int, batch_axis: Optional[int] = 0) -> tf.Tenso
 
 
 def _CheckKeepProb(keep_prob, where):
-  if isinstance(keep_prob, numbers.Real) and not 0.0 < keep_prob <= 1.0:
+  if isinstance(keep_prob, numbers.Real) and not 0.0 < float(keep_prob) <= 1.0:
     raise ValueError('%s: keep_prob must be in (0, 1], got %r' % (where, keep_prob))
 
 
@@ -270,7 +273,7 @@ def Dropout(x: tf.Tensor, keep_prob: Union[float, tf.Tensor], site: int,
     where: names the caller in error messages.
   """
   _CheckKeepProb(keep_prob, where)
-  if isinstance(keep_prob, numbers.Real) and keep_prob >= 1.0:
+  if isinstance(keep_prob, numbers.Real) and float(keep_prob) >= 1.0:
     return x
   shape = py_utils.GetShape(x) if noise_shape is None else noise_shape
   keep_prob = tf.cast(keep_prob, tf.float32)
@@ -309,7 +312,7 @@ def DropPathMasks(batch: int, rank: int, dtype: tf.DType, keep_prob: Union[float
   for site in sites:
     if not isinstance(site, int):
       raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
-  if isinstance(keep_prob, numbers.Real) and keep_prob >= 1.0:
+  if isinstance(keep_prob, numbers.Real) and float(keep_prob) >= 1.0:
     return [None] * len(sites)
   if not sites:
     return []

@@ -26,13 +26,13 @@ code would need every layer to know of the mode, and differentiating from the ke
 a re-run would need the forward pass's cheap activations too, which is 'never'.
 """
 
-import weakref
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from lingvo import compat as tf
 
 from tensorpipe import layer_gradients
+from tensorpipe import per_graph
 from tensorpipe import tf_internals
 
 # Op types whose outputs a selective forward pass keeps: the expensive ones (their FLOPs grow with
@@ -43,7 +43,7 @@ KEPT_OP_TYPES = frozenset([
 
 _GRADIENT_NAME = 'TensorPipeKeptOutput'
 # Per function graph: {name of a substituting IdentityN: the re-run op whose output it replaces}.
-_REPLACED = weakref.WeakKeyDictionary()
+_REPLACED: per_graph.PerGraph[Dict[str, Any]] = per_graph.PerGraph('selective_recompute', dict)
 
 # Per layer, per kept op in creation order: (op type, output dtype name).
 KeptTemplate = Tuple[Tuple[Tuple[str, str], ...], ...]
@@ -142,7 +142,7 @@ def Kept(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]],
 def _Gradient(op, *grads):
   """The substituting IdentityN's gradient: none for the kept value, the replaced op's gradient
   for the replaced op's inputs."""
-  replaced = _REPLACED[op.graph][op.name]
+  replaced = _REPLACED.Of(op.graph)[op.name]
   if grads[0] is None:
     return [None] * len(op.inputs)
   return [None] + list(tf_internals.GradientFunction(replaced)(replaced, grads[0]))
@@ -173,7 +173,7 @@ def Substitute(layer_ops: Sequence[Tuple[str, Sequence[tf.Operation]]], types: f
         'then %s): a layer whose graph depends on more than its inputs and weights' %
         (where, template, found))
   graph = tf.get_default_graph()
-  names = _REPLACED.setdefault(graph, {})
+  names = _REPLACED.Of(graph)
   replaced = {}
   ops = [op for layer in per_layer for op in layer]
   for op, value in zip(ops, kept):

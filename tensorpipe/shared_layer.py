@@ -12,6 +12,8 @@ sent to its device), and the weights' gradient is the sum of every use's gradien
 the same as with one layer object in an unpipelined model, for any K, M and schedule.
 """
 
+from typing import Any
+
 from lingvo.core import base_layer
 from lingvo.core import py_utils
 
@@ -58,7 +60,7 @@ class SharedLayer(base_layer.BaseLayer):
     return py_utils.NestedMap(flops=meta.flops, out_shapes=meta.out_shapes)
 
 
-def Run(layer: base_layer.BaseLayer, method: str, theta: py_utils.NestedMap, *args):
+def Run(layer: base_layer.BaseLayer, method: str, theta: py_utils.NestedMap, *args: Any) -> Any:
   """`layer`'s `method` on (theta, *args): what a SharedLayer entry does in its place."""
   fn = getattr(layer, method, None)
   if not callable(fn):

@@ -40,7 +40,7 @@ even if the trace fails.
 """
 
 import inspect
-from typing import List, Sequence, Tuple
+from typing import Any, List, Sequence, Set, Tuple
 
 import tensorflow as tf2
 from lingvo import compat as tf
@@ -263,7 +263,7 @@ class _Library:
 def _Offences(ops, library):
   """(kind, op type, op name, op or None) of each refused op in `ops` and the functions called."""
   found = []
-  seen = set()
+  seen: Set[Any] = set()
   for op in ops:
     kind = _Kind(op.type)
     if kind:

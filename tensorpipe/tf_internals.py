@@ -2,15 +2,19 @@
 
 TensorPipe needs a few things TensorFlow 2.13's public API does not offer: a graph function called
 from a TF1 graph without being inlined, specialised or shape-inferred again per call (see
-`graph_function`); control inputs added to an op already built (`executor`, rule edges into forward
-actions); an op's input rewired (`early_shapes`, `selective_recompute`); a graph's function library
-and the op registry (`stateful_ops`); the module attributes TensorFlow's dropout lives in
-(`stateful_ops` routes them); a scope that marks new ops for grappler to keep (`accumulation`); the
-gradient registry (`matmul_gradient`, `selective_recompute`); and the GetStatus request of
-TensorFlow's worker service, by which a server says which task it is (`trainer.liveness`:
-TensorFlow's pip package ships no Python module for worker.proto). Keeping them here means a
-TensorFlow upgrade that moves one breaks one module, and `Missing()` (run by the tests) names what
-moved and the TensorFlow version.
+`graph_function`: TensorFlow's private function attributes `_noinline` and `_nospecialize`); a
+function graph's (FuncGraph's) captures, arguments and enclosing graphs (`partition_trace` finds a
+layer's shortcuts with them); control inputs added to an op already built (`executor`, rule edges
+into forward actions); an op's input rewired (`early_shapes`, `selective_recompute`); a graph's
+function library and the op registry (`stateful_ops`); the module attributes TensorFlow's dropout
+lives in (`stateful_ops` routes them); a scope that marks new ops for grappler to keep
+(`accumulation`); the gradient registry (`matmul_gradient`, `selective_recompute`); and the
+GetStatus request of TensorFlow's worker service, by which a server says which task it is
+(`trainer.liveness`: TensorFlow's pip package ships no Python module for worker.proto). Two private
+attributes of Lingvo's objects are read here too: a layer's own variable scope (`randomness`) and
+the devices a cluster's session sees (`placement`). Keeping them here means a TensorFlow upgrade
+that moves one breaks one module, and `Missing()` (run by the tests) names what moved and the
+TensorFlow version.
 """
 
 # This module is where TensorPipe reaches into TensorFlow's protected members, and only here.
@@ -18,7 +22,7 @@ moved and the TensorFlow version.
 
 import functools
 import types
-from typing import Any, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence, Set
 
 import grpc
 from google.protobuf import descriptor_pb2
@@ -28,6 +32,7 @@ import tensorflow as tf2
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.core.framework import device_attributes_pb2
 from tensorflow.python.eager.polymorphic_function import atomic_function
+from tensorflow.python.framework import func_graph as func_graph_lib
 from tensorflow.python.framework import op_def_registry
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import nn_ops as _nn_ops
@@ -53,7 +58,18 @@ _USED = (
     ('nn_ops.dropout_v2', lambda: _nn_ops.dropout_v2),
     ('DeviceAttributes.name', lambda: _Field(device_attributes_pb2.DeviceAttributes, 'name')),
     ('_pywrap_util_port.IsMklEnabled', lambda: _pywrap_util_port.IsMklEnabled),
+    ('FuncGraph.outer_graph', lambda: func_graph_lib.FuncGraph.outer_graph),
+    ('FuncGraph.external_captures', lambda: func_graph_lib.FuncGraph.external_captures),
+    ('FuncGraph.internal_captures', lambda: func_graph_lib.FuncGraph.internal_captures),
 )
+
+# Attributes of a partition's graph functions: TensorFlow would otherwise inline each call into the
+# session's graph, and grappler would make a specialised copy of the function for each call (each
+# gets its own constant example offset): either way the graph TensorFlow optimises and runs would
+# grow with M. Not inlining also keeps grappler from merging re-computed ops with the forward
+# pass's, which would keep the forward activations alive.
+_NOT_INLINED = {'_noinline': True}
+_NOT_INLINED_NOR_SPECIALISED = {'_noinline': True, '_nospecialize': True}
 
 
 def _Field(message_class: Any, name: str) -> Any:
@@ -91,11 +107,49 @@ def _Bool(value):
   return attr_value_pb2.AttrValue(b=value)
 
 
-def FunctionFromGraph(name: str, func_graph: Any, attributes: Dict[str, bool]) -> Any:
-  """An atomic function (what a call op calls) of a traced FuncGraph, with boolean `attributes`."""
+def TraceNotInlined(body: Callable[..., Any], input_signature: Sequence[Any]) -> Any:
+  """The ConcreteFunction of `body` traced for `input_signature` (no autograph), whose calls
+  TensorFlow does not inline (`_noinline`): tf.gradients differentiates them as calls."""
+  return tf2.function(body, input_signature=input_signature, autograph=False,
+                      experimental_attributes=_NOT_INLINED).get_concrete_function()
+
+
+def FunctionFromGraph(name: str, func_graph: Any) -> Any:
+  """An atomic function (what a call op calls) of a traced FuncGraph, never inlined nor specialised
+  per call (`_noinline`, `_nospecialize`)."""
   return atomic_function.from_func_graph(
       name, func_graph, func_graph.inputs, func_graph.outputs,
-      {key: _Bool(value) for key, value in attributes.items()})
+      {key: _Bool(value) for key, value in _NOT_INLINED_NOR_SPECIALISED.items()})
+
+
+def EnclosingGraphs(graph: tf2.Graph) -> List[tf2.Graph]:
+  """`graph` and, for a function graph, the graphs it is built in, innermost first."""
+  graphs = []
+  while graph is not None:
+    graphs.append(graph)
+    graph = getattr(graph, 'outer_graph', None)  # A FuncGraph's; a tf.Graph has none.
+  return graphs
+
+
+def ExternalCaptures(func_graph: Any) -> List[tf2.Tensor]:
+  """The outer-graph tensors a function graph captured so far, in capture order."""
+  return list(func_graph.external_captures)
+
+
+def ArgumentOps(func_graph: Any) -> Set[tf2.Operation]:
+  """The placeholders of a function graph's own arguments (its inputs other than captures)."""
+  return {x.op for x in func_graph.inputs} - {x.op for x in func_graph.internal_captures}
+
+
+def LayerVariableScope(layer: Any) -> Any:
+  """The variable scope a Lingvo layer was built in (its private `_self_variable_scope`), or None
+  for a layer that has none."""
+  return getattr(layer, '_self_variable_scope', None)
+
+
+def SessionDevices(cluster: Any) -> List[str]:
+  """The devices a Lingvo cluster's session sees (its private `_session_devices`; [] unset)."""
+  return list(getattr(cluster, '_session_devices', None) or [])
 
 
 def AddFunctionCall(graph: tf2.Graph, function: Any, args: Sequence[tf2.Tensor],
@@ -129,6 +183,12 @@ def AddControlInputs(op: tf2.Operation, control_ops: Sequence[tf2.Operation]) ->
 def UpdateInput(op: tf2.Operation, index: int, tensor: tf2.Tensor) -> None:
   """Rewires input `index` of `op`, already built, to `tensor`."""
   op._update_input(index, tensor)
+
+
+def AttributesButColocation(op: tf2.Operation) -> Dict[str, Any]:
+  """`op`'s attributes (name -> AttrValue) but its colocation, TensorFlow's private `_class`
+  attribute, which names ops of the graph `op` was made in."""
+  return {k: v for k, v in op.node_def.attr.items() if k != '_class'}
 
 
 def IsStateful(op: tf2.Operation) -> bool:

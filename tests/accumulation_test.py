@@ -8,7 +8,8 @@ from lingvo import compat as tf
 from lingvo.core import test_utils
 
 from tensorpipe import accumulation
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 DIM, LAYERS, BATCH, M = 1024, 4, 64, 8
 
@@ -46,8 +47,8 @@ class SumBufferTest(test_utils.TestCase):
   """Each weight's gradient sum stays in one buffer over all micro-batches (no re-allocation)."""
 
   def testEverySumStaysInOneBuffer(self):
-    params = helpers.Pipeline(helpers.DenseLayers(8, dim=256), 2, 4)
-    for step_stats in helpers.TracedSgdSteps(params, 1024, 2):
+    params = layer_helpers.Pipeline(layer_helpers.DenseLayers(8, dim=256), 2, 4)
+    for step_stats in trace_helpers.TracedSgdSteps(params, 1024, 2):
       buffers = collections.defaultdict(set)  # (device, InplaceAdd node) -> output buffer addresses
       for dev in step_stats.dev_stats:
         for n in dev.node_stats:
@@ -63,21 +64,22 @@ class AccumulationMemoryTest(test_utils.TestCase):
   """Wide weights, small batch: partial weight gradients dominate memory."""
 
   def _Peak(self, build):
-    with tf.Graph().as_default() as g, helpers.Cluster(1):
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(1):
       grads = build()
-      with helpers.Session(g, 1) as sess:
+      with layer_helpers.Session(g, 1) as sess:
         sess.run(tf.global_variables_initializer())
         sess.run(grads)
-        return helpers.StepPeakBytes(lambda: sess.run(grads))
+        return layer_helpers.StepPeakBytes(lambda: sess.run(grads))
 
   def _TensorPipe(self):
-    net = helpers.Pipeline(helpers.DenseLayers(LAYERS, DIM), 1, M, self._mode).Instantiate()
+    net = layer_helpers.Pipeline(layer_helpers.DenseLayers(LAYERS, DIM), 1, M,
+                                 self._mode).Instantiate()
     out = net.FPropDefaultTheta(tf.constant(self._x))
     return tf.gradients(tf.reduce_mean(out), tf.trainable_variables())
 
   def _Naive(self):
     """Same micro-batches without the pass-on chain: tf.gradients sums them with one AddN each."""
-    net = helpers.Plain(helpers.DenseLayers(LAYERS, DIM)).Instantiate()
+    net = layer_helpers.Plain(layer_helpers.DenseLayers(LAYERS, DIM)).Instantiate()
     outs = [net.FPropDefaultTheta(x) for x in tf.split(tf.constant(self._x), M)]
     return tf.gradients(tf.reduce_mean(tf.concat(outs, 0)), tf.trainable_variables())
 

@@ -12,12 +12,12 @@ from lingvo.core import test_utils
 
 from tensorpipe import batch_norm
 from tensorpipe import check_failure
-from tests import helpers
+from tests import layer_helpers
 
 T, B, DIM = 6, 4, 8
 
 
-class MixesAxisZero(helpers.Dense):
+class MixesAxisZero(layer_helpers.Dense):
   """tanh(x w) plus its mean over axis 0: with [T, B, D] inputs, every time step sees the others
   (like attention), and examples along axis 1 stay apart."""
 
@@ -26,7 +26,7 @@ class MixesAxisZero(helpers.Dense):
     return h + tf.reduce_mean(h, axis=0, keepdims=True)
 
 
-class NormedDense(helpers.Dense):
+class NormedDense(layer_helpers.Dense):
   """tanh(x w), then batch norm over every axis but the last (mixes examples on purpose)."""
 
   def __init__(self, params):
@@ -37,7 +37,7 @@ class NormedDense(helpers.Dense):
     return self.bn.FProp(theta.bn, tf.tanh(tf.einsum('...i,ij->...j', x, theta.w)))
 
 
-class Centre(helpers.Dense):
+class Centre(layer_helpers.Dense):
   """x minus its mean over axis 1, the examples of [T, B, D] inputs: a layer that mixes examples
   by accident (it meant to centre each example over time)."""
 
@@ -49,10 +49,10 @@ def _Step(layers, batch_dim, num_micro_batches=2, plain=False, **kwargs):
   """A graph with a global step, the pipeline (or the plain layers) on [T, B, D] inputs and its
   gradients; returns (graph, the gradients, the global step variable)."""
   graph = tf.Graph()
-  with graph.as_default(), helpers.Cluster(2):
+  with graph.as_default(), layer_helpers.Cluster(2):
     step = py_utils.GetOrCreateGlobalStepVar()
-    net = (helpers.Plain(layers) if plain else
-           helpers.Pipeline(layers, 2, num_micro_batches, batch_dim=batch_dim, **kwargs))
+    net = (layer_helpers.Plain(layers) if plain else
+           layer_helpers.Pipeline(layers, 2, num_micro_batches, batch_dim=batch_dim, **kwargs))
     x = np.random.RandomState(0).normal(size=[T, B, DIM]).astype(np.float32)
     out = net.Instantiate().FPropDefaultTheta(tf.constant(x))
     grads = [g for g in tf.gradients(tf.reduce_mean(out), tf.trainable_variables())
@@ -87,7 +87,7 @@ class BatchDimCheckTest(test_utils.TestCase):
   def _Run(self, graph, grads, step, value=0, flag=None):
     """One step from fresh variables at global step `value` (a new run: local variables
     initialised, so the run flag is False unless `flag` says otherwise)."""
-    with graph.as_default(), helpers.Session(graph, 2) as sess:
+    with graph.as_default(), layer_helpers.Session(graph, 2) as sess:
       sess.run([tf.global_variables_initializer(), tf.local_variables_initializer()])
       sess.run(step.assign(value))
       if flag is not None:
@@ -125,7 +125,7 @@ class BatchDimCheckTest(test_utils.TestCase):
   def testEveryRunChecksItsFirstStepOnce(self):
     graph, grads, step = _Step(_Layers(), batch_dim=0)
     # A session that initialises no local variables checks too (the flag reads False until set).
-    with graph.as_default(), helpers.Session(graph, 2) as sess:
+    with graph.as_default(), layer_helpers.Session(graph, 2) as sess:
       sess.run(tf.global_variables_initializer())
       with self.assertRaisesRegex(check_failure.CheckFailure, 'mixes examples along batch_dim=0'):
         check_failure.Run(sess, grads)
@@ -143,15 +143,15 @@ class BatchDimCheckTest(test_utils.TestCase):
     graph, grads, step = _Step(_Layers(), batch_dim=1)
     values, flag = self._Run(graph, grads, step)
     self.assertTrue(flag)  # Checked: later steps of this run skip the check.
-    with graph.as_default(), helpers.Session(graph, 2) as sess:
+    with graph.as_default(), layer_helpers.Session(graph, 2) as sess:
       sess.run(tf.global_variables_initializer())  # No local-variable initialiser.
       sess.run(grads)
       self.assertTrue(sess.run(_Flag(graph)))
     graph, plain_grads, step = _Step(_Layers(), batch_dim=1, plain=True)
-    with graph.as_default(), helpers.Session(graph, 2) as sess:
+    with graph.as_default(), layer_helpers.Session(graph, 2) as sess:
       sess.run(tf.global_variables_initializer())
       plain = sess.run(plain_grads)
-    self.assertLess(helpers.MaxRelativeError(dict(enumerate(values)), dict(enumerate(plain))),
+    self.assertLess(layer_helpers.MaxRelativeError(dict(enumerate(values)), dict(enumerate(plain))),
                     1e-5)
 
   @pytest.mark.slow
@@ -174,7 +174,7 @@ class BatchDimCheckTest(test_utils.TestCase):
     checked, flag = self._Run(graph, grads, step)
     self.assertTrue(flag)
     graph, grads, step = _Step(_TimeMajorBatchNorm(), batch_dim=1, check_batch_dim=False)
-    with graph.as_default(), helpers.Session(graph, 2) as sess:
+    with graph.as_default(), layer_helpers.Session(graph, 2) as sess:
       sess.run(tf.global_variables_initializer())
       unchecked = sess.run(grads)
     self.assertLen(checked, 6)
@@ -182,7 +182,7 @@ class BatchDimCheckTest(test_utils.TestCase):
       self.assertAllEqual(a, b)
 
   def testTheLayerThatMixesExamplesIsNamed(self):
-    layers = _Layers(helpers.Dense)
+    layers = _Layers(layer_helpers.Dense)
     layers[1] = Centre.Params().Set(name='centre', dim=DIM)
     graph, grads, step = _Step(layers, batch_dim=1)
     with self.assertRaisesRegex(
@@ -197,7 +197,7 @@ class BatchDimCheckTest(test_utils.TestCase):
   def testSwitchedOffIsNotChecked(self):
     graph, grads, step = _Step(_Layers(), batch_dim=0, check_batch_dim=False)
     self.assertEmpty([op for op in graph.get_operations() if 'batch_dim_check' in op.name])
-    with graph.as_default(), helpers.Session(graph, 2) as sess:
+    with graph.as_default(), layer_helpers.Session(graph, 2) as sess:
       sess.run(tf.global_variables_initializer())
       sess.run(step.assign(0))
       self.assertLen(sess.run(grads), 4)

@@ -9,7 +9,7 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import batch_norm
-from tests import helpers
+from tests import layer_helpers
 
 BATCH = 16
 DIM = 6
@@ -51,7 +51,7 @@ def _Inputs():
 
 
 def _Step(params):
-  return helpers.StepWithBatchNormUpdates(params, _Inputs)
+  return layer_helpers.StepWithBatchNormUpdates(params, _Inputs)
 
 
 def _UnpipelinedStats(name, num_micro_batches):
@@ -60,7 +60,7 @@ def _UnpipelinedStats(name, num_micro_batches):
   Returns {moving variable name below name/: [the statistic of each slice's update]} (ordinary
   per-slice updates, which are registered, not run).
   """
-  net = helpers.Plain(_Layers(), name=name).Instantiate()
+  net = layer_helpers.Plain(_Layers(), name=name).Instantiate()
   (x,) = _Inputs()
   for piece in tf.split(x, num_micro_batches):
     net.FPropDefaultTheta(piece)
@@ -93,21 +93,23 @@ def _ExpectedMovingAverages(values, decay=0.9):
 
 
 def _StepVariants(variants, references):
-  """As helpers.StepWithBatchNormUpdates for each (name, params) of `variants`, in one graph.
+  """As layer_helpers.StepWithBatchNormUpdates for each (name, params) of `variants`, in one graph.
 
   Also builds _UnpipelinedStats(name, M) for each (name, M) of `references` there. Building all
   in one graph saves a session per variant. Each params is named `name`, so the variables are
-  distinct; all are seeded as in helpers.StepWithBatchNormUpdates, so they start out identical.
+  distinct; all are seeded as in layer_helpers.StepWithBatchNormUpdates, so they start out
+  identical.
   One session.run (grappler off: values only) runs every variant's gradients and batch-norm
   updates; a second reads the moving averages.
 
   Returns:
-    ({name: (moving-average values as in helpers.StepWithBatchNormUpdates, the number of updates the
+    ({name: (moving-average values as in layer_helpers.StepWithBatchNormUpdates,
+             the number of updates the
     variant registered, the number of those relevant to its loss)},
     {name: _UnpipelinedStats values}).
   """
   graph = tf.Graph()
-  with graph.as_default(), helpers.Cluster(4):
+  with graph.as_default(), layer_helpers.Cluster(4):
     tf.random.set_seed(1234)  # Lingvo then seeds unseeded variables from their names.
     stats = {name: _UnpipelinedStats(name, m) for name, m in references}
     grads, updates, counts, moving = [], [], {}, {}
@@ -125,7 +127,7 @@ def _StepVariants(variants, references):
       counts[name] = (len(own), len(relevant))
       moving[name] = {v.op.name[len(name) + 1:]: v for v in tf.global_variables()
                       if v.op.name.startswith(name + '/') and 'moving_' in v.op.name}
-    config = helpers.ValuesOnlyConfig(4)
+    config = layer_helpers.ValuesOnlyConfig(4)
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(tf.global_variables_initializer())
       _, stat_values, _ = sess.run([grads, stats, updates])
@@ -171,7 +173,8 @@ class PipelinedBatchNormTest(test_utils.TestCase):
         (1, 'always'), (2, 'never'), (2, 'always'), (2, 'selective'), (4, 'except_last'),
         (4, 'always'))]
     steps, stats = _StepVariants(
-        [('K%d_M%d_%s' % c, helpers.Pipeline(_Layers(), c[0], c[1], c[2], name='K%d_M%d_%s' % c))
+        [('K%d_M%d_%s' % c,
+          layer_helpers.Pipeline(_Layers(), c[0], c[1], c[2], name='K%d_M%d_%s' % c))
          for c in cases], [('ref_M1', 1), ('ref_M4', 4)])
     for k, m, mode in cases:
       reference = _ExpectedMovingAverages(stats['ref_M%d' % m])
@@ -188,29 +191,29 @@ class PipelinedBatchNormTest(test_utils.TestCase):
 
   def testFirstLayerMovingAveragesIdenticalWhateverM(self):
     """The first layer's input does not depend on M, so neither do its moving averages."""
-    _, plain, _, _ = _Step(helpers.Plain(_Layers(1)))
+    _, plain, _, _ = _Step(layer_helpers.Plain(_Layers(1)))
     for k, m in ((1, 2), (1, 16), (2, 8)):
-      _, moving, _, _ = _Step(helpers.Pipeline(_Layers(1) + _Layers(2)[1:], k, m))
+      _, moving, _, _ = _Step(layer_helpers.Pipeline(_Layers(1) + _Layers(2)[1:], k, m))
       for name in plain:
         self.assertAllClose(moving[name], plain[name], rtol=1e-5, atol=1e-6,
                             msg='K=%d M=%d %s' % (k, m, name))
 
   def testGradientsEqualPlainModelForOneMicroBatch(self):
-    reference, _, _, _ = _Step(helpers.Plain(_Layers()))
+    reference, _, _, _ = _Step(layer_helpers.Plain(_Layers()))
     for k in (1, 2, 4):
-      grads, _, _, _ = _Step(helpers.Pipeline(_Layers(), k, 1))
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d' % k)
+      grads, _, _, _ = _Step(layer_helpers.Pipeline(_Layers(), k, 1))
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d' % k)
 
   def testMicroBatchStatisticsIndependentOfK(self):
     """With M > 1 each micro-batch is normalised on its own, whatever the number of partitions."""
-    reference, _, _, _ = _Step(helpers.Pipeline(_Layers(), 1, 4, 'never'))
-    plain, _, _, _ = _Step(helpers.Plain(_Layers()))
+    reference, _, _, _ = _Step(layer_helpers.Pipeline(_Layers(), 1, 4, 'never'))
+    plain, _, _, _ = _Step(layer_helpers.Plain(_Layers()))
     # Per-micro-batch statistics really change the function (so the comparison below means
     # something).
-    self.assertGreater(helpers.MaxRelativeError(plain, reference), 1e-3)
+    self.assertGreater(layer_helpers.MaxRelativeError(plain, reference), 1e-3)
     for k in (2, 4):
-      grads, _, _, _ = _Step(helpers.Pipeline(_Layers(), k, 4, 'always'))
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d' % k)
+      grads, _, _, _ = _Step(layer_helpers.Pipeline(_Layers(), k, 4, 'always'))
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d' % k)
 
   def testEvalUsesMovingAverages(self):
     x = np.random.RandomState(5).normal(size=[4, 3]).astype(np.float32)

@@ -9,7 +9,7 @@ from lingvo.core import test_utils
 
 from tensorpipe import entries
 from tensorpipe import shared_layer
-from tests import helpers
+from tests import layer_helpers
 
 # l0 -> l1 -> l2 -> l3 -> l4 -> l5, with l0's output also into l3, l2's into l3, l1's into l5.
 _SKIPS = [('l0', 'l3'), ('l2', 'l3'), ('l1', 'l5')]
@@ -102,10 +102,10 @@ class StateFlowTest(test_utils.TestCase):
     self.assertEqual(out, _Call('b', 'FProp', 0, (_Call('a', 'FProp', 0, ('x', 'y')),)))
 
   def testThetaNamesAndTargetsOfSharedEntries(self):
-    tied = helpers.Dense.Params().Set(name='tied')
+    tied = layer_helpers.Dense.Params().Set(name='tied')
     embed = shared_layer.SharedLayer.Params().Set(name='embed', layer=tied, method='FProp')
     self.assertEqual(entries.Target(embed), ('tied', 'FProp', tied))
-    own = helpers.Dense.Params().Set(name='own')
+    own = layer_helpers.Dense.Params().Set(name='own')
     self.assertEqual(entries.Target(own), ('own', 'FProp', own))
     routed = _Entries([['embed', 'own', 'xent']], targets={
         'embed': ('tied', 'Embed'), 'own': ('own', 'FProp'), 'xent': ('tied', 'Xent')})
@@ -126,17 +126,17 @@ class BadEntriesTest(test_utils.TestCase):
         _Entries(skips=skips)
 
   def testLossLayerName(self):
-    partitions = [helpers.DenseLayers(1), helpers.DenseLayers(2)[1:]]
+    partitions = [layer_helpers.DenseLayers(1), layer_helpers.DenseLayers(2)[1:]]
     with self.assertRaisesRegex(ValueError, "^pipe: loss_layer name 'layer1' is also a layer name"):
-      entries.WithLossLayer(partitions, helpers.Dense.Params().Set(name='layer1'), 'pipe')
-    with_loss, name = entries.WithLossLayer(partitions, helpers.Dense.Params(), 'pipe')
+      entries.WithLossLayer(partitions, layer_helpers.Dense.Params().Set(name='layer1'), 'pipe')
+    with_loss, name = entries.WithLossLayer(partitions, layer_helpers.Dense.Params(), 'pipe')
     self.assertEqual(name, 'loss')
     self.assertEqual([[e.name for e in p] for p in with_loss], [['layer0'], ['layer1', 'loss']])
     self.assertEqual([[e.name for e in p] for p in partitions], [['layer0'], ['layer1']])
     self.assertEqual(entries.WithLossLayer(partitions, None, 'pipe'), (partitions, None))
 
   def testBadSharing(self):
-    tied = helpers.Dense.Params().Set(name='tied')
+    tied = layer_helpers.Dense.Params().Set(name='tied')
 
     def Shared(name, layer):
       return shared_layer.SharedLayer.Params().Set(name=name, layer=layer, method='FProp')

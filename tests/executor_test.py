@@ -12,7 +12,7 @@ from lingvo.core import test_utils
 from tensorpipe.measure import profiling
 from tensorpipe import schedule
 from tensorpipe import schedule_builders
-from tests import helpers
+from tests import layer_helpers
 
 DIM = 8
 
@@ -45,14 +45,14 @@ class ExecutedOrderTest(test_utils.TestCase):
   earlier one's has ended."""
 
   def _Check(self, k, m, overlap, schedule_name='gpipe'):
-    with tf.Graph().as_default() as g, helpers.Cluster(k):
-      params = helpers.Pipeline(_WithLoss(helpers.DenseLayers(2 * k, dim=64)), k, m,
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(k):
+      params = layer_helpers.Pipeline(_WithLoss(layer_helpers.DenseLayers(2 * k, dim=64)), k, m,
                                 forward_overlap=overlap, schedule=schedule_name)
       net = params.Instantiate()
       loss = tf.reduce_mean(net.FPropDefaultTheta(tf.random.uniform([16 * m, 64])))
       grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
       sched = net.Schedule(16 * m)
-      with helpers.Session(g, k, intra_op_threads=1, inter_op_threads=2) as sess:
+      with layer_helpers.Session(g, k, intra_op_threads=1, inter_op_threads=2) as sess:
         sess.run(tf.global_variables_initializer())
         for _ in range(2):
           # The loss needs the last partition's F.
@@ -96,8 +96,8 @@ class SchedulesTest(test_utils.TestCase):
 
   @pytest.mark.slow
   def testGradientsIdenticalAcrossSchedules(self):
-    layers = _WithLoss(helpers.DenseLayers(4, dim=DIM))
-    variants = [('plain', helpers.Plain(layers, name='plain'))]
+    layers = _WithLoss(layer_helpers.DenseLayers(4, dim=DIM))
+    variants = [('plain', layer_helpers.Plain(layers, name='plain'))]
     cases = []
     for k in (1, 2, 4):
       for m in (1, 4, 8, 16):
@@ -106,21 +106,21 @@ class SchedulesTest(test_utils.TestCase):
                    if (k, m) == (2, 4) and name != 'zero_bubble' else ('always',))
           for mode in modes:
             cases.append((k, m, name, mode))
-            variants.append(('K%d_M%d_%s_%s' % cases[-1], helpers.Pipeline(
+            variants.append(('K%d_M%d_%s_%s' % cases[-1], layer_helpers.Pipeline(
                 layers, k, m, mode, schedule=name, name='K%d_M%d_%s_%s' % cases[-1])))
     self.assertLen(cases, 3 * 4 * 3 + 2 * 3)
     x = np.random.RandomState(2).normal(size=[32, DIM]).astype(np.float32)
-    results = helpers.GradientsOfVariants(variants, lambda: (tf.constant(x),))
+    results = layer_helpers.GradientsOfVariants(variants, lambda: (tf.constant(x),))
     plain, _ = results['plain']
     for case in cases:
       grads, _ = results['K%d_M%d_%s_%s' % case]
-      self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, case)
+      self.assertLess(layer_helpers.MaxRelativeError(grads, plain), 1e-5, case)
 
   def testRefusesALossOfTheJoinedOutputs(self):
     for name, shown in (('1f1b', '1F1B'), ('zero_bubble', 'zero-bubble')):
       for batch in (8, None):
-        with tf.Graph().as_default(), helpers.Cluster(2):
-          net = helpers.Pipeline(helpers.DenseLayers(2, dim=DIM), 2, 4,
+        with tf.Graph().as_default(), layer_helpers.Cluster(2):
+          net = layer_helpers.Pipeline(layer_helpers.DenseLayers(2, dim=DIM), 2, 4,
                                  schedule=name).Instantiate()
           x = tf.placeholder_with_default(np.ones([8, DIM], np.float32), [batch, DIM])
           out = net.FPropDefaultTheta(x)
@@ -135,12 +135,12 @@ class SchedulesTest(test_utils.TestCase):
     for mode in ('never', 'except_last'):
       with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': schedule='zero_bubble' "
                                   r"needs recompute='always', got recompute='%s'" % mode):
-        with helpers.Cluster(2):
-          helpers.Pipeline(helpers.DenseLayers(2), 2, 4, mode, schedule='zero_bubble').Instantiate()
+        with layer_helpers.Cluster(2):
+          layer_helpers.Pipeline(layer_helpers.DenseLayers(2), 2, 4, mode, schedule='zero_bubble').Instantiate()
 
   def testLossLayerTakesInputsAndLossInputs(self):
-    with tf.Graph().as_default(), helpers.Cluster(2):
-      net = helpers.Pipeline(helpers.DenseLayers(2, dim=DIM), 2, 4, schedule='1f1b',
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(2, dim=DIM), 2, 4, schedule='1f1b',
                              loss_layer=SquaredNorm.Params().Set(name='sq')).Instantiate()
       self.assertEqual(net.partition_layer_names, [['layer0'], ['layer1', 'sq']])
       with self.assertRaisesRegex(ValueError, r"with a loss_layer, FProp takes \(inputs, "
@@ -151,11 +151,11 @@ class SchedulesTest(test_utils.TestCase):
     with self.assertRaisesRegex(
         ValueError, r"schedule='zb' is not one of \('gpipe', '1f1b', 'zero_bubble', "
         r"'interleaved_1f1b', 'zbv'\)"):
-      with helpers.Cluster(2):
-        helpers.Pipeline(helpers.DenseLayers(2), 2, 4, schedule='zb').Instantiate()
+      with layer_helpers.Cluster(2):
+        layer_helpers.Pipeline(layer_helpers.DenseLayers(2), 2, 4, schedule='zb').Instantiate()
 
 
-class TokenDense(helpers.Dense):
+class TokenDense(layer_helpers.Dense):
   """tanh(x w) over the last axis of x [..., dim]."""
 
   def FProp(self, theta, x):
@@ -186,22 +186,22 @@ class RunTimeShapesTest(test_utils.TestCase):
     # Every K with the mean; one K each for the others (the same mechanism, other shape reads).
     for loss_name, ks in (('mean', (1, 2, 3)), ('sum_over_batch', (2,)), ('mean_over_tokens', (3,))):
       loss_fn = self.LOSSES[loss_name]
-      variants = [('plain', helpers.Plain(layers, name='plain'))]
+      variants = [('plain', layer_helpers.Plain(layers, name='plain'))]
       for k in ks:
         for sched in schedule_builders.SCHEDULES:
           name = 'K%d_%s' % (k, sched)
-          variants.append((name, helpers.Pipeline(layers, k, 3, schedule=sched, name=name)))
-      results = helpers.GradientsOfVariants(variants, Inputs, loss_fn)
+          variants.append((name, layer_helpers.Pipeline(layers, k, 3, schedule=sched, name=name)))
+      results = layer_helpers.GradientsOfVariants(variants, Inputs, loss_fn)
       plain, plain_loss = results.pop('plain')
       for name, (grads, loss) in sorted(results.items()):
-        self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, (loss_name, name))
+        self.assertLess(layer_helpers.MaxRelativeError(grads, plain), 1e-5, (loss_name, name))
         self.assertAllClose(loss, plain_loss, rtol=1e-6)
 
   def testEarlyShapesAreReadBeforeTheLastForwardPass(self):
     """The loss gradient no longer depends on any forward pass but the first micro-batch's."""
-    with tf.Graph().as_default() as g, helpers.Cluster(2):
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(2):
       layers = [TokenDense.Params().Set(name='layer%d' % i, dim=DIM, seed=i) for i in range(2)]
-      net = helpers.Pipeline(layers + [SquaredNorm.Params().Set(name='loss')], 2, 4,
+      net = layer_helpers.Pipeline(layers + [SquaredNorm.Params().Set(name='loss')], 2, 4,
                              schedule='1f1b').Instantiate()
       out = net.FPropDefaultTheta(tf.placeholder(tf.float32, [None, None, DIM]))
       loss = tf.reduce_mean(out)
@@ -223,7 +223,7 @@ class GradientFlowTest(test_utils.TestCase):
     One graph and one session.run for all (grappler off: values only); each params is named `name`
     and has its own inputs, and each target set gets its own tf.gradients call.
     """
-    with tf.Graph().as_default() as g, helpers.Cluster(3):
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(3):
       fetches = {}
       for name, params in variants:
         assert params.name == name, (params.name, name)
@@ -238,14 +238,14 @@ class GradientFlowTest(test_utils.TestCase):
         for wrt_inputs, wrt_vars in self._TARGETS:
           targets = ([x, scale] if wrt_inputs else []) + [variables[i] for i in wrt_vars]
           fetches[name].append(tf.gradients(loss, targets, colocate_gradients_with_ops=True))
-      with tf.Session(graph=g, config=helpers.ValuesOnlyConfig(3)) as sess:
+      with tf.Session(graph=g, config=layer_helpers.ValuesOnlyConfig(3)) as sess:
         sess.run(tf.global_variables_initializer())
         return sess.run(fetches)
 
   def testInputAndPartialWeightGradientsEqualPlain(self):
     modes = ('always', 'except_last', 'never')
-    results = self._Grads([('plain', helpers.Plain(helpers.DenseLayers(5), name='plain'))] +
-                          [(mode, helpers.Pipeline(helpers.DenseLayers(5), 3, 4, mode, name=mode))
+    results = self._Grads([('plain', layer_helpers.Plain(layer_helpers.DenseLayers(5), name='plain'))] +
+                          [(mode, layer_helpers.Pipeline(layer_helpers.DenseLayers(5), 3, 4, mode, name=mode))
                            for mode in modes])
     for mode in modes:
       for (wrt_inputs, wrt_vars), piped, plain in zip(self._TARGETS, results[mode],
@@ -256,8 +256,8 @@ class GradientFlowTest(test_utils.TestCase):
           self.assertAllClose(a, b, rtol=1e-5, atol=1e-6, msg=(mode, wrt_inputs, wrt_vars))
 
   def testEvalBuildsNoGradientMachinery(self):
-    with tf.Graph().as_default() as g, helpers.Cluster(2):
-      net = helpers.Pipeline(helpers.DenseLayers(4), 2, 4).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(2):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 4).Instantiate()
       x = tf.ones([8, DIM])
       before = len(g.get_operations())
       train_out = net.FPropDefaultTheta(x)
@@ -269,7 +269,7 @@ class GradientFlowTest(test_utils.TestCase):
       self.assertNotEmpty([op for op in train_ops if op.type == 'IdentityN'])
       self.assertEmpty([op for op in eval_ops if op.type == 'IdentityN'])
       self.assertLen([op for op in eval_ops if op.type.endswith('PartitionedCall')], 2 * 4)
-      with helpers.Session(g, 2) as sess:
+      with layer_helpers.Session(g, 2) as sess:
         sess.run(tf.global_variables_initializer())
         a, b = sess.run([train_out, eval_out])
       self.assertAllClose(a, b, rtol=1e-6, atol=1e-7)

@@ -7,7 +7,8 @@ from lingvo import compat as tf
 from lingvo.core import test_utils
 
 from tensorpipe import layer_gradients
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 K = 2  # Partitions of the pipelines below.
 
@@ -284,13 +285,14 @@ class LayerOrderTest(test_utils.TestCase):
 
   def testEachLayerWaitsForTheSumsOfTheLayerAfterIt(self):
     num_layers, per_partition, num_micro = 8, 4, 3
-    with tf.Graph().as_default() as g, helpers.Cluster(K):
-      net = helpers.Pipeline(helpers.DenseLayers(num_layers, dim=32), K, num_micro).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(K):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(num_layers, dim=32), K,
+                                   num_micro).Instantiate()
       loss = tf.reduce_sum(tf.square(net.FPropDefaultTheta(tf.ones([24, 32]))))
       grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
-      with helpers.Session(g, K) as sess:
+      with layer_helpers.Session(g, K) as sess:
         sess.run(tf.global_variables_initializer())
-        _, nodes = helpers.TracedStep(sess, [loss, grads])
+        _, nodes = trace_helpers.TracedStep(sess, [loss, grads])
     checked = 0
     for partition in range(K):
       device = 'CPU:%d' % partition

@@ -18,7 +18,7 @@ from tensorpipe import layer as layer_lib
 from tensorpipe import micro_batching as micro_batching_lib
 from tensorpipe import randomness
 from tensorpipe import shared_layer
-from tests import helpers
+from tests import layer_helpers
 
 BATCH = 16
 DIM = 8
@@ -59,9 +59,9 @@ class PaperConsistencyTest(test_utils.TestCase):
   @pytest.mark.slow
   def testGradientNormIdenticalFor1To4PartitionsAndPlain(self):
     ks = (1, 2, 4)
-    results = helpers.GradientsOfVariants(
-        [('plain', helpers.Plain(self._ConvLayers(), name='plain'))] +
-        [('pipe%d' % k, helpers.Pipeline(self._ConvLayers(), k, 8, name='pipe%d' % k))
+    results = layer_helpers.GradientsOfVariants(
+        [('plain', layer_helpers.Plain(self._ConvLayers(), name='plain'))] +
+        [('pipe%d' % k, layer_helpers.Pipeline(self._ConvLayers(), k, 8, name='pipe%d' % k))
          for k in ks], self._Inputs, grappler=True)
     reference, _ = results['plain']
     ref_norm = np.sqrt(sum(np.sum(g**2) for g in reference.values()))
@@ -70,47 +70,47 @@ class PaperConsistencyTest(test_utils.TestCase):
       grads, _ = results['pipe%d' % k]
       norm = np.sqrt(sum(np.sum(g**2) for g in grads.values()))
       self.assertAllClose(norm, ref_norm, rtol=1e-6, atol=0, msg='K=%d' % k)
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, 'K=%d' % k)
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-6, 'K=%d' % k)
 
 
 class GradientConsistencyTest(test_utils.TestCase):
   """Every variable's gradient equals the plain model's for K x M x recompute x input kind."""
 
   def _Check(self, inputs_fn, layer_cls, loss_fn, ks, ms):
-    variants = [('plain', helpers.Plain(helpers.DenseLayers(NUM_LAYERS, DIM, layer_cls), 'plain'))]
+    variants = [('plain', layer_helpers.Plain(layer_helpers.DenseLayers(NUM_LAYERS, DIM, layer_cls), 'plain'))]
     for k, m, mode in itertools.product(ks, ms, layer_lib.RECOMPUTE_MODES):
-      variants.append(('K%d_M%d_%s' % (k, m, mode), helpers.Pipeline(
-          helpers.DenseLayers(NUM_LAYERS, DIM, layer_cls), k, m, mode,
+      variants.append(('K%d_M%d_%s' % (k, m, mode), layer_helpers.Pipeline(
+          layer_helpers.DenseLayers(NUM_LAYERS, DIM, layer_cls), k, m, mode,
           name='K%d_M%d_%s' % (k, m, mode))))
-    results = helpers.GradientsOfVariants(variants, inputs_fn, loss_fn)
+    results = layer_helpers.GradientsOfVariants(variants, inputs_fn, loss_fn)
     reference, ref_loss = results.pop('plain')
     self.assertLen(results, len(ks) * len(ms) * len(layer_lib.RECOMPUTE_MODES))
     for name, (grads, loss) in sorted(results.items()):
       self.assertAllClose(loss, ref_loss, rtol=1e-6, atol=0, msg=name)
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, name)
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-6, name)
 
   @pytest.mark.slow
   def testTensorInputs(self):
     # Every K of 1-4 over 5 layers (uneven partitions), M from one micro-batch of 16 examples to
     # 16 of one, each recompute mode.
-    self._Check(_Inputs, helpers.Dense, None, ks=(1, 2, 3, 4), ms=(1, 4, 16))
+    self._Check(_Inputs, layer_helpers.Dense, None, ks=(1, 2, 3, 4), ms=(1, 4, 16))
 
   @pytest.mark.slow
   def testNestedMapInputs(self):
     # The structure is what differs from tensor inputs: a smaller grid.
-    self._Check(_NestedInputs, helpers.MaskedDense, _NestedLoss, ks=(1, 3), ms=(1, 4))
+    self._Check(_NestedInputs, layer_helpers.MaskedDense, _NestedLoss, ks=(1, 3), ms=(1, 4))
 
   def testWithoutForwardOverlap(self):
-    variants = [('plain', helpers.Plain(helpers.DenseLayers(NUM_LAYERS, DIM), 'plain'))]
+    variants = [('plain', layer_helpers.Plain(layer_helpers.DenseLayers(NUM_LAYERS, DIM), 'plain'))]
     for k, m in ((2, 4), (3, 8), (4, 16)):
-      variants.append(('K%d_M%d' % (k, m), helpers.Pipeline(
-          helpers.DenseLayers(NUM_LAYERS, DIM), k, m, forward_overlap=False,
+      variants.append(('K%d_M%d' % (k, m), layer_helpers.Pipeline(
+          layer_helpers.DenseLayers(NUM_LAYERS, DIM), k, m, forward_overlap=False,
           name='K%d_M%d' % (k, m))))
-    results = helpers.GradientsOfVariants(variants, _Inputs)
+    results = layer_helpers.GradientsOfVariants(variants, _Inputs)
     reference, _ = results.pop('plain')
     self.assertLen(results, 3)
     for name, (grads, _) in sorted(results.items()):
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, name)
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-6, name)
 
 
 class UnevenMicroBatchesTest(test_utils.TestCase):
@@ -125,27 +125,27 @@ class UnevenMicroBatchesTest(test_utils.TestCase):
       return lambda: (tf.placeholder_with_default(x, [None, DIM]) if dynamic else tf.constant(x),)
 
     for dynamic in (False, True):
-      variants = [('plain', helpers.Plain(helpers.DenseLayers(NUM_LAYERS, DIM), 'plain'))]
+      variants = [('plain', layer_helpers.Plain(layer_helpers.DenseLayers(NUM_LAYERS, DIM), 'plain'))]
       for k, m, sched in ((1, 5, 'gpipe'), (2, 3, 'gpipe'), (3, 5, 'gpipe'), (2, 5, '1f1b'),
                           (3, 3, '1f1b'), (2, 3, 'zero_bubble'), (3, 5, 'zero_bubble')):
         if dynamic and sched != 'gpipe':
           continue  # Run-time shapes with the other schedules: see executor_test.
         name = 'K%d_M%d_%s' % (k, m, sched)
-        variants.append((name, helpers.Pipeline(helpers.DenseLayers(NUM_LAYERS, DIM), k, m,
+        variants.append((name, layer_helpers.Pipeline(layer_helpers.DenseLayers(NUM_LAYERS, DIM), k, m,
                                                 schedule=sched, name=name)))
-      results = helpers.GradientsOfVariants(variants, Inputs(dynamic))
+      results = layer_helpers.GradientsOfVariants(variants, Inputs(dynamic))
       reference, loss = results.pop('plain')
       for name, (grads, pipe_loss) in sorted(results.items()):
-        self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, (name, dynamic))
+        self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-6, (name, dynamic))
         self.assertAllClose(pipe_loss, loss, rtol=1e-6)
 
   def testMicroBatchSizeThatDoesNotDivide(self):
-    with tf.Graph().as_default(), helpers.Cluster(2):
-      net = helpers.Pipeline(helpers.DenseLayers(4), 2, 1, micro_batch_size=5).Instantiate()
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 1, micro_batch_size=5).Instantiate()
       self.assertEqual(net.Schedule(BATCH).num_micro_batches, 4)  # 4 + 4 + 4 + 4 examples.
 
 
-class JoinDense(helpers.Dense):
+class JoinDense(layer_helpers.Dense):
   """tanh(x w) plus every skip connection it is given (extra FProp arguments)."""
 
   def FProp(self, theta, x, *skips):
@@ -195,33 +195,33 @@ class SkipConnectionsTest(test_utils.TestCase):
     variants.append(('unpipelined', layer_lib.TensorPipeLayer.Params().Set(
         name='unpipelined', partitions=_Partition(_SkipLayers(), 3), skip_connections=_SKIPS,
         unpipelined=True)))
-    results = helpers.GradientsOfVariants(variants, _Inputs)
+    results = layer_helpers.GradientsOfVariants(variants, _Inputs)
     plain, plain_loss = results.pop('plain')
     self.assertLen(results, 19)
     for name, (grads, loss) in sorted(results.items()):
-      self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, name)
+      self.assertLess(layer_helpers.MaxRelativeError(grads, plain), 1e-5, name)
       self.assertAllClose(loss, plain_loss, rtol=1e-6)
 
   def testUndeclaredShortcutIsRefusedNamingTheLayers(self):
     saved = {}
 
-    class Saver(helpers.Dense):
+    class Saver(layer_helpers.Dense):
 
       def FProp(self, theta, x):
         saved['y'] = tf.tanh(tf.matmul(x, theta.w))
         return saved['y']
 
-    class User(helpers.Dense):
+    class User(layer_helpers.Dense):
 
       def FProp(self, theta, x):
         return tf.tanh(tf.matmul(x, theta.w)) + saved['y']
 
-    layers = [Saver.Params().Set(name='save', dim=DIM), helpers.Dense.Params().Set(name='mid'),
+    layers = [Saver.Params().Set(name='save', dim=DIM), layer_helpers.Dense.Params().Set(name='mid'),
               User.Params().Set(name='use', dim=DIM)]
     for k, place in ((1, 'this partition'),
                      (3, r"another partition's function \(pipe_partition0_forward\)")):
-      with tf.Graph().as_default(), helpers.Cluster(3):
-        net = helpers.Pipeline(layers, k, 2).Instantiate()
+      with tf.Graph().as_default(), layer_helpers.Cluster(3):
+        net = layer_helpers.Pipeline(layers, k, 2).Instantiate()
         with self.assertRaisesRegex(ValueError, r"layer 'use' .* uses tensor .* which layer 'save' "
                                     r"computed in %s, but not through its inputs.*"
                                     r"skip_connections=\[\('save', 'use'\)\]" % place):
@@ -238,13 +238,13 @@ def _Partition(layers, k):
 class BehaviourTest(test_utils.TestCase):
 
   def testNestedMapFieldsPassThrough(self):
-    with tf.Graph().as_default(), helpers.Cluster(2):
-      net = helpers.Pipeline(helpers.DenseLayers(4, DIM, helpers.MaskedDense), 2, 4).Instantiate()
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(4, DIM, layer_helpers.MaskedDense), 2, 4).Instantiate()
       inputs = _NestedInputs()[0]
       out = net.FPropDefaultTheta(inputs)
       self.assertIsNone(out.extra)
       self.assertEqual(out.vec.shape.as_list(), [BATCH, DIM])
-      with helpers.Session(tf.get_default_graph(), 2) as sess:
+      with layer_helpers.Session(tf.get_default_graph(), 2) as sess:
         sess.run(tf.global_variables_initializer())
         ids, paddings, expected_paddings = sess.run([out.ids, out.paddings, inputs.paddings])
       self.assertAllEqual(ids, np.arange(BATCH))
@@ -252,60 +252,60 @@ class BehaviourTest(test_utils.TestCase):
 
   def testTupleInputsAndOutputs(self):
 
-    class Pair(helpers.Dense):
+    class Pair(layer_helpers.Dense):
 
       def FProp(self, theta, x, y):
         return tf.tanh(tf.matmul(x, theta.w)), y * 2.0
 
     layers = [Pair.Params().Set(name='p%d' % i, dim=DIM, seed=i) for i in range(3)]
-    with tf.Graph().as_default(), helpers.Cluster(3):
-      net = helpers.Pipeline(layers, 3, 2).Instantiate()
+    with tf.Graph().as_default(), layer_helpers.Cluster(3):
+      net = layer_helpers.Pipeline(layers, 3, 2).Instantiate()
       x, y = tf.ones([4, DIM]), tf.ones([4, 3])
       out_x, out_y = net.FPropDefaultTheta(x, y)
-      with helpers.Session(tf.get_default_graph(), 3) as sess:
+      with layer_helpers.Session(tf.get_default_graph(), 3) as sess:
         sess.run(tf.global_variables_initializer())
         self.assertAllClose(sess.run(out_y), 8.0 * np.ones([4, 3]))
         self.assertEqual(sess.run(out_x).shape, (4, DIM))
 
   def testMicroBatchSizeParam(self):
-    reference, _ = helpers.Gradients(helpers.Plain(helpers.DenseLayers(4)), _Inputs)
-    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1).Set(micro_batch_size=4)
-    grads, _ = helpers.Gradients(params, _Inputs)
-    self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6)
-    with tf.Graph().as_default(), helpers.Cluster(2):
+    reference, _ = layer_helpers.Gradients(layer_helpers.Plain(layer_helpers.DenseLayers(4)), _Inputs)
+    params = layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 1).Set(micro_batch_size=4)
+    grads, _ = layer_helpers.Gradients(params, _Inputs)
+    self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-6)
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
       self.assertEqual(params.Instantiate().Schedule(BATCH).num_micro_batches, 4)
 
   def testBatchDimOne(self):
     x = np.random.RandomState(3).uniform(size=[3, BATCH, DIM]).astype(np.float32)
     def Inputs():
       return (tf.constant(x),)
-    reference, _ = helpers.Gradients(helpers.Plain(helpers.DenseLayers(4)), Inputs)
-    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 4).Set(batch_dim=1)
-    grads, _ = helpers.Gradients(params, Inputs)
-    self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6)
+    reference, _ = layer_helpers.Gradients(layer_helpers.Plain(layer_helpers.DenseLayers(4)), Inputs)
+    params = layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 4).Set(batch_dim=1)
+    grads, _ = layer_helpers.Gradients(params, Inputs)
+    self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-6)
 
   def testExplicitPartitionsAndCostBalancedSplit(self):
-    layers = helpers.DenseLayers(5)
+    layers = layer_helpers.DenseLayers(5)
     explicit = layer_lib.TensorPipeLayer.Params().Set(
         name='pipe', partitions=[layers[:1], layers[1:4], layers[4:]], num_micro_batches=4)
-    reference, _ = helpers.Gradients(helpers.Plain(helpers.DenseLayers(5)), _Inputs)
-    grads, _ = helpers.Gradients(explicit, _Inputs)
-    self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6)
-    wide = [helpers.Dense.Params().Set(name='a', dim=DIM),
-            helpers.Dense.Params().Set(name='b', dim=DIM)]
-    with tf.Graph().as_default(), helpers.Cluster(3):
+    reference, _ = layer_helpers.Gradients(layer_helpers.Plain(layer_helpers.DenseLayers(5)), _Inputs)
+    grads, _ = layer_helpers.Gradients(explicit, _Inputs)
+    self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-6)
+    wide = [layer_helpers.Dense.Params().Set(name='a', dim=DIM),
+            layer_helpers.Dense.Params().Set(name='b', dim=DIM)]
+    with tf.Graph().as_default(), layer_helpers.Cluster(3):
       net = explicit.Instantiate()
       self.assertEqual(net.partition_layer_names,
                        [['layer0'], ['layer1', 'layer2', 'layer3'], ['layer4']])
-      balanced = helpers.Pipeline(wide + helpers.DenseLayers(2), 2, 1,
+      balanced = layer_helpers.Pipeline(wide + layer_helpers.DenseLayers(2), 2, 1,
                                   cost_input_shapes=[[BATCH, DIM]], name='b').Instantiate()
       self.assertEqual(balanced.partition_layer_names, [['a', 'b'], ['layer0', 'layer1']])
 
   def testVariableNamesDoNotDependOnPartitioning(self):
     names = []
     for k in (1, 2, 4):
-      with tf.Graph().as_default(), helpers.Cluster(4):
-        helpers.Pipeline(helpers.DenseLayers(4), k, 2).Instantiate()
+      with tf.Graph().as_default(), layer_helpers.Cluster(4):
+        layer_helpers.Pipeline(layer_helpers.DenseLayers(4), k, 2).Instantiate()
         names.append(sorted(v.op.name for v in tf.global_variables()))
     self.assertEqual(names[0], names[1])
     self.assertEqual(names[0], names[2])
@@ -313,26 +313,26 @@ class BehaviourTest(test_utils.TestCase):
 
   def testCheckpointFromOnePartitioningLoadsIntoAnother(self):
     ckpt = self.create_tempdir().full_path + '/model'
-    with tf.Graph().as_default() as g, helpers.Cluster(2):
-      net = helpers.Pipeline(helpers.DenseLayers(4), 2, 2).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(2):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 2).Instantiate()
       out = net.FPropDefaultTheta(*_Inputs())
-      with helpers.Session(g, 2) as sess:
+      with layer_helpers.Session(g, 2) as sess:
         sess.run(tf.global_variables_initializer())
         expected = sess.run(out)
         tf.train.Saver().save(sess, ckpt)
-    with tf.Graph().as_default() as g, helpers.Cluster(4):
-      net = helpers.Pipeline(helpers.DenseLayers(4), 4, 4).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(4):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 4, 4).Instantiate()
       out = net.FPropDefaultTheta(*_Inputs())
-      with helpers.Session(g, 4) as sess:
+      with layer_helpers.Session(g, 4) as sess:
         tf.train.Saver().restore(sess, ckpt)
         self.assertAllClose(sess.run(out), expected, rtol=1e-6, atol=1e-7)
 
   def testDynamicBatchIsCheckedWhenRun(self):
-    with tf.Graph().as_default() as g, helpers.Cluster(2):
-      net = helpers.Pipeline(helpers.DenseLayers(2), 2, 4).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(2):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(2), 2, 4).Instantiate()
       x = tf.placeholder(tf.float32, [None, DIM])
       out = net.FPropDefaultTheta(x)
-      with helpers.Session(g, 2) as sess:
+      with layer_helpers.Session(g, 2) as sess:
         sess.run(tf.global_variables_initializer())
         self.assertEqual(sess.run(out, {x: np.ones([8, DIM])}).shape, (8, DIM))
         self.assertEqual(sess.run(out, {x: np.ones([6, DIM])}).shape, (6, DIM))
@@ -350,13 +350,13 @@ class BehaviourTest(test_utils.TestCase):
             'or lower num_micro_batches')
 
   def testFPropMetaSumsLayers(self):
-    params = helpers.Pipeline(helpers.DenseLayers(3), 3, 1)
+    params = layer_helpers.Pipeline(layer_helpers.DenseLayers(3), 3, 1)
     meta = params.cls.FPropMeta(params, py_utils.tshape.Shape([BATCH, DIM]))
     self.assertEqual(meta.flops, 3 * 2 * BATCH * DIM * DIM)
     self.assertEqual(meta.out_shapes[0].ToTensorShape().as_list(), [BATCH, DIM])
 
 
-class _DropoutDense(helpers.Dense):
+class _DropoutDense(layer_helpers.Dense):
   """tanh(x w), then dropout (keep 0.5) whose examples are along `batch_axis` of x ([..., dim])."""
 
   @classmethod
@@ -383,26 +383,26 @@ class DropoutTest(test_utils.TestCase):
   def testTimeMajorGradientsEqualPlain(self):
     x = np.random.RandomState(4).uniform(-1, 1, size=[3, BATCH, DIM]).astype(np.float32)
     inputs = lambda: (tf.constant(x),)
-    reference, _ = helpers.Gradients(helpers.Plain(_DropoutLayers(4, batch_axis=1)), inputs)
+    reference, _ = layer_helpers.Gradients(layer_helpers.Plain(_DropoutLayers(4, batch_axis=1)), inputs)
     for k, m in ((2, 4), (4, 2)):
-      params = helpers.Pipeline(_DropoutLayers(4, batch_axis=1), k, m).Set(batch_dim=1)
-      grads, _ = helpers.Gradients(params, inputs)
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, 'K=%d M=%d' % (k, m))
+      params = layer_helpers.Pipeline(_DropoutLayers(4, batch_axis=1), k, m).Set(batch_dim=1)
+      grads, _ = layer_helpers.Gradients(params, inputs)
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-6, 'K=%d M=%d' % (k, m))
 
   def testDynamicBatchSizeGivesThePlainOutputs(self):
     x = np.random.RandomState(5).uniform(-1, 1, size=[BATCH, DIM]).astype(np.float32)
 
     def Forward(params, batch_dim_size):
-      with tf.Graph().as_default() as g, helpers.Cluster(2):
+      with tf.Graph().as_default() as g, layer_helpers.Cluster(2):
         net = params.Instantiate()
         placeholder = tf.placeholder(tf.float32, [batch_dim_size, DIM])
         out = net.FPropDefaultTheta(placeholder)
-        with helpers.Session(g, 2) as sess:
+        with layer_helpers.Session(g, 2) as sess:
           sess.run(tf.global_variables_initializer())
           return sess.run(out, {placeholder: x})
 
-    expected = Forward(helpers.Plain(_DropoutLayers(3)), BATCH)
-    out = Forward(helpers.Pipeline(_DropoutLayers(3), 2, 4), None)
+    expected = Forward(layer_helpers.Plain(_DropoutLayers(3)), BATCH)
+    out = Forward(layer_helpers.Pipeline(_DropoutLayers(3), 2, 4), None)
     self.assertGreater(np.mean(out == 0), 0.25)
     self.assertAllClose(out, expected, rtol=1e-6, atol=1e-7)
 
@@ -419,13 +419,13 @@ class DropoutTest(test_utils.TestCase):
 
     layers = [EvalAware.Params().Set(name='drop%d' % i, dim=DIM, seed=200 + i) for i in range(3)]
     x = np.random.RandomState(6).uniform(-1, 1, size=[BATCH, DIM]).astype(np.float32)
-    with tf.Graph().as_default() as g, helpers.Cluster(2):
-      net = helpers.Pipeline(layers, 2, 4).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(2):
+      net = layer_helpers.Pipeline(layers, 2, 4).Instantiate()
       train_out = net.FPropDefaultTheta(tf.constant(x))
       with cluster_factory.SetEval(True):
         eval_out = net.FPropDefaultTheta(tf.constant(x))
       w = [net.theta['drop%d' % i].w for i in range(3)]
-      with helpers.Session(g, 2) as sess:
+      with layer_helpers.Session(g, 2) as sess:
         sess.run(tf.global_variables_initializer())
         train_value, eval_value, weights = sess.run([train_out, eval_out, w])
     expected = x
@@ -503,12 +503,12 @@ class VirtualStagesTest(test_utils.TestCase):
         variants.append((name, layer_lib.TensorPipeLayer.Params().Set(
             name=name, layers=_StockLayers(), loss_layer=_Xent.Params().Set(name='loss'),
             num_devices=k, virtual_stages=v, num_micro_batches=m, schedule=sched)))
-    results = helpers.GradientsOfVariants(variants, _LabelledInputs, num_devices=k)
+    results = layer_helpers.GradientsOfVariants(variants, _LabelledInputs, num_devices=k)
     plain, plain_loss = results.pop('plain')
     self.assertLen(results, 8)
     for name, (grads, loss) in sorted(results.items()):
       # The same variable names (MaxRelativeError asserts it): checkpoints load across K and v.
-      self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, (k, name))
+      self.assertLess(layer_helpers.MaxRelativeError(grads, plain), 1e-5, (k, name))
       self.assertAllClose(loss, plain_loss, rtol=1e-6)
 
   @pytest.mark.slow
@@ -522,18 +522,18 @@ class VirtualStagesTest(test_utils.TestCase):
   def testDropoutMasksDoNotDependOnThePartitions(self):
     x = np.random.RandomState(4).uniform(-1, 1, size=[BATCH, DIM]).astype(np.float32)
     inputs = lambda: (tf.constant(x),)
-    reference, _ = helpers.Gradients(helpers.Plain(_DropoutLayers(4)), inputs, num_devices=2)
+    reference, _ = layer_helpers.Gradients(layer_helpers.Plain(_DropoutLayers(4)), inputs, num_devices=2)
     for sched, v in (('interleaved_1f1b', 2), ('zbv', 2)):
-      params = helpers.Pipeline(_DropoutLayers(4), 2, 4, schedule=sched, virtual_stages=v)
-      grads, _ = helpers.Gradients(params, inputs, num_devices=2)
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-6, sched)
+      params = layer_helpers.Pipeline(_DropoutLayers(4), 2, 4, schedule=sched, virtual_stages=v)
+      grads, _ = layer_helpers.Gradients(params, inputs, num_devices=2)
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-6, sched)
 
   def testEachPartitionRunsOnItsDevice(self):
     for sched, expected in (('interleaved_1f1b', [0, 1, 0, 1, 0, 1]), ('zbv', [0, 1, 1, 0])):
       v = 3 if sched == 'interleaved_1f1b' else 2
-      with tf.Graph().as_default(), helpers.Cluster(2):
+      with tf.Graph().as_default(), layer_helpers.Cluster(2):
         net = layer_lib.TensorPipeLayer.Params().Set(
-            name='pipe', layers=helpers.DenseLayers(2 * v), num_devices=2, virtual_stages=v,
+            name='pipe', layers=layer_helpers.DenseLayers(2 * v), num_devices=2, virtual_stages=v,
             num_micro_batches=2, schedule=sched).Instantiate()
         self.assertEqual(net.num_partitions, 2 * v)
         self.assertEqual(net.num_devices, 2)
@@ -551,8 +551,8 @@ class VirtualStagesTest(test_utils.TestCase):
   def testCombinationsThatCannotRunFailEarly(self):
     def Build(**kwargs):
       params = layer_lib.TensorPipeLayer.Params().Set(
-          name='pipe', layers=helpers.DenseLayers(8), num_devices=2, num_micro_batches=4)
-      with tf.Graph().as_default(), helpers.Cluster(2):
+          name='pipe', layers=layer_helpers.DenseLayers(8), num_devices=2, num_micro_batches=4)
+      with tf.Graph().as_default(), layer_helpers.Cluster(2):
         params.Set(**kwargs).Instantiate()
 
     with self.assertRaisesRegex(ValueError, r"schedule='1f1b' runs one partition per device, but "
@@ -571,14 +571,14 @@ class VirtualStagesTest(test_utils.TestCase):
       Build(schedule='zbv', virtual_stages=2, recompute='never')
     with self.assertRaisesRegex(ValueError, r'`partitions` lists 3 partitions, not a multiple of '
                                 r'virtual_stages=2'):
-      Build(layers=None, partitions=[[l] for l in helpers.DenseLayers(3)],
+      Build(layers=None, partitions=[[l] for l in layer_helpers.DenseLayers(3)],
             schedule='interleaved_1f1b', virtual_stages=2, num_devices=None)
     with self.assertRaisesRegex(ValueError, r'8 layers cannot fill 10 partitions'):
       Build(num_devices=5, schedule='interleaved_1f1b', virtual_stages=2, num_micro_batches=5)
     # M known only from the batch (16 examples, at most 6 a micro-batch: M = 3): in FProp.
-    with tf.Graph().as_default(), helpers.Cluster(2):
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
       net = layer_lib.TensorPipeLayer.Params().Set(
-          name='pipe', layers=helpers.DenseLayers(8), num_devices=2, micro_batch_size=6,
+          name='pipe', layers=layer_helpers.DenseLayers(8), num_devices=2, micro_batch_size=6,
           schedule='interleaved_1f1b', virtual_stages=2).Instantiate()
       with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': interleaved 1F1B needs "
                                   r'num_micro_batches M a multiple of num_devices K, got M=3, K=2'):
@@ -592,8 +592,8 @@ class PipeliningTest(test_utils.TestCase):
 
   def testDevicesOverlap(self):
     k, m = 2, 4
-    with tf.Graph().as_default() as g, helpers.Cluster(k):
-      net = helpers.Pipeline(helpers.DenseLayers(8, dim=16), k, m).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(k):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(8, dim=16), k, m).Instantiate()
       out = net.FPropDefaultTheta(tf.random.uniform([8 * m, 16]))
       loss = tf.reduce_mean(out * out)
       tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
@@ -628,40 +628,40 @@ class BadInputTest(test_utils.TestCase):
   """Each bad input raises a ValueError naming the offending values while the graph is built."""
 
   def _Build(self, params, inputs, num_devices=4):
-    with tf.Graph().as_default(), helpers.Cluster(num_devices):
+    with tf.Graph().as_default(), layer_helpers.Cluster(num_devices):
       return params.Instantiate().FPropDefaultTheta(*inputs())
 
   def testMicroBatchesOutOfRange(self):
     with self.assertRaisesRegex(ValueError, 'num_micro_batches must be an integer >= 1, got 0'):
-      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 2, 0), _Inputs)
+      self._Build(layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 0), _Inputs)
     with self.assertRaisesRegex(ValueError, 'num_micro_batches 32 is larger than the batch 16'):
-      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 2, 32), _Inputs)
+      self._Build(layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 32), _Inputs)
 
   def testMorePartitionsThanLayers(self):
     with self.assertRaisesRegex(ValueError, '3 layers cannot fill 4 partitions'):
-      self._Build(helpers.Pipeline(helpers.DenseLayers(3), 4, 1), _Inputs)
+      self._Build(layer_helpers.Pipeline(layer_helpers.DenseLayers(3), 4, 1), _Inputs)
     with self.assertRaisesRegex(ValueError, '3 layers cannot fill 4 partitions'):
-      self._Build(helpers.Pipeline(helpers.DenseLayers(3), 4, 1, cost_input_shapes=[[BATCH, DIM]]),
+      self._Build(layer_helpers.Pipeline(layer_helpers.DenseLayers(3), 4, 1, cost_input_shapes=[[BATCH, DIM]]),
                   _Inputs)
 
   def testEmptyPartition(self):
-    layers = helpers.DenseLayers(3)
+    layers = layer_helpers.DenseLayers(3)
     params = layer_lib.TensorPipeLayer.Params().Set(
         name='pipe', partitions=[layers[:2], [], layers[2:]])
     with self.assertRaisesRegex(ValueError, 'partition 1 of 3 is empty'):
       self._Build(params, _Inputs)
 
   def testDeviceListOfWrongLength(self):
-    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1, devices=['/device:CPU:0'])
+    params = layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 1, devices=['/device:CPU:0'])
     with self.assertRaisesRegex(ValueError, '`devices` has 1 entries for num_devices=2 devices'):
       self._Build(params, _Inputs)
 
   def testUnknownDevice(self):
-    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1,
+    params = layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 1,
                               devices=['/device:CPU:0', '/device:XPU:1'])
     with self.assertRaisesRegex(ValueError, "unknown device '/device:XPU:1'"):
       self._Build(params, _Inputs)
-    params = helpers.Pipeline(helpers.DenseLayers(4), 2, 1,
+    params = layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 1,
                               devices=['/device:CPU:0', '/device:CPU:7'])
     with self.assertRaisesRegex(ValueError, "unknown device '/device:CPU:7': the cluster has only"):
       self._Build(params, _Inputs, num_devices=2)
@@ -669,16 +669,16 @@ class BadInputTest(test_utils.TestCase):
   def testFewerDevicesThanPartitions(self):
     with self.assertRaisesRegex(ValueError, 'num_devices=4 needs 4 devices per model split, but '
                                 'the cluster .* has 2'):
-      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 4, 1), _Inputs, num_devices=2)
+      self._Build(layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 4, 1), _Inputs, num_devices=2)
 
   def testTheOldNameOfNumDevicesStillWorksWithAOneLineWarning(self):
     made = {}
     for name in ('num_devices', 'num_partitions'):
       params = layer_lib.TensorPipeLayer.Params().Set(
-          name='pipe', layers=helpers.DenseLayers(4), num_micro_batches=2, virtual_stages=2,
+          name='pipe', layers=layer_helpers.DenseLayers(4), num_micro_batches=2, virtual_stages=2,
           schedule='interleaved_1f1b', **{name: 2})
       with mock.patch.object(tf.logging, 'warning') as warning, tf.Graph().as_default(), \
-          helpers.Cluster(2):
+          layer_helpers.Cluster(2):
         net = params.Instantiate()
       made[name] = (net.num_devices, net.num_partitions, net.partition_layer_names)
       warnings = [call.args[0] % call.args[1:] for call in warning.call_args_list]
@@ -693,10 +693,10 @@ class BadInputTest(test_utils.TestCase):
     with self.assertRaisesRegex(ValueError, "^TensorPipeLayer 'pipe': num_devices=2 and "
                                 r'num_partitions=4 \(its deprecated old name\) disagree; set only '
                                 'num_devices$'):
-      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 2, 1, num_partitions=4), _Inputs)
+      self._Build(layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 1, num_partitions=4), _Inputs)
 
   def testInputsDisagreeOnBatch(self):
-    params = helpers.Pipeline(helpers.DenseLayers(4, cls=helpers.MaskedDense), 2, 2)
+    params = layer_helpers.Pipeline(layer_helpers.DenseLayers(4, cls=layer_helpers.MaskedDense), 2, 2)
     def Inputs():
       return (py_utils.NestedMap(vec=tf.ones([16, DIM]), paddings=tf.ones([12, 1]),
                                  ids=tf.ones([16], tf.int32), extra=None),)
@@ -706,18 +706,18 @@ class BadInputTest(test_utils.TestCase):
 
   def testBadParams(self):
     with self.assertRaisesRegex(ValueError, "recompute='sometimes' is not one of"):
-      self._Build(helpers.Pipeline(helpers.DenseLayers(4), 2, 1, recompute='sometimes'), _Inputs)
+      self._Build(layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 1, recompute='sometimes'), _Inputs)
     with self.assertRaisesRegex(ValueError, 'set exactly one of `partitions`'):
       self._Build(layer_lib.TensorPipeLayer.Params().Set(name='pipe'), _Inputs)
 
   def testErrorInsideALayerNamesTheLayerAndPartition(self):
 
-    class Mismatch(helpers.Dense):
+    class Mismatch(layer_helpers.Dense):
 
       def FProp(self, theta, x):
         return tf.matmul(x, tf.ones([DIM + 1, DIM]))  # Shapes that cannot be multiplied.
 
-    params = helpers.Pipeline(helpers.DenseLayers(2) + [Mismatch.Params().Set(name='bad')], 2, 2)
+    params = layer_helpers.Pipeline(layer_helpers.DenseLayers(2) + [Mismatch.Params().Set(name='bad')], 2, 2)
     with self.assertRaises(ValueError) as caught:
       self._Build(params, _Inputs)
     self.assertIn("(raised by layer 'bad' while TensorPipeLayer 'pipe', partition function "
@@ -725,12 +725,12 @@ class BadInputTest(test_utils.TestCase):
 
   def testOutputWithoutBatchDimension(self):
 
-    class Scalar(helpers.Dense):
+    class Scalar(layer_helpers.Dense):
 
       def FProp(self, theta, x):
         return tf.reduce_sum(tf.matmul(x, theta.w))
 
-    params = helpers.Pipeline(helpers.DenseLayers(1) + [Scalar.Params().Set(name='s', dim=DIM)],
+    params = layer_helpers.Pipeline(layer_helpers.DenseLayers(1) + [Scalar.Params().Set(name='s', dim=DIM)],
                               2, 2)
     with self.assertRaisesRegex(ValueError, r': outputs has rank 0, so it has no batch dimension'):
       self._Build(params, _Inputs)
@@ -742,7 +742,7 @@ class BadInputTest(test_utils.TestCase):
 DECODE_BATCH, DECODE_LEN = 5, 4  # M in {2, 3} does not divide the batch.
 
 
-class _CausalMix(helpers.Dense):
+class _CausalMix(layer_helpers.Dense):
   """y_t = tanh(x_t w + mean(x_0 .. x_t)) over [B, T, D]: each position sees the ones before it.
 
   Decoding keeps the inputs so far in a float64 cache [B, max_length, D] (no other tensor of the
@@ -767,7 +767,7 @@ class _CausalMix(helpers.Dense):
     return (y + tf.add_n(skips) if skips else y), py_utils.NestedMap(inputs=inputs)
 
 
-class _TiedProjection(helpers.Dense):
+class _TiedProjection(layer_helpers.Dense):
   """One weight used twice: In (x w) at the start of a pipeline, Out (x w^T) at its end."""
 
   def In(self, theta, x):
@@ -777,7 +777,7 @@ class _TiedProjection(helpers.Dense):
     return tf.einsum('bte,de->btd', x, theta.w)
 
 
-class _Positionwise(helpers.Dense):
+class _Positionwise(layer_helpers.Dense):
   """tanh(x w) at each position of [B, T, D] (no state); adds the skip connections it gets."""
 
   def FProp(self, theta, x, *skips):
@@ -785,7 +785,7 @@ class _Positionwise(helpers.Dense):
     return y + tf.add_n(list(skips)) if skips else y
 
 
-class _HidesItsState(helpers.Dense):
+class _HidesItsState(layer_helpers.Dense):
   """A layer whose sublayer keeps decoding state, without an ExtendStep of its own."""
 
   def __init__(self, params):
@@ -860,7 +860,7 @@ class DecodingTest(test_utils.TestCase):
       for name, params in _DecodeVariants(tied, skips):
         net = params.Instantiate()
         fetches[name] = (net.FPropDefaultTheta(tf.constant(x)), _Decode(net, tf.constant(x)))
-      with tf.Session(graph=g, config=helpers.ValuesOnlyConfig(3)) as sess:
+      with tf.Session(graph=g, config=layer_helpers.ValuesOnlyConfig(3)) as sess:
         sess.run(tf.global_variables_initializer())
         values = sess.run(fetches)
     reference = values['unpipelined'][0]
@@ -887,7 +887,7 @@ class DecodingTest(test_utils.TestCase):
         self.assertEqual(net.DecodeSchedule(DECODE_BATCH).partition_devices,
                          [0, 1, 0, 1] if sched == 'interleaved_1f1b' else [0, 1, 1, 0])
         fetches[sched] = (net.FPropDefaultTheta(tf.constant(x)), _Decode(net, tf.constant(x)))
-      with tf.Session(graph=g, config=helpers.ValuesOnlyConfig(2)) as sess:
+      with tf.Session(graph=g, config=layer_helpers.ValuesOnlyConfig(2)) as sess:
         sess.run(tf.global_variables_initializer())
         values = sess.run(fetches)
     for sched, (full, incremental) in values.items():
@@ -900,7 +900,7 @@ class DecodingTest(test_utils.TestCase):
           name='pipe', partitions=_Partition(_DecodeLayers(True), 3), num_micro_batches=2,
           skip_connections=[('d1', 'd4')]).Instantiate()
       out = _Decode(net, tf.constant(_DecodeInputs()))
-      with helpers.Session(g, 3) as sess:
+      with layer_helpers.Session(g, 3) as sess:
         sess.run(tf.global_variables_initializer())
         metadata = tf.RunMetadata()
         sess.run(out, options=tf.RunOptions(output_partition_graphs=True), run_metadata=metadata)
@@ -924,14 +924,14 @@ class DecodingTest(test_utils.TestCase):
             num_micro_batches=m).Instantiate()
         fetches[m] = (_Decode(net, tf.constant(x), (1, tf.constant(rows))),
                       net.FPropDefaultTheta(tf.constant(spliced)))
-      with tf.Session(graph=g, config=helpers.ValuesOnlyConfig(2)) as sess:
+      with tf.Session(graph=g, config=layer_helpers.ValuesOnlyConfig(2)) as sess:
         sess.run(tf.global_variables_initializer())
         values = sess.run(fetches)
     for m, (incremental, full) in values.items():
       self.assertAllClose(incremental[:, 2:], full[:, 2:], rtol=1e-5, atol=1e-6, msg=m)
 
   def testStatesOfAnotherBatchAreRefused(self):
-    with tf.Graph().as_default(), helpers.Cluster(2):
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
       net = layer_lib.TensorPipeLayer.Params().Set(
           name='pipe', partitions=_Partition(_DecodeLayers(False), 2), num_micro_batches=4,
           decode_micro_batches=3).Instantiate()
@@ -945,7 +945,7 @@ class DecodingTest(test_utils.TestCase):
   def testAStateWithoutExtendStepIsRefusedByName(self):
     layers = _DecodeLayers(False)
     layers[3] = _HidesItsState.Params().Set(name='hides', dim=DIM)
-    with tf.Graph().as_default(), helpers.Cluster(2):
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
       net = layer_lib.TensorPipeLayer.Params().Set(
           name='pipe', partitions=_Partition(layers, 2), num_micro_batches=2).Instantiate()
       with self.assertRaisesRegex(

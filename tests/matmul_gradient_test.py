@@ -5,7 +5,7 @@ from lingvo import compat as tf
 from lingvo.core import test_utils
 
 from tensorpipe import matmul_gradient
-from tests import helpers
+from tests import layer_helpers
 
 
 def _GradientsAndOps(build, scoped):
@@ -57,16 +57,16 @@ class GradientTest(test_utils.TestCase):
 class TensorPipeLayerTest(test_utils.TestCase):
 
   def testPartitionsUseItAndGradientsEqualThePlainModel(self):
-    # helpers.Dense on [B, T, D] inputs: a rank-3 activation projected with a rank-2 weight.
-    layers = helpers.DenseLayers(4)
+    # layer_helpers.Dense on [B, T, D] inputs: a rank-3 activation projected with a rank-2 weight.
+    layers = layer_helpers.DenseLayers(4)
     inputs = lambda: (tf.constant(
         np.random.RandomState(0).normal(size=[8, 5, 8]).astype(np.float32)),)
-    reference, _ = helpers.Gradients(helpers.Plain(layers), inputs)
+    reference, _ = layer_helpers.Gradients(layer_helpers.Plain(layers), inputs)
     for two_d in (True, False):
-      params = helpers.Pipeline(layers, 2, 4, two_d_weight_gradients=two_d)
-      grads, _ = helpers.Gradients(params, inputs)
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, two_d)
-      with tf.Graph().as_default() as g, helpers.Cluster(2):
+      params = layer_helpers.Pipeline(layers, 2, 4, two_d_weight_gradients=two_d)
+      grads, _ = layer_helpers.Gradients(params, inputs)
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-5, two_d)
+      with tf.Graph().as_default() as g, layer_helpers.Cluster(2):
         out = params.Instantiate().FPropDefaultTheta(*inputs())
         tf.gradients(tf.reduce_mean(out), tf.trainable_variables())
         # The partitions' backward functions hold the gradients (traced once, whatever M is).

@@ -9,7 +9,8 @@ from lingvo.core import layers as lingvo_layers
 from lingvo.core import py_utils
 from lingvo.core import test_utils
 
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 K, M, L = 2, 4, 4
 
@@ -23,15 +24,15 @@ def _IsForwardMatMul(name):
 class RecomputeCountTest(test_utils.TestCase):
 
   def _ForwardMatMuls(self, mode):
-    with tf.Graph().as_default() as g, helpers.Cluster(K):
-      net = helpers.Pipeline(helpers.DenseLayers(L), K, M, mode).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(K):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(L), K, M, mode).Instantiate()
       out = net.FPropDefaultTheta(tf.ones([8, 8]))
       loss = tf.reduce_sum(out * out)
       grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
-      with helpers.Session(g, K) as sess:
+      with layer_helpers.Session(g, K) as sess:
         sess.run(tf.global_variables_initializer())
-        _, nodes = helpers.TracedStep(sess, [loss, grads])
-    return helpers.CountByType(nodes, helpers.MATMUL_TYPES, _IsForwardMatMul)
+        _, nodes = trace_helpers.TracedStep(sess, [loss, grads])
+    return trace_helpers.CountByType(nodes, trace_helpers.MATMUL_TYPES, _IsForwardMatMul)
 
   def testForwardRunsTwiceWithAlwaysOnceWithNever(self):
     self.assertEqual(self._ForwardMatMuls('never'), L * M)
@@ -49,13 +50,13 @@ class NumericChecksTest(test_utils.TestCase):
   def testCheckNumericsRunsInTheForwardPassOnly(self):
     fcs = [lingvo_layers.FCLayer.Params().Set(name='fc%d' % i, input_dim=8, output_dim=8)
            for i in range(L)]
-    with tf.Graph().as_default() as g, helpers.Cluster(K):
-      out = helpers.Pipeline(fcs, K, M).Instantiate().FPropDefaultTheta(tf.ones([8, 8]))
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(K):
+      out = layer_helpers.Pipeline(fcs, K, M).Instantiate().FPropDefaultTheta(tf.ones([8, 8]))
       loss = tf.reduce_sum(out * out)
       grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
-      with helpers.Session(g, K) as sess:
+      with layer_helpers.Session(g, K) as sess:
         sess.run(tf.global_variables_initializer())
-        _, nodes = helpers.TracedStep(sess, [loss, grads])
+        _, nodes = trace_helpers.TracedStep(sess, [loss, grads])
     checks = [name for _, name, op_type, _, _ in nodes if op_type == 'CheckNumerics']
     self.assertNotEmpty(checks)
     self.assertEmpty([c for c in checks if 'gradients' in c or 'recompute' in c])
@@ -70,8 +71,8 @@ class TracedOnceTest(test_utils.TestCase):
   """Each partition's functions are traced once: the graph's functions do not change with M."""
 
   def _Build(self, num_micro):
-    with tf.Graph().as_default() as g, helpers.Cluster(K):
-      net = helpers.Pipeline(helpers.DenseLayers(L), K, num_micro).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(K):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(L), K, num_micro).Instantiate()
       loss = tf.reduce_sum(tf.square(net.FPropDefaultTheta(tf.ones([16, 8]))))
       tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
       calls = [op for op in g.get_operations() if op.type.endswith('PartitionedCall')]
@@ -97,8 +98,8 @@ class InPlaceUpdateTest(test_utils.TestCase):
   """Once a weight's summed gradient exists nothing reads it, so the update copies nothing."""
 
   def testUpdatesCopyNoWeight(self):
-    params = helpers.Pipeline(helpers.DenseLayers(8, dim=256), K, M)
-    for step_stats in helpers.TracedSgdSteps(params, 1024, K):
+    params = layer_helpers.Pipeline(layer_helpers.DenseLayers(8, dim=256), K, M)
+    for step_stats in trace_helpers.TracedSgdSteps(params, 1024, K):
       updates = [n for dev in step_stats.dev_stats for n in dev.node_stats
                  if re.fullmatch(r'AssignSubVariableOp(_\d+)?', n.node_name)]
       self.assertLen(updates, 8)
@@ -107,7 +108,7 @@ class InPlaceUpdateTest(test_utils.TestCase):
       self.assertEmpty(copies)
 
 
-class Conv(helpers.Dense):
+class Conv(layer_helpers.Dense):
   """relu(conv2d(x as [batch, 2, 2, dim / 4], w) + b) as [batch, dim]: a convolution with bias."""
 
   def __init__(self, params):
@@ -125,7 +126,7 @@ class Conv(helpers.Dense):
     return tf.reshape(y, [-1, p.dim])
 
 
-class Loop(helpers.Dense):
+class Loop(layer_helpers.Dense):
   """tanh(x w) applied twice in a tf.while_loop: weights read inside control flow."""
 
   def FProp(self, theta, x):
@@ -152,8 +153,8 @@ class WeightGradientTest(test_utils.TestCase):
               Loop.Params().Set(name='loop', seed=5), _Fc('fc2', 6, 'RELU')]
 
     x = np.random.RandomState(0).normal(size=[8, 8]).astype(np.float32)
-    results = helpers.GradientsOfVariants(
-        [(name, helpers.Pipeline(Stack(), K, 2, name=name, schedule=name))
+    results = layer_helpers.GradientsOfVariants(
+        [(name, layer_helpers.Pipeline(Stack(), K, 2, name=name, schedule=name))
          for name in ('gpipe', 'zero_bubble')], lambda: (tf.constant(x),), num_devices=K)
     (want, _), (got, _) = results['gpipe'], results['zero_bubble']
     self.assertLen(got, 13)
@@ -162,16 +163,16 @@ class WeightGradientTest(test_utils.TestCase):
 
   def testTheWeightGradientFunctionRunsNoForwardOp(self):
     num_layers = 3
-    with tf.Graph().as_default() as g, helpers.Cluster(1):
-      net = helpers.Pipeline(helpers.DenseLayers(num_layers), 1, M,
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(1):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(num_layers), 1, M,
                              schedule='zero_bubble').Instantiate()
       loss = tf.reduce_sum(net.FPropDefaultTheta(tf.ones([8, 8])))
       grads = tf.gradients(loss, tf.trainable_variables(), colocate_gradients_with_ops=True)
       (weight,) = [f for f in g.as_graph_def().library.function
                    if 'weight_backward' in f.signature.name]
-      with helpers.Session(g, 1) as sess:
+      with layer_helpers.Session(g, 1) as sess:
         sess.run(tf.global_variables_initializer())
-        _, nodes = helpers.TracedStep(sess, [loss, grads])
+        _, nodes = trace_helpers.TracedStep(sess, [loss, grads])
     # What the function's outputs are computed from (what TensorFlow runs of it): the weight
     # gradients' MatMuls, no Tanh, no forward MatMul.
     nodes_by_name = {n.name: n for n in weight.node_def}
@@ -189,7 +190,7 @@ class WeightGradientTest(test_utils.TestCase):
     self.assertTrue(all('MatMul_grad' in n for n in matmuls), matmuls)
     # Run: one forward MatMul per layer and micro-batch in the forward task, one in the
     # input-gradient task's re-computation, none in the weight-gradient task.
-    self.assertEqual(helpers.CountByType(nodes, helpers.MATMUL_TYPES, _IsForwardMatMul),
+    self.assertEqual(trace_helpers.CountByType(nodes, trace_helpers.MATMUL_TYPES, _IsForwardMatMul),
                      2 * num_layers * M)
 
 
@@ -197,16 +198,16 @@ class RecomputeMemoryTest(test_utils.TestCase):
   """On a deep, narrow model 'always' keeps only boundary activations: a much lower peak."""
 
   def _PeakBytes(self, mode):
-    with tf.Graph().as_default() as g, helpers.Cluster(K):
-      net = helpers.Pipeline(helpers.DenseLayers(32, dim=64), K, 8, mode).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(K):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(32, dim=64), K, 8, mode).Instantiate()
       out = net.FPropDefaultTheta(tf.random.uniform([8192, 64]))
       grads = tf.gradients(tf.reduce_mean(out), tf.trainable_variables(),
                            colocate_gradients_with_ops=True)
       norm = tf.add_n([tf.reduce_sum(x * x) for x in grads])
-      with helpers.Session(g, K) as sess:
+      with layer_helpers.Session(g, K) as sess:
         sess.run(tf.global_variables_initializer())
         sess.run(norm)
-        return helpers.StepPeakBytes(lambda: sess.run(norm))[0]
+        return layer_helpers.StepPeakBytes(lambda: sess.run(norm))[0]
 
   def testAlwaysPeaksFarBelowNever(self):
     never = self._PeakBytes('never')

@@ -3,7 +3,7 @@
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
-from tests import helpers
+from tests import layer_helpers
 
 K = 2
 
@@ -12,14 +12,14 @@ class DirectVariableReadTest(test_utils.TestCase):
 
   def testReadingAWeightOutsideThetaIsRefused(self):
 
-    class Sneaky(helpers.Dense):
+    class Sneaky(layer_helpers.Dense):
 
       def FProp(self, theta, x):
         return tf.matmul(x, self.vars.w)
 
-    layers = [Sneaky.Params().Set(name='sneaky', dim=8)] + helpers.DenseLayers(1)
-    with tf.Graph().as_default(), helpers.Cluster(K):
-      net = helpers.Pipeline(layers, K, 2).Instantiate()
+    layers = [Sneaky.Params().Set(name='sneaky', dim=8)] + layer_helpers.DenseLayers(1)
+    with tf.Graph().as_default(), layer_helpers.Cluster(K):
+      net = layer_helpers.Pipeline(layers, K, 2).Instantiate()
       with self.assertRaisesRegex(
           ValueError, r"a layer of pipe_partition0 reads trainable variables "
           r"\['pipe/sneaky/w/var'\] directly instead of through theta"):

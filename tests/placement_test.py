@@ -7,7 +7,8 @@ from lingvo.core import cluster_factory
 from lingvo.core import test_utils
 
 from tensorpipe import placement
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 K = 4
 
@@ -23,8 +24,8 @@ def _IsTransfer(name, op_type):
 class PlacementTest(test_utils.TestCase):
 
   def testPartitionsAndTheirVariablesRunOnTheirDevices(self):
-    with tf.Graph().as_default() as g, helpers.Cluster(K):
-      net = helpers.Pipeline(helpers.DenseLayers(8), K, 4).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(K):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(8), K, 4).Instantiate()
       out = net.FPropDefaultTheta(tf.ones([8, 8]))
       variables = tf.trainable_variables()
       grads = tf.gradients(tf.reduce_mean(out), variables, colocate_gradients_with_ops=True)
@@ -34,10 +35,10 @@ class PlacementTest(test_utils.TestCase):
       for v in variables:
         k = layer_partition[v.op.name.split('/')[1]]
         self.assertEqual(tf.DeviceSpec.from_string(v.device).device_index, k, v.op.name)
-      with helpers.Session(g, K) as sess:
+      with layer_helpers.Session(g, K) as sess:
         placement.CheckSessionDevices(sess, net.devices)
         sess.run(tf.global_variables_initializer())
-        _, nodes = helpers.TracedStep(sess, [out, grads])
+        _, nodes = trace_helpers.TracedStep(sess, [out, grads])
     seen = set()
     for device, name, op_type, _, _ in nodes:
       if _IsTransfer(name, op_type):
@@ -60,15 +61,15 @@ class PlacementTest(test_utils.TestCase):
         'forward', 'backward', 'zeros', 'forward body', 'backward body', 'var')})
 
   def testSessionWithoutTheDeviceIsReported(self):
-    with tf.Graph().as_default() as g, helpers.Cluster(K):
-      net = helpers.Pipeline(helpers.DenseLayers(4), K, 1).Instantiate()
-      with helpers.Session(g, 2) as sess:
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(K):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(4), K, 1).Instantiate()
+      with layer_helpers.Session(g, 2) as sess:
         with self.assertRaisesRegex(ValueError, 'The session has no device .*CPU:2.*CPU:3'):
           placement.CheckSessionDevices(sess, net.devices)
 
   def testDefaultDevicesComeFromTheCluster(self):
-    with tf.Graph().as_default(), helpers.Cluster(2):
-      net = helpers.Pipeline(helpers.DenseLayers(2), 2, 1).Instantiate()
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(2), 2, 1).Instantiate()
       self.assertEqual(net.devices, ['/job:localhost/replica:0/task:0/device:CPU:0',
                                      '/job:localhost/replica:0/task:0/device:CPU:1'])
 
@@ -76,15 +77,15 @@ class PlacementTest(test_utils.TestCase):
     """With stock GPU flags the controller/evaler get one device per split; training jobs refuse."""
     for job in ('controller', 'evaler', 'decoder'):
       with tf.Graph().as_default(), cluster_factory.ForTestingWorker(job=job, cpus=1):
-        net = helpers.Pipeline(helpers.DenseLayers(4), 4, 1).Instantiate()
+        net = layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 4, 1).Instantiate()
         self.assertLen(set(net.devices), 1, job)
     with tf.Graph().as_default(), cluster_factory.ForTestingWorker(job='trainer', cpus=1):
       with self.assertRaisesRegex(ValueError, "cluster \\(job 'trainer'\\) has 1"):
-        helpers.Pipeline(helpers.DenseLayers(4), 4, 1).Instantiate()
+        layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 4, 1).Instantiate()
 
   def testExplicitDevices(self):
-    with tf.Graph().as_default(), helpers.Cluster(2):
-      net = helpers.Pipeline(helpers.DenseLayers(2), 2, 1,
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
+      net = layer_helpers.Pipeline(layer_helpers.DenseLayers(2), 2, 1,
                              devices=['/device:CPU:1', '/device:CPU:0']).Instantiate()
       self.assertEqual(net.devices, ['/device:CPU:1', '/device:CPU:0'])
       self.assertEqual([tf.DeviceSpec.from_string(v.device).device_index

@@ -16,7 +16,7 @@ from lingvo.core import test_utils
 from tensorpipe import batch_norm
 from tensorpipe import selective_recompute
 from tensorpipe.tasks.mt import transformer
-from tests import helpers
+from tests import layer_helpers
 
 DIM = 8
 KS = (1, 2, 3)
@@ -63,7 +63,7 @@ def _WithLoss(layers):
   return layers + [Squares.Params().Set(name='loss')]
 
 
-class Linear(helpers.Dense):
+class Linear(layer_helpers.Dense):
   """y = x w: its output is a kept matmul's (a partition may end in one, the next start with one
   reading it)."""
 
@@ -71,7 +71,7 @@ class Linear(helpers.Dense):
     return tf.matmul(x, theta.w)
 
 
-class GatedDense(helpers.Dense):
+class GatedDense(layer_helpers.Dense):
   """y = tanh(z) * sigmoid(z), z = x w: one matmul output, two activations its gradient reads."""
 
   def FProp(self, theta, x):
@@ -102,7 +102,7 @@ def _FcLayerNorms():
 
 
 def _Dense(num):
-  return _WithLoss(helpers.DenseLayers(num, dim=DIM))
+  return _WithLoss(layer_helpers.DenseLayers(num, dim=DIM))
 
 
 def _TransformerInputs():
@@ -125,10 +125,10 @@ def _Variants(layers, ms=(4,), virtual=True):
     for m in ms:
       for sched in ('gpipe', '1f1b'):
         variants.append(('K%d_M%d_%s' % (k, m, sched),
-                         helpers.Pipeline(layers, k, m, 'selective', schedule=sched)))
+                         layer_helpers.Pipeline(layers, k, m, 'selective', schedule=sched)))
     if virtual and k > 1 and 2 * k <= len(layers) - 1:
         mv = k * max(1, ms[-1] // k)  # Interleaved 1F1B takes M a multiple of K.
-        variants.append(('K%d_M%d_interleaved' % (k, mv), helpers.Pipeline(
+        variants.append(('K%d_M%d_interleaved' % (k, mv), layer_helpers.Pipeline(
             layers, k, mv, 'selective', schedule='interleaved_1f1b', virtual_stages=2)))
   return variants
 
@@ -139,7 +139,7 @@ def _SharedSteps(variants, inputs_fn, loss_fn):
   trainer's: dropout masks read it) and one session run."""
   graph = tf.Graph()
   fetches = {}
-  with graph.as_default(), helpers.Cluster(3):
+  with graph.as_default(), layer_helpers.Cluster(3):
     tf.random.set_seed(1234)
     py_utils.GetOrCreateGlobalStepVar()
     with py_utils.VariableStore(), tf.variable_scope('', reuse=tf.AUTO_REUSE):
@@ -148,7 +148,7 @@ def _SharedSteps(variants, inputs_fn, loss_fn):
         variables = tf.trainable_variables()
         grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
         fetches[name] = {v.op.name: g for v, g in zip(variables, grads) if g is not None}
-    with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(3)) as sess:
+    with tf.Session(graph=graph, config=layer_helpers.ValuesOnlyConfig(3)) as sess:
       sess.run(tf.global_variables_initializer())
       return sess.run(fetches)
 
@@ -167,7 +167,7 @@ class GradientsTest(test_utils.TestCase):
 
   def _AssertEqualUnpipelined(self, layers, inputs_fn, loss_fn, ms=(4,), virtual=True):
     variants = _Variants(layers, ms, virtual)
-    reference = helpers.Pipeline(layers, 1, 1, unpipelined=True)
+    reference = layer_helpers.Pipeline(layers, 1, 1, unpipelined=True)
     results = _SharedSteps([('unpipelined', reference)] + variants, inputs_fn, loss_fn)
     plain = results.pop('unpipelined')
     self.assertLen(results, len(variants))
@@ -194,7 +194,7 @@ class GradientsTest(test_utils.TestCase):
     variants = _Variants(_FcLayerNorms(), virtual=False)
     always = [(name + '_always', params.Copy().Set(recompute='always'))
               for name, params in variants]
-    results = _SharedSteps([('unpipelined', helpers.Pipeline(_FcLayerNorms(), 1, 1,
+    results = _SharedSteps([('unpipelined', layer_helpers.Pipeline(_FcLayerNorms(), 1, 1,
                                                              unpipelined=True))] +
                            variants + always, lambda: (tf.constant(x),), _Mean)
     plain = results.pop('unpipelined')
@@ -207,8 +207,8 @@ class GradientsTest(test_utils.TestCase):
     self._AssertEqualUnpipelined(_Transformers(), _TransformerInputs, _Mean,
                                  virtual=False)
     # Dropout drops: without it the gradients differ.
-    results = _SharedSteps([('with', helpers.Pipeline(_Transformers(), 2, 3, 'selective')),
-                            ('without', helpers.Pipeline(_Transformers(keep=1.0), 2, 3,
+    results = _SharedSteps([('with', layer_helpers.Pipeline(_Transformers(), 2, 3, 'selective')),
+                            ('without', layer_helpers.Pipeline(_Transformers(keep=1.0), 2, 3,
                                                          'selective'))],
                            _TransformerInputs, _Mean)
     self.assertGreater(_MaxError(results['with'], results['without']), 1e-2)
@@ -260,11 +260,11 @@ class BackwardGraphTest(test_utils.TestCase):
     """{mode: {(partition, task): FunctionDef}} of pipelines 'always' and 'selective' (keeping
     `kept_ops`)."""
     graph = tf.Graph()
-    with graph.as_default(), helpers.Cluster(k):
+    with graph.as_default(), layer_helpers.Cluster(k):
       py_utils.GetOrCreateGlobalStepVar()
       for mode in ('always', 'selective'):
         extra = dict(selective_kept_ops=kept_ops) if mode == 'selective' else {}
-        out = helpers.Pipeline(layers, k, 2, mode, name=mode, **extra).Instantiate(
+        out = layer_helpers.Pipeline(layers, k, 2, mode, name=mode, **extra).Instantiate(
         ).FPropDefaultTheta(*inputs_fn())
         tf.gradients(_Mean(out), tf.trainable_variables(), colocate_gradients_with_ops=True)
     found = collections.defaultdict(dict)
@@ -322,16 +322,16 @@ class MemoryTest(test_utils.TestCase):
 
   def _PeakBytes(self, mode):
     layers = [GatedDense.Params().Set(name='layer%d' % i, dim=64, seed=i) for i in range(16)]
-    with tf.Graph().as_default() as g, helpers.Cluster(2):
-      net = helpers.Pipeline(layers, 2, 8, mode).Instantiate()
+    with tf.Graph().as_default() as g, layer_helpers.Cluster(2):
+      net = layer_helpers.Pipeline(layers, 2, 8, mode).Instantiate()
       out = net.FPropDefaultTheta(tf.random.uniform([4096, 64]))
       grads = tf.gradients(tf.reduce_mean(out), tf.trainable_variables(),
                            colocate_gradients_with_ops=True)
       norm = tf.add_n([tf.reduce_sum(x * x) for x in grads])
-      with helpers.Session(g, 2) as sess:
+      with layer_helpers.Session(g, 2) as sess:
         sess.run(tf.global_variables_initializer())
         sess.run(norm)
-        return helpers.StepPeakBytes(lambda: sess.run(norm))[0]
+        return layer_helpers.StepPeakBytes(lambda: sess.run(norm))[0]
 
   @pytest.mark.slow
   def testSelectivePeaksWellBelowNever(self):
@@ -348,9 +348,11 @@ class ParamsTest(test_utils.TestCase):
   def testKeptOpsAreCheckedEarly(self):
     x = np.random.RandomState(2).normal(size=[12, DIM]).astype(np.float32)
     results = _SharedSteps([
-        ('unpipelined', helpers.Pipeline(_Dense(4), 1, 1, unpipelined=True)),
-        ('einsums', helpers.Pipeline(_Dense(4), 2, 4, 'selective', selective_kept_ops=['Einsum'])),
-        ('matmuls', helpers.Pipeline(_Dense(4), 2, 4, 'selective', selective_kept_ops=('MatMul',)))
+        ('unpipelined', layer_helpers.Pipeline(_Dense(4), 1, 1, unpipelined=True)),
+        ('einsums',
+         layer_helpers.Pipeline(_Dense(4), 2, 4, 'selective', selective_kept_ops=['Einsum'])),
+        ('matmuls',
+         layer_helpers.Pipeline(_Dense(4), 2, 4, 'selective', selective_kept_ops=('MatMul',)))
     ], lambda: (tf.constant(x),), _Mean)
     for name in ('einsums', 'matmuls'):
       self.assertLess(_MaxError(results[name], results['unpipelined']), 1e-5, name)
@@ -360,14 +362,15 @@ class ParamsTest(test_utils.TestCase):
         ('MatMul', r"selective_kept_ops='MatMul' must be a non-empty list"),
         ([], r'selective_kept_ops=\[\] must be a non-empty list')):
       with self.assertRaisesRegex(ValueError, r"TensorPipeLayer 'pipe': " + error):
-        with helpers.Cluster(2):
-          helpers.Pipeline(_Dense(2), 2, 4, 'selective', selective_kept_ops=bad).Instantiate()
+        with layer_helpers.Cluster(2):
+          layer_helpers.Pipeline(_Dense(2), 2, 4, 'selective', selective_kept_ops=bad).Instantiate()
     with self.assertRaisesRegex(
         ValueError, r"TensorPipeLayer 'pipe': selective_kept_ops=\['MatMul'\] applies to "
         r"recompute='selective' only, got recompute='always': set recompute='selective' or "
         r"selective_kept_ops=None"):
-      with helpers.Cluster(2):
-        helpers.Pipeline(_Dense(2), 2, 4, 'always', selective_kept_ops=['MatMul']).Instantiate()
+      with layer_helpers.Cluster(2):
+        layer_helpers.Pipeline(_Dense(2), 2, 4, 'always',
+                               selective_kept_ops=['MatMul']).Instantiate()
 
 
 class ScheduleTest(test_utils.TestCase):
@@ -377,8 +380,8 @@ class ScheduleTest(test_utils.TestCase):
       with self.assertRaisesRegex(
           ValueError, r"TensorPipeLayer 'pipe': schedule='%s' needs recompute='always', got "
           r"recompute='selective'" % sched):
-        with helpers.Cluster(2):
-          helpers.Pipeline(helpers.DenseLayers(4), 2, 4, 'selective', schedule=sched,
+        with layer_helpers.Cluster(2):
+          layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 2, 4, 'selective', schedule=sched,
                            **extra).Instantiate()
 
 

@@ -10,7 +10,7 @@ from lingvo.core import test_utils
 
 from tensorpipe import layer as layer_lib
 from tensorpipe import shared_layer
-from tests import helpers
+from tests import layer_helpers
 
 VOCAB, DIM, BATCH = 11, 8, 14
 
@@ -45,7 +45,7 @@ def _Tied():
 
 def _Layers():
   return ([shared_layer.SharedLayer.Params().Set(name='embed', layer=_Tied(), method='Embed')] +
-          helpers.DenseLayers(4, DIM))
+          layer_helpers.DenseLayers(4, DIM))
 
 
 def _LossLayer():
@@ -58,7 +58,7 @@ class TiedNet(base_layer.BaseLayer):
   def __init__(self, params):
     super().__init__(params)
     self.CreateChild('tied', _Tied())
-    for p in helpers.DenseLayers(4, DIM):
+    for p in layer_helpers.DenseLayers(4, DIM):
       self.CreateChild(p.name, p)
 
   def FProp(self, theta, ids, labels):
@@ -96,16 +96,16 @@ class SharedLayerTest(test_utils.TestCase):
         for m in (2, 3):
           name = 'K%d_M%d_%s' % (k, m, sched)
           variants.append((name, self._Pipeline(name, k, m, sched)))
-    results = helpers.GradientsOfVariants(variants, _Inputs, loss_fn=tf.reduce_mean)
+    results = layer_helpers.GradientsOfVariants(variants, _Inputs, loss_fn=tf.reduce_mean)
     plain, plain_loss = results.pop('plain')
     self.assertIn('tied/table/var', plain)
     for name, (grads, loss) in sorted(results.items()):
       self.assertEqual(sorted(grads), sorted(plain), name)  # One table, named after the layer.
-      self.assertLess(helpers.MaxRelativeError(grads, plain), 1e-5, name)
+      self.assertLess(layer_helpers.MaxRelativeError(grads, plain), 1e-5, name)
       self.assertAllClose(loss, plain_loss, rtol=1e-6)
 
   def testOneVariableOnTheFirstUsersDevice(self):
-    with tf.Graph().as_default(), helpers.Cluster(3):
+    with tf.Graph().as_default(), layer_helpers.Cluster(3):
       net = self._Pipeline('pipe', 3, 2, 'gpipe').Instantiate()
       tables = [v for v in tf.global_variables() if 'table' in v.op.name]
       self.assertEqual([v.op.name for v in tables], ['pipe/tied/table/var'])
@@ -120,17 +120,17 @@ class SharedLayerTest(test_utils.TestCase):
         params_init=py_utils.WeightInit.Gaussian(0.5, seed=1))
     layers = ([shared_layer.SharedLayer.Params().Set(name='emb', layer=softmax,
                                                      method='EmbLookup')] +
-              helpers.DenseLayers(2, DIM) +
+              layer_helpers.DenseLayers(2, DIM) +
               [shared_layer.SharedLayer.Params().Set(name='logits', layer=softmax,
                                                      method='Logits')])
-    variants = [('pipe%d' % k, helpers.Pipeline(layers, k, 2, name='pipe%d' % k))
+    variants = [('pipe%d' % k, layer_helpers.Pipeline(layers, k, 2, name='pipe%d' % k))
                 for k in (1, 2)]
-    results = helpers.GradientsOfVariants(variants, lambda: (_Inputs()[0],),
+    results = layer_helpers.GradientsOfVariants(variants, lambda: (_Inputs()[0],),
                                           loss_fn=lambda out: tf.reduce_mean(tf.square(out)))
     one, _ = results['pipe1']
     two, _ = results['pipe2']
     self.assertEqual(len([name for name in one if name.startswith('softmax/')]), 2)  # w and b.
-    self.assertLess(helpers.MaxRelativeError(two, one), 1e-5)
+    self.assertLess(layer_helpers.MaxRelativeError(two, one), 1e-5)
 
   def testBadSharing(self):
     # Entries that share a layer are checked by entries.CheckSharedNames (tests/entries_test.py).

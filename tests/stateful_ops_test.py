@@ -23,7 +23,7 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe import batch_norm
-from tests import helpers
+from tests import layer_helpers
 
 BATCH = 12
 DIM = 8
@@ -49,10 +49,10 @@ def _Loss(out):
 def _Steps(models, inputs_fn, loss_fn=_Loss, num_devices=4):
   """One training step of each of `models` (layer Params) on the same variables, in one graph.
 
-  Returns per model what helpers.StepWithBatchNormUpdates does: ({trainable var name: gradient},
-  {moving-average var name: value after the step}, #registered batch-norm updates, #those relevant
-  to the loss), the graph having a global step (as the trainer's: dropout masks and Lingvo's step
-  seeds read it).
+  Returns per model what layer_helpers.StepWithBatchNormUpdates does: ({trainable var name:
+  gradient}, {moving-average var name: value after the step}, #registered batch-norm updates,
+  #those relevant to the loss), the graph having a global step (as the trainer's: dropout masks and
+  Lingvo's step seeds read it).
 
   One graph and session for all the variants of a test instead of one each: building and first
   running a graph is most of a step's time. The models share their variables (Lingvo's variable
@@ -63,7 +63,7 @@ def _Steps(models, inputs_fn, loss_fn=_Loss, num_devices=4):
   """
   graph = tf.Graph()
   steps = []
-  with graph.as_default(), helpers.Cluster(num_devices):
+  with graph.as_default(), layer_helpers.Cluster(num_devices):
     tf.random.set_seed(1234)  # Lingvo then seeds unseeded variables from their names.
     py_utils.GetOrCreateGlobalStepVar()
     num_variables = None
@@ -84,7 +84,7 @@ def _Steps(models, inputs_fn, loss_fn=_Loss, num_devices=4):
     init = tf.global_variables_initializer()
     reset_moving = tf.variables_initializer(moving)
   # Values only: grappler's rewrites of the outer graph would take time too.
-  config = helpers.ValuesOnlyConfig(num_devices)
+  config = layer_helpers.ValuesOnlyConfig(num_devices)
   results = []
   with tf.Session(graph=graph, config=config) as sess:
     sess.run(init)
@@ -189,8 +189,8 @@ class RowsTest(test_utils.TestCase):
   def _AssertEqualsPlain(self, layer_params, inputs_fn, loss_fn=_Loss, batch_dim=0, tol=1e-5):
     variants = [(k, m) for k in KS for m in MS]
     (plain, _, _, _), *steps = _Steps(
-        [helpers.Plain(layer_params)] +
-        [helpers.Pipeline(layer_params, k, m, batch_dim=batch_dim) for k, m in variants],
+        [layer_helpers.Plain(layer_params)] +
+        [layer_helpers.Pipeline(layer_params, k, m, batch_dim=batch_dim) for k, m in variants],
         inputs_fn, loss_fn)
     for (k, m), (grads, _, _, _) in zip(variants, steps):
       self.assertLess(_MaxError(grads, plain), tol, 'K=%d M=%d' % (k, m))
@@ -252,8 +252,9 @@ class RowsTest(test_utils.TestCase):
     # As for dropout rows: re-computation against its absence at the largest K and M only.
     variants = [(m, k, 'always') for m in MS for k in KS] + [(MS[-1], KS[-1], 'never')]
     (plain_grads, plain_moving, _, _), *steps = _Steps(
-        [helpers.Plain(layer_params)] +
-        [helpers.Pipeline(layer_params, k, m, mode) for m, k, mode in variants], inputs_fn, loss_fn)
+        [layer_helpers.Plain(layer_params)] +
+        [layer_helpers.Pipeline(layer_params, k, m, mode) for m, k, mode in variants], inputs_fn,
+        loss_fn)
     steps = dict(zip(variants, steps))
     for m in MS:
       reference = None
@@ -314,7 +315,7 @@ class RowsTest(test_utils.TestCase):
     bn = [bn_layers.BatchNormLayer.Params().Set(name='bn', dim=DIM, decay=0.9)]
     ms = (2, 4, 12)
     (_, plain, _, _), *steps = _Steps(
-        [helpers.Plain(bn)] + [helpers.Pipeline(bn, 1, m) for m in ms], inputs_fn)
+        [layer_helpers.Plain(bn)] + [layer_helpers.Pipeline(bn, 1, m) for m in ms], inputs_fn)
     for m, (_, moving, _, _) in zip(ms, steps):
       for name in plain:
         self.assertAllClose(moving[name], plain[name], rtol=1e-5, atol=1e-6, msg='M=%d' % m)
@@ -331,9 +332,9 @@ class RowsTest(test_utils.TestCase):
     # re-computation agree).
     variants = [(m, k, 'always') for m in MS for k in ks] + [(MS[-1], ks[-1], 'never')]
     *steps, (kept, _, _, _) = _Steps(
-        [helpers.Pipeline(layer_params, k, m, mode, batch_dim=batch_dim)
+        [layer_helpers.Pipeline(layer_params, k, m, mode, batch_dim=batch_dim)
          for m, k, mode in variants] +
-        [helpers.Pipeline(no_dropout, 2, 4, batch_dim=batch_dim)], inputs_fn, loss_fn)
+        [layer_helpers.Pipeline(no_dropout, 2, 4, batch_dim=batch_dim)], inputs_fn, loss_fn)
     grads = {variant: step[0] for variant, step in zip(variants, steps)}
     self.assertLess(_MaxError(grads[MS[-1], ks[-1], 'always'], grads[MS[-1], ks[-1], 'never']),
                     1e-4, 'recompute always vs never')
@@ -399,12 +400,12 @@ class RowsTest(test_utils.TestCase):
     outs = []
     for m in (1, 8):
       graph = tf.Graph()
-      with graph.as_default(), helpers.Cluster(2):
-        net = helpers.Pipeline([layers.DropoutLayer.Params().Set(name='drop0', keep_prob=0.7),
+      with graph.as_default(), layer_helpers.Cluster(2):
+        net = layer_helpers.Pipeline([layers.DropoutLayer.Params().Set(name='drop0', keep_prob=0.7),
                                 layers.DropoutLayer.Params().Set(name='drop1', keep_prob=1.0)],
                                2, m).Instantiate()
         out = net.FPropDefaultTheta(tf.constant(x))
-        with helpers.Session(graph, 2) as sess:
+        with layer_helpers.Session(graph, 2) as sess:
           sess.run(tf.global_variables_initializer())
           outs.append(sess.run(out))
     kept = (outs[0] != 0).mean()
@@ -446,7 +447,8 @@ class ZeroBubbleTest(test_utils.TestCase):
     loss = _SquaredDistance.Params().Set(name='loss', batch_dim=batch_dim)
     variants = [(k, m, name) for k in ks for m in ms for name in ('gpipe', 'zero_bubble')]
     steps = dict(zip(variants, _Steps(
-        [helpers.Pipeline(layer_params, k, m, batch_dim=batch_dim, schedule=name, loss_layer=loss)
+        [layer_helpers.Pipeline(layer_params, k, m, batch_dim=batch_dim, schedule=name,
+                                loss_layer=loss)
          for k, m, name in variants], Inputs, tf.reduce_mean)))
     for k in ks:
       for m in ms:
@@ -519,9 +521,9 @@ class RefusedTest(test_utils.TestCase):
 
   def _Build(self, layer_params, recompute='always', k=2, m=4, shape=(BATCH, DIM)):
     graph = tf.Graph()
-    with graph.as_default(), helpers.Cluster(k):
+    with graph.as_default(), layer_helpers.Cluster(k):
       py_utils.GetOrCreateGlobalStepVar()
-      net = helpers.Pipeline(layer_params, k, m, recompute).Instantiate()
+      net = layer_helpers.Pipeline(layer_params, k, m, recompute).Instantiate()
       (x,) = _Inputs(shape)
       out = net.FPropDefaultTheta(x)
       return tf.gradients(tf.reduce_sum(out), tf.trainable_variables())

@@ -12,14 +12,55 @@ from tensorpipe import tf_internals
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DOOR = os.path.realpath(tf_internals.__file__)
-# Private attributes of TensorFlow objects that tf_internals wraps; nothing else may touch them.
+# Private attributes of TensorFlow objects that tf_internals wraps, and the internals of a function
+# graph (FuncGraph: its captures and enclosing graph); nothing else may touch them.
 _PRIVATE_ATTRIBUTES = frozenset([
     '_add_function_recursive', '_get_function', '_attr_scope', '_add_control_inputs',
-    '_update_input', '_is_stateful', 'gradient_registry'])
+    '_update_input', '_is_stateful', 'gradient_registry',
+    'outer_graph', 'captures', 'capture', 'external_captures', 'internal_captures',
+    'deferred_external_captures', 'deferred_internal_captures', 'function_captures',
+    'replace_capture', 'capture_call_time_value'])
+# TensorFlow's private function and op attributes, which code names by string (a function's
+# experimental_attributes, an op's attrs); flagged wherever such a string appears.
+_PRIVATE_ATTRIBUTE_STRINGS = frozenset([
+    '_noinline', '_nospecialize', '_disable_call_shape_inference', '_grappler_do_not_remove',
+    '_XlaCompile', '_XlaScope', '_XlaMustCompile', '_class', '_read_only_resource_inputs'])
+# Functions that take an attribute name by string: a private one ('_...') of anything but `self`
+# (a mixin reads its runner's own members) is a private API reached around the door.
+_BY_NAME = frozenset(['getattr', 'setattr', 'hasattr', 'delattr'])
+# Uses the check still finds in modules being split now (path, what): their new modules must go
+# through tf_internals (tf_internals.TraceNotInlined); the test fails once an entry is gone, to be
+# removed here.
+_PENDING = frozenset([('tensorpipe/measure/planner.py', "'_noinline'")])
+
+
+def _PrivateString(node):
+  """The private attribute name `node` gives by string, or None: a string of
+  _PRIVATE_ATTRIBUTE_STRINGS, a private key of a dict literal or dict(...) keyword, or a private
+  name given to getattr and the like."""
+  if isinstance(node, ast.Constant) and node.value in _PRIVATE_ATTRIBUTE_STRINGS:
+    return node.value
+  if isinstance(node, ast.Dict):
+    for key in node.keys:
+      if (isinstance(key, ast.Constant) and isinstance(key.value, str) and
+          key.value.startswith('_') and not key.value.startswith('__')):
+        return key.value
+  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+    if node.func.id == 'dict':
+      for keyword in node.keywords:
+        if keyword.arg and keyword.arg.startswith('_') and not keyword.arg.startswith('__'):
+          return keyword.arg
+    if (node.func.id in _BY_NAME and len(node.args) >= 2 and
+        not (isinstance(node.args[0], ast.Name) and node.args[0].id == 'self') and
+        isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) and
+        node.args[1].value.startswith('_') and not node.args[1].value.startswith('__')):
+      return node.args[1].value
+  return None
 
 
 def _Offences(path):
-  """(line, what) of each private TensorFlow import or attribute used in the file at `path`."""
+  """(line, what) of each private TensorFlow import, attribute or attribute string (see
+  `_PrivateString`) used in the file at `path`."""
   with open(path) as f:
     tree = ast.parse(f.read(), path)
   found = []
@@ -32,10 +73,13 @@ def _Offences(path):
       found.append((node.lineno, node.attr))
       continue
     else:
+      string = _PrivateString(node)
+      if string is not None:
+        found.append((node.lineno, repr(string)))
       continue
     found.extend((node.lineno, name) for name in names
                  if name.startswith(('tensorflow.python', 'tensorflow.core')))
-  return found
+  return sorted(set(found))  # A dict key of _PRIVATE_ATTRIBUTE_STRINGS is found twice.
 
 
 class _FakeChannel:
@@ -78,16 +122,22 @@ class TfInternalsTest(unittest.TestCase):
     self.assertEqual(channel.calls, [('/tensorflow.WorkerService/GetStatus', b'', 5.0)] * 2)
 
   def testNoModuleOutsideTheDoorUsesThem(self):
-    offences = []
+    offences, pending = [], set()
     for top in ('tensorpipe', 'tools', 'params'):
       for folder, _, names in os.walk(os.path.join(ROOT, top)):
         for name in sorted(names):
           path = os.path.join(folder, name)
           if not name.endswith('.py') or os.path.realpath(path) == _DOOR:
             continue
-          offences.extend('%s:%d %s' % (os.path.relpath(path, ROOT), line, what)
-                          for line, what in _Offences(path))
+          relative = os.path.relpath(path, ROOT)
+          for line, what in _Offences(path):
+            if (relative, what) in _PENDING:
+              pending.add((relative, what))
+            else:
+              offences.append('%s:%d %s' % (relative, line, what))
     self.assertEqual(offences, [], 'private TensorFlow APIs used outside tensorpipe/tf_internals.py')
+    self.assertEqual(set(_PENDING) - pending, set(),
+                     'entries of _PENDING the check no longer finds: remove them')
 
   def testTheCheckSeesAnImportAndAnAttribute(self):
     with tempfile.TemporaryDirectory() as folder:  # Its own file, whoever else runs this test.
@@ -97,6 +147,25 @@ class TfInternalsTest(unittest.TestCase):
                 'def F(op, ops):\n  op._add_control_inputs(ops)\n')
       self.assertEqual(_Offences(path), [(1, 'tensorflow.python.ops'), (2, 'tensorflow.core'),
                                          (4, '_add_control_inputs')])
+
+  def testTheCheckSeesAttributeStringsAndFunctionGraphInternals(self):
+    with tempfile.TemporaryDirectory() as folder:
+      path = os.path.join(folder, 'tf_internals_probe.py')
+      with open(path, 'w') as f:
+        f.write('def F(tf, g, layer, attrs):\n'
+                '  tf.function(g, experimental_attributes={\'_noinline\': True})\n'
+                '  attrs[\'_nospecialize\'] = True\n'
+                '  x = dict(_XlaCompile=True)\n'
+                '  s = getattr(layer, \'_private_scope\', None)\n'
+                '  o = g.outer_graph\n'
+                '  c = g.internal_captures\n'
+                '  k = getattr(self, \'_runner_member\', None)\n'
+                '  d = {\'__name__\': 1, \'public\': 2}\n'
+                '  t = dict(__module__=__name__)\n')
+      self.assertEqual(_Offences(path),
+                       [(2, "'_noinline'"), (3, "'_nospecialize'"),
+                        (4, "'_XlaCompile'"), (5, "'_private_scope'"), (6, 'outer_graph'),
+                        (7, 'internal_captures')])
 
 
 if __name__ == '__main__':

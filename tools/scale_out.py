@@ -9,7 +9,7 @@ ways, each through Lingvo's trainer:
   4 hosts       the 4-process job's per-host commands (docs/guide.md, "Several hosts"), each worker
                 in a host of its own and the controller and trainer client in a fifth: Linux network
                 namespaces with their own addresses, linked by veth pairs to a bridge
-                (tensorpipe.trainer.hosts; needs root, else the row is skipped with the reason)
+                (tests/hosts.py; needs root, else the row is skipped with the reason)
 
 and prints, per way: examples/sec (median over the second half of the steps, from Lingvo's step
 lines) and the ratio to one process, and from the trainer's last traced step (TensorPipe's profile,
@@ -38,7 +38,7 @@ from absl import flags
 
 from tensorpipe.measure import machine
 from tensorpipe.trainer import command_line
-from tensorpipe.trainer import hosts
+from tests import hosts
 
 flags.DEFINE_integer('steps', 400, 'Training steps per way.', lower_bound=1)
 flags.DEFINE_integer('profile_every', 100, 'Traced step interval.')

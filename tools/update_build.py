@@ -205,7 +205,11 @@ def Generate():
              '    srcs = ["%s"],' % path]
     if rule == 'py_binary':
       lines.append('    main = "%s",' % path)
-    if package == 'tests' and rule == 'py_library':
+    # Test helpers are testonly, and so is a tool that imports one (tools.scale_out runs
+    # tests/hosts.py's network-namespace hosts): Bazel refuses a non-test target that depends on a
+    # testonly one.
+    if package == 'tests' and rule == 'py_library' or (
+        rule == 'py_binary' and any(package_of[m] == 'tests' for m in deps | data)):
       lines.append('    testonly = True,')
     end = '    ],'
     if module == 'tools.update_build':  # It reads BUILD, every source, and looks for data files.

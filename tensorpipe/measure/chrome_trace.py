@@ -38,7 +38,7 @@ import bisect
 import collections
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, DefaultDict, Dict, List, Optional, Tuple
 
 from lingvo import compat as tf
 
@@ -73,7 +73,9 @@ def _Lanes(slices, first=()):
   under them without crossing one (the ops of the tasks on a thread).
   """
   boundaries = sorted(time for start, end, _ in first for time in (start, end))
-  lanes = [([], [event for _, _, event in first])] if first else []  # (open slice ends, events)
+  # (open slice ends, events) per lane
+  lanes: List[Tuple[List[float], List[Any]]] = (
+      [([], [event for _, _, event in first])] if first else [])
   for start, end, event in sorted(slices, key=lambda s: (s[0], -s[1])):
     for i, (stack, events) in enumerate(lanes):
       while stack and stack[-1] <= start:
@@ -110,7 +112,8 @@ def _TaskSlices(trace):
   slice spans its ops, inside the backward or weight-gradient call that re-ran them.
   """
   named_pipeline = len(trace.pipelines) > 1
-  spans = {}  # (pipeline, category, partition, micro_batch) -> (start, end) of its calls
+  # (pipeline, category, partition, micro_batch) -> (start, end) of its calls
+  spans: Dict[Tuple[Optional[str], str, int, Optional[int]], Tuple[float, float]] = {}
   for op in trace.ops:
     if op.is_call and op.partition is not None:
       key = (op.pipeline, op.category, op.partition, op.micro_batch)
@@ -118,7 +121,7 @@ def _TaskSlices(trace):
       spans[key] = (min(start, op.start), max(end, op.end))
   device_of = trace.PartitionDevices()
   slices = [key + span for key, span in spans.items()]
-  for pipeline in trace.pipelines or [None]:
+  for pipeline in trace.PipelineKeys():
     # One per backward or weight-gradient task that re-ran partition k on micro-batch t.
     slices += [(pipeline, category, k, t, start, end)
                for k, category, t, start, end in trace.Tasks(pipeline) if category == 'recompute']
@@ -133,7 +136,8 @@ def _TaskSlices(trace):
 def _OtherSlices(trace):
   """{device: [(start us, end us, event, key)]}: each device's work outside the tasks, per
   category; key: (None, category, None, None)."""
-  spans = collections.defaultdict(lambda: collections.defaultdict(list))
+  spans: DefaultDict[str, DefaultDict[str, List[Tuple[float, float]]]] = (
+      collections.defaultdict(lambda: collections.defaultdict(list)))
   for op in trace.compute_ops:
     if op.category in OTHER_CATEGORIES:
       spans[op.device][op.category].append((op.start, op.end))
@@ -182,7 +186,8 @@ def _DeviceThreads(device, trace, tasks, other):
   holders = collections.defaultdict(list)
   for holder in tasks + other:
     holders[holder[3]].append(holder)
-  groups = []  # (label, [(start, end, event)] of the lane's holders, [op slices under them])
+  # (label, [(start, end, event)] of the lane's holders, [op slices under them])
+  groups: List[Tuple[str, List[Any], List[Any]]] = []
   for label, slices in (('tasks', tasks), ('other work', other)):
     by_event = {id(h[2]): h[:3] for h in slices}
     for i, lane in enumerate(_Lanes([h[:3] for h in slices])):

@@ -10,7 +10,7 @@ first, and the planner keys what it measured by `Key()`.
 import dataclasses
 import os
 import platform
-from typing import Optional
+from typing import Optional, Set
 
 from tensorpipe import tf_internals
 
@@ -28,7 +28,8 @@ class Machine:
 
 def _CpuInfo():
   """(model name, flags) of the first processor in /proc/cpuinfo; ('', set()) without it."""
-  model, cpu_flags = '', set()
+  model = ''
+  cpu_flags: Set[str] = set()
   try:
     with open('/proc/cpuinfo', encoding='utf-8', errors='replace') as f:
       for line in f:

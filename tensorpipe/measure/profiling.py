@@ -39,7 +39,8 @@ new buffer counts it until the update ends, when the old buffer is freed.
 import collections
 import dataclasses
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+import typing
+from typing import Any, DefaultDict, Dict, List, Optional, Sequence, Tuple, Union
 
 from lingvo import compat as tf
 
@@ -242,12 +243,15 @@ class Trace:
     Concurrent ops of one category count once; an instant when ops of n categories run on a device
     counts 1/n to each, so shares of the step (e.g. bubble vs re-computation) never sum past 1.
     """
-    events = collections.defaultdict(list)
+    # device -> (time, +1 at an op's start or -1 at its end, the op's category)
+    events: DefaultDict[str, List[Tuple[float, int, str]]] = collections.defaultdict(list)
     for op in self.compute_ops:
       events[op.device] += [(op.start, 1, op.category), (op.end, -1, op.category)]
     out = {}
     for device, evs in events.items():
-      running, seconds, last = collections.Counter(), collections.Counter(), None
+      running: typing.Counter[str] = collections.Counter()  # category -> its ops running
+      seconds: DefaultDict[str, float] = collections.defaultdict(float)
+      last = 0.0
       for t, delta, category in sorted(evs, key=lambda e: (e[0], e[1])):
         active = [c for c, n in running.items() if n > 0]
         if active and t > last:
@@ -260,10 +264,19 @@ class Trace:
 
   def WorkByCategory(self) -> Dict[str, Dict[str, float]]:
     """{device: {category: summed op seconds}}; concurrent ops all count (core-seconds)."""
-    out = collections.defaultdict(collections.Counter)
+    out: DefaultDict[str, DefaultDict[str, float]] = collections.defaultdict(
+        lambda: collections.defaultdict(float))
     for op in self.compute_ops:
       out[op.device][op.category] += op.end - op.start
     return {d: dict(c) for d, c in out.items()}
+
+  @typing.overload
+  def PeakMemory(self, devices: None = None) -> Dict[str, int]:
+    ...
+
+  @typing.overload
+  def PeakMemory(self, devices: Sequence[str]) -> int:
+    ...
 
   def PeakMemory(self, devices: Optional[Sequence[str]] = None) -> Union[Dict[str, int], int]:
     """Bytes: the peak of memory allocated during the step and not yet freed, on `devices`.
@@ -312,10 +325,10 @@ class Trace:
   def PartitionDevices(self) -> Dict[Tuple[Optional[str], int], str]:
     """{(pipeline, partition): the device its ops ran on}; pipeline as in `Op.pipeline`. The
     partition's calls decide where there are any (the partition's functions run there)."""
-    devices = {}
-    for op in sorted((op for op in self.ops if op.partition is not None),
-                     key=lambda op: not op.is_call):
-      devices.setdefault((op.pipeline, op.partition), op.device)
+    devices: Dict[Tuple[Optional[str], int], str] = {}
+    for op in sorted(self.ops, key=lambda op: not op.is_call):
+      if op.partition is not None:
+        devices.setdefault((op.pipeline, op.partition), op.device)
     return devices
 
   @property
@@ -324,6 +337,12 @@ class Trace:
     ran = {op.pipeline for op in self.ops if op.partition is not None}
     return [name for name in self._scopes if name in ran]
 
+  def PipelineKeys(self) -> List[Optional[str]]:
+    """The `pipeline` arguments that take each pipeline's tasks apart (see Tasks): the pipelines'
+    names, or [None] (every partition op) in a trace without pipeline names."""
+    keys: List[Optional[str]] = list(self.pipelines)
+    return keys or [None]
+
   def Tasks(self, pipeline: Optional[str] = None) -> List[Tuple[int, str, int, float, float]]:
     """[(partition, category, micro_batch, start, end)] of every pipeline task (its ops' span).
 
@@ -331,9 +350,11 @@ class Trace:
       pipeline: only that pipeline's tasks (a name given to the Trace); None: every partition op,
         where partitions of several pipelines with the same index count together.
     """
-    spans = {}
+    # (partition, category, micro-batch, task) -> (start, end) of its ops
+    spans: Dict[Tuple[int, str, int, Optional[str]], Tuple[float, float]] = {}
     for op in self.compute_ops:
-      if op.partition is None or op.op_type in _BOOKKEEPING:
+      # (An op of a partition has a micro-batch too: both come from its name.)
+      if op.partition is None or op.micro_batch is None or op.op_type in _BOOKKEEPING:
         continue
       if pipeline is not None and op.pipeline != pipeline:
         continue
@@ -346,7 +367,7 @@ class Trace:
     """[(pipeline name, its PartitionTimes)] of each pipeline whose partitions ran in the trace;
     [(None, every partition's)] in a trace without pipeline names; [] without partition ops."""
     out = []
-    for pipeline in self.pipelines or [None]:
+    for pipeline in self.PipelineKeys():
       try:
         out.append((pipeline, self.PartitionTimes(pipeline)))
       except ValueError:  # That pipeline's partitions did not run in this step.
@@ -363,7 +384,7 @@ class Trace:
     def Mine(op):
       return op.partition is not None and pipeline in (None, op.pipeline)
 
-    partitions = [op.partition for op in self.ops if Mine(op)]
+    partitions = [op.partition for op in self.ops if Mine(op) and op.partition is not None]
     if not partitions:
       raise ValueError('no TensorPipe partition calls%s in the trace (names with '
                        'partition<k>_mb<t>)' % ('' if pipeline is None else
@@ -403,7 +424,11 @@ class Trace:
     `task_of(op)` gives an op's task index, or None to leave it out. Times are the mean over
     micro-batches with `per_micro_batch`, else the sum.
     """
-    per = collections.defaultdict(lambda: collections.defaultdict(list))
+    # (task index, category) -> (micro-batch, task) -> (start, end) of each of its ops
+    per: DefaultDict[Tuple[int, str], DefaultDict[Tuple[Optional[int], Optional[str]],
+                                                  List[Tuple[float, float]]]] = (
+                                                      collections.defaultdict(
+                                                          lambda: collections.defaultdict(list)))
     for op in self.compute_ops:
       task = task_of(op)
       if task is not None:
@@ -412,7 +437,7 @@ class Trace:
     for k in range(num_tasks):
       by_kind = {}
       for kind in simulator.TASK_KINDS:
-        by_mb = per.get((k, kind), {})
+        by_mb = per[(k, kind)] if (k, kind) in per else {}
         by_kind[kind] = ([simulator.UnionLength(s) for s in by_mb.values()],
                          sum(end - start for s in by_mb.values() for start, end in s))
       out.append(_TaskTimesOf(by_kind, per_micro_batch))

@@ -10,7 +10,7 @@ made without pyplot: drawing leaves no figure open in pyplot's global state.
 """
 
 import collections
-from typing import IO, List, Mapping, Sequence, Tuple, Union
+from typing import IO, DefaultDict, Dict, List, Mapping, Sequence, Tuple, Union
 
 from matplotlib import figure as mpl_figure
 from matplotlib import patches
@@ -117,12 +117,13 @@ def Draw(rows: Rows, step_time: float, path: PathOrFile, title: str,
 
 def TraceFigure(trace: profiling.Trace, title: str) -> mpl_figure.Figure:
   """The timeline of a profiling.Trace as a matplotlib Figure: one row per device."""
-  rows = collections.OrderedDict((d, collections.defaultdict(list)) for d in trace.devices)
+  rows: Dict[str, DefaultDict[str, List[Tuple[float, float]]]] = collections.OrderedDict(
+      (d, collections.defaultdict(list)) for d in trace.devices)
   for op in trace.compute_ops:
     rows[op.device][op.category].append((op.start, op.end))
   device_of_partition = trace.PartitionDevices()
   tasks = []
-  for pipeline in trace.pipelines or [None]:  # Each pipeline's tasks apart (see Trace.Tasks).
+  for pipeline in trace.PipelineKeys():  # Each pipeline's tasks apart (see Trace.Tasks).
     tasks += [(device_of_partition[(pipeline, k)], kind, k, t, start, end)
               for k, kind, t, start, end in trace.Tasks(pipeline)]
   return Figure(rows, trace.step_time, title, tasks)
@@ -136,8 +137,8 @@ def DrawTrace(trace: profiling.Trace, path: PathOrFile, title: str) -> PathOrFil
 
 def DrawSimulated(result: simulator.SimulatedStep, path: PathOrFile, title: str) -> PathOrFile:
   """Draws a simulator.SimulatedStep: one row per device (a device holds one or more partitions)."""
-  rows = collections.OrderedDict(('device %d' % d, collections.defaultdict(list))
-                                 for d in range(len(result.busy)))
+  rows: Dict[str, DefaultDict[str, List[Tuple[float, float]]]] = collections.OrderedDict(
+      ('device %d' % d, collections.defaultdict(list)) for d in range(len(result.busy)))
   tasks = []
   for i in result.timeline:
     rows['device %d' % i.device][i.kind].append((i.start, i.end))

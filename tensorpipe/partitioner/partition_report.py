@@ -65,7 +65,7 @@ def Build(plan: partitioning.Plan, title: str = 'pipeline') -> PartitionReport:
   for k, size in enumerate(plan.sizes):
     layers = plan.layer_params[start:start + size]
     params = param_bytes = act_bytes = None
-    if profiles is not None:
+    if profiles is not None and mem is not None:  # Both or neither (Plan.Memory).
       partition = profiles[start:start + size]
       params = sum(p.params for p in partition)
       param_bytes = _Sum(p.params * plan.bytes_per_param + p.state * 4 for p in partition)

@@ -157,21 +157,27 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
     what = 'memory_budget' if cost == 'count' else 'partition_cost=%r' % cost
     raise ValueError('%s: %s needs cost_input_shapes (the first layer\'s input shapes for one '
                      'mini-batch)' % (where, what))
-  plan = Plan(layer_params, list(sizes or []), cost, algorithm, None, input_shapes,
-              num_micro_batches, recompute, bytes_per_param, memory_budget, tuple(skips),
+  # The plan starts with the 'count' cost; the other sources replace it below (memory's needs the
+  # plan's layer profiles).
+  plan = Plan(layer_params, list(sizes or []), cost, algorithm,
+              balancing.LayerCosts([1.0] * len(layer_params)),
+              None if input_shapes is None else list(input_shapes), num_micro_batches, recompute,
+              bytes_per_param, memory_budget, tuple(skips),
               None if partition_devices is None else tuple(partition_devices))
-  if cost == 'count':
-    plan.cost = balancing.LayerCosts([1.0] * len(layer_params))
-  elif cost == 'flops':
-    plan.cost = balancing.LayerCosts(cost_model.Flops(layer_params, input_shapes, skips),
-                                     where=where)
-  elif cost == 'measured':
-    plan.cost = balancing.LayerCosts(
-        measured_cost.MeasureSeconds(layer_params, input_shapes, device, input_fn=input_fn,
-                                  skips=skips),
-        what='time', where=where)
-  else:
-    plan.cost = plan.Memory()
+  if cost != 'count':
+    assert input_shapes is not None  # Checked above: every other cost source needs them.
+    if cost == 'flops':
+      plan.cost = balancing.LayerCosts(cost_model.Flops(layer_params, input_shapes, skips),
+                                       where=where)
+    elif cost == 'measured':
+      plan.cost = balancing.LayerCosts(
+          measured_cost.MeasureSeconds(layer_params, input_shapes, device, input_fn=input_fn,
+                                       skips=skips),
+          what='time', where=where)
+    else:
+      memory = plan.Memory()
+      assert memory is not None  # A plan with input shapes has layer profiles.
+      plan.cost = memory
   if not sizes:
     plan.sizes = _Split(plan, num_partitions, where)
   elif memory_budget is not None:

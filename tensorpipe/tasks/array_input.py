@@ -47,7 +47,7 @@ class ArrayInput(base_input_generator.BaseInputGenerator):
     self._arrays = tuple(self._LoadArrays())
     self._is_train = self.params.split == 'train'
     self._iterator = None
-    self._feeds = None
+    self._feeds: Tuple[Any, ...] = ()  # Per array its placeholder, made with the input batch.
     self._first = None  # Placeholder: the stream's first example (see StartAtStep).
 
   def _LoadArrays(self) -> Sequence[np.ndarray]:

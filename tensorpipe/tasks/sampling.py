@@ -14,6 +14,8 @@ equal tokens. After eos a row repeats eos. A row's score is the log-probability 
 its tokens up to and including the first eos.
 """
 
+from typing import Any, Tuple
+
 from lingvo import compat as tf
 from lingvo.core import py_utils
 
@@ -85,7 +87,8 @@ def Sample(log_probs_fn, first_ids, num_steps, eos_id, method='greedy', temperat
     ids += tf.one_hot(step + 1, width, dtype=tf.int32)[None, :] * token[:, None]
     return (step + 1, ids, scores, done, lengths) + tuple(rest)
 
-  init = (tf.constant(0), ids, tf.zeros([b]), tf.zeros([b], tf.bool), tf.zeros([b], tf.int32))
+  init: Tuple[Any, ...] = (tf.constant(0), ids, tf.zeros([b]), tf.zeros([b], tf.bool),
+                           tf.zeros([b], tf.int32))
   if states is not None:
     init += (states,)
   out = tf.while_loop(lambda step, *_: step < num_steps, Body, init, back_prop=False)

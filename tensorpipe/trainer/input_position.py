@@ -22,6 +22,8 @@ import threading
 
 from lingvo import compat as tf
 
+from tensorpipe.trainer import runner_mixin
+
 
 def StartInputs(tasks, sess, global_step):
   """Starts the input of each of `tasks` (Lingvo tasks) in session `sess` at the batch training step
@@ -48,7 +50,7 @@ def StartInputs(tasks, sess, global_step):
   return unmoved
 
 
-class InputAtStep:
+class InputAtStep(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's Trainer: after every restore, before the first step of each run of
   `_Loop`, each input starts at the restored global step (see the module docstring)."""
 

@@ -414,7 +414,9 @@ def main(argv):
                                 args.tasks_per_replica * args.cpu_devices, args.logdir),
         flush=True)
   train_dir = os.path.join(args.logdir, 'train')
-  status, message = EXIT_FAILED, 'the launcher failed'
+  # The exit status, or None while the launcher stops the tasks after a signal.
+  status: Optional[int] = EXIT_FAILED
+  message = 'the launcher failed'
   try:
     env = dict(os.environ, PYTHONUNBUFFERED='1')
     for t in tasks:

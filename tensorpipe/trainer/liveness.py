@@ -32,7 +32,7 @@ import signal
 import socket
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import grpc
 
@@ -159,7 +159,7 @@ class PeerWatch:
     self._start = clock()
     self._last_answer: Dict[Task, float] = {}
     self._identified: Dict[Task, Task] = {}  # Watched task: the task that answered at its address.
-    self.ignore = set()
+    self.ignore: Set[str] = set()
 
   def Check(self) -> Optional[str]:
     """Tries every watched task once; returns why a task counts as lost, or None.
@@ -223,7 +223,7 @@ class PeerWatch:
                    for j, _, a in self._peers if j == job)
 
   def Run(self, on_lost: Callable[[str], None], on_wrong_task: Callable[[str], None],
-          stop: threading.Event, poll_s: float = POLL_S):
+          stop: threading.Event, poll_s: float = POLL_S) -> None:
     """Calls Check every `poll_s` seconds until `stop` is set; calls `on_wrong_task(message)` (see
     WrongTask) or `on_lost(message)` once."""
     while not stop.wait(poll_s):
@@ -250,7 +250,7 @@ class Preemption:
     self.received = threading.Event()
     self._sockets = None
 
-  def Install(self, on_sigterm: Callable[[], None]):
+  def Install(self, on_sigterm: Callable[[], None]) -> None:
     """From the main thread: from now on SIGTERM calls `on_sigterm` (once) in a thread."""
     reader, writer = socket.socketpair()
     writer.setblocking(False)

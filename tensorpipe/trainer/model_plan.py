@@ -5,7 +5,7 @@ Used by `tools.plan` and by the trainer's --tensorpipe_plan flag (see `measure.p
 
 import hashlib
 import os
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from lingvo.core import hyperparams
 
@@ -142,7 +142,7 @@ def _Measure(path, p, layers, batch, profiles, device, budget, cache, progress):
   skips = _Skips(layers, p.skip_connections)
   keys = [cost_model.DistinctKey(layer, in_shapes) for layer, (_, in_shapes) in
           zip(layers, cost_model.ChainMeta(layers, shapes, skips)[0])]
-  first = {}
+  first: Dict[Any, int] = {}
   for i, key in enumerate(keys):
     first.setdefault(key, i)
   distinct = sorted(first.values())
@@ -153,6 +153,7 @@ def _Measure(path, p, layers, batch, profiles, device, budget, cache, progress):
       device_profiles.MachineKey(), budget, batch,
       hashlib.sha256('\n'.join(keys).encode()).hexdigest())
   chosen = None if cache is None else cache.Get(_MEASURING_KIND, where)
+  measuring: Optional[planner.Measuring]
   if (isinstance(chosen, list) and len(chosen) == 4 and
       all(isinstance(v, int) and not isinstance(v, bool) for v in chosen[:3])):
     measuring, micro_batches = device_profiles.Measuring(*chosen[:3]), chosen[3] is True

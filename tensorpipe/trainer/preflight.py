@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import time
+from typing import Any, Dict, Tuple
 
 import lingvo.compat as tf
 
@@ -187,7 +188,7 @@ def CheckClusterSpec(text):
     if jobs.count(job) > 1:
       raise registry.UsageError('--cluster_spec names job %s %d times; list all its tasks in one '
                                 'part: %s=HOST:PORT,HOST:PORT,...' % (job, jobs.count(job), job))
-  seen = {}
+  seen: Dict[Tuple[str, Any], str] = {}  # (host, port) -> the task at that address
   for job, addresses in spec.items():
     if job not in CLUSTER_JOBS and not (job.startswith(CLUSTER_JOB_PREFIXES) and
                                         job.partition('_')[2]):

@@ -16,6 +16,8 @@ from typing import Callable, Optional
 from lingvo import compat as tf
 from lingvo.core import py_utils
 
+from tensorpipe.trainer import runner_mixin
+
 FIRST_DELAY_S = 0.1  # The first wait after an uninitialised read.
 MAX_DELAY_S = 2.0  # The longest wait between two reads.
 _GROWTH = 1.5
@@ -60,7 +62,7 @@ def WaitForGlobalStep(read_step: Callable[[], int], min_step: Optional[int] = No
     delay = min(MAX_DELAY_S, delay * _GROWTH)
 
 
-class PromptStart:
+class PromptStart(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's Controller and Trainer: `_WaitUntilInit` without the fixed 30 s sleep."""
 
   def _WaitUntilInit(self, sess=None, start_up_delay_steps=None):

@@ -17,7 +17,8 @@ from tensorpipe.measure import chrome_trace
 from tensorpipe.measure import profiling
 from tensorpipe import schedule
 from tensorpipe import schedule_builders
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 NUM_MICRO_BATCHES = 4
 
@@ -25,8 +26,8 @@ NUM_MICRO_BATCHES = 4
 def _TracedStep(schedule_name):
   """profiling.Trace of one traced SGD step of a 2-partition Dense pipeline on 2 devices."""
   # The loss is the outputs' mean: a sum of per-example terms, as 1F1B and zero-bubble need.
-  p = helpers.Pipeline(helpers.DenseLayers(4, dim=16), 2, NUM_MICRO_BATCHES, schedule=schedule_name)
-  return helpers.TracedPipelineStep(p, np.ones([8, 16], np.float32))
+  p = layer_helpers.Pipeline(layer_helpers.DenseLayers(4, dim=16), 2, NUM_MICRO_BATCHES, schedule=schedule_name)
+  return trace_helpers.TracedPipelineStep(p, np.ones([8, 16], np.float32))
 
 
 class ChromeTraceTest(test_utils.TestCase):
@@ -198,7 +199,7 @@ class ChromeTraceTest(test_utils.TestCase):
 
   def testPipelinesNamedAndOverlappingTasksOnTheirOwnThread(self):
     # Two pipelines' partition 0 on one device; the encoder's two forward passes overlap.
-    trace = profiling.Trace(helpers.OpsMetadata([
+    trace = profiling.Trace(trace_helpers.OpsMetadata([
         ('m/encoder/partition0_mb0/forward', 'PartitionedCall', 1000, 1020),
         ('fc0/MatMul', 'MatMul', 1001, 1010),
         ('m/encoder/partition0_mb1/forward', 'PartitionedCall', 1005, 1030),

@@ -3,7 +3,7 @@ batch norm is compared with the micro-batch reference (so a wrong batch_dim fail
 norm), a variant that fails to run is reported with its cause and not as a difference, and the
 Params of every TensorPipeLayer nested in a task are re-partitioned.
 
-The small task and input (`helpers.PipelineTask`, `helpers.ConstantInput`, `helpers.TimeMix`) are
+The small task and input (`task_helpers.PipelineTask`, `task_helpers.ConstantInput`, `task_helpers.TimeMix`) are
 also registered as a model by tests/tools/consistency_tool_test.py.
 """
 
@@ -17,18 +17,19 @@ from tensorpipe import batch_norm
 from tensorpipe import layer as layer_lib
 from tensorpipe.measure import consistency
 from tensorpipe.measure import consistency_cases
-from tests import helpers
+from tests import layer_helpers
+from tests import task_helpers
 
-TIME, BATCH, DIM = helpers.TIME_MAJOR_SHAPE
-ConstantInput = helpers.ConstantInput
-PipelineTask = helpers.PipelineTask
-TimeMajorTask = helpers.TimeMajorTask
-TimeMajorBatchNormTask = helpers.TimeMajorBatchNormTask
+TIME, BATCH, DIM = task_helpers.TIME_MAJOR_SHAPE
+ConstantInput = task_helpers.ConstantInput
+PipelineTask = task_helpers.PipelineTask
+TimeMajorTask = task_helpers.TimeMajorTask
+TimeMajorBatchNormTask = task_helpers.TimeMajorBatchNormTask
 
 
 def BatchNormTask():
   """A task on x [B, D] with two tensorpipe.batch_norm.BatchNorm layers."""
-  dense = helpers.DenseLayers(2, DIM)
+  dense = layer_helpers.DenseLayers(2, DIM)
   layers = [dense[0], batch_norm.BatchNorm.Params().Set(name='bn0', dim=DIM), dense[1],
             batch_norm.BatchNorm.Params().Set(name='bn1', dim=DIM)]
   task = PipelineTask.Params().Set(pipeline=layer_lib.TensorPipeLayer.Params().Set(
@@ -42,12 +43,12 @@ class WithPipelinesTest(test_utils.TestCase):
   def testOverridesEveryNestedPipelineAndKeepsTheRest(self):
     outer = hyperparams.Params()
     outer.Define('encoder', layer_lib.TensorPipeLayer.Params().Set(
-        name='enc', partitions=[helpers.DenseLayers(2), helpers.DenseLayers(3)[2:]],
+        name='enc', partitions=[layer_helpers.DenseLayers(2), layer_helpers.DenseLayers(3)[2:]],
         num_micro_batches=4, memory_budget=10**6, schedule='1f1b'), '')
     outer.Define('towers', [hyperparams.Params()], '')
-    outer.towers[0].Define('decoder', helpers.Pipeline(helpers.DenseLayers(4), 4, 1,
+    outer.towers[0].Define('decoder', layer_helpers.Pipeline(layer_helpers.DenseLayers(4), 4, 1,
                                                        micro_batch_size=2, name='dec'), '')
-    outer.Define('plain', helpers.Plain(helpers.DenseLayers(2)), '')
+    outer.Define('plain', layer_helpers.Plain(layer_helpers.DenseLayers(2)), '')
     paths = [path for path, _ in layer_lib.Pipelines(outer)]
     self.assertEqual(paths, ['encoder', 'towers[0].decoder'])
     self.assertEqual([consistency_cases.NumLayers(p) for _, p in layer_lib.Pipelines(outer)],
@@ -81,7 +82,7 @@ class WithPipelinesTest(test_utils.TestCase):
 
   def testErrorsAreOneLineNamingTheValue(self):
     with self.assertRaisesRegex(ValueError, r"^task 'tiny' has no TensorPipeLayer"):
-      consistency_cases.TaskCase(PipelineTask.Params().Set(pipeline=helpers.Plain([])),
+      consistency_cases.TaskCase(PipelineTask.Params().Set(pipeline=layer_helpers.Plain([])),
                                  input_params=ConstantInput.Params())
     with self.assertRaisesRegex(ValueError, r"^task 'tiny' has no input Params"):
       consistency_cases.TaskCase(TimeMajorTask(1))

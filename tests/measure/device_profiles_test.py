@@ -12,7 +12,8 @@ from tensorpipe import progress as progress_lib
 from tensorpipe.measure import device_profiles
 from tensorpipe.partitioner import cost_model
 from tensorpipe.partitioner import measured_cost
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 # An accelerator-like device: 1 Gflop/s, no per-op or per-call costs.
 _DEVICE = device_profiles.DeviceProfile('test', peak_flops=1e9, memory=1e9, link_bandwidth=1e18,
@@ -27,7 +28,7 @@ def _Profiles(num_layers=8, flops=1e9, params=1000):
 
 
 def _Dense(name, seed, dim=8):
-  return helpers.Dense.Params().Set(name=name, dim=dim, seed=seed)
+  return layer_helpers.Dense.Params().Set(name=name, dim=dim, seed=seed)
 
 
 def _OldLayerTimes(layers, shapes, batch_dim=0, small=8):
@@ -38,7 +39,7 @@ def _OldLayerTimes(layers, shapes, batch_dim=0, small=8):
   low = max(1, batch // small)
   full, part = [measured_cost.MeasureSeconds(
       layers, [[b if i == batch_dim else d for i, d in enumerate(s)] for s in shapes],
-      timer=helpers.MatMulElementsRun) for b in (batch, low)]
+      timer=trace_helpers.MatMulElementsRun) for b in (batch, low)]
   out = []
   for t_full, t_low in zip(full, part):
     per_example = max(0.0, (t_full - t_low) / (batch - low)) if batch > low else 0.0
@@ -54,7 +55,7 @@ class TestMeasuring:
 
     def Timer(sess, step, repeats):
       calls.append(repeats)
-      return helpers.MatMulElementsRun(sess, step)
+      return trace_helpers.MatMulElementsRun(sess, step)
 
     cache = disk_cache.DiskCache(str(tmp_path))
     lines = []

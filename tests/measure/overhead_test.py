@@ -6,13 +6,13 @@ from lingvo.core import test_utils
 from tensorpipe.measure import overhead
 from tensorpipe.measure import training_step
 from tensorpipe import schedule_builders
-from tests import helpers
+from tests import layer_helpers
 
 
 class OverheadTest(test_utils.TestCase):
 
   def testOverheadSharesOfATracedStepAddUp(self):
-    layers = helpers.DenseLayers(4, dim=64)
+    layers = layer_helpers.DenseLayers(4, dim=64)
     step = training_step.TrainingStep('K=2', layers, [2, 2], lambda: (tf.ones([32, 64]),), 4,
                                       devices=2, warmup=1)
     trace = step.Trace()

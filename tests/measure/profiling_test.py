@@ -7,21 +7,23 @@ from lingvo import compat as tf
 from lingvo.core import test_utils
 
 from tensorpipe.measure import profiling
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 
 def _TracedStep(recompute, num_micro_batches=2, num_layers=4, dim=64, batch=16,
                 first_partition=None, schedule='gpipe'):
   """The profiling.Trace of one traced training step of a 2-partition Dense pipeline."""
-  layers = helpers.DenseLayers(num_layers, dim=dim)
+  layers = layer_helpers.DenseLayers(num_layers, dim=dim)
   # One forward pass per partition at a time, so each op inside a call is that micro-batch's.
-  p = helpers.Pipeline(layers, 2, num_micro_batches, recompute=recompute, forward_overlap=False,
+  p = layer_helpers.Pipeline(layers, 2, num_micro_batches, recompute=recompute,
+                             forward_overlap=False,
                        schedule=schedule)
   if first_partition is not None:
     p.Set(layers=None, num_devices=None,
           partitions=[layers[:first_partition], layers[first_partition:]])
   x = np.random.RandomState(0).uniform(size=[batch, dim]).astype(np.float32)
-  return helpers.TracedPipelineStep(p, x)
+  return trace_helpers.TracedPipelineStep(p, x)
 
 
 class TraceTest(test_utils.TestCase):
@@ -32,7 +34,7 @@ class TraceTest(test_utils.TestCase):
     for op in trace.ops:
       if op.partition is not None:
         self.assertEqual(op.device, 'CPU:%d' % op.partition, op.name)
-      if op.op_type in helpers.MATMUL_TYPES:
+      if op.op_type in trace_helpers.MATMUL_TYPES:
         matmuls[(op.category, op.partition, op.micro_batch)] += 1
     for k in range(2):
       for t in range(2):
@@ -50,7 +52,8 @@ class TraceTest(test_utils.TestCase):
         # The backward call, and for the step's first backward pass the call that zeroes the sums.
         self.assertEqual(calls[('backward', k, t)], 2 if t == 1 else 1)
     for op in trace.compute_ops:
-      if op.category in ('forward', 'recompute', 'backward') and op.op_type in helpers.MATMUL_TYPES:
+      if op.category in ('forward', 'recompute',
+                         'backward') and op.op_type in trace_helpers.MATMUL_TYPES:
         self.assertRegex(op.layer, r'^layer\d$', op.name)
 
   def testWithoutRecomputationNothingIsRecomputed(self):
@@ -161,7 +164,7 @@ class TraceTest(test_utils.TestCase):
                      'worker:2/CPU:0')
 
   def testOpsInsideCallsTakeTheCallsLabels(self):
-    trace = profiling.Trace(helpers.OpsMetadata([
+    trace = profiling.Trace(trace_helpers.OpsMetadata([
         ('net/partition0_mb0/forward', 'PartitionedCall', 1000, 1020),
         ('fc0/MatMul', 'MatMul', 1002, 1010),
         ('net/partition0_mb1/forward', 'PartitionedCall', 1005, 1030),
@@ -190,7 +193,7 @@ class TraceTest(test_utils.TestCase):
   def testPipelinesApartAndOpsNamedAfterATaskCountInIt(self):
     # An encoder's and a decoder's partition 0 on one device; the decoder's forward task has a
     # variable read outside its call, named after the task.
-    trace = profiling.Trace(helpers.OpsMetadata([
+    trace = profiling.Trace(trace_helpers.OpsMetadata([
         ('m/encoder/partition0_mb0/forward', 'PartitionedCall', 1000, 1010),
         ('fc0/MatMul', 'MatMul', 1001, 1009),
         ('m/decoder/partition0_mb0/ReadVariableOp', 'ReadVariableOp', 1018, 1019),
@@ -223,7 +226,7 @@ class TraceTest(test_utils.TestCase):
 
   def testTimesCarryWorkAndParallelism(self):
     # fc0's forward on micro-batch 0 runs two ops at once; the weight argument is bookkeeping.
-    trace = profiling.Trace(helpers.OpsMetadata([
+    trace = profiling.Trace(trace_helpers.OpsMetadata([
         ('net/partition0_mb0/forward', 'PartitionedCall', 995, 1015),
         ('fc0/MatMul', 'MatMul', 1000, 1010),
         ('fc0/MatMul_1', 'MatMul', 1000, 1010),
@@ -255,7 +258,7 @@ class TraceTest(test_utils.TestCase):
 
   def testGroupTimesCountOverlapBetweenLayersOnce(self):
     # On micro-batch 0, fc1's backward starts before fc0's weight gradient ends.
-    trace = profiling.Trace(helpers.OpsMetadata([
+    trace = profiling.Trace(trace_helpers.OpsMetadata([
         ('net/partition0_mb0/forward', 'PartitionedCall', 995, 1015),
         ('fc0/MatMul', 'MatMul', 1000, 1010),
         ('fc1/MatMul', 'MatMul', 1010, 1014),
@@ -277,7 +280,7 @@ class TraceTest(test_utils.TestCase):
 
   def testBusyByCategorySplitsOverlapsAndAddsUpToBusy(self):
     # A forward op overlaps a backward op for 4 us; two backward ops overlap each other.
-    trace = profiling.Trace(helpers.OpsMetadata([
+    trace = profiling.Trace(trace_helpers.OpsMetadata([
         ('net/partition0_mb1/forward', 'PartitionedCall', 999, 1011),
         ('fc0/MatMul', 'MatMul', 1000, 1010),
         ('gradients/net/IdentityN_grad/partition0_mb0/backward', 'PartitionedCall', 1005, 1017),

@@ -12,7 +12,7 @@ from tensorpipe.measure import simulator
 from tensorpipe.measure import timeline
 from tensorpipe.measure import training_step
 from tensorpipe import schedule_builders
-from tests import helpers
+from tests import layer_helpers
 
 
 class TimelineTest(test_utils.TestCase):
@@ -34,7 +34,7 @@ class TimelineTest(test_utils.TestCase):
     self._AssertDrawsTasks(path)
 
   def testDrawTrace(self):
-    step = training_step.TrainingStep('K=2', helpers.DenseLayers(4, dim=64), [2, 2],
+    step = training_step.TrainingStep('K=2', layer_helpers.DenseLayers(4, dim=64), [2, 2],
                                       lambda: (tf.ones([32, 64]),), 4, devices=2, warmup=1)
     trace = step.Trace()
     step.Close()

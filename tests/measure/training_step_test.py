@@ -4,13 +4,14 @@ from lingvo import compat as tf
 from lingvo.core import test_utils
 
 from tensorpipe.measure import training_step
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 
 class TrainingStepTest(test_utils.TestCase):
 
   def testTimesTracesAndTrains(self):
-    layers = helpers.DenseLayers(4, dim=64)
+    layers = layer_helpers.DenseLayers(4, dim=64)
     step = training_step.TrainingStep('K=2', layers, [3, 1], lambda: (tf.ones([32, 64]),), 4,
                                       devices=2, warmup=1, learning_rate=0.1)
     try:
@@ -31,13 +32,14 @@ class TrainingStepTest(test_utils.TestCase):
     # Partition 0 holds three of the four equal layers: its device ran three times the MatMuls.
     # (Counted, not timed: busy times are measured and belong in tools/.)
     matmuls = {device: len([op for op in trace.ops if op.device == device and not op.is_call
-                            and op.op_type in helpers.MATMUL_TYPES]) for device in trace.devices}
+                            and op.op_type in trace_helpers.MATMUL_TYPES])
+               for device in trace.devices}
     self.assertGreater(matmuls['CPU:1'], 0)
     self.assertEqual(matmuls['CPU:0'], 3 * matmuls['CPU:1'])
     self.assertTrue(all(t >= 0 for t in trace.Busy().values()))
 
   def testPerExampleLossRunsTheOneFOneBSchedule(self):
-    layers = helpers.DenseLayers(2, dim=8)
+    layers = layer_helpers.DenseLayers(2, dim=8)
     with tf.Graph().as_default():
       loss = training_step.PerExampleSquare.Params().Set(name='l').Instantiate()
       y = tf.constant([[1.0, 3.0], [2.0, 2.0]])
@@ -60,7 +62,8 @@ class TrainingStepTest(test_utils.TestCase):
   def testErrorsNameTheValues(self):
     with self.assertRaisesRegex(ValueError, r'TrainingStep s: partition sizes \[2, 1\] do not add '
                                 'up to 4 layers'):
-      training_step.TrainingStep('s', helpers.DenseLayers(4), [2, 1], lambda: (tf.ones([2, 8]),), 1)
+      training_step.TrainingStep('s', layer_helpers.DenseLayers(4), [2, 1],
+                                 lambda: (tf.ones([2, 8]),), 1)
 
 
 if __name__ == '__main__':

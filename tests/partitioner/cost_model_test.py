@@ -14,10 +14,11 @@ from tensorpipe import disk_cache
 from tensorpipe.partitioner import cost_model
 from tensorpipe.partitioner import measured_cost
 from tensorpipe.tasks.image import pipelined_classifier
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 
-class _WithState(helpers.Dense):
+class _WithState(layer_helpers.Dense):
   """Dense plus a non-trainable counter (like batch-norm moving averages)."""
 
   def __init__(self, params):
@@ -42,7 +43,7 @@ class _MaskedProjection(base_layer.BaseLayer):
     return py_utils.NestedMap(flops=2 * x.num_elements() * 4, out_shapes=(x,))
 
 
-class _MaskedStep(helpers.Dense):
+class _MaskedStep(layer_helpers.Dense):
   """Dense on NestedMap(vec [B, D], paddings [B]): vec transformed, paddings passed on."""
 
   def FProp(self, theta, inputs):
@@ -96,7 +97,7 @@ class CostModelTest(test_utils.TestCase):
     self.assertGreater(profile.gradient_elements, profile.in_elements + profile.out_elements)
 
   def testBillionParameterLayerIsCountedWithoutAllocating(self):
-    huge = helpers.Dense.Params().Set(name='huge', dim=40000)  # 1.6e9 weights, 6.4 GB as float32.
+    huge = layer_helpers.Dense.Params().Set(name='huge', dim=40000)  # 1.6e9 weights, 6.4 GB as float32.
     self.assertEqual(cost_model.ParamCounts([huge]), [(1600000000, 0)])
 
   def testMemoryCostByRecomputeMode(self):
@@ -119,7 +120,7 @@ class CostModelTest(test_utils.TestCase):
         [profile], 8, 'always', bytes_per_param=12, stashed=2).Of(0, 1), 100 * 2 / 8 * 4)
 
   def testProfileCountsWhatSelectiveRecomputationKeeps(self):
-    dense = helpers.Dense.Params().Set(name='dense', dim=8)
+    dense = layer_helpers.Dense.Params().Set(name='dense', dim=8)
     conv = lingvo_layers.Conv2DLayerNoPadding.Params().Set(
         name='conv', filter_shape=(3, 3, 2, 4), filter_stride=(1, 1))
     dense_profile, = cost_model.Profiles([dense], [[16, 8]])
@@ -159,12 +160,12 @@ class CostModelTest(test_utils.TestCase):
     self.assertGreater(profiles[0].activation_elements, 0)
     metas, _ = cost_model.ChainMeta(layers, doubled)
     seconds = measured_cost.MeasureLayerSeconds(layers[:1], [metas[0][1]], [8, 2],
-                                                timer=helpers.MatMulElementsRun)
+                                                timer=trace_helpers.MatMulElementsRun)
     self.assertEqual(seconds, [[3 * 8 * 8 + 0.0, 2 * 2 * 8 + 8 * 8 + 0.0]])
 
   def testFactsAreBuiltOncePerMachineWithACache(self):
     cache = disk_cache.DiskCache(self.create_tempdir().full_path)
-    layers = [helpers.Dense.Params().Set(name='a%d' % i, dim=8) for i in range(3)]
+    layers = [layer_helpers.Dense.Params().Set(name='a%d' % i, dim=8) for i in range(3)]
     builds = []
     build = cost_model._Facts  # pylint: disable=protected-access
 

@@ -8,10 +8,11 @@ from lingvo.core import test_utils
 from tensorpipe.measure import workloads
 from tensorpipe.partitioner import cost_model
 from tensorpipe.partitioner import measured_cost
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 
-class _StaticBatch(helpers.Dense):
+class _StaticBatch(layer_helpers.Dense):
   """Dense that needs its batch size when its graph is built."""
 
   def FProp(self, theta, x):
@@ -23,7 +24,7 @@ class MeasuredCostTest(test_utils.TestCase):
   def testMeasureSecondsTakesIntegerInputs(self):
     emb = lingvo_layers.SimpleEmbeddingLayer.Params().Set(name='emb', vocab_size=50,
                                                           embedding_dim=16)
-    dense = helpers.Dense.Params().Set(name='dense', dim=16)
+    dense = layer_helpers.Dense.Params().Set(name='dense', dim=16)
 
     def Ids():
       return (tf.zeros([32], tf.int32),)
@@ -41,7 +42,7 @@ class MeasuredCostTest(test_utils.TestCase):
 
     def Timer(sess, step, repeats):
       calls.append(repeats)
-      return helpers.MatMulsRun(sess, step)
+      return trace_helpers.MatMulsRun(sess, step)
     costs = measured_cost.MeasureSeconds(layers, [[4, 8]], repeats=3, timer=Timer)
     self.assertEqual(costs, [3 * 2, 3 * 5])  # n forward + 2n backward MatMuls, each layer alone.
     self.assertEqual(calls, [3, 3])
@@ -49,7 +50,7 @@ class MeasuredCostTest(test_utils.TestCase):
   def testSkipConnectionsFeedTheirDestinations(self):
     """A destination layer's costs are taken with its source's output as an extra input."""
 
-    class Join(helpers.Dense):
+    class Join(layer_helpers.Dense):
 
       def FProp(self, theta, x, skip):
         return tf.tanh(tf.matmul(x, theta.w)) + skip
@@ -59,7 +60,7 @@ class MeasuredCostTest(test_utils.TestCase):
         py_utils.CheckShapes((x, skip))
         return super().FPropMeta(p, x)
 
-    layers = [helpers.Dense.Params().Set(name='a', dim=8), helpers.Dense.Params().Set(name='b',
+    layers = [layer_helpers.Dense.Params().Set(name='a', dim=8), layer_helpers.Dense.Params().Set(name='b',
                                                                                         dim=8),
               Join.Params().Set(name='c', dim=8)]
     metas, _ = cost_model.ChainMeta(layers, [[4, 8]], skips=[(0, 2)])
@@ -67,17 +68,17 @@ class MeasuredCostTest(test_utils.TestCase):
     profiles = cost_model.Profiles(layers, [[4, 8]], skips=[(0, 2)])
     self.assertEqual(profiles[2].in_elements, 2 * 4 * 8)  # Its input and the skip.
     costs = measured_cost.MeasureSeconds(layers, [[4, 8]], repeats=1, skips=[(0, 2)],
-                                         timer=lambda sess, step, repeats: helpers.MatMulsRun(
+                                         timer=lambda sess, step, repeats: trace_helpers.MatMulsRun(
                                              sess, step))
     self.assertEqual(costs, [3, 3, 3])  # Each layer ran: 1 forward and 2 backward MatMuls.
 
   def testEachLayerIsBuiltOnceForEveryBatchSize(self):
-    dense = helpers.Dense.Params().Set(name='d', dim=8)
+    dense = layer_helpers.Dense.Params().Set(name='d', dim=8)
     static = _StaticBatch.Params().Set(name='s', dim=8)
     built, timed = [], []
     seconds = measured_cost.MeasureLayerSeconds(
         [dense, static], [[[16, 8]], [[16, 8]]], [16, 2], repeats=2,
-        timer=helpers.MatMulElementsRun, built=lambda: built.append(1),
+        timer=trace_helpers.MatMulElementsRun, built=lambda: built.append(1),
         timed=lambda i, s: timed.append((i, s)))
     # B x D forward, B x D and D x D backward; the static layer in a graph of its own per batch.
     expected = [2 * 16 * 8 + 64.0, 2 * 2 * 8 + 64.0]

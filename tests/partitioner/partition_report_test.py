@@ -5,13 +5,13 @@ from lingvo.core import test_utils
 
 from tensorpipe.partitioner import partition_report
 from tensorpipe.partitioner import partitioning
-from tests import helpers
+from tests import layer_helpers
 
 
 class ReportTest(test_utils.TestCase):
 
   def testRowsAndPredictions(self):
-    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
+    layers = [layer_helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
     plan = partitioning.MakePlan(layers, 2, [[4, 8]], num_micro_batches=4)
     report = partition_report.Build(plan, 'pipe')
     self.assertEqual([(r.first, r.last, r.num_layers) for r in report.rows],
@@ -37,7 +37,7 @@ class ReportTest(test_utils.TestCase):
     self.assertNotIn('memory per device', text)
 
   def testSelectiveKeepsTheMatmulOutputsOfEveryStashedMicroBatch(self):
-    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
+    layers = [layer_helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
     always, selective = [partition_report.Build(partitioning.MakePlan(
         layers, 2, [[4, 8]], num_micro_batches=4, recompute=mode), 'pipe')
                          for mode in ('always', 'selective')]
@@ -47,7 +47,7 @@ class ReportTest(test_utils.TestCase):
     self.assertIn("M = 4, recompute 'selective'", str(selective))
 
   def testVirtualStagesNameDevicesAndSumTheirMemory(self):
-    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
+    layers = [layer_helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
     plan = partitioning.MakePlan(layers, 4, [[4, 8]], num_micro_batches=4,
                                  partition_devices=[0, 1, 1, 0])
     report = partition_report.Build(plan, 'pipe')
@@ -57,17 +57,17 @@ class ReportTest(test_utils.TestCase):
     self.assertRegex(str(report), r'memory per device \(its partitions together\): 0: .*, 1: ')
 
   def testTensorPipeLayerLogsItsReport(self):
-    layers = [helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
-    with tf.Graph().as_default(), helpers.Cluster(2):
+    layers = [layer_helpers.Dense.Params().Set(name='d%d' % i, dim=8) for i in range(4)]
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
       with self.assertLogs(level='INFO') as logs:
-        net = helpers.Pipeline(layers, 2, 4, cost_input_shapes=[[4, 8]],
+        net = layer_helpers.Pipeline(layers, 2, 4, cost_input_shapes=[[4, 8]],
                                log_partition_report=True).Instantiate()
       self.assertTrue(any('predicted efficiency 80.0%' in line for line in logs.output),
                       logs.output)
       self.assertEqual(str(net.PartitionReport()), str(partition_report.Build(
           net.partition_plan, "TensorPipeLayer 'pipe'")))
       with self.assertRaisesRegex(ValueError, 'log_partition_report needs cost_input_shapes'):
-        helpers.Pipeline(layers, 2, 4, log_partition_report=True, name='q').Instantiate()
+        layer_helpers.Pipeline(layers, 2, 4, log_partition_report=True, name='q').Instantiate()
 
 
 if __name__ == '__main__':

@@ -11,11 +11,12 @@ from tensorpipe import layer as layer_lib
 from tensorpipe.measure import workloads
 from tensorpipe.partitioner import cost_model
 from tensorpipe.partitioner import partitioning
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 
 def _Widths(widths):
-  return [helpers.Dense.Params().Set(name='d%d' % i, dim=w) for i, w in enumerate(widths)]
+  return [layer_helpers.Dense.Params().Set(name='d%d' % i, dim=w) for i, w in enumerate(widths)]
 
 
 class CheckPartitionsTest(test_utils.TestCase):
@@ -33,13 +34,13 @@ class LayerNamesAndSkipsTest(test_utils.TestCase):
 
   def testLayerNames(self):
     with self.assertRaisesRegex(ValueError, "^pipe: layer name 'layer0' appears twice"):
-      partitioning.CheckNames(helpers.DenseLayers(2) + helpers.DenseLayers(1), 'pipe')
+      partitioning.CheckNames(layer_helpers.DenseLayers(2) + layer_helpers.DenseLayers(1), 'pipe')
     with self.assertRaisesRegex(ValueError, r'^pipe: layer 1 \(Dense\) has no name'):
-      partitioning.CheckNames(helpers.DenseLayers(1) + [helpers.Dense.Params()], 'pipe')
-    partitioning.CheckNames(helpers.DenseLayers(3), 'pipe')
+      partitioning.CheckNames(layer_helpers.DenseLayers(1) + [layer_helpers.Dense.Params()], 'pipe')
+    partitioning.CheckNames(layer_helpers.DenseLayers(3), 'pipe')
 
   def testSkipIndicesLeaveTheBadOnesToTheCheck(self):
-    layers = [helpers.Dense.Params().Set(name='l%d' % i) for i in range(6)]
+    layers = [layer_helpers.Dense.Params().Set(name='l%d' % i) for i in range(6)]
     skips = [('l0', 'l3'), ('l2', 'l3'), ('l1', 'l5'), ('l3', 'l1'), ('l0', 'nope'), 'l0']
     self.assertEqual(partitioning.SkipIndices(layers, skips), [(0, 3), (2, 3), (1, 5)])
     self.assertEqual(partitioning.SkipIndices(layers, None), [])
@@ -48,8 +49,8 @@ class LayerNamesAndSkipsTest(test_utils.TestCase):
 class MakePlanTest(test_utils.TestCase):
 
   def testCountAndFlops(self):
-    small = [helpers.Dense.Params().Set(name='s%d' % i, dim=8) for i in range(4)]
-    big = helpers.Dense.Params().Set(name='big', dim=64)
+    small = [layer_helpers.Dense.Params().Set(name='s%d' % i, dim=8) for i in range(4)]
+    big = layer_helpers.Dense.Params().Set(name='big', dim=64)
     by_count = partitioning.SplitLayers(small + [big], 2)
     self.assertEqual([len(c) for c in by_count], [2, 3])
     by_cost = partitioning.SplitLayers(small + [big], 2, input_shapes=[[10, 8]])
@@ -134,7 +135,7 @@ class MakePlanTest(test_utils.TestCase):
     # follow the measured work, and machine load must not decide it.
     layers = [workloads.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
               for i, n in enumerate([1, 1, 40, 1])]
-    with mock.patch.object(cost_model, 'StepSeconds', helpers.MatMulsRun):
+    with mock.patch.object(cost_model, 'StepSeconds', trace_helpers.MatMulsRun):
       plan = partitioning.MakePlan(layers, 2, [[256, 64]], cost='measured')
     costs = plan.cost.per_layer
     self.assertEqual(plan.cost_source, 'measured')
@@ -143,7 +144,7 @@ class MakePlanTest(test_utils.TestCase):
     self.assertEqual(plan.sizes, [2, 2])
 
   def testErrorsNameTheValues(self):
-    layers = helpers.DenseLayers(3)
+    layers = layer_helpers.DenseLayers(3)
     with self.assertRaisesRegex(ValueError, '`layers` is empty'):
       partitioning.MakePlan([], 1)
     with self.assertRaisesRegex(ValueError, '3 layers cannot fill 4 partitions'):
@@ -166,9 +167,9 @@ class LayerParamsTest(test_utils.TestCase):
 
   def testTensorPipeLayerUsesTheChosenAlgorithm(self):
     layers = _Widths([1, 8, 3, 3, 1])
-    with tf.Graph().as_default(), helpers.Cluster(3):
+    with tf.Graph().as_default(), layer_helpers.Cluster(3):
       for algorithm, sizes in (('optimal', [1, 1, 3]), ('min_variance', [2, 1, 2])):
-        net = helpers.Pipeline(layers, 3, 1, cost_input_shapes=[[1, 1]],
+        net = layer_helpers.Pipeline(layers, 3, 1, cost_input_shapes=[[1, 1]],
                                partition_algorithm=algorithm, name=algorithm).Instantiate()
         self.assertEqual([len(c) for c in net.partition_layer_names], sizes)
         self.assertEqual(net.partition_plan.algorithm, algorithm)
@@ -176,23 +177,23 @@ class LayerParamsTest(test_utils.TestCase):
   def testMeasuredAndMemoryCostsInsideTheLayer(self):
     layers = [workloads.RepeatedDense.Params().Set(name='r%d' % i, dim=64, repeats=n)
               for i, n in enumerate([1, 1, 40, 1])]
-    with tf.Graph().as_default(), helpers.Cluster(2):
-      with mock.patch.object(cost_model, 'StepSeconds', helpers.MatMulsRun):
-        net = helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]],
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
+      with mock.patch.object(cost_model, 'StepSeconds', trace_helpers.MatMulsRun):
+        net = layer_helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]],
                                partition_cost='measured').Instantiate()
       self.assertEqual([len(c) for c in net.partition_layer_names], [2, 2])
       self.assertEqual(list(net.partition_plan.cost.per_layer), [3, 3, 120, 3])
-      net = helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]], partition_cost='memory',
+      net = layer_helpers.Pipeline(layers, 2, 1, cost_input_shapes=[[256, 64]], partition_cost='memory',
                              name='m').Instantiate()
       self.assertEqual(net.partition_plan.cost_source, 'memory')
 
   def testBadParamsAreNamed(self):
-    with tf.Graph().as_default(), helpers.Cluster(2):
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
       with self.assertRaisesRegex(ValueError, "partition_cost='flop' is not one of"):
-        helpers.Pipeline(helpers.DenseLayers(2), 2, 1, partition_cost='flop').Instantiate()
+        layer_helpers.Pipeline(layer_helpers.DenseLayers(2), 2, 1, partition_cost='flop').Instantiate()
       with self.assertRaisesRegex(ValueError, 'layer 1 .* has no name'):
         layer_lib.TensorPipeLayer.Params().Set(
-            name='p', layers=[helpers.Dense.Params().Set(name='a'), helpers.Dense.Params()],
+            name='p', layers=[layer_helpers.Dense.Params().Set(name='a'), layer_helpers.Dense.Params()],
             num_devices=2).Instantiate()
 
 

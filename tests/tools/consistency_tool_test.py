@@ -13,14 +13,17 @@ from unittest import mock
 import pytest
 
 from tests import helpers
+from tests import task_helpers  # pylint: disable=unused-import
+# WRONG_MODEL_MODULE imports it in the tool's process (declared here for the Bazel target's
+# runfiles).
 
-# A user's params module registering the time-major task of tests/helpers.py with
+# A user's params module registering the time-major task of tests/task_helpers.py with
 # the wrong batch_dim (0 instead of 1): its micro-batches cut the time axis that a layer mixes.
 WRONG_MODEL_MODULE = '''
 from lingvo import model_registry
 from lingvo.core import base_model_params
 
-from tests.helpers import ConstantInput, TimeMajorBatchNormTask, TimeMajorTask
+from tests.task_helpers import ConstantInput, TimeMajorBatchNormTask, TimeMajorTask
 
 
 @model_registry.RegisterSingleTaskModel

@@ -20,7 +20,8 @@ from lingvo.core import test_utils
 
 from tensorpipe.measure import profiling
 from tensorpipe import placement
-from tests import helpers
+from tests import layer_helpers
+from tests import server_helpers
 
 NUM_DEVICES = 2
 
@@ -33,9 +34,9 @@ def _Run(num_splits, traced=False):
   with graph.as_default(), cluster_factory.ForTestingWorker(cpus=num_devices,
                                                             split_size=NUM_DEVICES) as cluster:
     tf.random.set_seed(1234)
-    net = helpers.ScaleOutPipeline(NUM_DEVICES).Instantiate()
+    net = server_helpers.ScaleOutPipeline(NUM_DEVICES).Instantiate()
     self_devices = net.devices
-    pieces = tf.split(tf.constant(helpers.ScaleOutInput()), num_splits)
+    pieces = tf.split(tf.constant(server_helpers.ScaleOutInput()), num_splits)
     outs = []
     for s, piece in enumerate(pieces):
       with cluster_factory.SetModelSplit(s) as c, tf.name_scope('tower_%d' % s):
@@ -104,9 +105,9 @@ class MultiProcessTest(test_utils.TestCase):
 
   def testPartitionsInTwoProcessesGiveTheOneProcessGradients(self):
     addresses = self._StartWorkers(NUM_DEVICES)
-    remote, meta = helpers.RemotePipelineGradients(addresses)
+    remote, meta = server_helpers.RemotePipelineGradients(addresses)
     reference, _, _ = _Run(1)
-    self.assertLess(helpers.MaxRelativeError(remote, reference), 1e-6)
+    self.assertLess(layer_helpers.MaxRelativeError(remote, reference), 1e-6)
     # Each partition's calls ran in its own process.
     tasks = {}
     for dev in meta.step_stats.dev_stats:
@@ -123,7 +124,7 @@ class DataParallelTest(test_utils.TestCase):
   def testTwoSplitsEqualOnePipelineOnTheWholeBatch(self):
     reference, _, _ = _Run(1)
     grads, _, _ = _Run(2)
-    self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5)
+    self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-5)
 
   def testEachSplitRunsOnItsOwnDevices(self):
     _, meta, built_on = _Run(2, traced=True)

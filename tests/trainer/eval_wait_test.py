@@ -10,7 +10,7 @@ from lingvo.core import test_utils
 
 from tensorpipe.trainer import eval_wait
 from tensorpipe.trainer import registry
-from tests import helpers
+from tests import trainer_helpers
 
 MODEL = 'digits.TinyConvPipeline'
 
@@ -32,14 +32,14 @@ class EvalWaitTest(test_utils.TestCase):
     self.assertIn('"task.eval.load_checkpoint_from: /logs/train/ckpt-00000750"', message)
   def testWaitingRunnerSaysWhyOnceAndFindsTheNextCheckpoint(self):
     train_dir = self.create_tempdir().full_path
-    first = helpers.WriteStepCheckpoint(train_dir, 5)
+    first = trainer_helpers.WriteStepCheckpoint(train_dir, 5)
     runner = _WaitingRunner(train_dir, max_steps=800)
     sleeps = []
 
     def _Sleep(seconds):
       sleeps.append(seconds)
       if len(sleeps) == 3:  # Training writes a new checkpoint while the runner waits.
-        helpers.WriteStepCheckpoint(train_dir, 10)
+        trainer_helpers.WriteStepCheckpoint(train_dir, 10)
 
     with mock.patch.object(eval_wait.time, 'sleep', side_effect=_Sleep), \
          mock.patch.object(tf.logging, 'warning') as warning:

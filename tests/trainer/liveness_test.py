@@ -14,6 +14,7 @@ from lingvo.core import test_utils
 
 from tensorpipe.trainer import liveness
 from tests import helpers
+from tests import server_helpers
 
 _SPEC = {'controller': ['10.0.0.2:7000'], 'trainer_client': ['10.0.0.2:7001'],
          'worker': ['10.0.0.3:7000', '10.0.0.4:7000']}
@@ -240,11 +241,11 @@ class TaskAtTest(test_utils.TestCase):
     # other process can. The spec of the job: worker 0 at A, worker 1 at B.
     with helpers.HeldPorts(2, reuse=(0, 1)) as ports:
       a, b = ['127.0.0.1:%d' % port for port in ports]
-      helpers.StartTfServer(self, {'worker': [a, b]}, 'worker', 0)  # Worker 0, right.
+      server_helpers.StartTfServer(self, {'worker': [a, b]}, 'worker', 0)  # Worker 0, right.
       # The host of worker 1 was started with --task=0. TensorFlow binds the port of its task's
       # address on every interface, so on its own host it listens at B while it is task 0; on
       # this one host, a spec that puts task 0 at B's port does the same.
-      helpers.StartTfServer(self, {'worker': [b, a]}, 'worker', 0)
+      server_helpers.StartTfServer(self, {'worker': [b, a]}, 'worker', 0)
       self.assertEqual(liveness.TaskAt(a, 30.0), (('worker', 0), ''))
       self.assertEqual(liveness.TaskAt(b, 30.0), (('worker', 0), ''))
       names, why = liveness.DeviceNames(a, 30.0)

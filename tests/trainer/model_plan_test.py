@@ -15,7 +15,8 @@ from tensorpipe.partitioner import measured_cost
 from tensorpipe import progress as progress_lib
 from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import registry
-from tests import helpers
+from tests import layer_helpers
+from tests import trace_helpers
 
 # This machine's CPU devices as the planner models them, with constant figures.
 _CPU = device_profiles.DeviceProfile(device_profiles.CPU, peak_flops=1e9, memory=1e9,
@@ -65,11 +66,12 @@ def testMicroBatchMeasurementChecksItsArguments():
 
 def _Model():
   """Model params holding one TensorPipeLayer of Dense layers, three of them alike."""
-  layers = [helpers.Dense.Params().Set(name='l%d' % i, dim=16, seed=0 if i < 3 else 1)
+  layers = [layer_helpers.Dense.Params().Set(name='l%d' % i, dim=16, seed=0 if i < 3 else 1)
             for i in range(5)]
   cfg = hyperparams.Params()
   cfg.Define('task', hyperparams.Params(), '')
-  cfg.task.Define('pipeline', helpers.Pipeline(layers, 1, 1, cost_input_shapes=[[32, 16]]), '')
+  cfg.task.Define('pipeline', layer_helpers.Pipeline(layers, 1, 1, cost_input_shapes=[[32, 16]]),
+                  '')
   return cfg
 
 
@@ -81,7 +83,7 @@ def _Deterministic(monkeypatch):
 
   def Timer(sess, step, repeats=5):
     calls.append(repeats)
-    return helpers.MatMulElementsRun(sess, step)
+    return trace_helpers.MatMulElementsRun(sess, step)
 
   monkeypatch.setattr(cost_model, 'StepSeconds', Timer)
   monkeypatch.setattr(model_plan, 'MeasureMicroBatchSeconds', lambda *args: 2e-4)

@@ -1,4 +1,4 @@
-"""A job on several hosts: network namespaces with their own addresses (trainer/hosts.py).
+"""A job on several hosts: network namespaces with their own addresses (tests/hosts.py).
 
 Each task runs the per-host command of docs/guide.md ("Scale-out", "Several hosts") in its own
 host, with the hosts' real addresses in --cluster_spec. Faults are made as on real hosts: a worker
@@ -25,8 +25,10 @@ import pytest
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
-from tensorpipe.trainer import hosts
 from tests import helpers
+from tests import layer_helpers
+from tests import server_helpers
+from tests import hosts
 
 _MODEL = 'digits.TinyConvPipeline'
 _WORKERS = ['w0', 'w1', 'w2', 'w3']
@@ -68,16 +70,15 @@ import sys
 from tensorpipe.trainer import preflight
 preflight.WaitForWorkers({'worker': sys.argv[1].split(',')}, int(sys.argv[2]))
 """
-# Once the servers at argv[1] accept connections, the gradients of helpers.ScaleOutPipeline with
-# partition k on server k, saved to argv[2] (.npz).
+# Once the servers at argv[1] accept connections, the gradients of
+# server_helpers.ScaleOutPipeline with partition k on server k, saved to argv[2] (.npz).
 _CLIENT = """
 import sys
 import numpy as np
 from tensorpipe.trainer import preflight
-from tests import helpers
 addresses = sys.argv[1].split(',')
 preflight.WaitForWorkers({'worker': addresses}, 120)
-np.savez(sys.argv[2], **helpers.RemotePipelineGradients(addresses)[0])
+np.savez(sys.argv[2], **server_helpers.RemotePipelineGradients(addresses)[0])
 """
 
 
@@ -230,10 +231,10 @@ class MultiHostTrainingTest(test_utils.TestCase):
     self.assertEqual(client.wait(timeout=_WAIT_S), 0, _Read(os.path.join(tmp, 'client.log')))
     with np.load(out) as remote:
       remote = dict(remote)
-    reference, _ = helpers.Gradients(
-        helpers.ScaleOutPipeline(2), lambda: [tf.constant(helpers.ScaleOutInput())],
+    reference, _ = layer_helpers.Gradients(
+        server_helpers.ScaleOutPipeline(2), lambda: [tf.constant(server_helpers.ScaleOutInput())],
         num_devices=2, loss_fn=lambda out: tf.reduce_mean(tf.square(out)), seed=1234)
-    self.assertLess(helpers.MaxRelativeError(remote, reference), 1e-6)
+    self.assertLess(layer_helpers.MaxRelativeError(remote, reference), 1e-6)
 
   def _WaitUntilListening(self, logdir, workers):
     """Waits (bounded) until the tasks of `workers` accept connections, as seen from host h0."""

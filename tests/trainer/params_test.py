@@ -11,7 +11,8 @@ from tensorpipe import nested_params
 from tensorpipe import placement
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
-from tests import helpers
+from tests import layer_helpers
+from tests import trainer_helpers
 
 SMALL_BATCH_PER_MICRO_BATCH = 2
 
@@ -62,12 +63,12 @@ class RegisteredParamsTest(test_utils.TestCase):
   def _BuildAndRun(self, cfg, dataset):
     num_devices = max([1] + [k for _, _, k in preflight.PipelineDevices(cfg)])
     is_train = dataset == 'Train'
-    graph, task = helpers.TrainerGraph(cfg, num_devices, train=is_train)
+    graph, task = trainer_helpers.TrainerGraph(cfg, num_devices, train=is_train)
     with graph.as_default():
       init = tf.global_variables_initializer()
     # Values only: grappler's rewrites would take most of the step's time on these graphs (up to
     # 14k ops); it is the graph Lingvo builds and its values that the test checks.
-    config = helpers.ValuesOnlyConfig(num_devices)
+    config = layer_helpers.ValuesOnlyConfig(num_devices)
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(init)
       task.input.Initialize(sess)
@@ -87,7 +88,7 @@ class DigitsScheduleTest(test_utils.TestCase):
   def _Step(self, schedule):
     cfg = registry.ModelParams('digits.TinyConvPipeline', 'Train')
     cfg.task.pipeline.schedule = schedule
-    graph, task = helpers.TrainerGraph(cfg, 4)
+    graph, task = trainer_helpers.TrainerGraph(cfg, 4)
     with graph.as_default():
       variables = tf.trainable_variables()
       init = tf.global_variables_initializer()

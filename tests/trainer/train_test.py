@@ -36,6 +36,12 @@ from tensorpipe.trainer import runners
 from tensorpipe.trainer import train
 from tensorpipe.trainer import validation
 from tests import helpers
+from tests import layer_helpers  # pylint: disable=unused-import
+from tests import server_helpers
+from tests import task_helpers  # pylint: disable=unused-import
+from tests import trainer_helpers
+# The user modules below import these in the trainer's processes (declared here for their Bazel
+# target's runfiles).
 
 REPO = helpers.REPO
 MODEL = 'digits.TinyConvPipeline'
@@ -46,7 +52,7 @@ _USER_MODULE = """
 from lingvo import model_registry
 from lingvo.core import base_model_params
 
-from tests.helpers import ConstantInput, TimeMajorTask
+from tests.task_helpers import ConstantInput, TimeMajorTask
 
 
 @model_registry.RegisterSingleTaskModel
@@ -194,7 +200,7 @@ class ClusterStartTest(test_utils.TestCase):
   def testTheTrainerClientRemovesKilledSavesBeforeItStarts(self):
     logdir = self.create_tempdir().full_path
     train_dir = os.path.join(logdir, 'train')
-    helpers.WriteStepCheckpoint(train_dir, 5)
+    trainer_helpers.WriteStepCheckpoint(train_dir, 5)
     os.makedirs(os.path.join(train_dir, 'ckpt-00000009_temp'))
     self._Main(logdir, 'controller')  # In sync mode not the job that saves: it removes nothing.
     self.assertTrue(os.path.isdir(os.path.join(train_dir, 'ckpt-00000009_temp')))
@@ -210,7 +216,6 @@ from lingvo.core import base_model_params
 from lingvo.core import bn_layers
 
 from tensorpipe import layer as layer_lib
-from tests import helpers
 
 
 @model_registry.RegisterSingleTaskModel
@@ -218,14 +223,15 @@ class WrongBatchDim(base_model_params.SingleTaskModelParams):
   \"\"\"FC + time mixing + batch norm on time-major inputs, batch_dim left at 0.\"\"\"
 
   def Train(self):
-    return helpers.ConstantInput.Params()
+    return task_helpers.ConstantInput.Params()
 
   def Task(self):
-    dim = helpers.TIME_MAJOR_SHAPE[2]
-    dense = helpers.DenseLayers(2, dim)
+    dim = task_helpers.TIME_MAJOR_SHAPE[2]
+    dense = layer_helpers.DenseLayers(2, dim)
     bn = [bn_layers.BatchNormLayer.Params().Set(name='bn%d' % i, dim=dim) for i in range(2)]
-    partitions = [[dense[0], helpers.TimeMix.Params().Set(name='mix'), bn[0]], [dense[1], bn[1]]]
-    p = helpers.PipelineTask.Params().Set(pipeline=layer_lib.TensorPipeLayer.Params().Set(
+    partitions = [[dense[0], task_helpers.TimeMix.Params().Set(name='mix'), bn[0]],
+                  [dense[1], bn[1]]]
+    p = task_helpers.PipelineTask.Params().Set(pipeline=layer_lib.TensorPipeLayer.Params().Set(
         name='pipe', partitions=partitions, num_micro_batches=2))
     p.train.max_steps = 1000
     return p
@@ -343,7 +349,6 @@ from lingvo.core import base_input_generator
 from lingvo.core import base_model_params
 from lingvo.core import py_utils
 
-from tests import helpers
 
 
 class NeverYields(base_input_generator.BaseInputGenerator):
@@ -352,11 +357,11 @@ class NeverYields(base_input_generator.BaseInputGenerator):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.batch_size = helpers.TIME_MAJOR_SHAPE[1]
+    p.batch_size = task_helpers.TIME_MAJOR_SHAPE[1]
     return p
 
   def _InputBatch(self):
-    queue = tf.queue.FIFOQueue(1, tf.float32, shapes=[helpers.TIME_MAJOR_SHAPE])
+    queue = tf.queue.FIFOQueue(1, tf.float32, shapes=[task_helpers.TIME_MAJOR_SHAPE])
     return py_utils.NestedMap(x=queue.dequeue())
 
 
@@ -368,7 +373,7 @@ class StuckInput(base_model_params.SingleTaskModelParams):
     return NeverYields.Params()
 
   def Task(self):
-    return helpers.TimeMajorTask(batch_dim=1)
+    return task_helpers.TimeMajorTask(batch_dim=1)
 """
 
 
@@ -452,7 +457,7 @@ class ClusterTaskEndsTest(test_utils.TestCase):
       controller, client, worker0, worker1 = ['127.0.0.1:%d' % port for port in ports]
       # The host of worker 1 was started with --task=0: it listens at worker 1's address (see
       # liveness_test's TaskAtTest) and is task 0.
-      helpers.StartTfServer(self, {'worker': [worker1, worker0]}, 'worker', 0)
+      server_helpers.StartTfServer(self, {'worker': [worker1, worker0]}, 'worker', 0)
       spec = 'controller=%s@trainer_client=%s@worker=%s,%s' % (controller, client, worker0,
                                                                 worker1)
       proc = subprocess.run(

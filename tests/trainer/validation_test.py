@@ -12,7 +12,7 @@ from lingvo.core import test_utils
 from tensorpipe.trainer import registry
 from tensorpipe.trainer import startup_plan
 from tensorpipe.trainer import validation
-from tests import helpers
+from tests import trainer_helpers
 
 MODEL = 'digits.TinyConvPipeline'
 
@@ -119,7 +119,7 @@ class EarlyStoppedRunTest(test_utils.TestCase):
 
   def testPreflightOfAnEarlyStoppedRun(self):
     logdir = self.create_tempdir().full_path
-    ckpt = helpers.WriteStepCheckpoint(os.path.join(logdir, 'train'), 5)
+    ckpt = trainer_helpers.WriteStepCheckpoint(os.path.join(logdir, 'train'), 5)
     messages = self._Validate(logdir, 'evaler_test')
     self.assertLen(messages, 1)
     self.assertIn('train.max_steps = 800; the latest, %s, is at step 5' % ckpt, messages[0])

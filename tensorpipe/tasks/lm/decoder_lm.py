@@ -46,6 +46,8 @@ model that has learned to count predicts the rest.
       --run_locally=cpu --logdir=/tmp/tiny_lm --job=evaler_test    # held-out loss, log_pplx
 """
 
+from typing import Any, Callable
+
 import numpy as np
 from lingvo import compat as tf
 from lingvo.core import base_layer
@@ -407,6 +409,8 @@ class DecoderLm(base_model.BaseTask):
     beam = p.decode_beam_size if method == 'beam' else 1
     prompt = tf.repeat(tf.cast(prompt, tf.int32), beam, axis=0)
     last = prompt[:, -1]  # The token at position length - 1, before the first new one.
+    # (ids, step[, states]) -> the next token's log-probabilities[, the new states].
+    log_probs_fn: Callable[..., Any]
     if incremental:
       states = self._PromptStates(theta, prompt, length + p.decode_new_tokens)
       log_probs_fn = lambda ids, step, states: self._StepLogProbs(

@@ -22,6 +22,8 @@ K = 1 search may go on past an eos that greedy stops at, when a longer hypothesi
 higher.
 """
 
+from typing import Any, Tuple
+
 from lingvo import compat as tf
 from lingvo.core import py_utils
 
@@ -129,9 +131,9 @@ def BeamSearch(log_probs_fn, batch_size, beam_size, max_length, sos_id, eos_id,
 
   start = tf.concat([tf.fill([b * k, 1], sos_id), tf.fill([b * k, t - 1], eos_id)], axis=1)
   alive_scores = tf.tile(tf.constant([[0.0] + [-float('inf')] * (k - 1)]), [b, 1])
-  init = (tf.constant(0), tf.reshape(start, [b, k, t]), alive_scores,
-          tf.reshape(start, [b, k, t])[:, 0, :], tf.fill([b], -float('inf')),
-          tf.zeros([b], tf.int32))
+  init: Tuple[Any, ...] = (tf.constant(0), tf.reshape(start, [b, k, t]), alive_scores,
+                           tf.reshape(start, [b, k, t])[:, 0, :], tf.fill([b], -float('inf')),
+                           tf.zeros([b], tf.int32))
   if states is not None:
     init += (states,)
   _, _, _, best_ids, best_scores, best_lengths = tf.while_loop(Continue, Body, init,

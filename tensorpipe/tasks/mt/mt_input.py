@@ -20,6 +20,7 @@ With `data_dir` empty the built-in num2words corpus is generated on first use (n
 """
 
 import os
+from typing import Any, Dict, List
 
 import numpy as np
 from lingvo import compat as tf
@@ -94,7 +95,7 @@ class MultilingualInput(base_input_generator.BaseInputGenerator):
     tf.logging.info('%s: %d languages, %d %s examples from %s', where, len(langs),
                     sum(self.sizes), p.split, data_dir)
     self._iterator = None
-    self._feeds = None
+    self._feeds: Dict[str, Any] = {}  # Per array its placeholder, made with the input batch.
     self._first = None  # Train split: placeholder of the first batch (StartAtStep).
 
   @property
@@ -116,7 +117,8 @@ class MultilingualInput(base_input_generator.BaseInputGenerator):
     """Padded id arrays of all languages: src, tgt_ids, tgt_labels, src_len, tgt_len, lang."""
     p = self.params
     s_max, t_max = p.source_max_length, p.target_max_length
-    cols = {k: [] for k in ('src', 'tgt_ids', 'tgt_labels', 'src_len', 'tgt_len', 'lang')}
+    cols: Dict[str, List[Any]] = {
+        k: [] for k in ('src', 'tgt_ids', 'tgt_labels', 'src_len', 'tgt_len', 'lang')}
     dropped = 0
     for li, lang in enumerate(self._languages):
       with open(self._Path(lang), encoding='utf-8') as f:

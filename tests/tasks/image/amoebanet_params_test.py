@@ -13,7 +13,8 @@ from lingvo.core import test_utils
 
 from params import amoebanet as amoebanet_params
 from tensorpipe.partitioner import cost_model
-from tests import helpers
+from tests import layer_helpers
+from tests import trainer_helpers
 
 # (model, (L, F), K, paper's parameter count, tolerance).
 TABLE1 = [
@@ -47,21 +48,21 @@ class ParameterCountTest(test_utils.TestCase):
   @pytest.mark.slow  # Builds ~75 distinct full-width Lingvo layers to count their variables.
   def testTable1RowsAndImageNetModelMatchThePaper(self):
     for name, (num_cells, filters), k, paper, tolerance in TABLE1:
-      cfg = helpers.ModelParams(name)
+      cfg = trainer_helpers.ModelParams(name)
       layers = _Layers(cfg)
       self.assertEqual(_CellFilters(layers), (num_cells, filters), name)
       self.assertEqual(cfg.task.pipeline.num_devices, k, name)
       count = cost_model.ParamCount(layers)
       self.assertBetween(count / paper - 1, -tolerance, tolerance, '%s: %d' % (name, count))
     count = cost_model.ParamCount(
-        _Layers(helpers.ModelParams('amoebanet.ImageNetAmoebaNetB18x512')))
+        _Layers(trainer_helpers.ModelParams('amoebanet.ImageNetAmoebaNetB18x512')))
     self.assertBetween(count / 557e6 - 1, -0.02, 0.02, count)
 
 
 class HyperParameterTest(test_utils.TestCase):
 
   def testImageNetAmoebaNetB(self):
-    cfg = helpers.ModelParams('amoebanet.ImageNetAmoebaNetB18x512')
+    cfg = trainer_helpers.ModelParams('amoebanet.ImageNetAmoebaNetB18x512')
     layers = _Layers(cfg)
     self.assertEqual(_CellFilters(layers), (18, 512))
     self.assertTrue(all(p.genotype == 'B' for p in layers if 'cell' in p.name))
@@ -87,23 +88,23 @@ class HyperParameterTest(test_utils.TestCase):
   def testTable2Configs(self):
     for k in (2, 4, 8):
       for m in (1, 4, 32):
-        cfg = helpers.ModelParams('amoebanet.AmoebaNetD18x256K%dM%d' % (k, m))
+        cfg = trainer_helpers.ModelParams('amoebanet.AmoebaNetD18x256K%dM%d' % (k, m))
         self.assertEqual(_CellFilters(_Layers(cfg)), (18, 256))
         self.assertEqual((cfg.task.pipeline.num_devices, cfg.task.pipeline.num_micro_batches),
                          (k, m))
         self.assertEqual(cfg.input.batch_size % m, 0)
 
   def testTable1NaiveHasNoPipelineNorRecomputation(self):
-    p = helpers.ModelParams('amoebanet.AmoebaNetDNaive1').task.pipeline
+    p = trainer_helpers.ModelParams('amoebanet.AmoebaNetDNaive1').task.pipeline
     self.assertEqual((p.num_devices, p.num_micro_batches, p.recompute), (1, 1, 'never'))
     for name in ('Pipeline1', 'Pipeline2', 'Pipeline4', 'Pipeline8'):
-      p = helpers.ModelParams('amoebanet.AmoebaNetD' + name).task.pipeline
+      p = trainer_helpers.ModelParams('amoebanet.AmoebaNetD' + name).task.pipeline
       self.assertEqual((p.num_micro_batches, p.recompute), (16, 'always'))
       self.assertEqual(p.cost_input_shapes, [[128, 224, 224, 3]])
 
   def testTransferLearningConfigs(self):
     for name, (lr, l2, classes) in TRANSFER.items():
-      cfg = helpers.ModelParams('amoebanet.Transfer' + name)
+      cfg = trainer_helpers.ModelParams('amoebanet.Transfer' + name)
       lp = cfg.task.train.learner
       self.assertAllClose(lp.learning_rate, lr, msg=name)
       self.assertAllClose(lp.l2_regularizer_weight or 0.0, l2, msg=name)
@@ -124,7 +125,7 @@ class HyperParameterTest(test_utils.TestCase):
   def testFreshSoftmaxRulesLoadEverythingButTheOutputLayers(self):
     """Lingvo's own rule matching on the tiny transfer model's variables (and a fake slot)."""
     from lingvo.core import py_utils  # pylint: disable=g-import-not-at-top
-    cfg = helpers.ModelParams('amoebanet.TinyTransferAmoebaNetB')
+    cfg = trainer_helpers.ModelParams('amoebanet.TinyTransferAmoebaNetB')
     k = cfg.task.pipeline.num_devices
     with tf.Graph().as_default(), cluster_factory.ForTestingWorker(cpus=k, split_size=k):
       task = cfg.task.Instantiate()
@@ -153,13 +154,13 @@ class TinyTrainingTest(test_utils.TestCase):
   """Tiny variants train on the digits through Lingvo's task (BN updates, aux loss, optimizer)."""
 
   def _Train(self, name, steps=50):
-    cfg = helpers.ModelParams(name)
+    cfg = trainer_helpers.ModelParams(name)
     k = cfg.task.pipeline.num_devices
-    graph, task = helpers.TrainerGraph(cfg, k)
+    graph, task = trainer_helpers.TrainerGraph(cfg, k)
     with graph.as_default():
       moving = [v for v in tf.global_variables() if 'moving_mean' in v.op.name]
       init = tf.global_variables_initializer()
-    config = helpers.ValuesOnlyConfig(k)  # Faster to start.
+    config = layer_helpers.ValuesOnlyConfig(k)  # Faster to start.
     losses = []
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(init)

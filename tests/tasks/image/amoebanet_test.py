@@ -11,7 +11,7 @@ from lingvo.core import tshape
 
 from tensorpipe.tasks.image import amoebanet
 from tensorpipe.tasks.image import conv_layers
-from tests import helpers
+from tests import layer_helpers
 
 BATCH = 8
 NUM_CLASSES = 5
@@ -83,14 +83,14 @@ class TinyAmoebaNetPipelineTest(test_utils.TestCase):
 
   @pytest.mark.slow
   def testSameGradientsAndMovingAveragesAsUnpipelinedForK4WithDropPath(self):
-    reference, ref_moving, num_updates, _ = helpers.StepWithBatchNormUpdates(
-        helpers.Plain(TinyLayers(keep_prob=0.6, dropout=0.5)), _Inputs, loss_fn=_Loss)
+    reference, ref_moving, num_updates, _ = layer_helpers.StepWithBatchNormUpdates(
+        layer_helpers.Plain(TinyLayers(keep_prob=0.6, dropout=0.5)), _Inputs, loss_fn=_Loss)
     self.assertGreater(len(ref_moving), 50)
     self.assertEqual(num_updates, len(ref_moving))
     # Re-computation against its absence, with drop-path: the test below.
     for k, mode in ((4, 'always'),):
-      grads, moving, num_updates, num_relevant = helpers.StepWithBatchNormUpdates(
-          helpers.Pipeline(TinyLayers(keep_prob=0.6, dropout=0.5), k, 1, mode), _Inputs,
+      grads, moving, num_updates, num_relevant = layer_helpers.StepWithBatchNormUpdates(
+          layer_helpers.Pipeline(TinyLayers(keep_prob=0.6, dropout=0.5), k, 1, mode), _Inputs,
           loss_fn=_Loss)
       # Element by element: a batch-norm scale's gradient can nearly cancel (norm ~1e-3), where the
       # function bodies' own optimised kernels round differently from the unoptimised plain graph.
@@ -114,11 +114,11 @@ class TinyAmoebaNetPipelineTest(test_utils.TestCase):
       return [stem, cell, classifier]
 
     loss = lambda out: _Loss((out[0], out[0]))
-    never, _, _, _ = helpers.StepWithBatchNormUpdates(
-        helpers.Pipeline(Layers(), 2, 2, 'never'), _Inputs, loss_fn=loss)
-    always, _, _, _ = helpers.StepWithBatchNormUpdates(
-        helpers.Pipeline(Layers(), 2, 2, 'always'), _Inputs, loss_fn=loss)
-    self.assertLess(helpers.MaxRelativeError(always, never), 1e-5)
+    never, _, _, _ = layer_helpers.StepWithBatchNormUpdates(
+        layer_helpers.Pipeline(Layers(), 2, 2, 'never'), _Inputs, loss_fn=loss)
+    always, _, _, _ = layer_helpers.StepWithBatchNormUpdates(
+        layer_helpers.Pipeline(Layers(), 2, 2, 'always'), _Inputs, loss_fn=loss)
+    self.assertLess(layer_helpers.MaxRelativeError(always, never), 1e-5)
 
   def testDropPathAndDropoutMasksDoNotDependOnKOrM(self):
     """Batch-norm-free drop-path cells and the classifier: pipelined gradients equal the plain ones.
@@ -141,15 +141,16 @@ class TinyAmoebaNetPipelineTest(test_utils.TestCase):
                                                 num_classes=NUM_CLASSES, dropout_keep_prob=keep)]
 
     loss = lambda out: _Loss((out[0], out[0]))
-    reference = helpers.StepWithBatchNormUpdates(helpers.Plain(Layers(0.5)), _Inputs,
+    reference = layer_helpers.StepWithBatchNormUpdates(layer_helpers.Plain(Layers(0.5)), _Inputs,
                                                  loss_fn=loss)[0]
-    no_dropout = helpers.StepWithBatchNormUpdates(helpers.Plain(Layers(1.0)), _Inputs,
+    no_dropout = layer_helpers.StepWithBatchNormUpdates(layer_helpers.Plain(Layers(1.0)), _Inputs,
                                                   loss_fn=loss)[0]
-    self.assertGreater(helpers.MaxRelativeError(no_dropout, reference), 0.05)  # Masks matter.
+    self.assertGreater(layer_helpers.MaxRelativeError(no_dropout, reference), 0.05)  # Masks matter.
     for k, m in ((1, 4), (2, 1), (2, 2), (2, 4), (4, 2)):
-      grads = helpers.StepWithBatchNormUpdates(helpers.Pipeline(Layers(0.5), k, m), _Inputs,
+      grads = layer_helpers.StepWithBatchNormUpdates(layer_helpers.Pipeline(Layers(0.5), k, m),
+                                                     _Inputs,
                                                loss_fn=loss)[0]
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
 
   def testCellDrawsItsOpsDropPathsTogetherBitForBit(self):
     """A cell's drop-path masks, drawn together, are those its ops would each draw."""
@@ -172,10 +173,10 @@ class TinyAmoebaNetPipelineTest(test_utils.TestCase):
   def testEvalHasNoAuxLogitsNorDropout(self):
     graph = tf.Graph()
     with graph.as_default(), cluster_factory.ForTestingWorker(cpus=2, split_size=2, do_eval=True):
-      net = helpers.Pipeline(TinyLayers(keep_prob=0.5, dropout=0.5), 2, 2).Instantiate()
+      net = layer_helpers.Pipeline(TinyLayers(keep_prob=0.5, dropout=0.5), 2, 2).Instantiate()
       logits, aux = net.FPropDefaultTheta(*_Inputs())
       self.assertIsNone(aux)
-      with helpers.Session(graph, 2) as sess:
+      with layer_helpers.Session(graph, 2) as sess:
         sess.run(tf.global_variables_initializer())
         first, second = sess.run(logits), sess.run(logits)
     self.assertEqual(first.shape, (BATCH, NUM_CLASSES))

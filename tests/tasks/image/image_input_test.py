@@ -10,7 +10,7 @@ from lingvo.core import test_utils
 from tensorpipe.tasks.image import image_input
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
-from tests import helpers
+from tests import trainer_helpers
 
 
 class ImageInputTest(test_utils.TestCase):
@@ -20,7 +20,7 @@ class ImageInputTest(test_utils.TestCase):
     p = image_input.ImageInput.Params().Set(tfds_name='imagenet2012', data_dir=missing)
     with self.assertRaisesRegex(ValueError, "data_dir '.*no-such-imagenet-dir' does not exist"):
       p.Instantiate()
-    cfg = helpers.ModelParams('amoebanet.ImageNetAmoebaNetB18x512')
+    cfg = trainer_helpers.ModelParams('amoebanet.ImageNetAmoebaNetB18x512')
     cfg.input.data_dir = missing
     with self.assertRaisesRegex(registry.UsageError, 'no-such-imagenet-dir'):
       preflight.CheckDataDirs(cfg, 'Train')

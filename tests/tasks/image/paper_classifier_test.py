@@ -13,7 +13,7 @@ from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import amoebanet
 from tensorpipe.tasks.image import paper_classifier
 from tensorpipe.tasks.image import image_input
-from tests import helpers
+from tests import layer_helpers
 
 
 @contextlib.contextmanager
@@ -52,7 +52,7 @@ class ImageClassifierTest(test_utils.TestCase):
                    aux_loss_weight=0.4) as (graph, task, _, metrics):
       grads = [g for g in tf.gradients(metrics['loss'][0], tf.trainable_variables())
                if g is not None]
-      with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(2)) as sess:
+      with tf.Session(graph=graph, config=layer_helpers.ValuesOnlyConfig(2)) as sess:
         sess.run(tf.global_variables_initializer())
         values, grad_values = sess.run([{k: v[0] for k, v in metrics.items()}, grads])
     return task, values, grad_values
@@ -82,7 +82,7 @@ class Bfloat16Test(test_utils.TestCase):
 
   def _Loss(self, mode):
     with _TinyTask(1, bfloat16_activations=mode) as (graph, _, predictions, metrics):
-      with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(2)) as sess:
+      with tf.Session(graph=graph, config=layer_helpers.ValuesOnlyConfig(2)) as sess:
         sess.run(tf.global_variables_initializer())
         loss = sess.run(metrics['loss'][0])
     return predictions.logits.dtype, predictions.aux_logits.dtype, loss

@@ -8,7 +8,7 @@ from lingvo.core import tshape
 
 from tensorpipe.partitioner import cost_model
 from tensorpipe.tasks.image import resnet
-from tests import helpers
+from tests import layer_helpers
 
 
 def TinyLayers():
@@ -44,11 +44,11 @@ class ResNetTest(test_utils.TestCase):
 
   def testPipelinedGradientsEqualPlain(self):
     loss = lambda out: tf.reduce_mean(tf.square(out))
-    reference, ref_moving, _, _ = helpers.StepWithBatchNormUpdates(
-        helpers.Plain(TinyLayers()), _Inputs, loss_fn=loss)
-    grads, moving, num_updates, _ = helpers.StepWithBatchNormUpdates(
-        helpers.Pipeline(TinyLayers(), 4, 1), _Inputs, loss_fn=loss)
-    self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-4)
+    reference, ref_moving, _, _ = layer_helpers.StepWithBatchNormUpdates(
+        layer_helpers.Plain(TinyLayers()), _Inputs, loss_fn=loss)
+    grads, moving, num_updates, _ = layer_helpers.StepWithBatchNormUpdates(
+        layer_helpers.Pipeline(TinyLayers(), 4, 1), _Inputs, loss_fn=loss)
+    self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-4)
     self.assertEqual(num_updates, len(ref_moving))
     for name in ref_moving:
       self.assertAllClose(moving[name], ref_moving[name], rtol=1e-5, atol=1e-6, msg=name)

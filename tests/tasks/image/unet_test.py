@@ -16,7 +16,8 @@ from tensorpipe import layer as layer_lib
 from tensorpipe.tasks.image import pipelined_classifier
 from tensorpipe.tasks.image import digits_input
 from tensorpipe.tasks.image import unet
-from tests import helpers
+from tests import layer_helpers
+from tests import trainer_helpers
 
 BATCH = 16
 IMAGE_SHAPE = (8, 8, 1)
@@ -131,12 +132,12 @@ class PartitioningTest(test_utils.TestCase):
   """The registered model's skip connections cross partitions, and go straight there."""
 
   def testSkipsCrossPartitionsAtK4(self):
-    cfg = helpers.ModelParams('digits.TinyUNetPipeline')
+    cfg = trainer_helpers.ModelParams('digits.TinyUNetPipeline')
     params = cfg.task.pipeline.Copy().Set(name='pipe')
     self.assertEqual(params.num_devices, 4)
     self.assertEqual(params.num_micro_batches, 8)
     self.assertEqual(params.skip_connections, [('down1', 'up1'), ('down0', 'up0')])
-    with tf.Graph().as_default(), helpers.Cluster(4):
+    with tf.Graph().as_default(), layer_helpers.Cluster(4):
       net = params.Instantiate()
       names = net.partition_layer_names
       partition_of = {name: k for k, layers in enumerate(names) for name in layers}
@@ -163,7 +164,7 @@ class GradientsTest(test_utils.TestCase):
       for m in (8, 3):
         name = 'K%d_M%d' % (k, m)
         variants.append((name, _Pipeline(name, k, m, sched)))
-    results = helpers.GradientsOfVariants(variants, _Inputs, _MeanXent)
+    results = layer_helpers.GradientsOfVariants(variants, _Inputs, _MeanXent)
     reference, ref_loss = results.pop('hand')
     # w, b of the 3 down layers; up_w, up_b, w, b of the 2 up layers; w1, b1, w2, b2 of the head.
     self.assertLen(reference, 3 * 2 + 2 * 4 + 4)
@@ -192,10 +193,10 @@ class TrainingTest(test_utils.TestCase):
 
   @pytest.mark.slow
   def testLearnsTheHeldOutDigits(self):
-    cfg = helpers.ModelParams('digits.TinyUNetPipeline')
+    cfg = trainer_helpers.ModelParams('digits.TinyUNetPipeline')
     test_images, test_labels = digits_input.LoadArrays(
         digits_input.DigitsInput.Params().Set(split='test'))
-    graph, task = helpers.TrainerGraph(cfg, 4)
+    graph, task = trainer_helpers.TrainerGraph(cfg, 4)
     with graph.as_default():
       # The same variables, evaluated on the 359 held-out images (M = 8: 45 or 44 per micro-batch).
       with cluster_factory.ForTestingWorker(mode='sync', job='trainer_client', cpus=4,
@@ -204,7 +205,7 @@ class TrainingTest(test_utils.TestCase):
         predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
         accuracy = tf.reduce_mean(tf.cast(tf.equal(predicted, test_labels), tf.float32))
       init = tf.global_variables_initializer()
-    with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(4)) as sess:
+    with tf.Session(graph=graph, config=layer_helpers.ValuesOnlyConfig(4)) as sess:
       sess.run(init)
       task.input.Initialize(sess)
       before = sess.run(accuracy)

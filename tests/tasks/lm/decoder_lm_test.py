@@ -22,7 +22,8 @@ from lingvo.core import test_utils
 from tensorpipe import check_failure
 from tensorpipe import placement
 from tensorpipe.tasks.lm import decoder_lm
-from tests import helpers
+from tests import layer_helpers
+from tests import trainer_helpers
 
 BATCH = 6  # M = 3 divides it, M = 4 does not (micro-batches of 2, 2, 1, 1).
 MAX_NUMBERS = 2  # T = 10.
@@ -68,7 +69,7 @@ def _Build(variants, batch_fn=_Batch, num_devices=3):
   """
   graph = tf.Graph()
   fetches, tasks, batches = {}, {}, {}
-  with graph.as_default(), helpers.Cluster(num_devices):
+  with graph.as_default(), layer_helpers.Cluster(num_devices):
     tf.random.set_seed(1234)  # Lingvo then seeds each initialiser from its variable's name.
     py_utils.GetOrCreateGlobalStepVar()
     with py_utils.VariableStore(), tf.variable_scope('', reuse=tf.AUTO_REUSE):
@@ -83,7 +84,7 @@ def _Build(variants, batch_fn=_Batch, num_devices=3):
 
 
 def _Run(graph, fetches, num_devices=3, feed_dict=None):
-  with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(num_devices)) as sess:
+  with tf.Session(graph=graph, config=layer_helpers.ValuesOnlyConfig(num_devices)) as sess:
     sess.run(tf.global_variables_initializer())
     return sess.run(fetches, feed_dict=feed_dict)
 
@@ -171,7 +172,7 @@ class DecoderLmGradientsTest(test_utils.TestCase):
 class DecoderLmTest(test_utils.TestCase):
 
   def testTheTiedEmbeddingIsOneVariableOnTheFirstDevice(self):
-    with tf.Graph().as_default(), helpers.Cluster(2):
+    with tf.Graph().as_default(), layer_helpers.Cluster(2):
       task = _Params(2, 4, '1f1b').Instantiate()
       names = [v.op.name for v in tf.trainable_variables()]
       self.assertEqual([n for n in names if 'softmax' in n or 'emb' in n],
@@ -198,12 +199,12 @@ class DecoderLmTest(test_utils.TestCase):
       decoder_lm.DecoderLm.Params().Set(name='lm').Instantiate()
     p = _Params()
     p.pipeline.loss_layer = None
-    with self.assertRaisesRegex(ValueError, 'needs a loss_layer'), helpers.Cluster(2):
+    with self.assertRaisesRegex(ValueError, 'needs a loss_layer'), layer_helpers.Cluster(2):
       p.Instantiate()
     with self.assertRaisesRegex(ValueError, '3 partitions need num_layers >= 2 .*got num_layers=1'):
       _Params(3, num_layers=1)
     with self.assertRaisesRegex(ValueError, "decode_method must be one of .*got 'nucleus'"), \
-        helpers.Cluster(2):
+        layer_helpers.Cluster(2):
       _Params().Set(decode_method='nucleus').Instantiate()
 
   def testTheDecoderJobWritesSamplesAndTokensPerSecond(self):
@@ -217,7 +218,7 @@ class DecoderLmTest(test_utils.TestCase):
       py_utils.GetOrCreateGlobalStepVar()
       task = p.Instantiate()
       dec_out = task.Decode(task.input_generator.GetPreprocessedInputBatch())
-      with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(2)) as sess:
+      with tf.Session(graph=graph, config=layer_helpers.ValuesOnlyConfig(2)) as sess:
         sess.run(tf.global_variables_initializer())
         task.input_generator.Initialize(sess)
         dec_metrics = task.CreateDecoderMetrics()
@@ -294,7 +295,7 @@ class DecoderLmDecodingTest(test_utils.TestCase):
               out = task.Generate(task.theta, prompt, method, incremental)
               fetches[(name, method, incremental)] = (out.ids, out.scores)
       variables = tf.trainable_variables()
-      with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(3)) as sess:
+      with tf.Session(graph=graph, config=layer_helpers.ValuesOnlyConfig(3)) as sess:
         sess.run(tf.global_variables_initializer())
         sess.run([v.initializer for v in variables], feed_dict={
             v.initial_value: _DecodeValue(v.op.name[len('lm/'):], v.shape.as_list())
@@ -325,9 +326,9 @@ class TinyTiedLmTest(test_utils.TestCase):
     """150 training steps of lm.TinyTiedLm (Lingvo's train op: 1F1B, K = 2, M = 4, Adam) on the
     counting corpus: the mean loss of the last 20 steps is under half that of the first 5 (about
     4.5 nats per token at the start, about 1.5 after 150 steps)."""
-    cfg = helpers.ModelParams('lm.TinyTiedLm', 'Train')
+    cfg = trainer_helpers.ModelParams('lm.TinyTiedLm', 'Train')
     self.assertEqual(cfg.task.pipeline.schedule, '1f1b')
-    graph, task = helpers.TrainerGraph(cfg, 2)
+    graph, task = trainer_helpers.TrainerGraph(cfg, 2)
     with graph.as_default():
       init = tf.global_variables_initializer()
     losses = []

@@ -10,7 +10,7 @@ from lingvo.core import py_utils
 from lingvo.core import test_utils
 
 from tensorpipe.tasks.lm import lm_task
-from tests import helpers
+from tests import layer_helpers
 
 
 def _Params(num_devices, num_micro_batches=1, pipelined=True):
@@ -24,7 +24,7 @@ def _Params(num_devices, num_micro_batches=1, pipelined=True):
 
 def _Gradients(params, num_devices):
   graph = tf.Graph()
-  with graph.as_default(), helpers.Cluster(num_devices):
+  with graph.as_default(), layer_helpers.Cluster(num_devices):
     py_utils.GetOrCreateGlobalStepVar()
     task = params.Instantiate()
     gen = lm_task.SyntheticLmInput.Params().Set(
@@ -33,7 +33,7 @@ def _Gradients(params, num_devices):
     variables = tf.trainable_variables()
     grads = [tf.convert_to_tensor(g) for g in
              tf.gradients(loss, variables, colocate_gradients_with_ops=True)]
-    config = helpers.ValuesOnlyConfig(num_devices)  # Build speed only.
+    config = layer_helpers.ValuesOnlyConfig(num_devices)  # Build speed only.
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(tf.global_variables_initializer())
       for v in variables:
@@ -51,7 +51,7 @@ class PipelinedTransformerLmTest(test_utils.TestCase):
     for k, m in ((2, 2), (4, 4)):
       grads, loss = _Gradients(_Params(k, m), 4)
       self.assertAllClose(loss, ref_loss, rtol=1e-6, msg='K=%d M=%d' % (k, m))
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
 
   def testSyntheticInputShiftsLabels(self):
     with self.session(graph=tf.Graph()) as sess:

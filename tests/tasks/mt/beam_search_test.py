@@ -18,7 +18,7 @@ from tensorpipe.tasks.mt import beam_search
 from tensorpipe.tasks.mt import mt_input
 from tensorpipe.tasks.mt import mt_task
 from tensorpipe.tasks.mt import num2words_corpus
-from tests import helpers
+from tests import layer_helpers
 
 SOS, EOS, A, B = 0, 1, 2, 3
 VOCAB = 4
@@ -317,7 +317,7 @@ class PipelinedTransformerBeamSearchTest(test_utils.TestCase):
       counted = tf.sequence_mask(two.lengths, self.MAX_LENGTH, tf.float32)
       rescored = (tf.reduce_sum(token_log_p * counted, -1)
                   / beam_search.LengthPenalty(two.lengths, 0.6))
-      with helpers.Session(graph, 2) as sess:
+      with layer_helpers.Session(graph, 2) as sess:
         sess.run(tf.global_variables_initializer())
         task.input_generator.Initialize(sess)
         first, greedy, one, two, rescored = sess.run([dec_out, greedy, one, two, rescored])

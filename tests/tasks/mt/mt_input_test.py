@@ -12,13 +12,14 @@ from lingvo.core import test_utils
 
 from tensorpipe.tasks.mt import mt_input
 from tensorpipe.tasks.mt import temperature_sampling
-from tests import helpers
+from tests import corpus_helpers
 
 LANGS = ['de', 'fr', 'ja', 'ru', 'tr', 'vi']
 
 
 def _Params(split, temperature=5.0, batch=256):
-  p = mt_input.MultilingualInput.Params().Set(data_dir=helpers.Num2WordsCorpus(), split=split,
+  p = mt_input.MultilingualInput.Params().Set(data_dir=corpus_helpers.Num2WordsCorpus(),
+                                              split=split,
                                               languages=LANGS, temperature=temperature)
   p.batch_size = batch
   return p
@@ -78,7 +79,7 @@ class MultilingualInputTest(test_utils.TestCase):
       except tf.errors.OutOfRangeError:
         pass
     self.assertEqual(langs, [i for i in range(len(LANGS)) for _ in range(10)])
-    with open(os.path.join(helpers.Num2WordsCorpus(), 'de.test.tsv'), encoding='utf-8') as f:
+    with open(os.path.join(corpus_helpers.Num2WordsCorpus(), 'de.test.tsv'), encoding='utf-8') as f:
       expected = [line.rstrip('\n').split('\t')[1] for line in f]
     self.assertEqual(refs[:10], expected)
 

@@ -25,7 +25,7 @@ from lingvo.core import test_utils
 from tensorpipe.tasks.mt import mt_input
 from tensorpipe.tasks.mt import mt_task
 from tensorpipe.tasks.mt import num2words_corpus
-from tests import helpers
+from tests import layer_helpers
 
 VOCAB, BATCH, SRC_LEN, TGT_LEN = 40, 4, 7, 6
 
@@ -72,14 +72,14 @@ def Gradients(params, num_devices=4):
   """({variable: gradient}, loss, number of dropout masks) of one step at global step 5, weights set
   by name (the softmax's by its name outside the decoder)."""
   graph = tf.Graph()
-  with graph.as_default(), helpers.Cluster(num_devices):
+  with graph.as_default(), layer_helpers.Cluster(num_devices):
     step = py_utils.GetOrCreateGlobalStepVar()
     task = params.Instantiate()
     loss = task.FPropDefaultTheta(_Batch())[0]['loss'][0]
     variables = tf.trainable_variables()
     grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
     grads = [tf.convert_to_tensor(g) for g in grads]
-    config = helpers.ValuesOnlyConfig(num_devices)  # Build speed only.
+    config = layer_helpers.ValuesOnlyConfig(num_devices)  # Build speed only.
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(tf.global_variables_initializer())
       for v in variables:
@@ -113,7 +113,7 @@ class PipelinedTransformerTest(test_utils.TestCase):
     for k, m in ((1, 4), (2, 2), (4, 1)):
       grads, loss, _ = PipelinedGradients(k, m)
       self.assertAllClose(loss, ref_loss, rtol=1e-6, msg='K=%d M=%d' % (k, m))
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-5, 'K=%d M=%d' % (k, m))
 
   @pytest.mark.slow
   def testDecoderSchedulesWithTheSoftmaxInTheLastPartition(self):
@@ -123,7 +123,7 @@ class PipelinedTransformerTest(test_utils.TestCase):
     for name in ('zero_bubble',):
       grads, loss, _ = PipelinedGradients(2, 2, name)
       self.assertAllClose(loss, ref_loss, rtol=1e-6, msg=name)
-      self.assertLess(helpers.MaxRelativeError(grads, reference), 1e-5, name)
+      self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-5, name)
 
   @pytest.mark.slow
   def testDecodingWithTheSoftmaxInTheLastPartition(self):
@@ -135,7 +135,7 @@ class PipelinedTransformerTest(test_utils.TestCase):
         params.max_decode_length = 5
         task = params.Instantiate()
         ids = task.GreedyDecode(task.theta, _Batch().src).ids
-        with helpers.Session(graph, 2) as sess:
+        with layer_helpers.Session(graph, 2) as sess:
           sess.run(tf.global_variables_initializer())
           for v in tf.trainable_variables():
             v.load(_Value(_SOFTMAX_IN_DECODER.get(v.op.name, v.op.name), v.shape.as_list()), sess)
@@ -150,7 +150,7 @@ class PipelinedTransformerTest(test_utils.TestCase):
     p.encoder.schedule = '1f1b'
     with self.assertRaisesRegex(ValueError, r"PipelinedTransformer 'mt': encoder schedule='1f1b'; "
                                 r"the encoder must use 'gpipe'.*Set the schedule on the decoder"):
-      with helpers.Cluster(2):
+      with layer_helpers.Cluster(2):
         p.Instantiate()
 
 
@@ -201,7 +201,7 @@ class IncrementalDecodingTest(test_utils.TestCase):
           beam = task.BeamSearchDecode(task.theta, src, 4, 0.0, incremental=incremental)
           fetches[(p.name, incremental)] = (greedy.ids, greedy.scores, beam.ids, beam.scores)
       variables = tf.trainable_variables()
-      with tf.Session(graph=graph, config=helpers.ValuesOnlyConfig(3)) as sess:
+      with tf.Session(graph=graph, config=layer_helpers.ValuesOnlyConfig(3)) as sess:
         values = {}
         for v in variables:
           name = 'mt/' + v.op.name.split('/', 1)[1]
@@ -227,7 +227,7 @@ class IncrementalDecodingTest(test_utils.TestCase):
           self.assertAllEqual(got[i], reference[i], msg='%s %s' % (key, what))
 
   def testASequentialDecoderNeedsTheFullPrefixPath(self):
-    with tf.Graph().as_default(), helpers.Cluster(1):
+    with tf.Graph().as_default(), layer_helpers.Cluster(1):
       task = _Params(1, pipelined=False).Instantiate()
       with self.assertRaisesRegex(ValueError, r"the decoder \(a SequentialLayer\) has no "
                                   'InitStates for incremental decoding; set incremental_decode='
@@ -261,7 +261,7 @@ class GreedyDecodeBleuTest(test_utils.TestCase):
                                   vocab_size=300)
     ckpt = os.path.join(tempfile.mkdtemp(), 'model')
     graph = tf.Graph()
-    with graph.as_default(), helpers.Cluster(2):
+    with graph.as_default(), layer_helpers.Cluster(2):
       step = py_utils.GetOrCreateGlobalStepVar()
       train_input = mt_input.MultilingualInput.Params().Set(
           data_dir=data_dir, split='train', languages=self.LANGS, target_max_length=16)
@@ -272,7 +272,7 @@ class GreedyDecodeBleuTest(test_utils.TestCase):
       train_op = tf.train.AdamOptimizer(3e-3).minimize(loss, global_step=step,
                                                        colocate_gradients_with_ops=True)
       saver = tf.train.Saver()
-      with helpers.Session(graph, 2) as sess:
+      with layer_helpers.Session(graph, 2) as sess:
         sess.run(tf.global_variables_initializer())
         train_gen.Initialize(sess)
         first = sess.run(loss)
@@ -287,7 +287,7 @@ class GreedyDecodeBleuTest(test_utils.TestCase):
       task = self._Params(data_dir, train_gen.vocab_size).Instantiate()
       self.assertTrue(task.do_eval)
       dec_out = task.Decode(task.input_generator.GetPreprocessedInputBatch())
-      with helpers.Session(graph, 2) as sess:
+      with layer_helpers.Session(graph, 2) as sess:
         tf.train.Saver().restore(sess, ckpt)
         task.input_generator.Initialize(sess)
         dec_metrics = task.CreateDecoderMetrics()

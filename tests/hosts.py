@@ -15,8 +15,9 @@ stops every process started here, by pid (SIGTERM, then SIGKILL), then kills any
 inside the namespaces (by pid, from `ip netns pids`) and deletes them by name. It runs on every
 exit path (use as a context manager or register it as a cleanup).
 
-Needs root and iproute2 (`ip netns`); `Available()` says whether this machine permits it. Used by
-tests/trainer/multihost_test.py and tools.scale_out (a job's per-host commands across hosts).
+Needs root and iproute2 (`ip netns`); `Available()` says whether this machine permits it. A test
+helper, not part of the installed package: used by tests/trainer/multihost_test.py and
+tools.scale_out (a job's per-host commands across hosts; a testonly Bazel target for that reason).
 """
 
 import os
