@@ -235,8 +235,9 @@ class PartitionFunctions:
                           (self.spec.where, type(y).__name__))
       records = recorder.Records()
       stats = [t for u in records for t in [u.value] + ([u.count] if u.count is not None else [])]
-      kept, template = (selective_recompute.Kept(layer_ops, self.spec.kept_op_types)
-                        if self._selective else ([], ()))
+      kept_types = self.spec.kept_op_types  # None unless re-computation is selective.
+      kept, template = (selective_recompute.Kept(layer_ops, kept_types)
+                        if kept_types is not None else ([], ()))
       facts = _ForwardFacts(out, tuple((u.variable, u.decay, u.count is not None) for u in records),
                             tuple(masks), template)
       return {'y': ys, 'stats': stats, 'kept_outputs': kept}, (facts, layer_ops)
@@ -270,9 +271,10 @@ class PartitionFunctions:
       boundaries: List[Any] = []
       layer_ops = self._Recompute(args, boundaries)
       replaced = []
-      if self._selective:
+      kept_types = self.spec.kept_op_types  # None unless re-computation is selective.
+      if kept_types is not None:
         replaced = selective_recompute.Substitute(
-            layer_ops, self.spec.kept_op_types, forward.facts.kept_template, args['kept_outputs'],
+            layer_ops, kept_types, forward.facts.kept_template, args['kept_outputs'],
             boundaries, where)
       sums = args['sums']
       grads, new_sums = layer_gradients.LayerGradients(

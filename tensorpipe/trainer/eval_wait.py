@@ -9,6 +9,7 @@ import time
 import lingvo.compat as tf
 
 from tensorpipe.trainer import jobs as jobs_lib
+from tensorpipe.trainer import runner_mixin
 
 def OnceCommand(job, checkpoint):
   """The flags that make eval job `job` ('evaler_test', 'decoder_test', ...) read `checkpoint` once
@@ -31,7 +32,7 @@ def WaitMessage(job, latest, step, max_steps):
           (job, max_steps, latest, step, OnceCommand(job, latest), step))
 
 
-class ExplainedCheckpointWait:
+class ExplainedCheckpointWait(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's Evaler and Decoder: waiting for a new checkpoint says why, once.
 
   Lingvo's `_FindNewCheckpoint` retries until training writes a checkpoint newer than the ones
@@ -52,7 +53,7 @@ class ExplainedCheckpointWait:
       if path and path not in processed_ckpts:
         return path
       if path and path != announced:
-        step = int(re.search(r'ckpt-(\d+)$', path).group(1))  # Lingvo's checkpoint names.
+        step = int(re.findall(r'ckpt-(\d+)$', path)[0])  # Lingvo's checkpoint names.
         tf.logging.warning('TensorPipe: %s', WaitMessage(self._job_name, path, step,
                                                           self.params.train.max_steps))
         announced = path

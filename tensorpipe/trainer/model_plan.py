@@ -153,7 +153,7 @@ def _Measure(path, p, layers, batch, profiles, device, budget, cache, progress):
       device_profiles.MachineKey(), budget, batch,
       hashlib.sha256('\n'.join(keys).encode()).hexdigest())
   chosen = None if cache is None else cache.Get(_MEASURING_KIND, where)
-  measuring: Optional[planner.Measuring]
+  measuring: Optional[device_profiles.Measuring]
   if (isinstance(chosen, list) and len(chosen) == 4 and
       all(isinstance(v, int) and not isinstance(v, bool) for v in chosen[:3])):
     measuring, micro_batches = device_profiles.Measuring(*chosen[:3]), chosen[3] is True

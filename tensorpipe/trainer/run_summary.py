@@ -58,8 +58,8 @@ def LatestScore(logdir, dataset='test'):
   files = glob.glob(os.path.join(logdir, 'eval_%s' % dataset.lower(), 'score-*.txt'))
   if not files:
     return None
-  path = max(files, key=lambda f: int(re.search(r'score-(\d+)\.txt$', f).group(1)))
-  step = int(re.search(r'score-(\d+)\.txt$', path).group(1))
+  path = max(files, key=lambda f: int(re.findall(r'score-(\d+)\.txt$', f)[0]))
+  step = int(re.findall(r'score-(\d+)\.txt$', path)[0])
   metrics = {}
   with open(path, encoding='utf-8') as f:
     for line in f:

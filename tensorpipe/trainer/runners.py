@@ -25,6 +25,7 @@ from tensorpipe.trainer import jobs as jobs_lib
 from tensorpipe.trainer import liveness
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
+from tensorpipe.trainer import runner_mixin
 from tensorpipe.trainer import startup
 from tensorpipe.trainer import step_watchdog
 from tensorpipe.trainer import trainer_profiling
@@ -36,7 +37,7 @@ def _Log(msg, *args):
   tf.logging.info('TensorPipe: ' + msg, *args)
 
 
-class CheckpointsBetweenSteps:
+class CheckpointsBetweenSteps(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's Trainer: in sync mode the trainer client writes every checkpoint, between
   two steps, so a checkpoint holds one step whole and is named after that step.
 
@@ -61,7 +62,10 @@ class CheckpointsBetweenSteps:
         self._final_checkpointer = self._CreateCheckpointer(self._train_dir, self._model)
 
   def _SaveUnlessSaved(self, sess, step):
-    latest = tf.train.latest_checkpoint(self._train_dir)  # pylint: disable=no-member
+    # Set in __init__ whenever a caller saves: --checkpoint_in_trainer_cpu gives Lingvo's trainer
+    # its checkpointer, and a SIGTERM save needs one.
+    assert self._final_checkpointer is not None, 'no checkpointer to save step %d with' % step
+    latest = tf.train.latest_checkpoint(self._train_dir)
     if latest is None or not latest.endswith('ckpt-%08d' % step):
       self._final_checkpointer.Save(sess, step)
 
@@ -77,7 +81,7 @@ class CheckpointsBetweenSteps:
     return stop
 
 
-class QuietOnSigterm:
+class QuietOnSigterm(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's Controller: after SIGTERM it writes nothing more (the trainer client saves
   the current step) and waits until the SIGTERM thread ends the process."""
 
@@ -87,7 +91,7 @@ class QuietOnSigterm:
     return super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
 
 
-class EndOnCheckFailure:
+class EndOnCheckFailure(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's runners: a failed TensorPipe in-step check (see tensorpipe.check_failure)
   ends the process at once with its one line and ending.ERROR_EXIT_CODE. Lingvo's `_RunLoop` would
   retry it as an expected error (InvalidArgumentError), for minutes, then leave the process idle;
@@ -118,7 +122,7 @@ _CHECKPOINTER_IO = ('Save', 'Sync', 'Restore', 'RestoreIfNeeded', 'RestoreFromPa
                     'RestoreGlobalStepIfNeeded')
 
 
-class WatchedSteps:
+class WatchedSteps(runner_mixin.RunnerMixin):
   """Mixin for Lingvo's Trainer: a step that does not finish within --step_timeout_s ends the job
   with one line (tensorpipe.trainer.step_watchdog), instead of a trainer that waits without end.
 
@@ -150,7 +154,7 @@ class WatchedSteps:
   def _ShouldStop(self, sess=None, step=None, check_early_stop=True):
     watched = bool(self._loop_watch and step is not None and self._loop_watch.Observe(int(step)))
     stop = super()._ShouldStop(sess, step, check_early_stop)  # pylint: disable=no-member
-    if stop and watched:
+    if stop and watched and self._loop_watch:
       self._loop_watch.Stop()
     return stop
 
@@ -166,7 +170,7 @@ class WatchedSteps:
                              FLAGS.task)
       silent = liveness.Silent(peers, liveness.STATUS_TIMEOUT_S)
     line = step_watchdog.StallLine(stall, silent, liveness.STATUS_TIMEOUT_S)
-    if self._loop_watch.watchdog.Check() is None:
+    if self._loop_watch is None or self._loop_watch.watchdog.Check() is None:
       _Log('the step after global step %d finished after all', stall.global_step)
       return False
     ending.EndJob(line, record=True)

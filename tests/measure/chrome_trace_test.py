@@ -15,7 +15,6 @@ from lingvo.core import test_utils
 
 from tensorpipe.measure import chrome_trace
 from tensorpipe.measure import profiling
-from tensorpipe import schedule
 from tensorpipe import schedule_builders
 from tests import layer_helpers
 from tests import trace_helpers

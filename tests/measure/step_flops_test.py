@@ -6,7 +6,6 @@ from lingvo.core import layers
 
 from tensorpipe.measure import step_flops
 from tensorpipe.partitioner import cost_model
-from tensorpipe import schedule
 from tensorpipe import schedule_builders
 
 
