@@ -20,7 +20,7 @@ training step"; the executor builds steps (1)-(6) in between. Variables are name
 
 import dataclasses
 import weakref
-from typing import List, Tuple
+from typing import Any, Dict, List, Tuple
 
 from lingvo import compat as tf
 from lingvo.core import base_layer
@@ -213,7 +213,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
     self._partition_layers = [[entry.name for entry in partition] for partition in partitions]
     self._entries = entries.Entries(self._partition_layers, targets, p.skip_connections,
                                     self._loss_name, where)
-    self._functions = weakref.WeakKeyDictionary()  # graph -> {input signature: PartitionFunctions}
+    # graph -> {(spec, do_eval, input leaves, input structure): PartitionFunctions}
+    self._functions: weakref.WeakKeyDictionary[
+        Any, Dict[Tuple[partition_spec.PartitionSpec, bool, Tuple[Any, ...], str],
+                  partition_function.PartitionFunctions]] = weakref.WeakKeyDictionary()
     self._state_axes = {}  # Entry -> its decoding states' batch axes (set by InitStates).
     if p.micro_batch_size is None:
       self.Schedule(None)  # Combinations of K, v and M that cannot run fail here, not in FProp.
@@ -283,11 +286,11 @@ class TensorPipeLayer(base_layer.BaseLayer):
     """The names of the layers in each partition."""
     return [list(names) for names in self._partition_layers]
 
-  def MicroBatchDependence(self) -> list:
+  def MicroBatchDependence(self) -> List[str]:
     """Why this pipeline's training results depend on M (empty if they do not), from the partitions
     FProp has traced in the current graph: batch norm's micro-batch statistics, dropout masks with
     no example axis. Results never depend on K."""
-    reasons = []
+    reasons: List[str] = []
     for functions in self._functions.get(_OutermostGraph(), {}).values():
       reasons.extend(r for r in functions.MicroBatchDependence() if r not in reasons)
     return reasons
@@ -464,7 +467,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     states = []
     with tf.name_scope(p.name):
       for k, names in enumerate(self._partition_layers):
-        per_micro = [{} for _ in range(num_micro)]
+        per_micro: List[Dict[str, Any]] = [{} for _ in range(num_micro)]  # Layer name -> states.
         for name in names:
           if name not in decoding:
             continue

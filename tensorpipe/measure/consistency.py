@@ -267,13 +267,21 @@ def Compare(case: Case, tolerance: float = DEFAULT_TOLERANCE,
 
 def _DependentMs(results: Sequence[VariantResult]) -> Dict[int, List[str]]:
   """{M > 1: why results at M depend on M} from the variants' reasons."""
-  dependent = {}
+  dependent: Dict[int, List[str]] = {}
   for result in results:
     m = result.variant.num_micro_batches
-    if (m or 1) > 1 and result.reasons:
+    if m is not None and m > 1 and result.reasons:
       reasons = dependent.setdefault(m, [])
       reasons.extend(r for r in result.reasons if r not in reasons)
   return dependent
+
+
+def _LossText(result: VariantResult) -> str:
+  """The variant's loss for the report's table, or '-' if it failed to run."""
+  if result.error:
+    return '-'
+  assert result.loss is not None, 'a variant that ran without error has a loss (see _Run)'
+  return '%.6g' % result.loss
 
 
 class ConsistencyReport:
@@ -287,21 +295,25 @@ class ConsistencyReport:
     self.case, self.tolerance, self.reference, self.results = case, tolerance, reference, results
     self.micro_references = dict(micro_references or {})  # M -> micro-batch reference's result.
     self.fixed_m = _DependentMs(results)  # M -> reasons its results depend on M (only M > 1).
-    self.fixed_m_bases = {}  # M -> what variants at M are compared with, if anything ran.
+    # M -> what variants at M are compared with, if anything ran.
+    self.fixed_m_bases: Dict[int, VariantResult] = {}
     for m in self.fixed_m:
       at_m = [r for r in results if r.variant.num_micro_batches == m and r.error is None]
       if m in self.micro_references:
         self.fixed_m_bases[m] = self.micro_references[m]
       elif at_m:
-        self.fixed_m_bases[m] = min(at_m, key=lambda r: r.variant.num_partitions)
-    self.baselines = {}  # Variant name -> the VariantResult it is compared with.
+        self.fixed_m_bases[m] = min(at_m, key=lambda r: r.variant.num_partitions or 1)
+    self.baselines: Dict[str, VariantResult] = {}  # Variant name -> what it is compared with.
     for result in results:
-      m = result.variant.num_micro_batches
-      base = self.fixed_m_bases.get(m) if m in self.fixed_m else reference
+      micro = result.variant.num_micro_batches
+      base = (self.fixed_m_bases.get(micro) if micro is not None and micro in self.fixed_m else
+              reference)
       if base is not None:
         self.baselines[result.name] = base
-    self.differences = {}  # Variant name -> {variable: difference / largest baseline norm}.
-    self.norm_differences = {}  # Variant name -> relative difference of the global norm.
+    # Variant name -> {variable: difference / largest baseline norm}.
+    self.differences: Dict[str, Dict[str, float]] = {}
+    # Variant name -> relative difference of the global norm.
+    self.norm_differences: Dict[str, float] = {}
     for result in results:
       base = self.baselines.get(result.name)
       if result.error or base is None or base is result:
@@ -312,7 +324,8 @@ class ConsistencyReport:
           for name in base.grads}
       self.norm_differences[result.name] = (abs(result.global_norm - base.global_norm) /
                                             (base.global_norm or 1.0))
-    self.mismatches = []  # (variant name, what, value) above the tolerance.
+    # (variant name, what, value) above the tolerance; value None: the variant failed to run.
+    self.mismatches: List[Tuple[str, str, Optional[float]]] = []
     for result in results:
       if result.error:
         self.mismatches.append((result.name, 'failed to run: %s' % result.error, None))
@@ -320,9 +333,9 @@ class ConsistencyReport:
       for name, value in sorted(self.differences.get(result.name, {}).items()):
         if not value <= tolerance:  # NaN counts as a mismatch.
           self.mismatches.append((result.name, name, value))
-      value = self.norm_differences.get(result.name)
-      if value is not None and not value <= tolerance:
-        self.mismatches.append((result.name, 'global gradient norm', value))
+      norm_difference = self.norm_differences.get(result.name)
+      if norm_difference is not None and not norm_difference <= tolerance:
+        self.mismatches.append((result.name, 'global gradient norm', norm_difference))
 
   @property
   def ok(self) -> bool:
@@ -330,7 +343,7 @@ class ConsistencyReport:
 
   def LargestDifference(self) -> Tuple[float, Optional[str], Optional[str]]:
     """(difference, variant, variable) of the largest per-variable difference."""
-    best = (0.0, None, None)
+    best: Tuple[float, Optional[str], Optional[str]] = (0.0, None, None)
     for variant, values in self.differences.items():
       for name, value in values.items():
         if value > best[0] or np.isnan(value):
@@ -343,19 +356,20 @@ class ConsistencyReport:
     lines += ['  ' + note for note in self.case.notes]
     lines.append('  reference: the same layers unpipelined (unpipelined=True), one after another; '
                  '%d logical CPU devices' %
-                 max([r.variant.num_partitions for r in self.results] + [1]))
+                 max([r.variant.num_partitions or 1 for r in self.results] + [1]))
     lines.append('  tolerance %.1e%s' % (self.tolerance, ': ' + TOLERANCE_REASON
                                           if self.tolerance == DEFAULT_TOLERANCE else ''))
     lines.append('')
     for m, reasons in sorted(self.fixed_m.items()):
       base = self.fixed_m_bases.get(m)
       if m in self.micro_references:
+        micro = self.micro_references[m]  # Also fixed_m_bases[m].
         lines.append('M=%d: results depend on M, so each K at M=%d is compared with %s: the same '
                      'layers unpipelined, run on each of the %d micro-batches of examples in turn '
                      '(the input split along its examples\' axis, not along batch_dim), losses '
                      'combined by their weights; global gradient norm %.7e. A batch_dim that '
                      'splits another axis normalises other values and differs. Why:' %
-                     (m, m, base.name, m, base.global_norm))
+                     (m, m, micro.name, m, micro.global_norm))
       else:
         lines.append('M=%d: results depend on M, so each K at M=%d is compared with %s (across K '
                      'at fixed M), not with the unpipelined reference; results never depend on '
@@ -396,8 +410,7 @@ class ConsistencyReport:
                    ['-' if r.error else '%.7e' % r.global_norm for r in self.results]))
     out.append(Row('  relative difference', '',
                    [self._Cell(r, self.norm_differences.get(r.name)) for r in self.results]))
-    out.append(Row('loss', '%.6g' % self.reference.loss,
-                   ['-' if r.error else '%.6g' % r.loss for r in self.results]))
+    out.append(Row('loss', _LossText(self.reference), [_LossText(r) for r in self.results]))
     out.append(Row('compared with', '', [self._Base(r) for r in self.results]))
     return '\n'.join(out)
 
@@ -435,8 +448,9 @@ class ConsistencyReport:
       parts.append('%d of %d variant(s) failed to run (%s); first cause: %s' % (
           len(failed), len(self.results), ', '.join(r.name for r in failed), failed[0].error))
     if differing:
-      variant, what, value = max((m for m in self.mismatches if m[2] is not None),
-                                 key=lambda m: m[2])
+      measured = [(variant, what, value) for variant, what, value in self.mismatches
+                  if value is not None]
+      variant, what, value = max(measured, key=lambda m: m[2])
       parts.append('%d of %d variant(s) (%s) differ by more than %.1e; largest: %s, %s differs '
                    'by %.1e' % (len(differing), len(self.results), ', '.join(differing),
                                 self.tolerance, variant, what, value))

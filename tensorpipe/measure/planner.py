@@ -23,6 +23,7 @@ the device profiles and measured times come in as numbers (see `device_profiles`
 import dataclasses
 import functools
 import heapq
+import inspect
 import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -119,6 +120,9 @@ def LayerSeconds(profiles: Sequence[cost_model.LayerProfile],
   if layer_times is not None:
     if len(layer_times) != len(profiles):
       raise ValueError('planner: %d layer times for %d layers' % (len(layer_times), len(profiles)))
+    if batch is None:
+      raise ValueError('planner: measured layer_times need `batch`, the number of examples they '
+                       'are for; got batch=None')
     totals = [t.fixed + t.per_example * batch / m for t in layer_times]
     return [(t / 3, 2 * t / 3) for t in totals]
   return [(p.flops / m / device.rate + p.forward_ops * device.op_overhead,
@@ -158,7 +162,7 @@ def PartitionTaskTimes(layer_seconds: Sequence[Tuple[float, float]], sizes: Sequ
     if recompute == 'selective' and selective_shares is not None:
       recomputed = sum(f * s for (f, _), s in zip(layers, selective_shares[start - size:start]))
     if micro_batch_overhead and m > 1:
-      share_of_params = (sum(params[start - size:start]) / total if total else
+      share_of_params = (sum(params[start - size:start]) / total if params and total else
                          float(size) / len(layer_seconds))
       backward += micro_batch_overhead * share_of_params * (m - 1.0) / m
     if splits_backward:
@@ -242,9 +246,12 @@ class _Candidate:
     return self.config
 
 
-def _Prepare(profiles, device, memory, replicas, partitions, micro_batches, schedule_name,
-             recompute, bytes_per_param, bytes_per_activation, layer_times, batch,
-             micro_batch_overhead, virtual_stages) -> _Candidate:
+def _Prepare(profiles: Sequence[cost_model.LayerProfile], device: device_profiles.DeviceProfile,
+             memory: float, replicas: int, partitions: int, micro_batches: int,
+             schedule_name: str, recompute: str, bytes_per_param: float,
+             bytes_per_activation: float,
+             layer_times: Optional[Sequence[device_profiles.LayerTime]], batch: Optional[float],
+             micro_batch_overhead: float, virtual_stages: int) -> _Candidate:
   """Evaluate's split, memory and task times: all but the simulation."""
   k, m, v = partitions, micro_batches, virtual_stages
   sched, in_flight, awaiting = _Schedule(schedule_name, k, m, v)
@@ -412,8 +419,9 @@ def _SearchKey(*args):
       return tuple(Plain(v) for v in value)
     return value
 
-  code = disk_cache.FilesDigest(m.__file__ for m in (sys.modules[__name__], simulator, schedule,
-                                                      schedule_builders, balancing, cost_model))
+  code = disk_cache.FilesDigest(inspect.getfile(m) for m in (sys.modules[__name__], simulator,
+                                                             schedule, schedule_builders,
+                                                             balancing, cost_model))
   return 'code %s; %r' % (code, Plain(args))
 
 
@@ -452,7 +460,7 @@ def _Search(profiles, batch, num_devices, device, memory, schedules, recomputes,
             for k in range(1, min(num_devices // s, len(profiles)) + 1)
             if partitions is None or k in partitions
             for m in micro_batches if m <= batch // s]
-  tries = []  # (S, K, M, schedule, v, recompute)
+  tries: List[Tuple[int, int, int, str, int, str]] = []  # (S, K, M, schedule, v, recompute)
   for s, k, m in shapes:
     for name in schedules:
       stages = (tuple(interleaved_stages) if name == 'interleaved_1f1b' else
@@ -524,7 +532,8 @@ def _SimulateRanked(candidates, exact, progress):
     shown = others[:exact + 3]
   phase = progress.Phase('simulating steps' + ('' if exact is None else ', best first by a lower '
                                               'bound'), len(chosen) + len(shown))
-  best = []  # With `exact`: minus the step times of the best `exact` so far (a max-heap).
+  # With `exact`: minus the step times of the best `exact` so far (a max-heap).
+  best: List[float] = []
   simulated = 0
   for bound, c in chosen:
     # Sorted by bound: once one cannot beat the exact-th best, none of the rest can (the margin
@@ -575,13 +584,12 @@ def Format(ranking: Ranking, limit: Optional[int] = 20) -> str:
       'independent', units.FormatBytes(ranking.memory), p.rate / 1e12, p.link_bandwidth / 1e9)]
   header = ('rank', 'S', 'K', 'v', 'M', 'schedule', 'recompute', 'step ms', 'examples/s', 'bubble',
             'peak/device', 'fits')
-  rows = [header]
+  rows: List[Tuple[str, ...]] = [header]
   shown = ranking.configurations if limit is None else ranking.configurations[:limit]
   not_shown = [c for c in ranking.configurations[len(shown):] if not c.fits][:3]
   for i, c in enumerate(shown + not_shown):
     rank = str(i + 1) if i < len(shown) else str(ranking.configurations.index(c) + 1)
-    predicted = (['%.3f' % (1e3 * c.step_time), '%.1f' % c.examples_per_second,
-                  '%.1f%%' % (100 * c.bubble)] if c.simulated else ['-'] * 3)
+    predicted = _PredictedCells(c)
     rows.append(tuple([rank, str(c.replicas), str(c.partitions), str(c.virtual_stages),
                        str(c.micro_batches), c.schedule, c.recompute] + predicted +
                       [units.FormatBytes(c.peak_memory), 'yes' if c.fits else 'no: ' + c.why]))
@@ -593,3 +601,13 @@ def Format(ranking: Ranking, limit: Optional[int] = 20) -> str:
   if hidden > 0:
     lines.append('(%d more configurations not shown)' % hidden)
   return '\n'.join(lines)
+
+
+def _PredictedCells(config: Configuration) -> List[str]:
+  """A table row's step ms, examples/s and bubble of `config`, or '-' if it was not simulated."""
+  if config.step_time is None:  # Not simulated.
+    return ['-'] * 3
+  assert config.examples_per_second is not None and config.bubble is not None, (
+      'a simulated configuration has its examples/s and bubble')
+  return ['%.3f' % (1e3 * config.step_time), '%.1f' % config.examples_per_second,
+          '%.1f%%' % (100 * config.bubble)]

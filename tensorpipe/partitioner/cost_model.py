@@ -18,7 +18,7 @@ import dataclasses
 import importlib.metadata
 import inspect
 import time
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from lingvo import compat as tf
@@ -39,17 +39,22 @@ DEFAULT_BYTES_PER_PARAM = 12
 
 @dataclasses.dataclass
 class LayerProfile:
-  """Static facts of one layer for the mini-batch input shapes."""
+  """Static facts of one layer for the mini-batch input shapes.
+
+  The element counts that scale with the batch are floats: planner.ScaledProfiles scales them to a
+  share of the batch (e.g. a third of it per replica), which need not be a whole number.
+  """
   name: str
   flops: float
   params: int  # Trainable parameters.
   state: int  # Other variables (e.g. batch-norm moving averages).
-  in_elements: int  # Elements of the layer's inputs (the stash if a partition starts here).
-  out_elements: int  # Elements of the layer's outputs.
-  activation_elements: int = 0  # Elements of forward tensors its backward pass reads.
+  in_elements: float  # Elements of the layer's inputs (the stash if a partition starts here).
+  out_elements: float  # Elements of the layer's outputs.
+  activation_elements: float = 0  # Elements of forward tensors its backward pass reads.
   forward_ops: int = 0  # Computing ops of its forward pass (each costs a launch, whatever size).
   backward_ops: int = 0  # Computing ops of its backward pass (tf.gradients).
-  gradient_elements: int = 0  # Elements of the gradients its largest backward op reads and writes.
+  # Elements of the gradients its largest backward op reads and writes.
+  gradient_elements: float = 0
   kept_elements: int = 0  # Elements of its matmul/conv outputs, which recompute='selective' keeps.
   kept_flops: int = 0  # FLOPs of those ops, which recompute='selective' does not re-compute.
 
@@ -155,7 +160,8 @@ def ChainMeta(layer_params: Sequence[Any], input_shapes: Sequence[Any],
 
 def _ChainMeta(layer_params, input_shapes, skips):
   shapes = tuple(MapShapes(lambda s: s, a) for a in input_shapes)
-  metas, outs = [], []
+  metas: List[Tuple[float, Tuple[Any, ...]]] = []
+  outs: List[Tuple[Any, ...]] = []
   for i, p in enumerate(layer_params):
     shapes += tuple(_SkipArgument(outs[src]) for src, dst in skips if dst == i)
     try:
@@ -357,15 +363,17 @@ def _Classes(value, out):
 
 
 def _SourceFiles(p):
-  classes = set()
+  classes: Set[type] = set()
   _Classes(p, classes)
   files = {__file__}
   for cls in classes:
     try:
-      files.add(inspect.getsourcefile(cls))
+      source = inspect.getsourcefile(cls)
     except TypeError:  # A built-in class.
-      pass
-  return files - {None}
+      continue
+    if source is not None:  # None: no source file on disk (e.g. only compiled code).
+      files.add(source)
+  return files
 
 
 def LayerKey(p: Any) -> str:
@@ -438,7 +446,7 @@ def Profiles(layer_params: Sequence[Any], input_shapes: Sequence[Any],
   metas, out_shapes = ChainMeta(layer_params, input_shapes, skips)
   in_shapes = [shapes for _, shapes in metas]
   out_elements = [_Elements(s) for s in in_shapes[1:]] + [_Elements(out_shapes)]
-  distinct = {}
+  distinct: Dict[Tuple[str, Optional[str]], Tuple[hyperparams.Params, Tuple[Any, ...]]] = {}
   for p, shapes in zip(layer_params, in_shapes):
     distinct.setdefault((_ShapeKey(p), _ShapesKey(shapes)), (p, shapes))
   todo = [v for k, v in distinct.items() if k not in _FACTS]

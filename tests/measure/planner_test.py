@@ -303,6 +303,13 @@ class TestErrors:
     with pytest.raises(ValueError, match=message):
       planner.PlanPipeline(**args)
 
+  def testMeasuredLayerTimesNeedTheBatch(self):
+    times = [device_profiles.LayerTime(fixed=0.0, per_example=1.0)] * 8
+    with pytest.raises(ValueError, match='measured layer_times need `batch`.*got batch=None'):
+      planner.LayerSeconds(_Profiles(), _DEVICE, 2, layer_times=times)
+    assert planner.LayerSeconds(_Profiles(), _DEVICE, 2, layer_times=times, batch=6) == [
+        (1.0, 2.0)] * 8
+
 
 class TestFlags:
 
