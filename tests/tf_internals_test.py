@@ -28,10 +28,6 @@ _PRIVATE_ATTRIBUTE_STRINGS = frozenset([
 # Functions that take an attribute name by string: a private one ('_...') of anything but `self`
 # (a mixin reads its runner's own members) is a private API reached around the door.
 _BY_NAME = frozenset(['getattr', 'setattr', 'hasattr', 'delattr'])
-# Uses the check still finds in modules being split now (path, what): their new modules must go
-# through tf_internals (tf_internals.TraceNotInlined); the test fails once an entry is gone, to be
-# removed here.
-_PENDING = frozenset([('tensorpipe/measure/planner.py', "'_noinline'")])
 
 
 def _PrivateString(node):
@@ -122,7 +118,7 @@ class TfInternalsTest(unittest.TestCase):
     self.assertEqual(channel.calls, [('/tensorflow.WorkerService/GetStatus', b'', 5.0)] * 2)
 
   def testNoModuleOutsideTheDoorUsesThem(self):
-    offences, pending = [], set()
+    offences = []
     for top in ('tensorpipe', 'tools', 'params'):
       for folder, _, names in os.walk(os.path.join(ROOT, top)):
         for name in sorted(names):
@@ -130,14 +126,8 @@ class TfInternalsTest(unittest.TestCase):
           if not name.endswith('.py') or os.path.realpath(path) == _DOOR:
             continue
           relative = os.path.relpath(path, ROOT)
-          for line, what in _Offences(path):
-            if (relative, what) in _PENDING:
-              pending.add((relative, what))
-            else:
-              offences.append('%s:%d %s' % (relative, line, what))
+          offences.extend('%s:%d %s' % (relative, line, what) for line, what in _Offences(path))
     self.assertEqual(offences, [], 'private TensorFlow APIs used outside tensorpipe/tf_internals.py')
-    self.assertEqual(set(_PENDING) - pending, set(),
-                     'entries of _PENDING the check no longer finds: remove them')
 
   def testTheCheckSeesAnImportAndAnAttribute(self):
     with tempfile.TemporaryDirectory() as folder:  # Its own file, whoever else runs this test.

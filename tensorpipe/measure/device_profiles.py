@@ -173,6 +173,7 @@ def MeasureCpu(intra_op_threads: int = 1, inter_op_threads: int = 2, repeats: in
   with the machine's load.
   """
   from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
+  from tensorpipe import tf_internals  # pylint: disable=g-import-not-at-top
   config = _SessionConfig(intra_op_threads, inter_op_threads)
   with tf.Graph().as_default() as graph:
     a = tf.Variable(tf.random.uniform([256, 256], -0.1, 0.1), name='a')
@@ -188,9 +189,7 @@ def MeasureCpu(intra_op_threads: int = 1, inter_op_threads: int = 2, repeats: in
     copy = tf.reduce_sum(tf.identity(big) + 1.0)
 
     # A call of a graph function that is never inlined, as TensorPipeLayer's tasks are.
-    tiny = tf.function(lambda v: v * 1.0001, autograph=False,
-                       experimental_attributes={'_noinline': True}).get_concrete_function(
-                           tf.TensorSpec([], tf.float32))
+    tiny = tf_internals.TraceNotInlined(lambda v: v * 1.0001, [tf.TensorSpec([], tf.float32)])
     z = x
     for _ in range(50):
       z = tiny(z)

@@ -76,6 +76,7 @@ _CLIENT = """
 import sys
 import numpy as np
 from tensorpipe.trainer import preflight
+from tests import server_helpers
 addresses = sys.argv[1].split(',')
 preflight.WaitForWorkers({'worker': addresses}, 120)
 np.savez(sys.argv[2], **server_helpers.RemotePipelineGradients(addresses)[0])

@@ -216,6 +216,8 @@ from lingvo.core import base_model_params
 from lingvo.core import bn_layers
 
 from tensorpipe import layer as layer_lib
+from tests import layer_helpers
+from tests import task_helpers
 
 
 @model_registry.RegisterSingleTaskModel
@@ -348,6 +350,8 @@ from lingvo import model_registry
 from lingvo.core import base_input_generator
 from lingvo.core import base_model_params
 from lingvo.core import py_utils
+
+from tests import task_helpers
 
 
 
