@@ -2,10 +2,9 @@
 
 The L layers are cut into K partitions (explicitly, or balanced by estimated cost); partition k and
 its variables live on device k. With virtual stages v (schedules 'interleaved_1f1b' and 'zbv') they
-are cut into K v partitions and each device holds v of them, as
-`schedule_builders.PartitionDevices` places them. FProp splits the mini-batch into M
-micro-batches and runs the
-schedule's actions (see `schedule`): each forward action F(k, t) is one call of partition k's
+are cut into K v partitions and each device holds v of them, as `schedule_builders.PartitionDevices`
+places them. FProp splits the mini-batch into M micro-batches and runs the schedule's actions (see
+`schedule`): each forward action F(k, t) is one call of partition k's
 forward function and each backward action B(k, t) one call of its backward function, which
 re-computes the partition from its saved boundary input (see `partition_function`). The functions
 are traced once per partition, so the graph does not grow with M. `executor` builds the calls in
@@ -19,7 +18,6 @@ training step"; the executor builds steps (1)-(6) in between. Variables are name
 """
 
 import dataclasses
-import weakref
 from typing import Any, Dict, List, Tuple
 
 from lingvo import compat as tf
@@ -39,6 +37,7 @@ from tensorpipe.partitioner import partitioning
 from tensorpipe import partition_function
 from tensorpipe import partition_spec
 from tensorpipe import partition_trace
+from tensorpipe import per_graph
 from tensorpipe import placement
 from tensorpipe import randomness
 from tensorpipe import schedule
@@ -47,6 +46,9 @@ from tensorpipe import selective_recompute
 from tensorpipe import stateful_ops
 
 RECOMPUTE_MODES = schedule.RECOMPUTE_MODES
+# Per graph: {layer: {(spec, do_eval, input leaves, input structure): PartitionFunctions}}.
+_FUNCTIONS: per_graph.PerGraph[Dict[Any, Dict[Any, partition_function.PartitionFunctions]]] = (
+    per_graph.PerGraph('layer_functions', dict))
 
 
 def _OutermostGraph():
@@ -213,10 +215,6 @@ class TensorPipeLayer(base_layer.BaseLayer):
     self._partition_layers = [[entry.name for entry in partition] for partition in partitions]
     self._entries = entries.Entries(self._partition_layers, targets, p.skip_connections,
                                     self._loss_name, where)
-    # graph -> {(spec, do_eval, input leaves, input structure): PartitionFunctions}
-    self._functions: weakref.WeakKeyDictionary[
-        Any, Dict[Tuple[partition_spec.PartitionSpec, bool, Tuple[Any, ...], str],
-                  partition_function.PartitionFunctions]] = weakref.WeakKeyDictionary()
     self._state_axes = {}  # Entry -> its decoding states' batch axes (set by InitStates).
     if p.micro_batch_size is None:
       self.Schedule(None)  # Combinations of K, v and M that cannot run fail here, not in FProp.
@@ -261,7 +259,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def _RunDevices(self, where):
     """Per partition, its device in the model split the layer is called in (see `FProp`)."""
     return self._OfPartitions(
-        placement.PartitionDevices(self.cluster, self.num_devices, self.params.devices, where))
+        placement.SplitDevices(self.cluster, self.num_devices, self.params.devices, where))
 
   @property
   def partition_plan(self):
@@ -291,7 +289,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     FProp has traced in the current graph: batch norm's micro-batch statistics, dropout masks with
     no example axis. Results never depend on K."""
     reasons: List[str] = []
-    for functions in self._functions.get(_OutermostGraph(), {}).values():
+    for functions in (_FUNCTIONS.Peek(_OutermostGraph()) or {}).get(self, {}).values():
       reasons.extend(r for r in functions.MicroBatchDependence() if r not in reasons)
     return reasons
 
@@ -323,7 +321,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     leaves = tuple(None if x is None else (str(x.shape), x.dtype.name)
                    for x in tf.nest.flatten(inputs))
     signature = (spec, self.do_eval, leaves, str(tf.nest.map_structure(lambda _: 0, inputs)))
-    cache = self._functions.setdefault(graph, {})
+    cache = _FUNCTIONS.Of(graph).setdefault(self, {})
     if signature not in cache:
       cache[signature] = partition_function.PartitionFunctions(
           self._entries.LayerFunctions(self._partition_layers[spec.index], self.children), theta,
@@ -435,10 +433,9 @@ class TensorPipeLayer(base_layer.BaseLayer):
 
   def DecodeSchedule(self, batch_size):
     """The schedule_builders.DecodeSchedule of a decode step of `batch_size` examples."""
-    p = self.params
-    return schedule_builders.DecodeSchedule(self.num_partitions,
-                                            self.DecodeMicroBatches(batch_size),
-                                            2 if p.forward_overlap else 1, self._placement)
+    lag = 2 if self.params.forward_overlap else 1  # Two forward calls of a partition at once.
+    return schedule_builders.DecodeSchedule(
+        self.num_partitions, self.DecodeMicroBatches(batch_size), lag, self._placement)
 
   def InitStates(self, theta, batch_size, max_length, context=None):
     """The decoding states of `batch_size` examples (batch x beam) for up to `max_length` steps.
@@ -560,13 +557,9 @@ class TensorPipeLayer(base_layer.BaseLayer):
     return state, new_states
 
   def ReorderStates(self, states, rows):
-    """`states` with row r of the step's batch taken from row rows[r] (beam search's parents),
-    each partition's by a gather on its own device: no state moves between devices.
-
-    Args:
-      states: what InitStates or ExtendStep returned.
-      rows: [batch] int32, the row each row's states come from.
-    """
+    """`states` (what InitStates or ExtendStep returned) with row r of the step's batch taken from
+    row rows[r] (`rows`: [batch] int32, beam search's parents), each partition's by a gather on its
+    own device: no state moves between devices."""
     p = self.params
     where = 'TensorPipeLayer %r' % p.name
     devices = self._RunDevices(where)

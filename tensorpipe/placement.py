@@ -73,10 +73,10 @@ def NumDevices(p: Any, where: Optional[str] = None) -> Optional[int]:
   return old
 
 
-def PartitionDevices(cluster: Any, num_devices: int,
-                     devices: Optional[Sequence[str]] = None,
-                     where: str = 'TensorPipeLayer') -> List[str]:
-  """Returns the K device strings the partitions run on.
+def SplitDevices(cluster: Any, num_devices: int, devices: Optional[Sequence[str]] = None,
+                 where: str = 'TensorPipeLayer') -> List[str]:
+  """Returns the K device strings of the model split the partitions run on (per partition, its
+  device is one of them: schedule_builders.PartitionDevices gives its index).
 
   Args:
     cluster: Lingvo cluster (the layer's `self.cluster`).
@@ -131,7 +131,7 @@ def VariableDevices(cluster: Any, num_devices: int,
       workers = cluster.ListDevices(cluster.params.worker).reshape([-1]).tolist()
       if len(workers) >= num_devices:
         return workers[:num_devices]
-  return PartitionDevices(cluster, num_devices, devices, where)
+  return SplitDevices(cluster, num_devices, devices, where)
 
 
 def SessionConfig(num_cpu_devices: int, intra_op_threads: Optional[int] = None,

@@ -65,7 +65,7 @@ class CheckpointsBetweenSteps(runner_mixin.RunnerMixin):
     # Set in __init__ whenever a caller saves: --checkpoint_in_trainer_cpu gives Lingvo's trainer
     # its checkpointer, and a SIGTERM save needs one.
     assert self._final_checkpointer is not None, 'no checkpointer to save step %d with' % step
-    latest = tf.train.latest_checkpoint(self._train_dir)
+    latest = tf.train.latest_checkpoint(self._train_dir)  # pylint: disable=no-member
     if latest is None or not latest.endswith('ckpt-%08d' % step):
       self._final_checkpointer.Save(sess, step)
 
