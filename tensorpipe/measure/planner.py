@@ -97,11 +97,13 @@ class Ranking:
 
 def ScaledProfiles(profiles: Sequence[cost_model.LayerProfile], factor: float
                    ) -> List[cost_model.LayerProfile]:
-  """The profiles for `factor` times the batch: flops and activation sizes scale, variables not."""
+  """The profiles for `factor` times the batch: flops and activation sizes scale (also what
+  recompute='selective' keeps and does not re-compute), variables and op counts not."""
   return [dataclasses.replace(
       p, flops=p.flops * factor, in_elements=p.in_elements * factor,
       out_elements=p.out_elements * factor, activation_elements=p.activation_elements * factor,
-      gradient_elements=p.gradient_elements * factor)
+      gradient_elements=p.gradient_elements * factor, kept_elements=p.kept_elements * factor,
+      kept_flops=p.kept_flops * factor)
           for p in profiles]
 
 

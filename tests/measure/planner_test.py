@@ -1,5 +1,6 @@
 """Planner: rankings on constructed costs, schedule-aware memory, pruning, errors and flags."""
 
+import dataclasses
 import functools
 import json
 import os
@@ -81,6 +82,19 @@ class TestRanking:
     two = planner.Evaluate(half, slow, 1e12, 2, 1, 1, 'gpipe', 'never')
     # Ring all-reduce of 8000 float32 gradients over 1 kB/s: 2 (S - 1) / S x 32 kB = 32 s.
     assert two.step_time == pytest.approx(alone.step_time + 32.0)
+
+
+def testScaledProfilesScaleEveryBatchSizedFactAndNoOther():
+  profile = cost_model.LayerProfile('l', 8e9, 1000, 10, 400, 200, 800, forward_ops=10,
+                                    backward_ops=20, gradient_elements=100, kept_elements=300,
+                                    kept_flops=6e9)
+  (third,) = planner.ScaledProfiles([profile], 1 / 3)
+  assert dataclasses.astuple(third) == pytest.approx(dataclasses.astuple(dataclasses.replace(
+      profile, flops=8e9 / 3, in_elements=400 / 3, out_elements=200 / 3,
+      activation_elements=800 / 3, gradient_elements=100 / 3, kept_elements=100, kept_flops=2e9)))
+  # What selective re-computation leaves to re-compute is the same share of every replica's work.
+  assert cost_model.SelectiveShare(third) == pytest.approx(
+      cost_model.SelectiveShare(profile))
 
 
 class TestPruning:
