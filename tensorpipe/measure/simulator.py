@@ -17,7 +17,7 @@ device's idle time and a timeline for any K and M, e.g. K = 128 devices that are
 
 import dataclasses
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from tensorpipe import schedule
 from tensorpipe import schedule_builders
@@ -158,7 +158,7 @@ def Simulate(costs: Sequence[TaskTimes], sched: schedule.Schedule, transfer: flo
     return _SimulateShared(costs, sched, transfer, cores)
   free = [0.0] * sched.num_devices
   busy = [0.0] * sched.num_devices
-  end = {}
+  end: Dict[schedule.Action, float] = {}
   timeline = []
   for action in sched.BuildOrder():
     k = action.partition
@@ -219,13 +219,17 @@ def _SimulateShared(costs, sched, transfer, cores):
   """
   waits = {a: sched.Waits(a) for a in sched.BuildOrder()}
   waiting_on = {a: len(w) for a, w in waits.items()}
-  successors = {a: [] for a in waits}
+  successors: Dict[schedule.Action, List[schedule.Action]] = {a: [] for a in waits}
   for a, w in waits.items():
     for edge in w:
       successors[edge.before].append(a)
   ready_at = {a: 0.0 for a, n in waiting_on.items() if n == 0}
-  phases, remaining, phase_start, end, timeline = {}, {}, {}, {}, []
-  parallelism = {}  # Of each running action's current phase.
+  phases: Dict[schedule.Action, List[Tuple[str, float]]] = {}  # Its (kind, seconds) still to run.
+  remaining: Dict[schedule.Action, float] = {}
+  phase_start: Dict[schedule.Action, float] = {}
+  end: Dict[schedule.Action, float] = {}
+  timeline: List[Interval] = []
+  parallelism: Dict[schedule.Action, float] = {}  # Of each running action's current phase.
   now = 0.0
 
   def Parallelism(action):
@@ -330,7 +334,7 @@ def SplitCosts(layer_costs: Sequence[TaskTimes], sizes: Sequence[int], num_micro
 
 def MergeSpans(spans: Sequence[Tuple[float, float]]) -> List[Tuple[float, float]]:
   """The union of (start, end) spans as disjoint spans in time order (touching spans join)."""
-  merged = []
+  merged: List[List[float]] = []
   for start, end in sorted(spans):
     if merged and start <= merged[-1][1]:
       merged[-1][1] = max(merged[-1][1], end)
