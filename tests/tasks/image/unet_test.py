@@ -145,7 +145,7 @@ class PartitioningTest(test_utils.TestCase):
         self.assertLess(partition_of[source], partition_of[destination], (source, destination))
       self.assertEqual(names, [['down0', 'down1'], ['bottom'], ['up1'], ['up0', 'head']])
       net.FPropDefaultTheta(tf.zeros([BATCH] + list(IMAGE_SHAPE)))
-      functions = net._functions[tf.get_default_graph()]  # pylint: disable=protected-access
+      functions = layer_lib._FUNCTIONS.Of(tf.get_default_graph())[net]  # pylint: disable=protected-access
       inputs = {sig[0].index: f.num_inputs for sig, f in functions.items()}
     # 'bottom' gets down1's output only: neither skip passes through its partition. up1 gets
     # bottom's output and down1's; up0 gets up1's and down0's, straight from partition 0.
