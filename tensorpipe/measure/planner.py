@@ -4,7 +4,8 @@ Given a pipeline's layers, its mini-batch and N devices of a `device_profiles.De
 `PlanPipeline` tries every configuration: S data-parallel replicas of K partitions (S x K <= N), M
 micro-batches, schedule (any of schedule_builders.NAMES, with v partitions per device) and
 re-computation mode that the schedule runs (`schedule_builders.Check`), and ranks them by predicted
-step time, marking those whose fullest device would not fit the device memory. It combines:
+step time (a `ranking.Ranking`), marking those whose fullest device would not fit the device
+memory. It combines:
 - `cost_model.Profiles`: each layer's forward flops, its ops, parameters and activation sizes for
   the mini-batch; a replica's share of the batch scales flops and activations linearly.
 - task times: flops / the device's rate plus a launch cost per op and per partition call, or the
@@ -29,6 +30,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from tensorpipe import disk_cache
 from tensorpipe.measure import device_profiles
+from tensorpipe.measure import ranking
 from tensorpipe.measure import simulator
 from tensorpipe.partitioner import balancing
 from tensorpipe.partitioner import cost_model
@@ -39,60 +41,6 @@ from tensorpipe import units
 
 RECOMPUTE_MODES = schedule.RECOMPUTE_MODES
 MICRO_BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
-
-
-@dataclasses.dataclass
-class Configuration:
-  """One configuration and what the planner predicts for it."""
-  replicas: int  # S
-  partitions: int  # K, devices per replica
-  micro_batches: int  # M
-  schedule: str
-  recompute: str
-  sizes: List[int]  # Layers per partition.
-  # Seconds per mini-batch (all replicas together), examples/s and the idle share of the devices
-  # in the simulated step; None where the search did not simulate it (see PlanPipeline's `exact`).
-  step_time: Optional[float]
-  examples_per_second: Optional[float]
-  bubble: Optional[float]
-  device_memory: List[float]  # Predicted peak bytes of each partition's device.
-  fits: bool
-  why: str = ''  # Why it does not fit (empty if it does).
-  virtual_stages: int = 1  # v: partitions per device ('interleaved_1f1b', 'zbv').
-
-  @property
-  def peak_memory(self) -> float:
-    return max(self.device_memory)
-
-  @property
-  def devices(self) -> int:
-    return self.replicas * self.partitions
-
-  @property
-  def simulated(self) -> bool:
-    return self.step_time is not None
-
-  def Label(self) -> str:
-    v = ' v=%d' % self.virtual_stages if self.virtual_stages > 1 else ''
-    return 'S=%d K=%d%s M=%d %s %s' % (self.replicas, self.partitions, v, self.micro_batches,
-                                       self.schedule, self.recompute)
-
-
-@dataclasses.dataclass
-class Ranking:
-  """Configurations, best first: those that fit by predicted step time, then those that do not."""
-  title: str
-  profile: device_profiles.DeviceProfile
-  memory: float
-  batch: int
-  configurations: List[Configuration]
-
-  @property
-  def best(self) -> Configuration:
-    return self.configurations[0]
-
-  def __str__(self) -> str:
-    return Format(self)
 
 
 def ScaledProfiles(profiles: Sequence[cost_model.LayerProfile], factor: float
@@ -209,7 +157,7 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: device_profile
              bytes_per_activation: float = 4,
              layer_times: Optional[Sequence[device_profiles.LayerTime]] = None,
              batch: Optional[float] = None, micro_batch_overhead: float = 0.0,
-             virtual_stages: int = 1) -> Configuration:
+             virtual_stages: int = 1) -> ranking.Configuration:
   """The prediction for one configuration; `profiles` are for one replica's share of the batch
   (`batch` examples, which measured `layer_times` need; see LayerSeconds), `micro_batch_overhead`
   the seconds each micro-batch after the first costs (see PartitionCosts); K = `partitions`
@@ -230,7 +178,7 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: device_profile
 class _Candidate:
   """A configuration split and sized (its memory and whether it fits are known), with what
   simulating its step needs; Simulate fills in its step time and bubble."""
-  config: Configuration
+  config: ranking.Configuration
   costs: List[simulator.TaskTimes]
   sched: schedule.Schedule
   transfer: float
@@ -241,7 +189,7 @@ class _Candidate:
     """A step time the simulation cannot come out below (simulator.LowerBound)."""
     return simulator.LowerBound(self.costs, self.sched, self.cores) + self.all_reduce
 
-  def Simulate(self) -> Configuration:
+  def Simulate(self) -> ranking.Configuration:
     result = simulator.Simulate(self.costs, self.sched, transfer=self.transfer, cores=self.cores)
     self.config.step_time = result.step_time + self.all_reduce
     self.config.bubble = result.idle_fraction
@@ -290,8 +238,8 @@ def _Prepare(profiles: Sequence[cost_model.LayerProfile], device: device_profile
     grads = max(sum(sum(p.params for p in profiles[bounds[c]:bounds[c + 1]])
                     for c in sched.DevicePartitions(d)) for d in range(k)) * 4
     all_reduce = 2.0 * (replicas - 1) / replicas * grads / device.link_bandwidth
-  config = Configuration(replicas, k, m, schedule_name, recompute, list(sizes), None, None, None,
-                         device_memory, fits, why, v)
+  config = ranking.Configuration(replicas, k, m, schedule_name, recompute, list(sizes), None, None,
+                                 None, device_memory, fits, why, v)
   return _Candidate(config, costs, sched, boundary / device.link_bandwidth, cores, all_reduce)
 
 
@@ -344,7 +292,7 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
                  micro_batch_overhead: float = 0.0,
                  interleaved_stages: Sequence[int] = (2,), exact: Optional[int] = None,
                  progress: progress_lib.Progress = progress_lib.QUIET,
-                 cache: Optional[Any] = None) -> Ranking:
+                 cache: Optional[Any] = None) -> ranking.Ranking:
   """Ranks every configuration of the layers of `profiles` on `num_devices` devices.
 
   Args:
@@ -399,14 +347,14 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
     if configurations is not None:
       progress.Say('search: %d configurations read from the cache (a run with the same inputs '
                    'ranked them)' % len(configurations))
-      return Ranking(title, device, memory, batch, configurations)
-  ranking = _Search(profiles, batch, num_devices, device, memory, schedules, recomputes,
-                    micro_batches, bytes_per_param, bytes_per_activation, title, layer_times,
-                    partitions, replicas, micro_batch_overhead, interleaved_stages, exact,
-                    progress)
+      return ranking.Ranking(title, device, memory, batch, configurations)
+  ranked = _Search(profiles, batch, num_devices, device, memory, schedules, recomputes,
+                   micro_batches, bytes_per_param, bytes_per_activation, title, layer_times,
+                   partitions, replicas, micro_batch_overhead, interleaved_stages, exact,
+                   progress)
   if cache is not None:
-    cache.Put(_SEARCH_KIND, key, [dataclasses.asdict(c) for c in ranking.configurations])
-  return ranking
+    cache.Put(_SEARCH_KIND, key, [dataclasses.asdict(c) for c in ranked.configurations])
+  return ranked
 
 
 _SEARCH_KIND = 'search'
@@ -435,7 +383,7 @@ def _ConfigurationsFromCache(value):
   def Number(v):
     return Int(v) or isinstance(v, float)
 
-  fields = {f.name for f in dataclasses.fields(Configuration)}
+  fields = {f.name for f in dataclasses.fields(ranking.Configuration)}
   if not isinstance(value, list) or not value:
     return None
   for entry in value:
@@ -450,7 +398,7 @@ def _ConfigurationsFromCache(value):
             all(entry[k] is None or Number(entry[k])
                 for k in ('step_time', 'examples_per_second', 'bubble'))):
       return None
-  return [Configuration(**entry) for entry in value]
+  return [ranking.Configuration(**entry) for entry in value]
 
 
 def _Search(profiles, batch, num_devices, device, memory, schedules, recomputes, micro_batches,
@@ -500,7 +448,7 @@ def _Search(profiles, batch, num_devices, device, memory, schedules, recomputes,
     if c.simulated:
       c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
   configurations.sort(key=_RankKey)
-  return Ranking(title, device, memory, batch, configurations)
+  return ranking.Ranking(title, device, memory, batch, configurations)
 
 
 def _Runs(name, k, m, v, recompute):
@@ -555,61 +503,3 @@ def _SimulateRanked(candidates, exact, progress):
               'below the first %d' % (simulated + len(shown), len(chosen) - simulated, exact))
   else:
     phase.End()
-
-
-def Overrides(config: Configuration, pipeline_path: str = 'task.pipeline') -> str:
-  """The --model_params_override text that sets `config` on the TensorPipeLayer at the path."""
-  return '; '.join('%s.%s: %s' % (pipeline_path, key, value) for key, value in (
-      ('num_devices', config.partitions), ('num_micro_batches', config.micro_batches),
-      ('schedule', config.schedule), ('recompute', config.recompute),
-      ('virtual_stages', config.virtual_stages)))
-
-
-def TrainerFlags(config: Configuration, device: device_profiles.DeviceProfile,
-                 pipeline_path: str = 'task.pipeline') -> str:
-  """Trainer flags that run `config`: devices, split size and the params override."""
-  n, k = config.devices, config.partitions
-  if device.cores is not None:
-    where = '--cpu_devices=%d --worker_split_size=%d' % (n, k)
-  elif device.name.startswith('TPU'):
-    where = '--worker_tpus=%d --worker_split_size=%d' % (n, k)
-  else:
-    where = '--worker_gpus=%d --worker_split_size=%d' % (n, k)
-  return '%s --model_params_override="%s"' % (where, Overrides(config, pipeline_path))
-
-
-def Format(ranking: Ranking, limit: Optional[int] = 20) -> str:
-  """The ranking as a table (the first `limit` rows, and the best of those that do not fit)."""
-  p = ranking.profile
-  lines = ['%s: batch %d, devices %s (%s), %s each; %.3g Tflop/s, link %.3g GB/s' % (
-      ranking.title, ranking.batch, p.name, 'shared %g cores' % p.cores if p.cores else
-      'independent', units.FormatBytes(ranking.memory), p.rate / 1e12, p.link_bandwidth / 1e9)]
-  header = ('rank', 'S', 'K', 'v', 'M', 'schedule', 'recompute', 'step ms', 'examples/s', 'bubble',
-            'peak/device', 'fits')
-  rows: List[Tuple[str, ...]] = [header]
-  shown = ranking.configurations if limit is None else ranking.configurations[:limit]
-  not_shown = [c for c in ranking.configurations[len(shown):] if not c.fits][:3]
-  for i, c in enumerate(shown + not_shown):
-    rank = str(i + 1) if i < len(shown) else str(ranking.configurations.index(c) + 1)
-    predicted = _PredictedCells(c)
-    rows.append(tuple([rank, str(c.replicas), str(c.partitions), str(c.virtual_stages),
-                       str(c.micro_batches), c.schedule, c.recompute] + predicted +
-                      [units.FormatBytes(c.peak_memory), 'yes' if c.fits else 'no: ' + c.why]))
-  widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-  for r in rows:
-    lines.append('  '.join(v.ljust(w) if i in (5, 6, 11) else v.rjust(w)
-                           for i, (v, w) in enumerate(zip(r, widths))).rstrip())
-  hidden = len(ranking.configurations) - len(shown) - len(not_shown)
-  if hidden > 0:
-    lines.append('(%d more configurations not shown)' % hidden)
-  return '\n'.join(lines)
-
-
-def _PredictedCells(config: Configuration) -> List[str]:
-  """A table row's step ms, examples/s and bubble of `config`, or '-' if it was not simulated."""
-  if config.step_time is None:  # Not simulated.
-    return ['-'] * 3
-  assert config.examples_per_second is not None and config.bubble is not None, (
-      'a simulated configuration has its examples/s and bubble')
-  return ['%.3f' % (1e3 * config.step_time), '%.1f' % config.examples_per_second,
-          '%.1f%%' % (100 * config.bubble)]

@@ -23,11 +23,12 @@ from typing import Any, Sequence, Tuple
 
 import numpy as np
 from lingvo import compat as tf
-from lingvo.core import base_input_generator
 from lingvo.core import py_utils
 
+from tensorpipe.tasks import fed_input
 
-class ArrayInput(base_input_generator.BaseInputGenerator):
+
+class ArrayInput(fed_input.FedInput):
   """Batches of rows of in-memory arrays (see the module docstring)."""
 
   @classmethod
@@ -46,9 +47,7 @@ class ArrayInput(base_input_generator.BaseInputGenerator):
     super().__init__(params)
     self._arrays = tuple(self._LoadArrays())
     self._is_train = self.params.split == 'train'
-    self._iterator = None
     self._feeds: Tuple[Any, ...] = ()  # Per array its placeholder, made with the input batch.
-    self._first = None  # Placeholder: the stream's first example (see StartAtStep).
 
   def _LoadArrays(self) -> Sequence[np.ndarray]:
     """The arrays, each with one row per example."""
@@ -123,23 +122,10 @@ class ArrayInput(base_input_generator.BaseInputGenerator):
       x.set_shape([b] + list(a.shape[1:]))
     return self._Batch(*batch)
 
-  def Initialize(self, sess=None):
-    super().Initialize(sess)
-    self.Reset(sess)
+  def _Feeds(self):
+    return dict(zip(self._feeds, self._arrays))
 
-  def Reset(self, sess=None):
-    """(Re)starts the iterator at the beginning of the split."""
-    self._Start(sess, 0)
-
-  def StartAtStep(self, sess, global_step):
-    """(Re)starts the stream of a repeating split where a run from global step 0 would be after
-    `global_step` training steps: the next batch is the one training step `global_step` + 1 reads.
-    A split read once (evaluation) starts at its beginning."""
-    self._Start(sess, global_step * self.InfeedBatchSize() if self._Flag(self.params.repeat) else 0)
-
-  def _Start(self, sess, first):
-    if self._iterator is None or sess is None:
-      return
-    feeds = dict(zip(self._feeds, self._arrays))
-    feeds[self._first] = first
-    sess.run(self._iterator.initializer, feed_dict=feeds)
+  def _Position(self, global_step):
+    """A repeating split: the first example of training step `global_step` + 1; a split read once
+    (evaluation) starts at its beginning."""
+    return global_step * self.InfeedBatchSize() if self._Flag(self.params.repeat) else 0

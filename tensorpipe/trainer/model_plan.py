@@ -16,6 +16,7 @@ from tensorpipe.partitioner import cost_model
 from tensorpipe.partitioner import measured_cost
 from tensorpipe.measure import device_profiles
 from tensorpipe.measure import planner
+from tensorpipe.measure import ranking
 from tensorpipe import progress as progress_lib
 from tensorpipe import schedule_builders
 from tensorpipe import units
@@ -198,8 +199,8 @@ def PlanModel(cfg: hyperparams.Params, num_devices: int, device: device_profiles
               quick: bool = False, budget: float = MEASURE_BUDGET,
               cache: Optional[disk_cache.DiskCache] = None,
               progress: progress_lib.Progress = progress_lib.QUIET, exact: Optional[int] = None
-              ) -> List[Tuple[str, planner.Ranking]]:
-  """[(pipeline path, planner.Ranking)] for each TensorPipeLayer of model params `cfg`.
+              ) -> List[Tuple[str, ranking.Ranking]]:
+  """[(pipeline path, ranking.Ranking)] for each TensorPipeLayer of model params `cfg`.
 
   On this machine's CPU devices (a profile with shared `cores`) the layers' times, and what a
   micro-batch costs beyond them, are measured (device_profiles.MeasureLayerTimes,
@@ -222,12 +223,12 @@ def PlanModel(cfg: hyperparams.Params, num_devices: int, device: device_profiles
       else:
         layer_times, overhead = _Measure(path, p, layers, pipeline_batch, profiles, device,
                                          budget / len(pipelines), cache, progress)
-    ranking = planner.PlanPipeline(profiles, pipeline_batch, num_devices, device, memory,
-                                   schedules=Schedules(p), bytes_per_param=p.bytes_per_param,
-                                   title='%s %s' % (title, path), layer_times=layer_times,
-                                   micro_batch_overhead=overhead, exact=exact, progress=progress,
-                                   cache=cache)
-    out.append((path, ranking))
+    ranked = planner.PlanPipeline(profiles, pipeline_batch, num_devices, device, memory,
+                                  schedules=Schedules(p), bytes_per_param=p.bytes_per_param,
+                                  title='%s %s' % (title, path), layer_times=layer_times,
+                                  micro_batch_overhead=overhead, exact=exact, progress=progress,
+                                  cache=cache)
+    out.append((path, ranked))
   return out
 
 
@@ -245,11 +246,11 @@ def PlanText(cfg: hyperparams.Params, num_devices: int, device_name: str = devic
                         budget=budget, cache=cache, progress=progress, exact=limit), limit)
 
 
-def Text(plans: Sequence[Tuple[str, planner.Ranking]], limit: Optional[int] = 20) -> str:
+def Text(plans: Sequence[Tuple[str, ranking.Ranking]], limit: Optional[int] = 20) -> str:
   """The tables and, for each pipeline, the flags that apply its best configuration."""
   lines = []
-  for path, ranking in plans:
-    lines.append(planner.Format(ranking, limit))
+  for path, ranked in plans:
+    lines.append(ranking.Format(ranked, limit))
     lines.append('best: %s; train it with: %s' % (
-        ranking.best.Label(), planner.TrainerFlags(ranking.best, ranking.profile, path)))
+        ranked.best.Label(), ranking.TrainerFlags(ranked.best, ranked.profile, path)))
   return '\n'.join(lines)

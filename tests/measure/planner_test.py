@@ -1,4 +1,4 @@
-"""Planner: rankings on constructed costs, schedule-aware memory, pruning, errors and flags."""
+"""Planner: rankings on constructed costs, schedule-aware memory, pruning and errors."""
 
 import dataclasses
 import functools
@@ -12,6 +12,7 @@ from tensorpipe import disk_cache
 from tensorpipe.partitioner import cost_model
 from tensorpipe.measure import device_profiles
 from tensorpipe.measure import planner
+from tensorpipe.measure import ranking
 from tensorpipe import progress as progress_lib
 from tensorpipe import schedule_builders
 from tensorpipe import units
@@ -130,7 +131,7 @@ class TestPruning:
       for rows in (1, 6):
         del calls[:]
         pruned = planner.PlanPipeline(self._Uneven(), 16, 4, device, memory, exact=rows, **args)
-        assert planner.Format(pruned, rows) == planner.Format(full, rows)
+        assert ranking.Format(pruned, rows) == ranking.Format(full, rows)
         assert pruned.configurations[:rows] == full.configurations[:rows]
         assert len(pruned.configurations) == everything == len(calls) + sum(
             not c.simulated for c in pruned.configurations)
@@ -152,7 +153,7 @@ class TestPruning:
     lines = []
     again = _Plan(1e12, exact=4, cache=cache, progress=progress_lib.Progress(lines.append))
     assert (calls, again.configurations) == ([], first.configurations)
-    assert planner.Format(again, 4) == planner.Format(first, 4)
+    assert ranking.Format(again, 4) == ranking.Format(first, 4)
     assert lines == ['search: %d configurations read from the cache (a run with the same inputs '
                      'ranked them)' % len(first.configurations)]
     assert _Plan(1e12, exact=5, cache=cache).configurations[:4] == first.configurations[:4]
@@ -324,20 +325,3 @@ class TestErrors:
     assert planner.LayerSeconds(_Profiles(), _DEVICE, 2, layer_times=times, batch=6) == [
         (1.0, 2.0)] * 8
 
-
-class TestFlags:
-
-  def testOverridesAndTrainerFlags(self):
-    best = _Plan().best
-    text = planner.Overrides(best, 'task.encoder')
-    assert text == ('task.encoder.num_devices: %d; task.encoder.num_micro_batches: %d; '
-                    'task.encoder.schedule: %s; task.encoder.recompute: %s; '
-                    'task.encoder.virtual_stages: %d' %
-                    (best.partitions, best.micro_batches, best.schedule, best.recompute,
-                     best.virtual_stages))
-    cpu = device_profiles.DeviceProfile('cpu', 1e9, 1e9, 1e9, 'constructed', cores=2.0)
-    assert planner.TrainerFlags(best, cpu).startswith(
-        '--cpu_devices=%d --worker_split_size=%d ' % (best.devices, best.partitions))
-    assert planner.TrainerFlags(best, _DEVICE).startswith('--worker_gpus=')
-    tpu = device_profiles.PROFILES['TPUv3-core']
-    assert planner.TrainerFlags(best, tpu).startswith('--worker_tpus=')

@@ -24,16 +24,16 @@ from typing import Any, Dict, List
 
 import numpy as np
 from lingvo import compat as tf
-from lingvo.core import base_input_generator
 from lingvo.core import py_utils
 
+from tensorpipe.tasks import fed_input
 from tensorpipe.tasks.mt import num2words_corpus
 from tensorpipe.tasks.mt import temperature_sampling
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
-class MultilingualInput(base_input_generator.BaseInputGenerator):
+class MultilingualInput(fed_input.FedInput):
   """Translation batches from per-language files, languages sampled with temperature T."""
 
   @classmethod
@@ -94,9 +94,7 @@ class MultilingualInput(base_input_generator.BaseInputGenerator):
     self.probabilities = temperature_sampling.LanguageProbabilities(self.sizes, p.temperature)
     tf.logging.info('%s: %d languages, %d %s examples from %s', where, len(langs),
                     sum(self.sizes), p.split, data_dir)
-    self._iterator = None
     self._feeds: Dict[str, Any] = {}  # Per array its placeholder, made with the input batch.
-    self._first = None  # Train split: placeholder of the first batch (StartAtStep).
 
   @property
   def languages(self):
@@ -202,24 +200,10 @@ class MultilingualInput(base_input_generator.BaseInputGenerator):
       t.set_shape(shape)
     return batch
 
-  def Initialize(self, sess=None):
-    super().Initialize(sess)
-    self.Reset(sess)
+  def _Feeds(self):
+    return {self._feeds[k]: v for k, v in self._arrays.items()}
 
-  def Reset(self, sess=None):
-    """(Re)starts the iterator at the beginning of the split."""
-    self._Start(sess, 0)
-
-  def StartAtStep(self, sess, global_step):
-    """(Re)starts the train split where a run from global step 0 would be after `global_step`
-    training steps (the next batch is the one step `global_step` + 1 reads); another split at its
-    beginning."""
-    self._Start(sess, global_step)
-
-  def _Start(self, sess, first_batch):
-    if self._iterator is None or sess is None:
-      return
-    feeds = {self._feeds[k]: v for k, v in self._arrays.items()}
-    if self._first is not None:
-      feeds[self._first] = first_batch
-    sess.run(self._iterator.initializer, feed_dict=feeds)
+  def _Position(self, global_step):
+    """The train split: training step `global_step` + 1's batch (its batches are numbered from 0);
+    another split starts at its beginning (it has no start placeholder)."""
+    return global_step
