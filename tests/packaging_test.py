@@ -66,6 +66,13 @@ def _Run(argv, timeout_s, **kwargs):
   return proc.returncode, out
 
 
+def _TrackedFiles():
+  """The repository's files as git tracks them (paths relative to ROOT)."""
+  out = subprocess.run(['git', 'ls-files', '-z'], cwd=ROOT, capture_output=True, check=True,
+                       timeout=60).stdout.decode('utf-8')
+  return {path for path in out.split('\0') if path}
+
+
 def _Site(path, levels=2):
   """The real path of `path` `levels` directories up (a package's site-packages from __file__)."""
   for _ in range(levels):
@@ -239,7 +246,10 @@ class WheelTest(unittest.TestCase):
     self.assertIn('Classifier: License :: OSI Approved :: Apache Software License', text)
     self.assertIn('Author: The TensorPipe Authors', text)
 
-  def testSdistCarriesWhatTheReadmeLinks(self):
+  def testSdistIsTheSourceTree(self):
+    # Every file of the repository (what git tracks), so the README's links and both of its
+    # commands (scripts/run_demo.sh, scripts/test.sh: the tests, tools, Bazel files) work from the
+    # unpacked sdist; and nothing built or cached.
     src = os.path.join(self.tmp, 'src')
     out_dir = os.path.join(self.tmp, 'sdist')
     code, out = _Run([sys.executable, '-c', 'import sys; from setuptools import build_meta; '
@@ -247,16 +257,15 @@ class WheelTest(unittest.TestCase):
     self.assertEqual(code, 0, out)
     (name,) = os.listdir(out_dir)
     with tarfile.open(os.path.join(out_dir, name)) as tar:
-      have = {n.split('/', 1)[1] for n in tar.getnames() if '/' in n}
+      have = {n.split('/', 1)[1] for n in tar.getnames() if '/' in n and tar.getmember(n).isfile()}
     with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
       links = {m.group(1).split('#')[0] for m in re.finditer(r'\]\(([^)#:]+[^)]*)\)', f.read())
                if '://' not in m.group(1)}
     links.discard('')
-    files = {link for link in links if os.path.isfile(os.path.join(ROOT, link))}
-    self.assertTrue({'docs/guide.md', 'docs/benchmarks.md'} <= files, sorted(links))
-    want = files | {'LICENSE', 'README.md', 'requirements.txt', 'requirements-nodeps.txt',
-                    'scripts/setup.sh'}
-    self.assertEqual(want - have, set())
+    self.assertTrue({'docs/guide.md', 'docs/benchmarks.md', 'LICENSE'} <= links, sorted(links))
+    want = _TrackedFiles() | links
+    self.assertEqual(sorted(want - have), [])
+    self.assertEqual([n for n in have if '__pycache__' in n or n.endswith('.pyc')], [])
 
   def testImportsComeFromTheVenv(self):
     code, out = self._RunInVenv([
@@ -314,6 +323,20 @@ class WheelTest(unittest.TestCase):
     for flag in ('--model', '--logdir', '--cpu_devices', '--tensorpipe_plan', '--step_timeout_s'):
       self.assertRegex(out, r'\n  %s: ' % flag)
     self.assertIn('`tensorpipe-train FLAGS` is the same command', out)
+    # It speaks of the installed commands, not of a checkout's interpreter or tools.
+    self.assertNotIn('python -m tools.', out)
+    self.assertNotIn('.venv/bin/python', out)
+
+  def testTrainHelpfullListsLingvosFlagsToo(self):
+    script = self._RunInVenv([os.path.join(self.venv, 'bin', 'tensorpipe-train'), '--helpfull'],
+                             120)
+    self.assertEqual(script, self._RunInVenv([self.python, '-m', 'tensorpipe.trainer.train',
+                                              '--helpfull'], 120))
+    code, out = script
+    self.assertEqual(code, 1, out)
+    for flag in ('model', 'cpu_devices', 'run_locally', 'worker_split_size', 'helpfull',
+                 'logtostderr'):
+      self.assertRegex(out, r'\n  (-\S,)?--(\[no\])?%s: ' % flag)
 
   def testLaunchHelpIsTheModulesHelp(self):
     script, as_module = self._Help('tensorpipe-launch', 'tensorpipe.trainer.launch')

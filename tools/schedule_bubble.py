@@ -43,11 +43,10 @@ from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
 from tensorpipe import placement  # pylint: disable=g-import-not-at-top
 from tensorpipe import schedule_builders  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import command_line  # pylint: disable=g-import-not-at-top
-from tools import output_dir  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_string('out_dir', None, 'Folder for the timeline PNGs, created if missing.',
                     required=True)
-flags.register_validator('out_dir', output_dir.Writable)
+flags.register_validator('out_dir', command_line.WritableDir)
 flags.DEFINE_integer('layers', 8, 'Dense layers of the K = 4 stack.')
 flags.DEFINE_integer('width', 512, 'Width of every layer.')
 flags.DEFINE_integer('micro_batches', 8, 'M of the traced steps.')

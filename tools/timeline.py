@@ -38,13 +38,12 @@ from tensorpipe import placement
 from tensorpipe.trainer import preflight
 from tensorpipe.trainer import registry
 from tensorpipe.trainer import command_line
-from tools import output_dir
 
 flags.DEFINE_string('model', None, 'Registered model, e.g. digits.TinyConvPipeline.', required=True)
 flags.DEFINE_string('out_dir', None,
                     'Directory for PREFIX.png, PREFIX_simulated.png and PREFIX.json, created if '
                     'missing (default: a new directory under $TMPDIR or /tmp).')
-flags.register_validator('out_dir', output_dir.Writable)
+flags.register_validator('out_dir', command_line.WritableDir)
 flags.DEFINE_string('prefix', 'timeline', 'File name stem of the outputs, e.g. timeline_digits.')
 flags.register_validator(
     'prefix', lambda prefix: prefix and os.path.sep not in prefix,

@@ -55,7 +55,7 @@ class LayerProfile:
   backward_ops: int = 0  # Computing ops of its backward pass (tf.gradients).
   # Elements of the gradients its largest backward op reads and writes.
   gradient_elements: float = 0
-  kept_elements: float = 0  # Elements of its matmul/conv outputs, which recompute='selective' keeps.
+  kept_elements: float = 0  # Elements of its matmul/conv outputs: what 'selective' keeps.
   kept_flops: float = 0  # FLOPs of those ops, which recompute='selective' does not re-compute.
 
 

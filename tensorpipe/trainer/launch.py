@@ -1,13 +1,14 @@
 r"""Starts a whole distributed training job on this machine: one process per task, on 127.0.0.1.
 
-  python -m tensorpipe.trainer.launch --model=digits.TinyConvPipeline --logdir=/tmp/digits4 \
+  tensorpipe-launch --model=digits.TinyConvPipeline --logdir=/tmp/digits4 \
       --worker_tasks=4                                 # its K = 4 partitions in 4 worker processes
-  python -m tensorpipe.trainer.launch --model=digits.TinyConvPipeline --logdir=/tmp/digits22 \
+  tensorpipe-launch --model=digits.TinyConvPipeline --logdir=/tmp/digits22 \
       --worker_tasks=4 --tasks_per_replica=2 --cpu_devices=2   # S = 2 replicas x K = 4 partitions
 
-Installed with pip, `tensorpipe-launch FLAGS` is the same command as `python -m
-tensorpipe.trainer.launch FLAGS`. --help lists the launcher's flags, --helpfull every flag; a bad or
-missing launcher flag ends it with one line `tensorpipe.trainer.launch: error: ...` (status 2).
+`tensorpipe-launch FLAGS` is the same command as `python -m tensorpipe.trainer.launch FLAGS` (in a
+checkout set up by scripts/setup.sh: .venv/bin/tensorpipe-launch FLAGS). --help lists the launcher's
+flags, --helpfull every flag; a bad or missing launcher flag ends it with one line
+`tensorpipe.trainer.launch: error: ...` (status 2).
 
 It picks free ports below the kernel's ephemeral range (so no outgoing connection takes one before
 its task binds it), writes Lingvo's --cluster_spec (controller, trainer_client, W worker tasks) and
@@ -355,6 +356,7 @@ def DefineFlags():
                        'killed; set it below the time your scheduler waits between SIGTERM and '
                        'SIGKILL. A second signal kills every task at once.', lower_bound=1)
   flags.mark_flags_as_required(['model', 'logdir'])
+  flags.register_validator('logdir', command_line.WritableDir)
   flags.register_multi_flags_validator(
       ['worker_tasks', 'tasks_per_replica'],
       lambda v: v['worker_tasks'] % (v['tasks_per_replica'] or 1) == 0,

@@ -302,21 +302,25 @@ def PortTakenMessage(address, where, error=None):
           'stop it or pick another port in --cluster_spec' % (where, address, reason, address))
 
 
-def WaitForWorkers(spec, timeout_s, poll_s=0.5, clock=time.monotonic, sleep=time.sleep):
+def WaitForWorkers(spec, timeout_s, poll_s=0.5, clock=time.monotonic, sleep=time.sleep,
+                   log=tf.logging.info):
   """Waits until every worker task of `spec` ({job: [address]}) accepts TCP connections.
 
   The controller and the trainer client run their training steps on the worker tasks' servers (the
-  two start their own servers only once they run). `clock` and `sleep` measure and spend the wait
-  (a fake clock in tests).
+  two start their own servers only once they run). A worker that does not answer at once is named
+  in one `log` line when the wait for it begins and in one when it answers. `clock` and `sleep`
+  measure and spend the wait (a fake clock in tests).
 
   Raises:
     registry.UsageError: naming the first worker task still unreachable after `timeout_s` seconds.
   """
-  deadline = clock() + timeout_s
+  start = clock()
+  deadline = start + timeout_s
   for job, addresses in sorted(spec.items()):
     if job != 'worker':
       continue
     for task, address in enumerate(addresses):
+      waited = False
       while True:
         ok, why = liveness.CanConnect(address, poll_s)
         if ok:
@@ -325,4 +329,11 @@ def WaitForWorkers(spec, timeout_s, poll_s=0.5, clock=time.monotonic, sleep=time
           raise registry.UsageError(
               'task %s:%d at %s is not reachable after %d s (%s); start it, or fix its address '
               'in --cluster_spec' % (job, task, address, timeout_s, why))
+        if not waited:
+          waited = True
+          log('TensorPipe: waiting up to %d s (--startup_timeout_s) for task %s:%d at %s (%s)',
+              max(0, int(deadline - clock())), job, task, address, why)
         sleep(poll_s)
+      if waited:
+        log('TensorPipe: task %s:%d at %s answers after %.1f s', job, task, address,
+            clock() - start)

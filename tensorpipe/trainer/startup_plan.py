@@ -1,7 +1,8 @@
 """--tensorpipe_plan: the planner's ranked configurations of the model, logged at start-up.
 
-The trainer's flags for it, and the call that plans the model through `model_plan` (which
-`tools.plan` also uses) with progress lines and the on-disk cache of what was built and measured.
+The trainer's flags for it, and the call that plans the model through `model_plan` (which the
+repository's `tools.plan` also uses) with progress lines and the on-disk cache of what was built
+and measured.
 """
 
 from absl import flags
@@ -9,6 +10,7 @@ import lingvo.compat as tf
 
 from tensorpipe import disk_cache
 from tensorpipe import progress as progress_lib
+from tensorpipe.measure import device_profiles
 from tensorpipe.trainer import model_plan
 from tensorpipe.trainer import registry
 
@@ -19,8 +21,8 @@ flags.DEFINE_integer(
     'the flags that apply the best; 0: off. See --tensorpipe_plan_device.', lower_bound=0)
 flags.DEFINE_string(
     'tensorpipe_plan_device', 'cpu',
-    'Device profile --tensorpipe_plan plans for: cpu (this machine, measured) or a named '
-    'accelerator (python -m tools.plan --list_devices).')
+    'Device profile --tensorpipe_plan plans for: cpu (this machine, measured) or an accelerator '
+    'profile: %s.' % ', '.join(device_profiles.KnownProfiles()[1:]))
 flags.DEFINE_string(
     'tensorpipe_plan_memory', '',
     'Memory per device for --tensorpipe_plan, e.g. 16GiB; empty: the profile\'s.')

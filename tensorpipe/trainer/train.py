@@ -50,33 +50,34 @@ Extra flags:
                    and ends; the controller and workers keep serving until it has ended, at most S
                    seconds.
   --list_models    prints the registered models and exits: each marked tiny (trains on 2 CPU cores
-                   in minutes) or paper-scale, with its K and its description. Models a user's
-                   module registers are listed too when --model names one of them or
+                   in about a minute: the digits demo, 800 steps of digits.TinyConvPipeline and its
+                   evaluation, took 35 s) or paper-scale, with its K and its description. Models a
+                   user's module registers are listed too when --model names one of them or
                    --params_module=MODULE names the module.
   --tensorpipe_plan=N (with --tensorpipe_plan_device, --tensorpipe_plan_memory,
                    --tensorpipe_plan_cache_dir, --tensorpipe_plan_quick)
                    logs the planner's ranked configurations of the model for N devices at
-                   start-up, and the flags that apply the best (see tools.plan), with a progress
-                   line per phase ('planning: ...'); what it built and measured is cached.
+                   start-up, and the flags that apply the best (the guide's "Planning"), with a
+                   progress line per phase ('planning: ...'); what it built and measured is cached.
   --tensorpipe_profile_every_n_steps=N (default 100; 0: off)
                    the trainer traces step 2 and every N-th step, and logs and summarises
                    per-partition forward/backward/re-computation times and per-device busy time and
                    peak step memory (tensorpipe/... scalars in TensorBoard).
 
-Models are looked up in TensorPipe's top-level `params` package first (--model=digits.X imports
-params.digits), then wherever Lingvo looks. Before any job starts, the launcher checks the model
-name, the data directories of the datasets the jobs read, that the model's TensorPipeLayers fit the
-devices of one model split, and (for eval-only jobs) that a checkpoint exists; with --cluster_spec,
-also the spec's jobs and HOST:PORT addresses, that --job and --task name one of its tasks, that this
-host can write LOGDIR/train, and that this task's port is free, all before any server starts. A
-failed check prints one line `tensorpipe.trainer.train: error: ...` and exits with status 2. So
-does a TensorPipe check that fails inside a step (tensorpipe.check_failure;
-runners.EndOnCheckFailure), and a step that does not finish within --step_timeout_s
-(runners.WatchedSteps), in every task of the job: the trainer records its line in LOGDIR
-(ending.EndJob) and the other tasks end with it (cluster_task.ClusterTask). With --cluster_spec a
-task at an address the spec gives another task (--task swapped between two hosts) ends every task
-of the job with a line naming both. The job that saves checkpoints (the trainer client in sync mode)
-removes what killed saves left in LOGDIR/train before it restores
+Models are looked up in TensorPipe's registered models first (--model=digits.X imports
+tensorpipe.params.digits; in a checkout, its params/digits.py), then wherever Lingvo looks. Before
+any job starts, the launcher checks the model name, the data directories of the datasets the jobs
+read, that the model's TensorPipeLayers fit the devices of one model split, and (for eval-only jobs)
+that a checkpoint exists; with --cluster_spec, also the spec's jobs and HOST:PORT addresses, that
+--job and --task name one of its tasks, that this host can write LOGDIR/train, and that this task's
+port is free, all before any server starts. A failed check prints one line
+`tensorpipe.trainer.train: error: ...` and exits with status 2. So does a TensorPipe check that
+fails inside a step (tensorpipe.check_failure; runners.EndOnCheckFailure), and a step that does not
+finish within --step_timeout_s (runners.WatchedSteps), in every task of the job: the trainer records
+its line in LOGDIR (ending.EndJob) and the other tasks end with it (cluster_task.ClusterTask). With
+--cluster_spec a task at an address the spec gives another task (--task swapped between two hosts)
+ends every task of the job with a line naming both. The job that saves checkpoints (the trainer
+client in sync mode) removes what killed saves left in LOGDIR/train before it restores
 (tensorpipe.trainer.stale_checkpoints).
 """
 

@@ -2,9 +2,11 @@
 one-line errors (exit status 2)."""
 
 import os
+import re
 import subprocess
 import sys
 
+from absl import flags
 from lingvo import compat as tf
 from lingvo.core import test_utils
 
@@ -75,6 +77,18 @@ class CommandLineTest(test_utils.TestCase):
     self.assertTrue(command_line.PositiveInts([]))
     for values in (['0'], ['1', 'two'], ['-4'], ['1.5']):
       self.assertFalse(command_line.PositiveInts(values), values)
+
+  def testWritableDirMakesTheDirectoryOrNamesWhyNot(self):
+    made = os.path.join(self.create_tempdir().full_path, 'a', 'b')
+    self.assertTrue(command_line.WritableDir(made))
+    self.assertTrue(os.path.isdir(made))
+    self.assertTrue(command_line.WritableDir(None))  # Not given.
+    blocker = os.path.join(made, 'file')
+    open(blocker, 'w').close()
+    with self.assertRaisesRegex(flags.ValidationError,
+                                r"^'%s' cannot hold the outputs \(Not a directory\); give a "
+                                r'directory you can write$' % re.escape(blocker + '/x')):
+      command_line.WritableDir(blocker + '/x')
 
   def testKnownOnlyReturnsUnknownFlagsToMain(self):
     self.assertEqual(_Run('known', '--colums=2', '--rows=4', 'x', 'y'),

@@ -604,6 +604,13 @@ class FlagsTest(test_utils.TestCase):
       self.assertRegex(err, r'\Atensorpipe\.trainer\.launch: error: %s \(see --helpfull\)\n\Z' %
                        error)
     self.assertEqual(os.listdir(logdir.split('=', 1)[1]), [])  # Nothing was started.
+    blocker = os.path.join(logdir.split('=', 1)[1], 'file')
+    open(blocker, 'w').close()
+    code, out, err = _RunLauncher('--model=m', '--logdir=%s/run' % blocker)
+    self.assertEqual((code, out), (2, ''), err)
+    self.assertEqual(err, "tensorpipe.trainer.launch: error: flag --logdir=%s/run: '%s/run' cannot "
+                     'hold the outputs (Not a directory); give a directory you can write (see '
+                     '--helpfull)\n' % (blocker, blocker))
 
   def testOtherFlagsAndAbslLoggingFlagsGoToEveryTask(self):
     script = ('import sys; from tensorpipe.trainer import launch; launch.DefineFlags(); '

@@ -90,15 +90,35 @@ class PreflightTest(test_utils.TestCase):
       self.assertGreater(clock.now, 5)  # It tried until the deadline, not once.
       self.assertLessEqual(clock.now, 5.5)
 
+  def testAWorkerThatStartsLateIsNamedOnceWhenTheWaitBeginsAndOnceWhenItAnswers(self):
+    with socket.socket() as worker:
+      worker.bind(('127.0.0.1', 0))  # Bound, not listening yet: connections are refused.
+      address = '127.0.0.1:%d' % worker.getsockname()[1]
+      clock, lines = _FakeClock(), []
+
+      def Sleep(seconds):
+        clock.Sleep(seconds)
+        if clock.now >= 2:
+          worker.listen()  # The worker's server starts 2 s into the wait.
+
+      preflight.WaitForWorkers({'worker': [address]}, timeout_s=120, poll_s=0.5, clock=clock.Now,
+                               sleep=Sleep, log=lambda fmt, *args: lines.append(fmt % args))
+      self.assertEqual(len(lines), 2, lines)
+      self.assertRegex(lines[0], r'^TensorPipe: waiting up to 120 s \(--startup_timeout_s\) for '
+                       r'task worker:0 at %s \(.+\)$' % re.escape(address))
+      self.assertEqual(lines[1], 'TensorPipe: task worker:0 at %s answers after 2.0 s' % address)
+
   def testReachableWorkerIsFoundWithoutWaiting(self):
     with socket.socket() as listening:
       listening.bind(('127.0.0.1', 0))
       listening.listen()
       clock = _FakeClock()
+      lines = []
       preflight.WaitForWorkers({'worker': ['127.0.0.1:%d' % listening.getsockname()[1]],
                                 'controller': ['127.0.0.1:1']}, timeout_s=5, clock=clock.Now,
-                               sleep=clock.Sleep)
+                               sleep=clock.Sleep, log=lambda *args: lines.append(args))
       self.assertEqual(clock.now, 0)  # Only worker tasks are waited for.
+      self.assertEqual(lines, [])  # Nothing waited for, nothing said.
 
 
 def _Spec(ports, workers=1):
