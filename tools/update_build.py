@@ -23,6 +23,8 @@ from absl import flags
 
 from tensorpipe.trainer import command_line
 
+flags.DEFINE_bool('check', False, 'Exit 1 if BUILD is out of date.')
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ('tensorpipe', 'params', 'tests', 'tools')
 HEADER = '''\
@@ -229,12 +231,6 @@ def Generate():
   return '\n'.join(blocks)
 
 
-def DefineFlags():
-  """Defines --check; run as a command only: tests/build_test.py imports this module for Generate,
-  and a flag defined at import would be defined in every test process that loads it."""
-  flags.DEFINE_bool('check', False, 'Exit 1 if BUILD is out of date.')
-
-
 def main(unused_argv):
   args = flags.FLAGS
   path = os.path.join(ROOT, 'BUILD')
@@ -253,5 +249,4 @@ def main(unused_argv):
 
 
 if __name__ == '__main__':
-  DefineFlags()
   command_line.Run(main, 'update_build')
