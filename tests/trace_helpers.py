@@ -108,3 +108,10 @@ def CountByType(nodes, types, predicate=lambda name: True):
     if op_type in types and predicate(name):
       counts[op_type] += 1
   return sum(counts.values())
+
+
+def TraceRows(events):
+  """{thread id: (device, row)} of a Chrome trace's events (chrome_trace.Events' 'traceEvents'):
+  a thread named 'CPU:1 tasks: ops 2' is row 'tasks: ops 2' of device 'CPU:1'."""
+  return {e['tid']: tuple(e['args']['name'].split(' ', 1)) for e in events
+          if e['ph'] == 'M' and e['name'] == 'thread_name'}

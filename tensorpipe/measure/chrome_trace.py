@@ -4,8 +4,12 @@
 trace file"; chrome://tracing, "Load"): a list of events, each with a name, a phase `ph`, a process
 `pid` and a thread `tid`. It holds the step at two levels, TensorPipe's tasks and TensorFlow's ops,
 so a user who sees a slow B(3,4) can see which of its ops is slow.
-  - Each device is a process, named by the device (e.g. 'CPU:1'), in device order (`Trace.devices`:
-    CPU:0, CPU:1, ..., CPU:10 by index; process_sort_index says so to the viewers).
+  - The step is one process ('TensorPipe step'); each device is a run of its threads, named by the
+    device and the row (e.g. 'CPU:1 tasks'), in device order (`Trace.devices`: CPU:0, CPU:1, ...,
+    CPU:10 by index), and within a device in the order of its rows. The viewers keep a process's
+    threads in the order of their ids (Perfetto) or of their thread_sort_index (chrome://tracing),
+    and both are that order. (Processes are no use for devices: Perfetto orders them by how many
+    slices each holds, whatever process_sort_index says.)
   - Complete events (`ph` 'X', with `ts` and `dur` in microseconds from the step's first op) are the
     slices. Task slices: every pipeline task, named F(k,t), B(k,t) or W(k,t), spanning its calls of
     partition k's function (one forward call; a backward task's calls that compute and add its
@@ -17,21 +21,21 @@ so a user who sees a slow B(3,4) can see which of its ops is slow.
     functions' call ops left out, their task slices stand for them), named by its op type (e.g.
     'MatMul'), its `args` giving the node's name and the task it ran in. A slice's `cat` is its
     category (profiling.CATEGORIES).
-  - Counter events (`ph` 'C'): per device, the memory allocated during the step and not yet freed
-    (`Trace.MemoryOverTime`, the replay behind `Trace.PeakMemory`), in MiB, when the trace has
-    allocation records.
-  - Metadata events (`ph` 'M') name the processes and threads: process_name, thread_name, and
-    process_sort_index / thread_sort_index to keep the rows in order.
+  - Counter events (`ph` 'C'), one counter per device named '<device> step memory': the memory
+    allocated during the step and not yet freed (`Trace.MemoryOverTime`, the replay behind
+    `Trace.PeakMemory`), in MiB, when the trace has allocation records.
+  - Metadata events (`ph` 'M') name the process and the threads (process_name, thread_name) and
+    give the threads' order (thread_sort_index).
 The viewers draw the slices of one thread as a stack, so slices there must nest or not overlap:
 a slice that would partly overlap another goes on another thread. Task slices go on the device's
-'tasks' thread, or 'tasks 2', ... for one that overlaps another task (the second of two forward
+'tasks' thread ('CPU:1 tasks'), or 'tasks 2', ... for one that overlaps another task (the second of two forward
 passes that run at once, forward_overlap); a re-computation that lies within its backward task nests
 under it. Work slices go on 'other work' ('other work 2', ...). An op goes on the thread of the task
 or work slice that holds it, so the viewers draw it under that slice; an op that runs at the same
 time as another one there goes on the next thread of concurrent ops ('tasks: ops 2', ...). An op
 of a task that ran outside the task's span (e.g. a variable read for it issued early) goes on 'ops
-outside tasks'. Thread ids are 1000 * pid + row, never equal to a process id (Perfetto would call
-such a thread the process's "main thread").
+outside tasks'. Device d (from 1, in device order) has thread ids 1000 * d + row (row from 1): never
+the process id (Perfetto would call such a thread the process's "main thread").
 """
 
 import bisect
@@ -47,7 +51,10 @@ from tensorpipe.measure import simulator
 
 # Work outside the pipeline's tasks, drawn per category on the device's 'other work' threads.
 OTHER_CATEGORIES = ('setup', 'transfer', 'update', 'other')
-# A device's threads have ids THREAD_ID_STRIDE * pid + row (row >= 1): apart from every process id.
+# The process that holds every device's threads.
+PROCESS_ID = 1
+PROCESS_NAME = 'TensorPipe step'
+# Device d's threads (d from 1, in device order) have ids THREAD_ID_STRIDE * d + row (row >= 1).
 THREAD_ID_STRIDE = 1000
 
 
@@ -213,9 +220,9 @@ def _DeviceThreads(device, trace, tasks, other):
   return threads
 
 
-def _MemoryCounters(points, pid):
-  """The 'C' events of process `pid`'s memory over the step, [(seconds, bytes)], in MiB."""
-  return [{'name': 'step memory', 'ph': 'C', 'pid': pid, 'tid': THREAD_ID_STRIDE * pid,
+def _MemoryCounters(device, points, tid):
+  """The 'C' events of `device`'s memory over the step, [(seconds, bytes)], in MiB."""
+  return [{'name': '%s step memory' % device, 'ph': 'C', 'pid': PROCESS_ID, 'tid': tid,
            'ts': _Micros(seconds), 'args': {'MiB': round(size / 2.0**20, 6)}}
           for seconds, size in points]
 
@@ -224,20 +231,18 @@ def Events(trace: profiling.Trace, title: str = '') -> Dict[str, Any]:
   """The Trace Event Format object of `trace` (see the module docstring)."""
   tasks, other = _TaskSlices(trace), _OtherSlices(trace)
   memory = trace.MemoryOverTime() if trace.HasMemory() else {}
-  events: List[Dict[str, Any]] = []
-  for pid, device in enumerate(trace.devices, start=1):
-    events.append(_Metadata('process_name', pid, THREAD_ID_STRIDE * pid, {'name': device}))
-    events.append(_Metadata('process_sort_index', pid, THREAD_ID_STRIDE * pid,
-                            {'sort_index': pid}))
+  events: List[Dict[str, Any]] = [
+      _Metadata('process_name', PROCESS_ID, PROCESS_ID, {'name': PROCESS_NAME})]
+  for number, device in enumerate(trace.devices, start=1):
     threads: List[Tuple[str, List[Dict[str, Any]]]] = _DeviceThreads(
         device, trace, tasks.get(device, []), other.get(device, []))
     for row, (label, lane) in enumerate(threads, start=1):
-      tid = THREAD_ID_STRIDE * pid + row
-      events.append(_Metadata('thread_name', pid, tid, {'name': label}))
-      events.append(_Metadata('thread_sort_index', pid, tid, {'sort_index': row}))
+      tid = THREAD_ID_STRIDE * number + row
+      events.append(_Metadata('thread_name', PROCESS_ID, tid, {'name': '%s %s' % (device, label)}))
+      events.append(_Metadata('thread_sort_index', PROCESS_ID, tid, {'sort_index': tid}))
       for event in lane:
-        events.append(dict(event, pid=pid, tid=tid))
-    events += _MemoryCounters(memory.get(device, []), pid)
+        events.append(dict(event, pid=PROCESS_ID, tid=tid))
+    events += _MemoryCounters(device, memory.get(device, []), THREAD_ID_STRIDE * number)
   return {'traceEvents': events, 'displayTimeUnit': 'ms',
           'otherData': {'title': title, 'step_ms': '%.3f' % (1e3 * trace.step_time)}}
 

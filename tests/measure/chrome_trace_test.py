@@ -38,23 +38,23 @@ class ChromeTraceTest(test_utils.TestCase):
       return json.load(f)
 
   def _AssertTraceEventFormat(self, data):
-    """The fields the viewers read; returns ({pid: process name}, [task and work slices], [op
-    slices]): op slices are those whose args name a node."""
+    """The fields the viewers read; returns ([devices] in the order of their rows, {tid: (device,
+    row)}, [task and work slices], [op slices]): op slices are those whose args name a node."""
     events = data['traceEvents']
-    processes, threads, slices, ops = {}, {}, [], []
+    processes, sort_index, slices, ops = {}, {}, [], []
     for e in events:
       self.assertIn(e['ph'], ('X', 'M', 'C'), e)
       self.assertIsInstance(e['name'], str)
-      self.assertIsInstance(e['pid'], int)
+      self.assertEqual(e['pid'], chrome_trace.PROCESS_ID, e)  # The step is one process.
       self.assertIsInstance(e['tid'], int)
-      self.assertNotEqual(e['tid'], e['pid'], e)  # Else Perfetto calls the row "main thread".
+      if e['ph'] != 'M' or e['name'] != 'process_name':
+        self.assertNotEqual(e['tid'], e['pid'], e)  # Else Perfetto calls the row "main thread".
       if e['ph'] == 'M':
-        self.assertIn(e['name'], ('process_name', 'process_sort_index', 'thread_name',
-                                  'thread_sort_index'), e)
+        self.assertIn(e['name'], ('process_name', 'thread_name', 'thread_sort_index'), e)
         if e['name'] == 'process_name':
           processes[e['pid']] = e['args']['name']
-        elif e['name'] == 'thread_name':
-          threads[(e['pid'], e['tid'])] = e['args']['name']
+        elif e['name'] == 'thread_sort_index':
+          sort_index[e['tid']] = e['args']['sort_index']
       elif e['ph'] == 'C':
         self.assertGreaterEqual(e['ts'], 0)
         self.assertTrue(e['args'])
@@ -67,15 +67,22 @@ class ChromeTraceTest(test_utils.TestCase):
         self.assertGreaterEqual(e['dur'], 0)
         self.assertIn(e['cat'], profiling.CATEGORIES)
         (ops if 'node' in e.get('args', {}) else slices).append(e)
-    for e in slices + ops:  # Every slice's process and thread is named.
-      self.assertIn(e['pid'], processes)
-      self.assertIn((e['pid'], e['tid']), threads)
+    self.assertEqual(processes, {chrome_trace.PROCESS_ID: chrome_trace.PROCESS_NAME})
+    rows = trace_helpers.TraceRows(events)
+    for e in slices + ops:  # Every slice's thread is named.
+      self.assertIn(e['tid'], rows)
+    # Both viewers' order of the rows (Perfetto: thread ids; chrome://tracing: thread_sort_index)
+    # is the same, and keeps each device's rows together.
+    self.assertEqual(sorted(rows), sorted(sort_index, key=sort_index.get))
+    devices = list(dict.fromkeys(rows[tid][0] for tid in sorted(rows)))
+    self.assertEqual([rows[tid][0] for tid in sorted(rows)],
+                     sorted((rows[tid][0] for tid in rows), key=devices.index))
     for e in events:
       if e['ph'] == 'C':
-        self.assertIn(e['pid'], processes)
+        self.assertRegex(e['name'], r'^CPU:\d+ step memory$')
     by_thread = collections.defaultdict(list)
     for e in slices + ops:
-      by_thread[(e['pid'], e['tid'])].append((e['ts'], e['ts'] + e['dur']))
+      by_thread[e['tid']].append((e['ts'], e['ts'] + e['dur']))
     for spans in by_thread.values():  # Slices of a thread nest or follow each other.
       open_ends = []
       for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
@@ -83,14 +90,14 @@ class ChromeTraceTest(test_utils.TestCase):
           open_ends.pop()
         self.assertTrue(not open_ends or end <= open_ends[-1], (start, end, open_ends))
         open_ends.append(end)
-    return processes, slices, ops
+    return devices, rows, slices, ops
 
-  def _AssertOpsNestInTheirTasks(self, data, slices, ops):
+  def _AssertOpsNestInTheirTasks(self, rows, slices, ops):
     """Each op of a task lies within that task's slice (or its re-computation's) on the same device;
     one on the task's own thread lies within a task slice of that thread; every task slice holds at
     least one of its ops on its own thread or that thread's rows of concurrent ops."""
-    threads = {(e['pid'], e['tid']): e['args']['name'] for e in data['traceEvents']
-               if e['name'] == 'thread_name'}
+    device = {tid: row[0] for tid, row in rows.items()}
+    threads = {tid: row[1] for tid, row in rows.items()}
     tasks = [e for e in slices if 'partition' in e.get('args', {})]
     self.assertTrue(tasks)
 
@@ -105,24 +112,25 @@ class ChromeTraceTest(test_utils.TestCase):
       if op['cat'] == 'recompute':
         names.add('R' + op['args']['task'][1:])
       self.assertTrue(
-          any(Within(op, t) for t in tasks if t['pid'] == op['pid'] and t['name'] in names) or
-          threads[(op['pid'], op['tid'])] == 'ops outside tasks', op)
-      row = threads[(op['pid'], op['tid'])]
+          any(Within(op, t) for t in tasks
+              if device[t['tid']] == device[op['tid']] and t['name'] in names) or
+          threads[op['tid']] == 'ops outside tasks', op)
+      row = threads[op['tid']]
       if row.startswith('tasks') and ': ops' not in row:
-        holders = [t for t in tasks if (t['pid'], t['tid']) == (op['pid'], op['tid'])
-                   and Within(op, t)]
+        holders = [t for t in tasks if t['tid'] == op['tid'] and Within(op, t)]
         self.assertTrue(holders, op)
       # Under its task: on the task's thread, or on one of that thread's rows of concurrent ops
       # (which ops run at the same time as others depends on the machine, not on the trace).
       for t in tasks:
-        if t['pid'] == op['pid'] and t['name'] in names and Within(op, t):
-          label = threads[(t['pid'], t['tid'])]
+        if device[t['tid']] == device[op['tid']] and t['name'] in names and Within(op, t):
+          label = threads[t['tid']]
           if row == label or row.startswith(label + ': ops '):
             nested[id(t)] += 1
     for t in tasks:
       # Two forward calls of a partition that overlap run ops of the same names: the trace gives
       # them all to one of the two (profiling.Trace), so the other may hold none.
-      overlapped = any(u is not t and u['pid'] == t['pid'] and u['cat'] == t['cat'] and
+      overlapped = any(u is not t and device[u['tid']] == device[t['tid']] and
+                       u['cat'] == t['cat'] and
                        u['ts'] < t['ts'] + t['dur'] and t['ts'] < u['ts'] + u['dur']
                        for u in tasks)
       if not overlapped:
@@ -131,25 +139,25 @@ class ChromeTraceTest(test_utils.TestCase):
   def _AssertSlicesMatchSchedule(self, schedule_name, sched):
     trace = _TracedStep(schedule_name)
     data = self._Load(trace)
-    processes, slices, ops = self._AssertTraceEventFormat(data)
-    self.assertEqual(sorted(processes.values()), ['CPU:0', 'CPU:1'])
-    self._AssertOpsNestInTheirTasks(data, slices, ops)
+    devices, rows, slices, ops = self._AssertTraceEventFormat(data)
+    self.assertEqual(devices, ['CPU:0', 'CPU:1'])
+    self._AssertOpsNestInTheirTasks(rows, slices, ops)
     # TensorFlow's ops: every compute op of the step, once, on its device's row.
     self.assertEqual(
-        collections.Counter((processes[e['pid']], e['args']['node']) for e in ops),
+        collections.Counter((rows[e['tid']][0], e['args']['node']) for e in ops),
         collections.Counter((op.device, op.name) for op in trace.compute_ops))
     self.assertIn('MatMul', {e['args']['op'].lstrip('_').replace('Mkl', '') for e in ops})
     # The step's memory as a counter per device, from zero.
     counters = collections.defaultdict(list)
     for e in data['traceEvents']:
       if e['ph'] == 'C':
-        counters[processes[e['pid']]].append((e['ts'], e['args']['MiB']))
+        counters[e['name'].split(' ')[0]].append((e['ts'], e['args']['MiB']))
     self.assertEqual(sorted(counters), ['CPU:0', 'CPU:1'])
     for points in counters.values():
       self.assertEqual(points[0], (0, 0.0))
       self.assertEqual(points, sorted(points, key=lambda p: p[0]))
       self.assertGreater(max(mib for _, mib in points), 0)
-    tasks = collections.Counter((processes[e['pid']], e['name']) for e in slices
+    tasks = collections.Counter((rows[e['tid']][0], e['name']) for e in slices
                                 if e['name'][0] in 'FBW')
     expected = collections.Counter(
         ('CPU:%d' % a.partition, '%s(%d,%d)' % (a.kind, a.partition, a.micro_batch))
@@ -209,13 +217,12 @@ class ChromeTraceTest(test_utils.TestCase):
         ('loss/Mean', 'Mean', 1052, 1053)]), pipeline_scope=['encoder', 'decoder'])
     self.assertEqual(trace.pipelines, ['encoder', 'decoder'])
     data = self._Load(trace)
-    processes, slices, ops = self._AssertTraceEventFormat(data)
-    self.assertEqual(list(processes.values()), ['CPU:0'])
+    devices, rows, slices, ops = self._AssertTraceEventFormat(data)
+    self.assertEqual(devices, ['CPU:0'])
     names = {e['name']: e for e in slices}
     self.assertEqual(sorted(names), ['decoder F(0,0)', 'encoder F(0,0)', 'encoder F(0,1)',
                                      'other'])
-    threads = {e['tid']: e['args']['name'] for e in data['traceEvents']
-               if e['name'] == 'thread_name'}
+    threads = {tid: name for tid, (_, name) in rows.items()}
     self.assertEqual(threads[names['encoder F(0,0)']['tid']], 'tasks')
     self.assertEqual(threads[names['encoder F(0,1)']['tid']], 'tasks 2')
     self.assertEqual(threads[names['other']['tid']], 'other work')
@@ -242,13 +249,10 @@ class ChromeTraceTest(test_utils.TestCase):
       dev.node_stats.add(node_name='op%d' % index, all_start_micros=1000 + index,
                          all_end_rel_micros=5, timeline_label='op%d = Neg(x)' % index)
     data = self._Load(profiling.Trace(meta))
-    processes, _, ops = self._AssertTraceEventFormat(data)
-    sort_index = {e['pid']: e['args']['sort_index'] for e in data['traceEvents']
-                  if e['name'] == 'process_sort_index'}
+    devices, rows, _, ops = self._AssertTraceEventFormat(data)
     in_order = ['CPU:0', 'CPU:1', 'CPU:2', 'CPU:3', 'CPU:10', 'CPU:11']
-    self.assertEqual([processes[pid] for pid in sorted(sort_index, key=sort_index.get)], in_order)
-    self.assertEqual([processes[pid] for pid in sorted(processes)], in_order)
-    self.assertEqual({processes[e['pid']]: e['args']['node'] for e in ops},
+    self.assertEqual(devices, in_order)  # By thread id and by thread_sort_index alike.
+    self.assertEqual({rows[e['tid']][0]: e['args']['node'] for e in ops},
                      {'CPU:%d' % i: 'op%d' % i for i in (0, 1, 2, 3, 10, 11)})
 
 

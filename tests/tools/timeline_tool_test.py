@@ -12,6 +12,7 @@ from PIL import Image
 
 from tensorpipe.measure import timeline
 from tests import helpers
+from tests import trace_helpers
 
 
 class TimelineToolTest(unittest.TestCase):
@@ -39,19 +40,17 @@ class TimelineToolTest(unittest.TestCase):
       for hex_colour in (timeline.COLOURS[c] for c in ('forward', 'recompute', 'backward')):
         rgb = tuple(int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
         self.assertIn(rgb, colours, path)
-    # The Chrome trace: F(k,t) and B(k,t) of K = 4, M = 8 once each, in device k's process (task
+    # The Chrome trace: F(k,t) and B(k,t) of K = 4, M = 8 once each, on device k's rows (task
     # slices carry their partition; the op slices under them name their node); devices in order.
     with open(os.path.join(out_dir, 'digits.json')) as f:
       events = json.load(f)['traceEvents']
-    devices = {e['pid']: e['args']['name'] for e in events if e['name'] == 'process_name'}
-    sort_index = {e['pid']: e['args']['sort_index'] for e in events
-                  if e['name'] == 'process_sort_index'}
-    self.assertEqual([devices[pid] for pid in sorted(sort_index, key=sort_index.get)],
+    rows = trace_helpers.TraceRows(events)
+    self.assertEqual(list(dict.fromkeys(rows[tid][0] for tid in sorted(rows))),
                      ['CPU:0', 'CPU:1', 'CPU:2', 'CPU:3'])
-    self.assertEqual({devices[e['pid']] for e in events
+    self.assertEqual({rows[e['tid']][0] for e in events
                       if e['ph'] == 'X' and 'node' in e.get('args', {})},
                      {'CPU:0', 'CPU:1', 'CPU:2', 'CPU:3'})
-    tasks = sorted((devices[e['pid']], e['name']) for e in events
+    tasks = sorted((rows[e['tid']][0], e['name']) for e in events
                    if e['ph'] == 'X' and 'partition' in e.get('args', {}) and e['name'][0] in 'FB')
     self.assertEqual(tasks, sorted(('CPU:%d' % k, '%s(%d,%d)' % (kind, k, t))
                                    for kind in 'FB' for k in range(4) for t in range(8)))

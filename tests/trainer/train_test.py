@@ -39,6 +39,7 @@ from tests import helpers
 from tests import layer_helpers  # pylint: disable=unused-import
 from tests import server_helpers
 from tests import task_helpers  # pylint: disable=unused-import
+from tests import trace_helpers
 from tests import trainer_helpers
 # The user modules below import these in the trainer's processes (declared here for their Bazel
 # target's runfiles).
@@ -621,18 +622,17 @@ class TrainerSmokeTest(test_utils.TestCase):
       self.assertTrue({'F(0,0)', 'B(1,0)', 'R(1,0)'} <= names, sorted(names))
       # Both levels on the devices' rows, in device order: TensorFlow's ops inside the task slices
       # of their device, and the device's step-memory counter.
-      devices = {e['pid']: e['args']['name'] for e in events if e['name'] == 'process_name'}
-      order = {e['pid']: e['args']['sort_index'] for e in events
-               if e['name'] == 'process_sort_index'}
-      self.assertEqual([devices[pid] for pid in sorted(order, key=order.get)], ['CPU:0', 'CPU:1'])
+      rows = trace_helpers.TraceRows(events)
+      self.assertEqual(list(dict.fromkeys(rows[tid][0] for tid in sorted(rows))),
+                       ['CPU:0', 'CPU:1'])
       tasks = [e for e in events if e['ph'] == 'X' and 'partition' in e.get('args', {})]
       nested = collections.Counter(
-          devices[op['pid']] for op in events if op['ph'] == 'X' and 'node' in op.get('args', {})
-          and any(t['pid'] == op['pid'] and t['ts'] <= op['ts'] and
+          rows[op['tid']][0] for op in events if op['ph'] == 'X' and 'node' in op.get('args', {})
+          and any(rows[t['tid']][0] == rows[op['tid']][0] and t['ts'] <= op['ts'] and
                   op['ts'] + op['dur'] <= t['ts'] + t['dur'] for t in tasks))
       self.assertEqual(sorted(nested), ['CPU:0', 'CPU:1'], step)
-      counters = {devices[e['pid']] for e in events if e['ph'] == 'C'}
-      self.assertEqual(counters, {'CPU:0', 'CPU:1'}, step)
+      counters = {e['name'] for e in events if e['ph'] == 'C'}
+      self.assertEqual(counters, {'CPU:0 step memory', 'CPU:1 step memory'}, step)
 
     # 3. The loss went down: first steps of run 1 vs the last steps of run 2.
     first = np.mean([losses1[s] for s in sorted(losses1)[:10]])
