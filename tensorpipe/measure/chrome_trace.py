@@ -26,16 +26,16 @@ so a user who sees a slow B(3,4) can see which of its ops is slow.
     `Trace.PeakMemory`), in MiB, when the trace has allocation records.
   - Metadata events (`ph` 'M') name the process and the threads (process_name, thread_name) and
     give the threads' order (thread_sort_index).
-The viewers draw the slices of one thread as a stack, so slices there must nest or not overlap:
-a slice that would partly overlap another goes on another thread. Task slices go on the device's
-'tasks' thread ('CPU:1 tasks'), or 'tasks 2', ... for one that overlaps another task (the second of two forward
-passes that run at once, forward_overlap); a re-computation that lies within its backward task nests
-under it. Work slices go on 'other work' ('other work 2', ...). An op goes on the thread of the task
-or work slice that holds it, so the viewers draw it under that slice; an op that runs at the same
-time as another one there goes on the next thread of concurrent ops ('tasks: ops 2', ...). An op
-of a task that ran outside the task's span (e.g. a variable read for it issued early) goes on 'ops
-outside tasks'. Device d (from 1, in device order) has thread ids 1000 * d + row (row from 1): never
-the process id (Perfetto would call such a thread the process's "main thread").
+The viewers draw the slices of one thread as a stack, so slices there must nest or not overlap: a
+slice that would partly overlap another goes on another thread. Task slices go on the device's
+'tasks' thread ('CPU:1 tasks'), or 'tasks 2', ... for one that overlaps another task (the second of
+two forward passes that run at once, forward_overlap); a re-computation that lies within its
+backward task nests under it. Work slices go on 'other work' ('other work 2', ...). An op goes on
+the thread of the task or work slice that holds it, so the viewers draw it under that slice; an op
+that runs at the same time as another one there goes on the next thread of concurrent ops ('tasks:
+ops 2', ...). An op of a task that ran outside the task's span (e.g. a variable read for it issued
+early) goes on 'ops outside tasks'. Device d (from 1, in device order) has thread ids 1000 * d + row
+(row from 1): never the process id (Perfetto would call such a thread the process's "main thread").
 """
 
 import bisect
