@@ -281,7 +281,7 @@ def _WrittenVariable(op, graph):
   if op is None or not op.inputs:
     return None
   target = op.inputs[0]
-  for external, internal in getattr(graph, 'captures', []):
+  for external, internal in tf_internals.CapturePairs(graph):
     if internal is target:
       return external.op.name
   return None

@@ -22,7 +22,7 @@ TensorFlow version.
 
 import functools
 import types
-from typing import Any, Callable, Dict, List, Sequence, Set
+from typing import Any, Callable, Dict, List, Sequence, Set, Tuple
 
 import grpc
 from google.protobuf import descriptor_pb2
@@ -134,6 +134,12 @@ def EnclosingGraphs(graph: tf2.Graph) -> List[tf2.Graph]:
 def ExternalCaptures(func_graph: Any) -> List[tf2.Tensor]:
   """The outer-graph tensors a function graph captured so far, in capture order."""
   return list(func_graph.external_captures)
+
+
+def CapturePairs(graph: Any) -> List[Tuple[tf2.Tensor, tf2.Tensor]]:
+  """[(outer tensor, its placeholder inside)] of what a function graph captured; [] for a
+  tf.Graph, which captures nothing."""
+  return list(getattr(graph, 'captures', []))
 
 
 def ArgumentOps(func_graph: Any) -> Set[tf2.Operation]:

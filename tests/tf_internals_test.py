@@ -33,7 +33,7 @@ _BY_NAME = frozenset(['getattr', 'setattr', 'hasattr', 'delattr'])
 def _PrivateString(node):
   """The private attribute name `node` gives by string, or None: a string of
   _PRIVATE_ATTRIBUTE_STRINGS, a private key of a dict literal or dict(...) keyword, or a private
-  name given to getattr and the like."""
+  name, or a name of _PRIVATE_ATTRIBUTES, given to getattr and the like."""
   if isinstance(node, ast.Constant) and node.value in _PRIVATE_ATTRIBUTE_STRINGS:
     return node.value
   if isinstance(node, ast.Dict):
@@ -49,7 +49,8 @@ def _PrivateString(node):
     if (node.func.id in _BY_NAME and len(node.args) >= 2 and
         not (isinstance(node.args[0], ast.Name) and node.args[0].id == 'self') and
         isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) and
-        node.args[1].value.startswith('_') and not node.args[1].value.startswith('__')):
+        ((node.args[1].value.startswith('_') and not node.args[1].value.startswith('__')) or
+         node.args[1].value in _PRIVATE_ATTRIBUTES)):
       return node.args[1].value
   return None
 
@@ -151,11 +152,13 @@ class TfInternalsTest(unittest.TestCase):
                 '  c = g.internal_captures\n'
                 '  k = getattr(self, \'_runner_member\', None)\n'
                 '  d = {\'__name__\': 1, \'public\': 2}\n'
-                '  t = dict(__module__=__name__)\n')
+                '  t = dict(__module__=__name__)\n'
+                '  p = getattr(g, \'captures\', [])\n'
+                '  n = getattr(g, \'name\', None)\n')
       self.assertEqual(_Offences(path),
                        [(2, "'_noinline'"), (3, "'_nospecialize'"),
                         (4, "'_XlaCompile'"), (5, "'_private_scope'"), (6, 'outer_graph'),
-                        (7, 'internal_captures')])
+                        (7, 'internal_captures'), (11, "'captures'")])
 
 
 if __name__ == '__main__':
