@@ -23,7 +23,7 @@ from . import digits
 class ImageNetResNet101(base_model_params.SingleTaskModelParams):
   """ResNet-101 (44.5M params) on ImageNet, pipelined over 4 devices (SGD momentum, step decay)."""
 
-  SMOKE_TEST = False  # Full size: tests/resnet_params_test.py checks its structure.
+  SMOKE_TEST = False  # Full size: tests/tasks/image/resnet_test.py checks its structure.
   DEPTH = 101
   IMAGE_SIZE = 224
   NUM_CLASSES = 1000

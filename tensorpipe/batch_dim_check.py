@@ -34,7 +34,7 @@ _TOLERANCE = 1e-4  # Relative to the largest output magnitude among the other ex
 
 
 def _Axis(x, batch_dim):
-  """The example axis of a partition's input or output leaf, or None if it has none."""
+  """The batch dimension of a partition's input or output leaf, or None if it has none."""
   if x is None or x.shape.rank is None or x.shape.rank <= batch_dim:
     return None
   return batch_dim

@@ -287,7 +287,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def MicroBatchDependence(self) -> List[str]:
     """Why this pipeline's training results depend on M (empty if they do not), from the partitions
     FProp has traced in the current graph: batch norm's micro-batch statistics, dropout masks with
-    no example axis. Results never depend on K."""
+    no batch dimension. Results never depend on K."""
     reasons: List[str] = []
     for functions in (_FUNCTIONS.Peek(_OutermostGraph()) or {}).get(self, {}).values():
       reasons.extend(r for r in functions.MicroBatchDependence() if r not in reasons)

@@ -62,7 +62,7 @@ class _ForwardFacts:
   batch-norm record (its variable, its decay, whether a count follows its value)."""
   out_template: Any
   stats_slots: tuple
-  whole_micro_batch_masks: tuple  # Layers whose dropout masks have no example axis.
+  whole_micro_batch_masks: tuple  # Layers whose dropout masks have no batch dimension.
   kept_template: selective_recompute.KeptTemplate  # What a selective forward pass kept.
 
 
@@ -167,7 +167,7 @@ class PartitionFunctions:
                 batch_norm.VariableName(variable).rpartition('/')[0])
       if reason not in reasons:
         reasons.append(reason)
-    reasons += ['the dropout mask of %s has no example axis, so it is drawn per micro-batch' %
+    reasons += ['the dropout mask of %s has no batch dimension, so it is drawn per micro-batch' %
                 layer for layer in facts.whole_micro_batch_masks]
     return reasons
 

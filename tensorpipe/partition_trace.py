@@ -160,7 +160,7 @@ class PartitionBody:
     skips Lingvo's CheckNumerics. Every layer is checked for shortcuts (`_CheckShortcuts`).
 
     Returns:
-      (the outputs, each layer's ops, the layers whose dropout masks have no example axis).
+      (the outputs, each layer's ops, the layers whose dropout masks have no batch dimension).
     """
     theta, out = self.Pack(theta_leaves, x_leaves)
     graph = tf.get_default_graph()

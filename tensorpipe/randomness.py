@@ -197,23 +197,23 @@ def _ToUniform(h, c):
   return tf.cast(tf.bitwise.right_shift(h, c.s8), tf.float32) * c.unit
 
 
-def Uniform(shape: _Shape, site: int, batch_axis: Optional[int] = 0) -> tf.Tensor:
+def Uniform(shape: _Shape, site: int, batch_dim: Optional[int] = 0) -> tf.Tensor:
   """Float32 values in [0, 1) of `shape`, each a hash of (global step, site, example, position).
 
   Args:
-    shape: the output shape (list of ints or a 1-D integer tensor); axis `batch_axis` is the batch.
+    shape: the output shape (list of ints or a 1-D integer tensor); axis `batch_dim` is the batch.
     site: a Python int naming the use (see `Site`).
-    batch_axis: the axis of `shape` that indexes examples, or None if none does: the whole tensor
+    batch_dim: the axis of `shape` that indexes examples, or None if none does: the whole tensor
       then counts as one example, CurrentExampleOffset() (values then depend on how the mini-batch
       is split, but not on re-computation).
 
-  The example of an element is CurrentExampleOffset() + its index along `batch_axis`; its position
+  The example of an element is CurrentExampleOffset() + its index along `batch_dim`; its position
   is its flat index over the other axes (in row-major order). With a static shape, what depends
   only on the shape and the example offset is made once per function body (see `body_cache`).
   """
   if not isinstance(site, int):
     raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
-  if batch_axis is None:
+  if batch_dim is None:
     if isinstance(shape, (list, tuple)) and all(isinstance(d, int) for d in shape):
       flat_shape = [1, int(np.prod(shape, dtype=np.int64))]
     else:
@@ -227,19 +227,19 @@ def Uniform(shape: _Shape, site: int, batch_axis: Optional[int] = 0) -> tf.Tenso
     rank = tf.compat.dimension_value(shape.shape[0])
   else:
     rank = len(static)
-  if not isinstance(batch_axis, int) or batch_axis < 0 or (rank is not None and batch_axis >= rank):
-    raise ValueError('batch_axis must be an axis of a rank-%s shape, got %r' % (rank, batch_axis))
+  if not isinstance(batch_dim, int) or batch_dim < 0 or (rank is not None and batch_dim >= rank):
+    raise ValueError('batch_dim must be an axis of a rank-%s shape, got %r' % (rank, batch_dim))
   state = _GraphState()
   c = state['constants']
   key = _Keys(state, tf.constant(_SiteKey(site), tf.int64))
   if static is not None:
-    batch = static[batch_axis]
-    inner = int(np.prod(static[batch_axis + 1:], dtype=np.int64))
+    batch = static[batch_dim]
+    inner = int(np.prod(static[batch_dim + 1:], dtype=np.int64))
     total = int(np.prod(static, dtype=np.int64))
     terms = _StaticExampleTerms(batch, c)
   else:
-    batch = shape[batch_axis]
-    inner = tf.reduce_prod(shape[batch_axis + 1:])
+    batch = shape[batch_dim]
+    inner = tf.reduce_prod(shape[batch_dim + 1:])
     total = tf.reduce_prod(shape)
     terms = _ExampleTerms(batch, CurrentExampleOffset(), c)
   if static is not None and total == batch:  # One value per example (e.g. drop-path): position 0.
@@ -260,15 +260,15 @@ def _CheckKeepProb(keep_prob, where):
 
 
 def Dropout(x: tf.Tensor, keep_prob: Union[float, tf.Tensor], site: int,
-            batch_axis: Optional[int] = 0, noise_shape: Optional[_Shape] = None,
+            batch_dim: Optional[int] = 0, noise_shape: Optional[_Shape] = None,
             where: str = 'Dropout') -> tf.Tensor:
   """x * mask / keep_prob, mask = Uniform(...) < keep_prob; x itself when keep_prob is 1.
 
   Args:
-    x: float tensor whose axis `batch_axis` indexes examples.
+    x: float tensor whose axis `batch_dim` indexes examples.
     keep_prob: probability of keeping an element: a Python number in (0, 1] or a scalar tensor.
     site: a Python int naming this use (see `Site`); distinct per layer and per use in a layer.
-    batch_axis: the batch axis of x (and of noise_shape), or None (see `Uniform`).
+    batch_dim: the batch axis of x (and of noise_shape), or None (see `Uniform`).
     noise_shape: shape of the mask, broadcast against x; None: x's shape.
     where: names the caller in error messages.
   """
@@ -277,38 +277,38 @@ def Dropout(x: tf.Tensor, keep_prob: Union[float, tf.Tensor], site: int,
     return x
   shape = py_utils.GetShape(x) if noise_shape is None else noise_shape
   keep_prob = tf.cast(keep_prob, tf.float32)
-  mask = tf.cast(Uniform(shape, site, batch_axis) < keep_prob, x.dtype, name='dropout_mask')
+  mask = tf.cast(Uniform(shape, site, batch_dim) < keep_prob, x.dtype, name='dropout_mask')
   return x * mask / tf.cast(keep_prob, x.dtype)
 
 
-def DropPath(x: tf.Tensor, keep_prob: Union[float, tf.Tensor], site: int, batch_axis: int = 0,
+def DropPath(x: tf.Tensor, keep_prob: Union[float, tf.Tensor], site: int, batch_dim: int = 0,
              where: str = 'DropPath') -> tf.Tensor:
   """Keeps or drops whole examples of x with probability keep_prob (NASNet's drop-path), scaled."""
   rank = x.shape.rank
-  if rank is None or not isinstance(batch_axis, int) or not 0 <= batch_axis < rank:
-    raise ValueError('%s: batch_axis must be an axis of x (rank %s), got %r' %
-                     (where, rank, batch_axis))
-  noise_shape = [py_utils.GetShape(x)[batch_axis] if i == batch_axis else 1 for i in range(rank)]
-  return Dropout(x, keep_prob, site, batch_axis, noise_shape=noise_shape, where=where)
+  if rank is None or not isinstance(batch_dim, int) or not 0 <= batch_dim < rank:
+    raise ValueError('%s: batch_dim must be an axis of x (rank %s), got %r' %
+                     (where, rank, batch_dim))
+  noise_shape = [py_utils.GetShape(x)[batch_dim] if i == batch_dim else 1 for i in range(rank)]
+  return Dropout(x, keep_prob, site, batch_dim, noise_shape=noise_shape, where=where)
 
 
 def DropPathMasks(batch: int, rank: int, dtype: tf.DType, keep_prob: Union[float, tf.Tensor],
-                  sites: Sequence[int], batch_axis: int = 0,
+                  sites: Sequence[int], batch_dim: int = 0,
                   where: str = 'DropPath') -> List[Optional[tf.Tensor]]:
   """DropPath's masks at several sites of one layer, drawn together.
 
-  Masked(x, masks[i], keep_prob) is DropPath(x, keep_prob, sites[i], batch_axis) bit for bit, for
-  any x of rank `rank`, type `dtype` and `batch` examples along `batch_axis`; one op sequence hashes
+  Masked(x, masks[i], keep_prob) is DropPath(x, keep_prob, sites[i], batch_dim) bit for bit, for
+  any x of rank `rank`, type `dtype` and `batch` examples along `batch_dim`; one op sequence hashes
   every site's examples instead of one per site (e.g. for the drop-path uses of an AmoebaNet cell).
 
   Returns:
-    Per site, a mask (0 or 1 in `dtype`, `batch` along `batch_axis` and 1 along the other axes), or
+    Per site, a mask (0 or 1 in `dtype`, `batch` along `batch_dim` and 1 along the other axes), or
     None when keep_prob is 1 (DropPath returns x).
   """
   _CheckKeepProb(keep_prob, where)
-  if not isinstance(batch, int) or not isinstance(rank, int) or not 0 <= batch_axis < rank:
-    raise ValueError('%s: batch must be a static size and batch_axis an axis of a rank-%r x, got '
-                     '%r and %r' % (where, rank, batch, batch_axis))
+  if not isinstance(batch, int) or not isinstance(rank, int) or not 0 <= batch_dim < rank:
+    raise ValueError('%s: batch must be a static size and batch_dim an axis of a rank-%r x, got '
+                     '%r and %r' % (where, rank, batch, batch_dim))
   for site in sites:
     if not isinstance(site, int):
       raise ValueError('site must be a Python int (see randomness.Site), got %r' % (site,))
@@ -321,7 +321,7 @@ def DropPathMasks(batch: int, rank: int, dtype: tf.DType, keep_prob: Union[float
   keys = _Keys(state, tf.constant([[_SiteKey(site)] for site in sites], tf.int64))  # [sites, 1]
   uniform = _ToUniform(_PerExampleHashes(keys, _StaticExampleTerms(batch, c), c), c)
   masks = tf.cast(uniform < tf.cast(keep_prob, tf.float32), dtype, name='dropout_mask')
-  shape = [len(sites)] + [batch if i == batch_axis else 1 for i in range(rank)]
+  shape = [len(sites)] + [batch if i == batch_dim else 1 for i in range(rank)]
   return tf.unstack(tf.reshape(masks, body_cache.Constant(shape, tf.int32)))
 
 

@@ -133,11 +133,11 @@ def _MomentsWithCount(compute_moments):
 # Route 3: dropout.
 
 
-def _ExampleAxis(shape, routing):
+def _MaskBatchDim(shape, routing):
   """The axis of a mask of static `shape` (ints or None) that indexes examples, or None.
 
   The pipeline's batch dimension if it has the micro-batch's size there, else the only axis of that
-  size; None (no example axis) if there is none or several: the mask is then keyed by the
+  size; None (no batch dimension) if there is none or several: the mask is then keyed by the
   micro-batch as a whole, still the same in the forward pass and its re-computation.
   """
   axis, count = routing.batch_dim, routing.example_count
@@ -162,10 +162,10 @@ def _ReplacedDropout(x, keep_prob, noise_shape, where):
     static = [None] * (shape.shape[0] or 0) if static is None else [int(d) for d in static]
   else:
     static = [d if isinstance(d, int) else tf.get_static_value(d) for d in shape]
-  axis = _ExampleAxis(static, routing)
+  axis = _MaskBatchDim(static, routing)
   if axis is None and routing.layer not in routing.whole_micro_batch_masks:
     routing.whole_micro_batch_masks.append(routing.layer)
-  return randomness.Dropout(x, keep_prob, site, batch_axis=axis, noise_shape=noise_shape,
+  return randomness.Dropout(x, keep_prob, site, batch_dim=axis, noise_shape=noise_shape,
                             where=where)
 
 

@@ -9,9 +9,9 @@ on more than their inputs:
     inside a pipeline's partition);
   - the batch-norm collector that records the statistics of batch-norm updates (see `batch_norm`);
   - the routing state of the stateful entry points the partition's trace routes (see
-    `stateful_ops`): the example axis and count, the layer being traced and its dropout uses so
-    far, and what the trace noted (the non-padded positions behind each statistic, the layers
-    whose dropout masks have no example axis);
+    `stateful_ops`): the batch dimension and the example count, the layer being traced and its
+    dropout uses so far, and what the trace noted (the non-padded positions behind each
+    statistic, the layers whose dropout masks have no batch dimension);
   - the global step, whether Lingvo's CheckNumerics runs, and whether weight gradients of broadcast
     matmuls are 2-D (see `matmul_gradient`).
 

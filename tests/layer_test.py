@@ -357,23 +357,23 @@ class BehaviourTest(test_utils.TestCase):
 
 
 class _DropoutDense(layer_helpers.Dense):
-  """tanh(x w), then dropout (keep 0.5) whose examples are along `batch_axis` of x ([..., dim])."""
+  """tanh(x w), then dropout (keep 0.5) whose examples are along `batch_dim` of x ([..., dim])."""
 
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('batch_axis', 0, 'The batch axis of x.')
+    p.Define('batch_dim', 0, 'The batch axis of x.')
     return p
 
   def FProp(self, theta, x):
     with tf.name_scope(self.params.name):
       h = tf.tanh(tf.einsum('...i,ij->...j', x, theta.w))
-      return randomness.Dropout(h, 0.5, randomness.Site(self), batch_axis=self.params.batch_axis)
+      return randomness.Dropout(h, 0.5, randomness.Site(self), batch_dim=self.params.batch_dim)
 
 
-def _DropoutLayers(num_layers, batch_axis=0):
+def _DropoutLayers(num_layers, batch_dim=0):
   return [_DropoutDense.Params().Set(name='drop%d' % i, dim=DIM, seed=200 + i,
-                                     batch_axis=batch_axis)
+                                     batch_dim=batch_dim)
           for i in range(num_layers)]
 
 
@@ -383,9 +383,9 @@ class DropoutTest(test_utils.TestCase):
   def testTimeMajorGradientsEqualPlain(self):
     x = np.random.RandomState(4).uniform(-1, 1, size=[3, BATCH, DIM]).astype(np.float32)
     inputs = lambda: (tf.constant(x),)
-    reference, _ = layer_helpers.Gradients(layer_helpers.Plain(_DropoutLayers(4, batch_axis=1)), inputs)
+    reference, _ = layer_helpers.Gradients(layer_helpers.Plain(_DropoutLayers(4, batch_dim=1)), inputs)
     for k, m in ((2, 4), (4, 2)):
-      params = layer_helpers.Pipeline(_DropoutLayers(4, batch_axis=1), k, m).Set(batch_dim=1)
+      params = layer_helpers.Pipeline(_DropoutLayers(4, batch_dim=1), k, m).Set(batch_dim=1)
       grads, _ = layer_helpers.Gradients(params, inputs)
       self.assertLess(layer_helpers.MaxRelativeError(grads, reference), 1e-6, 'K=%d M=%d' % (k, m))
 

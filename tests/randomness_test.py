@@ -26,15 +26,15 @@ def _Mix(h):
   return h ^ (h >> np.uint64(16))
 
 
-def _Reference(shape, site, batch_axis, offset, step):
+def _Reference(shape, site, batch_dim, offset, step):
   """Uniform's values by the documented hash of (step, site, example, position), in numpy."""
   step = np.uint64(step)
   step_key = _Mix(_Mix(step & _MASK) ^ (step >> np.uint64(32)))
   key = _Mix(step_key ^ _Mix(np.uint64((site ^ 0x7F4A7C15) & 0xFFFFFFFF)))
   index = np.indices(shape)
-  example = (index[batch_axis] + offset).astype(np.uint64)
-  others = [d for a, d in enumerate(shape) if a != batch_axis]
-  position = (np.ravel_multi_index([i for a, i in enumerate(index) if a != batch_axis], others)
+  example = (index[batch_dim] + offset).astype(np.uint64)
+  others = [d for a, d in enumerate(shape) if a != batch_dim]
+  position = (np.ravel_multi_index([i for a, i in enumerate(index) if a != batch_dim], others)
               if others else np.zeros(shape, np.int64)).astype(np.uint64)
   golden = np.uint64(0x9E3779B1)
   per_example = _Mix((key + example * golden) & _MASK)
@@ -61,7 +61,7 @@ class DropoutTest(test_utils.TestCase):
       with randomness.ExampleOffset(4), randomness.ExampleOffset(tf.constant(2)):
         nested = randomness.Dropout(x[6:], 0.8, 3)  # Offsets of nested contexts add up.
       other_site = randomness.Dropout(x, 0.8, 4)
-      time_major = randomness.Dropout(tf.ones([40, 8, 50]), 0.8, 3, batch_axis=1)
+      time_major = randomness.Dropout(tf.ones([40, 8, 50]), 0.8, 3, batch_dim=1)
       sess.run(tf.global_variables_initializer())
       sess.run(tf.assign(step, 7))
       y, again, split, nested, other_site, time_major = sess.run(
@@ -85,7 +85,7 @@ class DropoutTest(test_utils.TestCase):
       batch_major = randomness.DropPath(x, 0.5, 11)
       with randomness.ExampleOffset(32):
         second_half = randomness.DropPath(x[32:], 0.5, 11)
-      time_major = randomness.DropPath(tf.transpose(x, [1, 0, 2, 3]), 0.5, 11, batch_axis=1)
+      time_major = randomness.DropPath(tf.transpose(x, [1, 0, 2, 3]), 0.5, 11, batch_dim=1)
       self.assertEqual(batch_major.shape.as_list(), [64, 3, 3, 2])
       out, second_half, time_major = sess.run([batch_major, second_half, time_major])
     per_example = out.reshape([64, -1])
@@ -109,7 +109,7 @@ class DropoutTest(test_utils.TestCase):
                         [randomness.DropPath(x, keep_prob, site) for site in sites]))
           # Time-major: the batch on axis 1.
           x_t = tf.transpose(x, [1, 0, 2, 3])
-          masks = randomness.DropPathMasks(16, 4, tf.float32, keep_prob, sites, batch_axis=1)
+          masks = randomness.DropPathMasks(16, 4, tf.float32, keep_prob, sites, batch_dim=1)
           cases.append(([randomness.Masked(x_t, m, keep_prob) for m in masks],
                         [randomness.DropPath(x_t, keep_prob, site, 1) for site in sites]))
 
@@ -208,10 +208,10 @@ class ScheduledKeepProbTest(test_utils.TestCase):
   def testWithoutExampleAxisTheOffsetKeysTheWholeTensor(self):
     with self.session() as sess:
       shape = [6, 5]
-      plain = randomness.Uniform(shape, 11, batch_axis=None)
+      plain = randomness.Uniform(shape, 11, batch_dim=None)
       with randomness.ExampleOffset(4):
-        moved = randomness.Uniform(shape, 11, batch_axis=None)
-        dynamic = randomness.Uniform(tf.constant(shape), 11, batch_axis=None)
+        moved = randomness.Uniform(shape, 11, batch_dim=None)
+        dynamic = randomness.Uniform(tf.constant(shape), 11, batch_dim=None)
       plain, moved, dynamic = sess.run([plain, moved, dynamic])
     self.assertEqual(plain.shape, (6, 5))
     self.assertAllEqual(moved, dynamic)  # Static or dynamic shape: the same values.
@@ -244,11 +244,11 @@ class BadInputTest(test_utils.TestCase):
         pass
     with self.assertRaisesRegex(ValueError, "site must be a Python int .*, got 'ffn'"):
       randomness.Dropout(tf.ones([2, 3]), 0.5, 'ffn')
-    with self.assertRaisesRegex(ValueError, 'batch_axis must be an axis of a rank-2 shape, got 2'):
-      randomness.Dropout(tf.ones([2, 3]), 0.5, 0, batch_axis=2)
-    with self.assertRaisesRegex(ValueError, 'DropPath: batch_axis must be an axis of x '
+    with self.assertRaisesRegex(ValueError, 'batch_dim must be an axis of a rank-2 shape, got 2'):
+      randomness.Dropout(tf.ones([2, 3]), 0.5, 0, batch_dim=2)
+    with self.assertRaisesRegex(ValueError, 'DropPath: batch_dim must be an axis of x '
                                 '\\(rank 2\\), got -1'):
-      randomness.DropPath(tf.ones([2, 3]), 0.5, 0, batch_axis=-1)
+      randomness.DropPath(tf.ones([2, 3]), 0.5, 0, batch_dim=-1)
 
 
 if __name__ == '__main__':

@@ -160,7 +160,7 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: device_profile
              virtual_stages: int = 1) -> ranking.Configuration:
   """The prediction for one configuration; `profiles` are for one replica's share of the batch
   (`batch` examples, which measured `layer_times` need; see LayerSeconds), `micro_batch_overhead`
-  the seconds each micro-batch after the first costs (see PartitionCosts); K = `partitions`
+  the seconds each micro-batch after the first costs (see PartitionTaskTimes); K = `partitions`
   devices hold `virtual_stages` partitions each.
 
   The split is the fastest (by predicted task times) that keeps every device within `memory`; if
@@ -312,7 +312,7 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
     partitions: the K to try (default: every K that fits the devices and the layers).
     replicas: the S to try (default: every divisor of the batch up to the devices).
     micro_batch_overhead: seconds each micro-batch after the first costs a pipeline beyond its
-      layers (model_plan.MeasureMicroBatchSeconds; see PartitionCosts).
+      layers (model_plan.MeasureMicroBatchSeconds; see PartitionTaskTimes).
     interleaved_stages: the partitions per device v to try with 'interleaved_1f1b' ('zbv' takes 2,
       the others 1).
     exact: None: simulate every configuration. N: only the first N ranks (and the first N + 3 of

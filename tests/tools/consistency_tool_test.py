@@ -92,6 +92,12 @@ class ConsistencyToolTest(unittest.TestCase):
     self.assertEqual(len(_GlobalNorms(out)), 5)
     self.assertRegex(out.splitlines()[-1], r'^PASS: 4 variant\(s\) agree .* within 1\.0e-05')
     self.assertIn('tolerance 1.0e-05: float32 rounding of the re-ordered sums gives', out)
+    # Progress on stderr: a line when each run starts, one with its time when it ends.
+    own = helpers.OwnLines(err)
+    self.assertIn('consistency: run 1 of 5, unpipelined', own)
+    self.assertIn('consistency: run 5 of 5, K=2 M=2', own)
+    ends = [l for l in own if re.match(r'consistency: run \d of 5, .*: done in ', l)]
+    self.assertEqual(len(ends), 5, err)
 
   @pytest.mark.slow
   def testModelWhoseResultsDependOnMFailsWithExitCode1(self):
@@ -113,6 +119,8 @@ class ConsistencyToolTest(unittest.TestCase):
     self.assertEqual(code, 1, out + err)
     self.assertIn('compared with unpipelined M=2: the same layers unpipelined, run on each of the '
                   '2 micro-batches of examples in turn', out)
+    self.assertIn('consistency: extra run, unpipelined M=2 (the micro-batch reference)',
+                  helpers.OwnLines(err))
     self.assertRegex(out.splitlines()[-1], r'^FAIL: 1 of 1 variant\(s\) \(K=2 M=2\) differ by '
                      r'more than 1\.0e-05; .*TensorPipeLayer task.pipeline has batch_dim=0; .*set '
                      r'batch_dim=1 for time-major inputs \[T, B, \.\.\.\]')

@@ -4,6 +4,7 @@ flags' --help and --helpfull."""
 
 import json
 import os
+import re
 import tempfile
 import unittest
 
@@ -23,6 +24,12 @@ class TimelineToolTest(unittest.TestCase):
     code, text, err = helpers.RunTool('timeline', '--model=digits.TinyConvPipeline',
                                       '--out_dir=' + out_dir, '--prefix=digits', '--warmup=1')
     self.assertEqual(code, 0, err)
+    # Progress on stderr: a line when the build, the warm-up and the trace start and end.
+    for phase in ('building the training graph of digits.TinyConvPipeline on 4 devices',
+                  'initialising the variables and the input, then the warm-up steps',
+                  'tracing one step'):
+      self.assertRegex(err, r'(?m)^timeline: %s: done in ' % re.escape(phase))
+    self.assertIn('timeline: tracing one step\n', err)
     for device in ('CPU:0', 'CPU:1', 'CPU:2', 'CPU:3'):  # K = 4 partitions, one row each.
       self.assertIn(device, text)
     self.assertIn('simulator, fed with the traced per-partition times', text)
