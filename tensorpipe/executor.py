@@ -81,6 +81,11 @@ def _Add(a, b):
   return b if a is None else a if b is None else a + b
 
 
+
+def _Int64s(values: Sequence[Union[int, tf.Tensor]]) -> List[tf.Tensor]:
+  """`values` (ints or integer tensors) as int64 tensors."""
+  return [tf.constant(v, tf.int64) if isinstance(v, int) else tf.cast(v, tf.int64) for v in values]
+
 class PipelineStep:
   """Builds the ops of one call of a TensorPipeLayer's FProp (see the module docstring).
 
@@ -156,29 +161,26 @@ class PipelineStep:
       for op in self._ops[waiting]:
         tf_internals.AddControlInputs(op, ops)
 
-  def Run(self, partition_theta: Sequence[py_utils.NestedMap], args: Any,
-          sizes: Sequence[Union[int, tf.Tensor]], offsets: Sequence[Union[int, tf.Tensor]],
+  def Run(self, partition_theta: Sequence[py_utils.NestedMap], plan: micro_batching.BatchPlan,
           collector: Any, training: bool) -> Any:
     """Builds the step; returns the pipeline's outputs (structured like the last partition's).
 
     Args:
       partition_theta: K NestedMaps, partition k's weights.
-      args: the FProp inputs (tensors, tuples, NestedMaps; None allowed).
-      sizes: per micro-batch, its number of examples (int or tensor; see micro_batching.Sizes).
-      offsets: per micro-batch, the index of its first example in the mini-batch (int or tensor).
+      plan: the mini-batch (its FProp inputs: tensors, tuples, NestedMaps; None allowed) and its
+        micro-batches' sizes and offsets (micro_batching.Plan).
       collector: batch_norm.StatsCollector that gets every forward call's statistics.
       training: build the gradient machinery, steps (1)-(6); else only the forward calls (3)
         between a plain split and a plain join.
     """
     num_micro, num_partitions = self._num_micro, self._num_partitions
-    self._sizes = list(sizes)
+    args, self._sizes = plan.args, list(plan.sizes)
     self._num_inputs = len(leaves.Present(args))
     step = py_utils.GetGlobalStep()
     with tf.device(self._devices[0]):
       if step is not None:
         step = tf.cast(step, tf.int64)
-      offsets = [tf.constant(o, tf.int64) if isinstance(o, int) else tf.cast(o, tf.int64)
-                 for o in offsets]
+      offsets = _Int64s(plan.offsets)
       if training:
         pieces, entry_token = self._Entry(args)  # Step (1).
       else:
@@ -236,8 +238,8 @@ class PipelineStep:
         collector.Add(update)
     return outputs
 
-  def DecodeStep(self, partition_theta: Sequence[py_utils.NestedMap], args: Any,
-                 sizes: Sequence[Union[int, tf.Tensor]], states: Sequence[Sequence[Any]],
+  def DecodeStep(self, partition_theta: Sequence[py_utils.NestedMap],
+                 plan: micro_batching.BatchPlan, states: Sequence[Sequence[Any]],
                  time_step: tf.Tensor) -> Tuple[Any, List[List[Any]]]:
     """One decode step, on a forward-only schedule (`schedule_builders.DecodeSchedule`): micro-batch
     t of the step's inputs goes through the partitions, and partition k's step on it extends
@@ -246,22 +248,21 @@ class PipelineStep:
 
     Args:
       partition_theta: K NestedMaps, partition k's weights.
-      args: the step's inputs (tensors, tuples, NestedMaps; None allowed), split like FProp's.
-      sizes: per micro-batch, its number of examples (see micro_batching.Sizes).
+      plan: the step's inputs (tensors, tuples, NestedMaps; None allowed), split like FProp's,
+        and its micro-batches (micro_batching.Plan).
       states: states[k][t], partition k's states for micro-batch t (any structure of tensors).
       time_step: the step's index (int32 scalar), given to every call.
 
     Returns:
       (the last partition's outputs joined along the output batch axis, the new states[k][t]).
     """
-    self._sizes = list(sizes)
+    self._sizes = list(plan.sizes)
     step = py_utils.GetGlobalStep()
     with tf.device(self._devices[0]):
       if step is not None:
         step = tf.cast(step, tf.int64)
-      offsets = [tf.constant(o, tf.int64) if isinstance(o, int) else tf.cast(o, tf.int64)
-                 for o in micro_batching.Offsets(self._sizes)]
-      pieces = micro_batching.Split(args, self._num_micro, self._batch_dim, self._sizes)
+      offsets = _Int64s(plan.offsets)
+      pieces = micro_batching.Split(plan.args, self._num_micro, self._batch_dim, self._sizes)
     thetas = [theta.Flatten() for theta in partition_theta]
     outputs = self._Forwards(partition_theta, thetas, pieces, step, offsets, False, None, states,
                              time_step)

@@ -177,7 +177,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    where = 'TensorPipeLayer %r' % p.name
+    where = partition_spec.Where(p.name)
     try:
       schedule.CheckRecompute('schedule=%r' % p.schedule, p.recompute,
                               schedule_builders.SplitsBackward(p.schedule, p.virtual_stages))
@@ -268,7 +268,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
 
   def PartitionReport(self):
     """Per partition: layers, cost, share, parameters, estimated memory; imbalance, efficiency."""
-    return partition_report.Build(self._plan, 'TensorPipeLayer %r' % self.params.name)
+    return partition_report.Build(self._plan, partition_spec.Where(self.params.name))
 
   @property
   def devices(self):
@@ -335,7 +335,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     if p.micro_batch_size is not None and num == 1:
       num = None  # The default defers to micro_batch_size.
     return micro_batching.NumMicroBatches(batch_size, num, p.micro_batch_size,
-                                          'TensorPipeLayer %r' % p.name)
+                                          partition_spec.Where(p.name))
 
   def Schedule(self, batch_size):
     """The schedule.Schedule FProp follows for a mini-batch of `batch_size` examples."""
@@ -346,7 +346,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
       return schedule_builders.Build(p.schedule, self.num_devices, num_micro, p.virtual_stages,
                                      lag, p.recompute)
     except ValueError as e:
-      raise ValueError('TensorPipeLayer %r: %s' % (p.name, e)) from None
+      raise ValueError('%s: %s' % (partition_spec.Where(p.name), e)) from None
 
   def FProp(self, theta, *args):
     """Runs the pipeline on `args` (tensors, tuples or NestedMaps): the last partition's outputs.
@@ -357,7 +357,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     Lingvo calls FProp once per split, each on its own devices.
     """
     p = self.params
-    where = 'TensorPipeLayer %r' % p.name
+    where = partition_spec.Where(p.name)
     if self._loss_name is not None and len(args) != 2:
       raise ValueError('%s: with a loss_layer, FProp takes (inputs, loss_inputs); got %d '
                        'arguments' % (where, len(args)))
@@ -398,11 +398,10 @@ class TensorPipeLayer(base_layer.BaseLayer):
     # Steps (1)-(6) (see `executor`).
     step = executor.PipelineStep(
         sched, MakePartition, devices, p.batch_dim,
-        'TensorPipeLayer %r' % p.name, route=self._entries.PartitionInputs,
+        partition_spec.Where(p.name), route=self._entries.PartitionInputs,
         output_batch_dim=p.batch_dim if p.output_batch_dim is None else p.output_batch_dim,
         check_batch_dim=p.check_batch_dim)
-    return step.Run(partition_theta, plan.args, sizes, plan.offsets, collector,
-                    training=not self.do_eval)
+    return step.Run(partition_theta, plan, collector, training=not self.do_eval)
 
   def _FPropUnpipelined(self, partition_theta, args, devices, batch, collector):
     """The layers one after another, partition k's on device k, in the caller's graph."""
@@ -429,7 +428,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     if p.decode_micro_batches is None:
       return self.NumMicroBatches(batch_size)
     return micro_batching.NumMicroBatches(batch_size, p.decode_micro_batches, None,
-                                          'TensorPipeLayer %r: decode_micro_batches' % p.name)
+                                          '%s: decode_micro_batches' % partition_spec.Where(p.name))
 
   def DecodeSchedule(self, batch_size):
     """The schedule_builders.DecodeSchedule of a decode step of `batch_size` examples."""
@@ -451,7 +450,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
       states[k][t]: partition k's {entry: states} for micro-batch t, to pass to ExtendStep.
     """
     p = self.params
-    where = 'TensorPipeLayer %r' % p.name
+    where = partition_spec.Where(p.name)
     decoding = self._entries.Decoding(self.children, where)
     static = batch_size if isinstance(batch_size, int) else None
     num_micro = self.DecodeMicroBatches(static)
@@ -503,30 +502,27 @@ class TensorPipeLayer(base_layer.BaseLayer):
       (the last entry's outputs, joined over micro-batches as FProp's, the new states).
     """
     p = self.params
-    where = 'TensorPipeLayer %r' % p.name
+    where = partition_spec.Where(p.name)
     args = entries.ToTuple(step_inputs)
     if self._loss_name is not None and len(args) != 2:
       raise ValueError('%s: with a loss_layer, ExtendStep takes step_inputs=(inputs, loss_inputs) '
                        '(loss_inputs may be None); got %d' % (where, len(args)))
-    batch = micro_batching.BatchSize(args, p.batch_dim, where)
-    num_micro = self.DecodeMicroBatches(batch)
-    if len(states) != self.num_partitions or any(len(s) != num_micro for s in states):
-      raise ValueError('%s: ExtendStep got states for %s micro-batches of %d partitions, but a '
-                       'step of %s examples has %d micro-batches of %d partitions; pass the states '
-                       'InitStates made for this batch' %
-                       (where, [len(s) for s in states], len(states), batch, num_micro,
-                        self.num_partitions))
     devices = self._RunDevices(where)
     partition_theta = self._PartitionTheta(theta)
     t = tf.convert_to_tensor(t, tf.int32)
     with tf.name_scope(p.name):
       with tf.device(devices[0]):
-        sizes = micro_batching.Sizes(
-            micro_batching.RunTimeBatchSize(args, p.batch_dim) if batch is None else batch,
-            num_micro)
+        plan = micro_batching.Plan(args, p.batch_dim, self.DecodeMicroBatches, where)
+      if len(states) != self.num_partitions or any(
+          len(s) != plan.num_micro_batches for s in states):
+        raise ValueError('%s: ExtendStep got states for %s micro-batches of %d partitions, but a '
+                         'step of %s examples has %d micro-batches of %d partitions; pass the '
+                         'states InitStates made for this batch' %
+                         (where, [len(s) for s in states], len(states), plan.batch_size,
+                          plan.num_micro_batches, self.num_partitions))
       if p.unpipelined:
-        return self._ExtendStepUnpipelined(partition_theta, args, devices, states, t)
-      sched = self.DecodeSchedule(batch)
+        return self._ExtendStepUnpipelined(partition_theta, plan.args, devices, states, t)
+      sched = self.DecodeSchedule(plan.batch_size)
 
       specs = self._Specs(devices, decoding=True)
 
@@ -538,7 +534,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
       step = executor.PipelineStep(
           sched, MakePartition, devices, p.batch_dim, where, route=self._entries.PartitionInputs,
           output_batch_dim=p.batch_dim if p.output_batch_dim is None else p.output_batch_dim)
-      return step.DecodeStep(partition_theta, args, sizes, states, t)
+      return step.DecodeStep(partition_theta, plan, states, t)
 
   def _ExtendStepUnpipelined(self, partition_theta, args, devices, states, t):
     """A decode step without micro-batches or partition functions: partition k's entries, one
@@ -561,7 +557,7 @@ class TensorPipeLayer(base_layer.BaseLayer):
     row rows[r] (`rows`: [batch] int32, beam search's parents), each partition's by a gather on its
     own device: no state moves between devices."""
     p = self.params
-    where = 'TensorPipeLayer %r' % p.name
+    where = partition_spec.Where(p.name)
     devices = self._RunDevices(where)
     batch = tf.compat.dimension_value(rows.shape[0])
     with tf.device(devices[0]):

@@ -11,6 +11,11 @@ import dataclasses
 from typing import Optional
 
 
+def Where(pipeline: str) -> str:
+  """How messages name the TensorPipeLayer named `pipeline`: "TensorPipeLayer 'pipe'"."""
+  return 'TensorPipeLayer %r' % pipeline
+
+
 @dataclasses.dataclass(frozen=True)
 class PartitionSpec:
   """One partition of one pipeline, as its traces see it.
@@ -37,7 +42,7 @@ class PartitionSpec:
   @property
   def where(self) -> str:
     """Names the pipeline in error messages."""
-    return 'TensorPipeLayer %r' % self.pipeline
+    return Where(self.pipeline)
 
   @property
   def function_name(self) -> str:

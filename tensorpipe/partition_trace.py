@@ -56,14 +56,15 @@ def _LayerContext(spec, step, offset, collector, check_numerics):
     yield context.routing
 
 
-def _RunLayer(layer, site_prefix, theta, inputs, place):
+def _RunLayer(layer, scope, theta, inputs, place):
   """One layer (name, function) on `inputs`: the same dropout masks and seeds whenever it runs.
 
-  An error raised inside the layer gets a note naming the layer and `place` (the partition), which
+  `scope`: the pipeline's variable scope, which with the layer's name keys its dropout sites. An
+  error raised inside the layer gets a note naming the layer and `place` (the partition), which
   Python prints under the error's own message.
   """
   name, fn = layer
-  with trace_context.LayerScope('%s/%s' % (site_prefix, name)):
+  with trace_context.LayerScope('%s/%s' % (scope, name)):
     try:
       return fn(theta, inputs)
     except Exception as e:  # pylint: disable=broad-except
@@ -80,7 +81,7 @@ def RunInline(layers: LayerFunctions, theta: py_utils.NestedMap, inputs: Any,
   out = inputs
   with _LayerContext(spec, step, tf.constant(0, tf.int64), collector, True):
     for layer in layers:
-      out = _RunLayer(layer, spec.scope, theta, out, 'the unpipelined %s' % spec.scope)
+      out = _RunLayer(layer, spec.scope, theta, out, 'the unpipelined %s' % spec.where)
   return out
 
 
