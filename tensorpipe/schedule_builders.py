@@ -36,7 +36,7 @@ def FillDrainSchedule(num_partitions: int, num_micro_batches: int, forward_lag: 
   """GPipe's schedule: every forward pass, then every backward pass in reverse (rules 1-5).
 
   Args:
-    num_partitions: K.
+    num_partitions: K, one partition per device.
     num_micro_batches: M.
     forward_lag: rule 2's lag: 1 keeps a device on one forward pass at a time; 2 lets F(k, t) run
       beside F(k, t - 1).
@@ -103,7 +103,7 @@ def OneFOneBSchedule(num_partitions: int, num_micro_batches: int, forward_lag: i
   2, 4 and 6-8). Needs a pipeline whose output is per-example losses (docs/design.md).
 
   Args:
-    num_partitions: K.
+    num_partitions: K, one partition per device.
     num_micro_batches: M.
     forward_lag: rule 2's lag, as for FillDrainSchedule.
     recompute: as for FillDrainSchedule.

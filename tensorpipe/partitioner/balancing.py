@@ -81,8 +81,9 @@ def _AsLayerCosts(costs, what, where):
   return costs if isinstance(costs, LayerCosts) else LayerCosts(costs, what=what, where=where)
 
 
-def CheckCounts(num_layers: int, num_partitions: int, where: str = 'balancing') -> None:
-  """Raises a ValueError naming the values unless 1 <= K <= L."""
+def CheckLayerCount(num_layers: int, num_partitions: int, where: str = 'balancing') -> None:
+  """Raises a ValueError naming the values unless 1 <= num_partitions <= num_layers: every
+  partition needs a layer."""
   if isinstance(num_partitions, bool) or not isinstance(num_partitions, (int, np.integer)) or (
       num_partitions < 1):
     raise ValueError('%s: num_partitions must be a positive integer, got %r' %
@@ -138,7 +139,7 @@ def Fits(memory: Costs, num_partitions: int, memory_budget: float,
   """Whether some split into `num_partitions` partitions keeps each within `memory_budget`: when
   it does not, OptimalSplit with that budget raises."""
   mem = _AsLayerCosts(memory, 'memory', where)
-  CheckCounts(len(mem), num_partitions, where)
+  CheckLayerCount(len(mem), num_partitions, where)
   return _Reach(mem.Ends(float(memory_budget)), num_partitions).Feasible()
 
 
@@ -185,7 +186,7 @@ def OptimalSplit(costs: Costs, num_partitions: int, memory: Optional[Costs] = No
 
   Args:
     costs: per-layer costs (list of non-negative numbers) or LayerCosts.
-    num_partitions: K.
+    num_partitions: how many partitions (K x v with virtual stages).
     memory: per-layer memory bytes or LayerCosts (start values: stashed boundary activations).
     memory_budget: bytes each device may hold; None for no limit.
     where: prefix of error messages.
@@ -198,7 +199,7 @@ def OptimalSplit(costs: Costs, num_partitions: int, memory: Optional[Costs] = No
       message gives the smallest budget that would fit).
   """
   cost = _AsLayerCosts(costs, 'cost', where)
-  CheckCounts(len(cost), num_partitions, where)
+  CheckLayerCount(len(cost), num_partitions, where)
   mem_ends = None
   if memory_budget is not None:
     if memory is None:
@@ -237,7 +238,7 @@ def MinVarianceSplit(costs: Costs, num_partitions: int, where: str = 'balancing'
   """
   cost = _AsLayerCosts(costs, 'cost', where)
   num_layers = len(cost)
-  CheckCounts(num_layers, num_partitions, where)
+  CheckLayerCount(num_layers, num_partitions, where)
   prefix, at_start = cost.prefix, cost.at_start
   best = np.full(num_layers + 1, np.inf)
   best[0] = 0.0

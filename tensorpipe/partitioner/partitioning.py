@@ -119,7 +119,7 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
 
   Args:
     layer_params: the L layer Params, in order.
-    num_partitions: K.
+    num_partitions: how many partitions to cut (K x v with virtual stages).
     input_shapes: mini-batch shapes of the first layer's FProp inputs; needed by every cost source
       but 'count' and by memory budgets.
     cost: 'auto' ('flops' with input shapes, else 'count'), 'count', 'flops', 'measured', 'memory'.
@@ -145,7 +145,7 @@ def MakePlan(layer_params: Sequence[Any], num_partitions: int,
   layer_params = list(layer_params)
   if not layer_params:
     raise ValueError('%s: `layers` is empty; give at least one layer' % where)
-  balancing.CheckCounts(len(layer_params), num_partitions, where)
+  balancing.CheckLayerCount(len(layer_params), num_partitions, where)
   if cost not in COST_SOURCES:
     raise ValueError('%s: partition_cost=%r is not one of %s' % (where, cost, COST_SOURCES))
   if algorithm not in balancing.ALGORITHMS:
