@@ -8,7 +8,8 @@ when the graph goes even where they refer to it, as tensors and ops do (a dictio
 keys would keep such a graph alive through its own value).
 
 Kept this way: randomness's hash constants and step keys, body_cache's shared tensors of a
-function body, selective_recompute's replaced ops, partition_trace's layer of each op.
+function body, selective_recompute's replaced ops, partition_trace's layer of each op, and the
+layer's traced partition functions.
 """
 
 from typing import Any, Callable, Dict, Generic, Optional, Set, TypeVar
