@@ -26,6 +26,11 @@ machine (CPU model, cores, oneDNN on or off, load average before and after) and 
   python -m tools.benchmark_decode                    # 16/64/128 tokens, K in {1, 2, 4}
   python -m tools.benchmark_decode --new_tokens=16 --partitions=2 --rounds=2  # smoke
 
+Run time of the default run on a 2-core CPU beside other jobs (load average 3-8;
+docs/benchmarks.md): 6 min 54 s with oneDNN on, 9 min 3 s with TF_ENABLE_ONEDNN_OPTS=0. A line per
+(K, N) is printed, flushed, once its three configurations are built, warmed up and timed (the
+slowest, K = 4 and N = 128, has a full-prefix decode of 53 s, run twice).
+
 Results: docs/benchmarks.md, "Decoding".
 """
 

@@ -17,8 +17,12 @@ are timed interleaved, in rounds, in one process (see benchmark_pipeline for why
 median step times.
 
 Usage:
-  python -m tools.benchmark_partitioning               # both parts (a few minutes)
-  python -m tools.benchmark_partitioning --skip_timing # part 1 only (seconds)
+  python -m tools.benchmark_partitioning               # both parts, about 5 minutes
+  python -m tools.benchmark_partitioning --skip_timing # part 1 only, about 4 s
+
+Run time on a 2-core CPU: both parts about 5 minutes (docs/benchmarks.md), part 1 alone about 4 s.
+Part 2 prints each model's rows when its timing ends; progress goes to stderr: a line when each
+model's build and timing start and one with its time when each ends.
 
 Results and the command that produced them: docs/benchmarks.md.
 """
@@ -27,12 +31,14 @@ import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+import sys
 import time
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 from absl import flags
 from lingvo import compat as tf
 
+from tensorpipe import progress as progress_lib
 from tensorpipe.measure import machine
 from tensorpipe.measure import training_step
 from tensorpipe.measure import workloads
@@ -81,7 +87,8 @@ def PrintImbalance(rows):
   print('%-50s %2s %6s  %7s  %12s  %7s' % ('model', 'K', 'layers', 'count', 'min_variance',
                                           'optimal'))
   for name, k, num_layers, count, variance, optimal in rows:
-    print('%-50s %2d %6d  %7.3f  %12.3f  %7.3f' % (name, k, num_layers, count, variance, optimal))
+    print('%-50s %2d %6d  %7.3f  %12.3f  %7.3f' % (name, k, num_layers, count, variance, optimal),
+          flush=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -112,36 +119,42 @@ def _TimingModels(args):
           ('AmoebaNet-D (6, 16), 32x32 inputs', amoeba, Images, [[32, 32, 32, 3]], 0)]
 
 
-def TimeSplits(args):
-  """Per model: step time of the count, flops and measured splits (interleaved rounds)."""
-  results = []
-  for name, layers, inputs_fn, shapes, batch_dim in _TimingModels(args):
-    plans = [
-        partitioning.MakePlan(layers, args.k, None, cost='count'),
-        partitioning.MakePlan(layers, args.k, shapes, cost='flops'),
-        partitioning.MakePlan(layers, args.k, shapes, cost='measured', device='/device:CPU:0',
-                              input_fn=inputs_fn),
-    ]
-    seconds = plans[-1].cost
-    steps = []
-    for plan in plans:
-      if any(s.sizes == plan.sizes for s in steps):
-        print('  %s: the %s split %s is the same as an earlier one' %
-              (name, plan.cost_source, plan.sizes))
-        continue
-      steps.append(training_step.TrainingStep(
-          '%s split %s' % (plan.cost_source, plan.sizes), layers, plan.sizes, inputs_fn,
-          args.micro_batches, batch_dim, args.devices, intra_op_threads=args.intra_op_threads,
-          inter_op_threads=args.inter_op_threads, warmup=args.warmup))
-    for r in range(args.rounds):
-      for s in steps[r % len(steps):] + steps[:r % len(steps)]:
-        s.Time(args.steps_per_round)
+def TimeSplits(args, progress=progress_lib.QUIET):
+  """Per model, as its timing ends: the rows (model, split, imbalance, median step seconds,
+  speed-up over the count split) of its count, flops and measured splits (interleaved rounds)."""
+  models = _TimingModels(args)
+  for i, (name, layers, inputs_fn, shapes, batch_dim) in enumerate(models):
+    which = 'benchmark_partitioning: part 2, model %d of %d, %s' % (i + 1, len(models), name)
+    with progress.Phase(which + ': measuring its layers, building its splits\' steps'):
+      plans = [
+          partitioning.MakePlan(layers, args.k, None, cost='count'),
+          partitioning.MakePlan(layers, args.k, shapes, cost='flops'),
+          partitioning.MakePlan(layers, args.k, shapes, cost='measured', device='/device:CPU:0',
+                                input_fn=inputs_fn),
+      ]
+      seconds = plans[-1].cost
+      steps = []
+      for plan in plans:
+        if any(s.sizes == plan.sizes for s in steps):
+          print('  %s: the %s split %s is the same as an earlier one' %
+                (name, plan.cost_source, plan.sizes), flush=True)
+          continue
+        steps.append(training_step.TrainingStep(
+            '%s split %s' % (plan.cost_source, plan.sizes), layers, plan.sizes, inputs_fn,
+            args.micro_batches, batch_dim, args.devices, intra_op_threads=args.intra_op_threads,
+            inter_op_threads=args.inter_op_threads, warmup=args.warmup))
+    with progress.Phase(which + ': timing rounds', args.rounds) as phase:
+      for r in range(args.rounds):
+        for s in steps[r % len(steps):] + steps[:r % len(steps)]:
+          s.Time(args.steps_per_round)
+        phase.Step()
     base = steps[0].Median()
+    rows = []
     for s in steps:
-      results.append((name, s.name, balancing.Imbalance(seconds.Partitions(s.sizes)), s.Median(),
-                      base / s.Median()))
+      rows.append((name, s.name, balancing.Imbalance(seconds.Partitions(s.sizes)), s.Median(),
+                   base / s.Median()))
       s.Close()
-  return results
+    yield rows
 
 
 def main(unused_argv):
@@ -152,10 +165,13 @@ def main(unused_argv):
   PrintImbalance(ImbalanceTable(ImbalanceModels()))
   if not args.skip_timing:
     print('\nPart 2: step time, K=%d, M=%d on %d logical CPU devices; imbalance by measured layer '
-          'time; speed-up over the count split' % (args.k, args.micro_batches, args.devices))
-    for model, name, imbalance, median, speedup in TimeSplits(args):
-      print('%-50s %-28s imbalance %.3f  step %.1f ms  speed-up %.2fx' %
-            (model, name, imbalance, 1e3 * median, speedup))
+          'time; speed-up over the count split' % (args.k, args.micro_batches, args.devices),
+          flush=True)
+    progress = progress_lib.Progress(lambda line: print(line, file=sys.stderr, flush=True))
+    for rows in TimeSplits(args, progress):
+      for model, name, imbalance, median, speedup in rows:
+        print('%-50s %-28s imbalance %.3f  step %.1f ms  speed-up %.2fx' %
+              (model, name, imbalance, 1e3 * median, speedup), flush=True)
   print('\n(%.0f s)' % (time.time() - start))
 
 

@@ -20,6 +20,13 @@ convolutions, 8 micro-batches, K = 1, 2, 4).
   python -m tools.consistency --example=paper
   python -m tools.consistency --list_models --params_module=mymodels
 
+Run time on a 2-core CPU with the default grid (6 variants; docs/benchmarks.md, measured beside
+other jobs at a load average of about 10): 67-176 s for digits.TinyConvPipeline,
+digits.TinyUNetPipeline, lm.TinyTiedLm, resnet.TinyResNet, mt.Num2WordsTinyT and
+mt.Num2WordsWideT, 215-397 s for the tiny AmoebaNets and mt.Num2WordsDeepT; --example=paper 15 s.
+Progress goes to stderr, a line when each run (a build and one step: the reference, a variant, a
+micro-batch reference) starts and one with its time when it ends; the report goes to stdout.
+
 Exit status: 0 if every variant agrees within --tolerance, 1 if one differs or fails to run (the
 last line says PASS or FAIL and why), 2 for a usage error (one line on stderr).
 """
@@ -31,6 +38,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from absl import flags  # pylint: disable=g-import-not-at-top
 
+from tensorpipe import progress as progress_lib  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import consistency  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import consistency_cases  # pylint: disable=g-import-not-at-top
 from tensorpipe.trainer import command_line  # pylint: disable=g-import-not-at-top
@@ -128,7 +136,9 @@ def main(unused_argv):
       ListModels(args)
       return 0
     case, tolerance = BuildCase(args)
-    report = consistency.Compare(case, tolerance)
+    report = consistency.Compare(
+        case, tolerance,
+        progress=progress_lib.Progress(lambda line: print(line, file=sys.stderr, flush=True)))
   except (ValueError, registry.UsageError) as e:
     lines = str(e).strip().splitlines()
     print('consistency: error: %s' % (lines[0] if lines else type(e).__name__), file=sys.stderr)

@@ -19,41 +19,97 @@ second, and for each group the per-language differences' mean, standard error an
 languages won. The paper's claim is that the deeper model is better on the low-resource languages
 and similar on the high-resource ones. The commands, files and score analysis are
 tensorpipe.tasks.mt.deep_vs_wide; this tool runs them.
+
+Run time with the default models and --steps=1000: about 14 minutes on a 2-core CPU (the trainer's
+table in docs/benchmarks.md, the same commands: mt.Num2WordsDeepT trains in 464 s and decodes in
+21 s, mt.Num2WordsWideT 329 s and 17 s). Progress goes to stderr: a line when each run starts,
+the latest training step every 30 s while a model trains (elapsed time every 30 s while it
+decodes), and a line with its time when each run ends.
 """
 
-import json
 import os
+
+# TensorFlow's C++ start-up lines neither here nor in the training runs' logs (as the other tools).
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+# pylint: disable=wrong-import-position
+import json
+import re
 import subprocess
+import sys
 import time
 
 from absl import flags
 
+from tensorpipe import progress as progress_lib
 from tensorpipe.measure import machine
 from tensorpipe.tasks.mt import deep_vs_wide
 from tensorpipe.tasks.mt import num2words_corpus
 from tensorpipe.trainer import command_line
 from tensorpipe.trainer import param_count
 from tensorpipe.trainer import registry
+# pylint: enable=wrong-import-position
 
 DEFAULT_MODELS = ('mt.Num2WordsDeepT', 'mt.Num2WordsWideT')
 
-flags.DEFINE_string('logdir_root', None, 'One logdir per model is made under it.', required=True)
+flags.DEFINE_string('logdir_root', None, 'One logdir per model is made under it (created if '
+                    'missing).', required=True)
+flags.register_validator('logdir_root', command_line.WritableDir)
 flags.DEFINE_integer('steps', 1000, 'Training steps per model.', lower_bound=1)
 flags.DEFINE_list('models', list(DEFAULT_MODELS),
                   'Comma-separated registered models, trained in this order.')
 flags.DEFINE_integer('num_extreme', 10, 'Languages in each of the high- and low-resource groups.')
 FLAGS = flags.FLAGS
 
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STEP = re.compile(r'step: *(\d+), steps/sec')  # Lingvo's line for every training step.
+_REPORT_EVERY_S = 30  # How often a running command's latest step (or time) is reported.
 
-def _Run(cmd, log_path):
-  """Runs `cmd`, output to log_path; returns wall seconds; exits naming the log on failure."""
+
+class _LogSteps:
+  """The latest training step in the lines appended to a log from its current end on."""
+
+  def __init__(self, path):
+    self._path = path
+    self._offset = os.path.getsize(path) if os.path.exists(path) else 0
+    self.step = 0
+
+  def Read(self):
+    with open(self._path, 'rb') as f:
+      f.seek(self._offset)
+      text = f.read()
+    text = text[:text.rfind(b'\n') + 1]  # Whole lines only: the rest is read next time.
+    self._offset += len(text)
+    steps = _STEP.findall(text.decode('utf-8', 'replace'))
+    if steps:
+      self.step = int(steps[-1])
+    return self.step
+
+
+def _Run(cmd, log_path, progress, what, steps=None):
+  """Runs `cmd`, output appended to log_path, as the progress phase `what` (of `steps` training
+  steps, whose latest logged one it reports every 30 s; None: its time so far); returns wall
+  seconds; exits naming the log on failure."""
   start = time.time()
   print('$ %s  (log: %s)' % (' '.join(cmd), log_path), flush=True)
-  with open(log_path, 'a') as log:
-    rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  if rc != 0:
-    raise SystemExit('deep_vs_wide: %s exited with %d; see %s' % (cmd[3], rc, log_path))
+  log_steps = _LogSteps(log_path)
+  with open(log_path, 'a', encoding='utf-8') as log, progress.Phase(what, steps or 0) as phase:
+    with subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=_REPO) as proc:
+      try:
+        while True:
+          try:
+            rc = proc.wait(timeout=_REPORT_EVERY_S)
+            break
+          except subprocess.TimeoutExpired:
+            if steps:
+              phase.Step(max(0, log_steps.Read() - phase.done))
+            else:
+              progress.Say('%s: %s so far' % (what, progress_lib.Seconds(phase.Elapsed())))
+      except BaseException:  # E.g. Ctrl-C: the command ends with this one (as subprocess.call).
+        proc.kill()
+        raise
+    if rc != 0:
+      raise SystemExit('deep_vs_wide: %s exited with %d; see %s' % (cmd[3], rc, log_path))
   return time.time() - start
 
 
@@ -70,20 +126,30 @@ def main(unused_argv):
   high, low = deep_vs_wide.SplitByResource(
       dict(zip(manifest['languages'], manifest['train_sizes'])), args.num_extreme)
 
+  progress = progress_lib.Progress(lambda line: print(line, file=sys.stderr, flush=True))
   rows, scores = [], []
-  for model in models:
+  for i, model in enumerate(models):
+    which = '%s (model %d of %d)' % (model, i + 1, len(models))
     logdir = os.path.join(args.logdir_root, model.replace('.', '_'))
     os.makedirs(logdir, exist_ok=True)
     times_path = os.path.join(logdir, 'wall_times.json')
     times = json.load(open(times_path)) if os.path.exists(times_path) else {}
-    if not os.path.exists(deep_vs_wide.CheckpointPath(logdir, args.steps)):
+    if os.path.exists(deep_vs_wide.CheckpointPath(logdir, args.steps)):
+      progress.Say('deep_vs_wide: %s: its step-%d checkpoint exists, not trained again' %
+                   (which, args.steps))
+    else:
       times['train_s'] = _Run(deep_vs_wide.TrainerCommand(model, logdir, args.steps),
-                              os.path.join(logdir, 'train.log'))
+                              os.path.join(logdir, 'train.log'), progress,
+                              'deep_vs_wide: training %s, steps' % which, args.steps)
       times.pop('decode_s', None)
-    if not os.path.exists(deep_vs_wide.ScorePath(logdir, args.steps)):
+    if os.path.exists(deep_vs_wide.ScorePath(logdir, args.steps)):
+      progress.Say('deep_vs_wide: %s: its step-%d score file exists, not decoded again' %
+                   (which, args.steps))
+    else:
       times['decode_s'] = _Run(
           deep_vs_wide.TrainerCommand(model, logdir, args.steps, job='decoder_test'),
-                               os.path.join(logdir, 'decode.log'))
+          os.path.join(logdir, 'decode.log'), progress,
+          'deep_vs_wide: decoding %s (greedy, the test split)' % which)
     with open(times_path, 'w') as f:
       json.dump(times, f)
     params = param_count.CountParameters(registered[model]().Task())

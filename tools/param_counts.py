@@ -6,6 +6,12 @@
 Each model's task is instantiated in a throwaway graph (tensorpipe.trainer.param_count), so counts
 come from the variables the model really declares. Building the deepest configurations takes
 minutes (Lingvo declares one variable at a time; Transformer-L 1663 has ~20k variables).
+
+Run time on a 2-core CPU: more than 3 minutes for all 48 models. A run of all of them was stopped
+after 200 s, in the build of mt.TransformerL1663Pipeline128 (the 44th of 48 in key order); the 43
+before it had taken 176 s of building, 0.1-19 s each. Progress goes to stderr: a line when each
+model's build starts, at most one every 10 s while it builds and one with its time when it ends;
+the table's row of each model goes to stdout as it is counted.
 """
 
 import re

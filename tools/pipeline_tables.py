@@ -26,9 +26,15 @@ models' step time errors; the same with the predictions scaled by the K=1 timed 
 traced step its time, work and spans.
 
 Usage:
-  python -m tools.pipeline_tables                      # everything (15-25 minutes)
-  python -m tools.pipeline_tables --sections=memory    # a few minutes
+  python -m tools.pipeline_tables                      # everything (throughput alone: 37 minutes)
+  python -m tools.pipeline_tables --sections=memory    # about 11 minutes
   python -m tools.pipeline_tables --quick              # smoke run (smaller grids)
+
+Run time on a 2-core CPU (docs/benchmarks.md): the throughput section 2199 s, about 37 minutes
+(both models, K = 1, 2, 4 x M = 1, 4, 8, batch 32), the memory section 632 s at a load average of
+3-4; the overhead section and --quick were not timed. Every line of the tables is flushed as it is
+printed; progress goes to stderr: per throughput model a line for each configuration built, each
+timing round and each traced K = 1 step.
 
 Results and the exact command: docs/benchmarks.md.
 """
@@ -52,6 +58,7 @@ import tensorflow as tf2
 from absl import flags
 from lingvo import compat as tf
 
+from tensorpipe import progress as progress_lib
 from tensorpipe.measure import machine
 from tensorpipe.measure import overhead
 from tensorpipe.measure import profiling
@@ -174,25 +181,38 @@ flags.DEFINE_string('memory_child', None,
 FLAGS = flags.FLAGS
 
 
-def Throughput(args):
+def Throughput(args, progress=progress_lib.QUIET):
+  """Prints the throughput tables (Table 2) of --throughput_models; `progress`: the phases of each
+  model's build, timing and traces."""
   ks, ms = ((1, 2), (1, 4)) if args.quick else ((1, 2, 4), (1, 4, 8))
   models = CpuModels(args.quick)
   cores = Cores()
   for name in [THROUGHPUT_MODELS[key] for key in args.throughput_models]:
     layers, inputs_fn, batch_dim, batch = models[name]
     steps = {}
-    for k in ks:
-      for m in ms:
-        steps[(k, m)] = _Step('K=%d M=%d' % (k, m), layers, _CountSizes(layers, k), inputs_fn, m,
-                              batch_dim, k, args.warmup)
+    with progress.Phase('pipeline_tables: %s: building K x M = %d configurations' %
+                        (name, len(ks) * len(ms)), len(ks) * len(ms)) as phase:
+      for k in ks:
+        for m in ms:
+          steps[(k, m)] = _Step('K=%d M=%d' % (k, m), layers, _CountSizes(layers, k), inputs_fn,
+                                m, batch_dim, k, args.warmup)
+          phase.Step()
     order = list(steps.values())
-    for r in range(args.rounds):
-      for s in order[r % len(order):] + order[:r % len(order)]:
-        s.Time(args.steps_per_round)
+    with progress.Phase('pipeline_tables: %s: timing, %d rounds of %d steps per configuration' %
+                        (name, args.rounds, args.steps_per_round), args.rounds) as phase:
+      for r in range(args.rounds):
+        for s in order[r % len(order):] + order[:r % len(order)]:
+          s.Time(args.steps_per_round)
+        phase.Step()
     measured = {key: s.Median() for key, s in steps.items()}
     for s in steps.values():
       s.Close()
-    traced = {m: TracedCosts(layers, inputs_fn, batch_dim, m) for m in ms}
+    traced = {}
+    with progress.Phase('pipeline_tables: %s: tracing K=1 at each M for the simulator' % name,
+                        len(ms)) as phase:
+      for m in ms:
+        traced[m] = TracedCosts(layers, inputs_fn, batch_dim, m)
+        phase.Step()
     independent, shared, shared_tasks = {}, {}, {}
     for m in ms:
       for k in ks:
@@ -411,11 +431,14 @@ def main(unused_argv):
   if args.memory_child:
     print(json.dumps(_MemoryChild(json.loads(args.memory_child))))
     return 0
-  print(machine.Line(), flush=True)
+  sys.stdout.reconfigure(line_buffering=True)  # Each line of the tables as it is printed.
+  print(machine.Line())
   start = time.time()
   sections = args.sections
   if 'throughput' in sections:
-    Throughput(args)
+    # A line per step of a phase (interval 0): its configurations take seconds to minutes each.
+    Throughput(args, progress_lib.Progress(lambda line: print(line, file=sys.stderr, flush=True),
+                                           interval=0))
   if 'overhead' in sections:
     Overhead(args)
   if 'memory' in sections:

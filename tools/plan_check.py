@@ -19,6 +19,13 @@ planner's first choice is from the fastest measured, and the largest memory erro
   python -m tools.plan_check --recomputes='amoebanet.TinyAmoebaNetD=always'  # 20 min
   python -m tools.plan_check --models=digits.TinyConvPipeline --rounds=3
 
+Run time on a 2-core CPU (docs/benchmarks.md, shared with other jobs): digits.TinyConvPipeline
+54 s (60 configurations), amoebanet.TinyAmoebaNetD with --recomputes=always 18 minutes (36
+configurations): about 19 minutes for the first command above. The default run (both models, both
+re-computation modes: more AmoebaNet configurations than those 36) was not timed; it takes longer.
+Progress goes to stderr: a line when each phase (measuring the layers, building, timing rounds,
+tracing) starts, one at most every 10 s while it runs, and one with its time when it ends.
+
 Results: docs/benchmarks.md.
 """
 
@@ -28,12 +35,14 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import collections
 import subprocess
+import sys
 import time
 
 import numpy as np  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 from lingvo import compat as tf  # pylint: disable=g-import-not-at-top
 
+from tensorpipe import progress as progress_lib  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
 from tensorpipe.measure import training_step  # pylint: disable=g-import-not-at-top
@@ -106,16 +115,21 @@ def _MeasuredMemory(step, k):
   return [peaks.get('CPU:%d' % i, 0) + resident['CPU:%d' % i] for i in range(k)]
 
 
-def CheckModel(model, args, device):
+def CheckModel(model, args, device, progress=progress_lib.QUIET):
+  """Prints the planner's predictions for `model` on `device` against its measured steps;
+  `progress`: each phase's lines."""
   cfg = registry.ModelParams(model, 'Train')
   _, p, layers, batch, profiles = model_plan.PipelineInputs(cfg)[0]
   layer_times = None
   if args.cost == 'measured':
-    layer_times = device_profiles.MeasureLayerTimes(layers, p.cost_input_shapes, p.batch_dim)
+    layer_times = device_profiles.MeasureLayerTimes(layers, p.cost_input_shapes, p.batch_dim,
+                                                    progress=progress)
   overhead = 0.0
   if layer_times is not None and args.micro_batch_cost:
-    overhead = model_plan.MeasureMicroBatchSeconds(layers, p.cost_input_shapes, layer_times,
-                                                device.call_overhead, p.batch_dim)
+    with progress.Phase('%s: measuring what a micro-batch adds beyond its layers (one-partition '
+                        'steps at M = 1 and 2)' % model):
+      overhead = model_plan.MeasureMicroBatchSeconds(layers, p.cost_input_shapes, layer_times,
+                                                     device.call_overhead, p.batch_dim)
   print('%s: each micro-batch after the first costs %.3f ms more (measured)' %
         (model, 1e3 * overhead), flush=True)
   ranking = planner.PlanPipeline(profiles, batch, args.devices, device, schedules=args.schedules,
@@ -128,18 +142,29 @@ def CheckModel(model, args, device):
         (model, batch, len(layers), len(configs), len(ranking.configurations)), flush=True)
   steps = []
   start = time.time()
-  for c in configs:
-    steps.append(training_step.TrainingStep(
-        c.Label(), layers, c.sizes, _InputsFn(p.cost_input_shapes), c.micro_batches, p.batch_dim,
-        devices=c.partitions, recompute=c.recompute, intra_op_threads=1, inter_op_threads=2,
-        warmup=args.warmup, schedule=c.schedule, per_example_loss=True))
+  with progress.Phase('%s: building the configurations\' training steps' % model,
+                      len(configs)) as phase:
+    for c in configs:
+      steps.append(training_step.TrainingStep(
+          c.Label(), layers, c.sizes, _InputsFn(p.cost_input_shapes), c.micro_batches,
+          p.batch_dim, devices=c.partitions, recompute=c.recompute, intra_op_threads=1,
+          inter_op_threads=2, warmup=args.warmup, schedule=c.schedule, per_example_loss=True))
+      phase.Step()
   print('built in %.0f s' % (time.time() - start), flush=True)
-  for r in range(args.rounds):
-    shift = r % len(steps)
-    for s in steps[shift:] + steps[:shift]:
-      s.Time(args.steps)
+  with progress.Phase('%s: timing, %d rounds of %d steps per configuration' %
+                      (model, args.rounds, args.steps), args.rounds) as phase:
+    for r in range(args.rounds):
+      shift = r % len(steps)
+      for s in steps[shift:] + steps[:shift]:
+        s.Time(args.steps)
+      phase.Step()
   measured = [s.Median() for s in steps]
-  memory = [_MeasuredMemory(s, c.partitions) for s, c in zip(steps, configs)]
+  memory = []
+  with progress.Phase('%s: tracing a step per configuration for its memory' % model,
+                      len(configs)) as phase:
+    for s, c in zip(steps, configs):
+      memory.append(_MeasuredMemory(s, c.partitions))
+      phase.Step()
   for s in steps:
     s.Close()
   predicted = [c.step_time for c in configs]
@@ -185,13 +210,16 @@ def main(unused_argv):
     flags.FLAGS.mark_as_parsed()
   commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
                           check=False).stdout.strip()
-  print('commit %s; %s' % (commit, os.getloadavg()))
-  device = device_profiles.MeasureCpu(memory=2.0**40)
-  print(device)
+  print('commit %s; %s' % (commit, os.getloadavg()), flush=True)
+  progress = progress_lib.Progress(
+      lambda line: print('plan_check: ' + line, file=sys.stderr, flush=True))
+  with progress.Phase("measuring this machine's CPU devices"):
+    device = device_profiles.MeasureCpu(memory=2.0**40)
+  print(device, flush=True)
   for model in args.models.split(','):
     registry.ImportModel(model)
     args.recomputes = tuple(per_model.get(model, default_modes).split(','))
-    CheckModel(model, args, device)
+    CheckModel(model, args, device, progress)
   print('load average at the end: %.2f %.2f %.2f' % os.getloadavg())
   return 0
 

@@ -13,8 +13,11 @@ cores, and AmoebaNet-D (18, 128) and Transformer-24 on P100 GPUs at M = 32, norm
 Predictions come from flops, the profile's peak x efficiency and its per-op and per-call costs
 (no measurement: these devices are not here).
 
-  python -m tools.plan_paper            # a few minutes (AmoebaNet profiles at 224x224)
+  python -m tools.plan_paper            # about 5 minutes (AmoebaNet profiles at 224x224)
   python -m tools.plan_paper --tables=2
+
+Run time on a 2-core CPU: both tables 280 s (docs/benchmarks.md, commit 83ec2be). Each row of the
+tables is printed, flushed, as it is found.
 
 Results: docs/benchmarks.md.
 """

@@ -23,6 +23,10 @@ column is the median over the rounds.
   python -m tools.scale_out              # about 5 minutes on 2 cores
   python -m tools.scale_out --steps 200 --repeats 3
 
+Run time: a way's wall seconds, start-up included, are the table's last column; at --steps 300 on
+a 2-core CPU a way took 28-64 s (docs/benchmarks.md, three sittings). Progress goes to stderr: a
+line when each way of each round starts and one with its time and examples/s when it ends.
+
 Results: docs/benchmarks.md.
 """
 
@@ -36,6 +40,7 @@ import time
 
 from absl import flags
 
+from tensorpipe import progress as progress_lib
 from tensorpipe.measure import machine
 from tensorpipe.trainer import command_line
 from tests import hosts
@@ -164,10 +169,16 @@ def main(unused_argv):
   print('%s (K = 4 partitions, M = 8) for %d steps through Lingvo\'s trainer; one machine; '
         '%d round%s' % (MODEL, args.steps, args.repeats, '' if args.repeats == 1 else 's'),
         flush=True)
+  progress = progress_lib.Progress(lambda line: print(line, file=sys.stderr, flush=True))
   results = {way: [] for way in ways}
-  for _ in range(args.repeats):
+  runs = len(ways) * args.repeats
+  for r in range(args.repeats):
     for way in ways:
-      results[way].append(Run(way, args.steps, args.profile_every, args.timeout))
+      done = sum(len(v) for v in results.values())
+      with progress.Phase('scale_out: run %d of %d, %s, round %d of %d' % (
+          done + 1, runs, _Name(way), r + 1, args.repeats)) as phase:
+        results[way].append(Run(way, args.steps, args.profile_every, args.timeout))
+        phase.End('%.0f examples/s' % results[way][-1][0])
   print('%-12s %12s %9s %10s %13s %-16s %8s' % ('way', 'examples/s', 'vs 1', 'step ms',
                                                  'transfer %', 'busiest device', 'wall s'))
   base = statistics.median(r[0] for r in results[1])

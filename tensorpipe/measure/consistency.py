@@ -48,6 +48,7 @@ from lingvo.core import py_utils
 
 from tensorpipe import check_failure
 from tensorpipe import placement
+from tensorpipe import progress as progress_lib
 
 # Relative to the largest gradient norm of what a variant is compared with. Float32 rounding of the
 # re-ordered sums differs by at most 1.1e-6 on the registered tiny models, K in {1, 2, 4}, M in
@@ -229,29 +230,37 @@ def _Run(variant: Variant, num_devices: int, seed: int) -> VariantResult:
   return result
 
 
-def Compare(case: Case, tolerance: float = DEFAULT_TOLERANCE,
-            seed: int = DEFAULT_SEED) -> 'ConsistencyReport':
+def Compare(case: Case, tolerance: float = DEFAULT_TOLERANCE, seed: int = DEFAULT_SEED,
+            progress: progress_lib.Progress = progress_lib.QUIET) -> 'ConsistencyReport':
   """Runs every variant of `case` and compares its gradients with what it must equal.
 
   A variant is compared with the unpipelined reference, except that a variant with M > 1 whose
   results depend on M (its reasons, or another variant's at the same M) is compared with the
   case's micro-batch reference at that M where only batch norm makes them depend on M and the
   case has one, else with the variant of the smallest K at that M. Every build runs on max K
-  logical CPU devices.
+  logical CPU devices. `progress` hears of each run (a build and one step): 'run I of N, NAME'
+  for the reference and the variants, 'extra run, NAME (the micro-batch reference)' for the rest.
   """
   if not tolerance > 0:
     raise ValueError('tolerance must be positive, got %r' % (tolerance,))
   num_devices = max([v.num_partitions or 1 for v in case.variants] + [1])
-  reference = _Run(case.reference, num_devices, seed)
+  total = 1 + len(case.variants)
+
+  def Run(variant, what, why=''):
+    with progress.Phase('consistency: %s, %s%s' % (what, variant.name, why)):
+      return _Run(variant, num_devices, seed)
+
+  reference = Run(case.reference, 'run 1 of %d' % total)
   if reference.error:
     raise ValueError('%s: the unpipelined reference failed to run: %s' % (case.title,
                                                                           reference.error))
-  results = [_Run(v, num_devices, seed) for v in case.variants]
+  results = [Run(v, 'run %d of %d' % (i + 2, total)) for i, v in enumerate(case.variants)]
   micro_references = {}  # M -> the VariantResult of the case's micro-batch reference at M.
   if case.micro_batch_reference is not None:
     for m, reasons in _DependentMs(results).items():
       if all(r.startswith(_BATCH_NORM_REASON) for r in reasons):
-        micro = micro_references[m] = _Run(case.micro_batch_reference(m), num_devices, seed)
+        micro = micro_references[m] = Run(case.micro_batch_reference(m), 'extra run',
+                                           ' (the micro-batch reference)')
         if micro.error:
           raise ValueError('%s: the micro-batch reference %s (the unpipelined layers on each '
                            'micro-batch of examples) failed to run: %s' % (case.title, micro.name,
