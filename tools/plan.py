@@ -1,4 +1,4 @@
-r"""Plans a registered model: S replicas x K partitions, M, schedule and re-computation, ranked.
+r"""Plans a registered model: S replicas x K devices, M, schedule and re-computation, ranked.
 
 For each TensorPipeLayer of the model's training params, every configuration on N devices of a
 device profile is predicted (step time, examples/s, bubble, per-device peak memory) and ranked,
@@ -38,7 +38,7 @@ from tensorpipe import units  # pylint: disable=g-import-not-at-top
 
 
 flags.DEFINE_string('model', None, 'A registered model, e.g. digits.TinyConvPipeline.')
-flags.DEFINE_integer('devices', None, 'N: devices to plan for (S replicas x K partitions <= N).')
+flags.DEFINE_integer('devices', None, 'N: devices to plan for (S replicas x K devices <= N).')
 flags.DEFINE_string('device', device_profiles.CPU,
                     'Device profile: cpu (measured now) or one of --list_devices.')
 flags.DEFINE_string('device_memory', None,

@@ -137,7 +137,7 @@ def CheckModel(model, args, device, progress=progress_lib.QUIET):
                                  bytes_per_param=8, title=model, layer_times=layer_times,
                                  micro_batch_overhead=overhead)
   configs = [c for c in ranking.configurations
-             if c.replicas == 1 and c.partitions in args.ks and c.fits]
+             if c.replicas == 1 and c.pipeline_devices in args.ks and c.fits]
   print('\n%s: batch %d, %d layers; %d configurations (S = 1) of %d ranked' %
         (model, batch, len(layers), len(configs), len(ranking.configurations)), flush=True)
   steps = []
@@ -147,7 +147,7 @@ def CheckModel(model, args, device, progress=progress_lib.QUIET):
     for c in configs:
       steps.append(training_step.TrainingStep(
           c.Label(), layers, c.sizes, _InputsFn(p.cost_input_shapes), c.micro_batches,
-          p.batch_dim, devices=c.partitions, recompute=c.recompute, intra_op_threads=1,
+          p.batch_dim, devices=c.pipeline_devices, recompute=c.recompute, intra_op_threads=1,
           inter_op_threads=2, warmup=args.warmup, schedule=c.schedule, per_example_loss=True))
       phase.Step()
   print('built in %.0f s' % (time.time() - start), flush=True)
@@ -163,7 +163,7 @@ def CheckModel(model, args, device, progress=progress_lib.QUIET):
   with progress.Phase('%s: tracing a step per configuration for its memory' % model,
                       len(configs)) as phase:
     for s, c in zip(steps, configs):
-      memory.append(_MeasuredMemory(s, c.partitions))
+      memory.append(_MeasuredMemory(s, c.pipeline_devices))
       phase.Step()
   for s in steps:
     s.Close()

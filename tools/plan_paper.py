@@ -70,12 +70,12 @@ def TransformerProfiles(num_layers):
 
 
 def _Fits(profiles, batch, k, m, recompute, device, bytes_per_param):
-  """Whether the planner finds a configuration of exactly K partitions (S = 1) that fits."""
+  """Whether the planner finds a configuration of exactly K devices (S = 1) that fits."""
   if len(profiles) < k:
     return True  # Too few layers to fill K devices: smaller models count as fitting.
   try:
     planner.PlanPipeline(profiles, batch, k, device, schedules=('gpipe',), recomputes=(recompute,),
-                         micro_batches=(m,), bytes_per_param=bytes_per_param, partitions=(k,),
+                         micro_batches=(m,), bytes_per_param=bytes_per_param, pipeline_devices=(k,),
                          replicas=(1,))
   except ValueError:
     return False
@@ -85,7 +85,7 @@ def _Fits(profiles, batch, k, m, recompute, device, bytes_per_param):
 def _Best(profiles, batch, k, m, recompute, device, bytes_per_param):
   return planner.PlanPipeline(profiles, batch, k, device, schedules=('gpipe',),
                               recomputes=(recompute,), micro_batches=(m,),
-                              bytes_per_param=bytes_per_param, partitions=(k,), replicas=(1,)).best
+                              bytes_per_param=bytes_per_param, pipeline_devices=(k,), replicas=(1,)).best
 
 
 def _Configs(ks, m):

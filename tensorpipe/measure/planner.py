@@ -1,7 +1,7 @@
 """Planner: which data parallelism, K, M, schedule and re-computation to train a pipeline with.
 
 Given a pipeline's layers, its mini-batch and N devices of a `device_profiles.DeviceProfile`,
-`PlanPipeline` tries every configuration: S data-parallel replicas of K partitions (S x K <= N), M
+`PlanPipeline` tries every configuration: S data-parallel replicas of K devices each (S x K <= N), M
 micro-batches, schedule (any of schedule_builders.NAMES, with v partitions per device) and
 re-computation mode that the schedule runs (`schedule_builders.Check`), and ranks them by predicted
 step time (a `ranking.Ranking`), marking those whose fullest device would not fit the device
@@ -152,7 +152,7 @@ def _Check(num_devices, memory, batch, schedules, recomputes, interleaved_stages
 
 
 def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: device_profiles.DeviceProfile,
-             memory: float, replicas: int, partitions: int, micro_batches: int, schedule_name: str,
+             memory: float, replicas: int, pipeline_devices: int, micro_batches: int, schedule_name: str,
              recompute: str, bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM,
              bytes_per_activation: float = 4,
              layer_times: Optional[Sequence[device_profiles.LayerTime]] = None,
@@ -160,14 +160,14 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: device_profile
              virtual_stages: int = 1) -> ranking.Configuration:
   """The prediction for one configuration; `profiles` are for one replica's share of the batch
   (`batch` examples, which measured `layer_times` need; see LayerSeconds), `micro_batch_overhead`
-  the seconds each micro-batch after the first costs (see PartitionTaskTimes); K = `partitions`
+  the seconds each micro-batch after the first costs (see PartitionTaskTimes); K = `pipeline_devices`
   devices hold `virtual_stages` partitions each.
 
   The split is the fastest (by predicted task times) that keeps every device within `memory`; if
   none does, the one that needs the least memory, marked as not fitting. A device's memory sums
   its partitions' (see _DeviceMemory).
   """
-  config = _Prepare(profiles, device, memory, replicas, partitions, micro_batches, schedule_name,
+  config = _Prepare(profiles, device, memory, replicas, pipeline_devices, micro_batches, schedule_name,
                     recompute, bytes_per_param, bytes_per_activation, layer_times, batch,
                     micro_batch_overhead, virtual_stages).Simulate()
   config.examples_per_second = 0.0  # PlanPipeline's: it knows the global batch.
@@ -197,13 +197,13 @@ class _Candidate:
 
 
 def _Prepare(profiles: Sequence[cost_model.LayerProfile], device: device_profiles.DeviceProfile,
-             memory: float, replicas: int, partitions: int, micro_batches: int,
+             memory: float, replicas: int, pipeline_devices: int, micro_batches: int,
              schedule_name: str, recompute: str, bytes_per_param: float,
              bytes_per_activation: float,
              layer_times: Optional[Sequence[device_profiles.LayerTime]], batch: Optional[float],
              micro_batch_overhead: float, virtual_stages: int) -> _Candidate:
   """Evaluate's split, memory and task times: all but the simulation."""
-  k, m, v = partitions, micro_batches, virtual_stages
+  k, m, v = pipeline_devices, micro_batches, virtual_stages
   sched, in_flight, awaiting = _Schedule(schedule_name, k, m, v)
   num_partitions = k * v
 
@@ -287,7 +287,7 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
                  bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM,
                  bytes_per_activation: float = 4, title: str = 'pipeline',
                  layer_times: Optional[Sequence[device_profiles.LayerTime]] = None,
-                 partitions: Optional[Sequence[int]] = None,
+                 pipeline_devices: Optional[Sequence[int]] = None,
                  replicas: Optional[Sequence[int]] = None,
                  micro_batch_overhead: float = 0.0,
                  interleaved_stages: Sequence[int] = (2,), exact: Optional[int] = None,
@@ -309,7 +309,7 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
     title: names the model in the table.
     layer_times: measured per-layer times (device_profiles.MeasureLayerTimes) to use instead of
       flops.
-    partitions: the K to try (default: every K that fits the devices and the layers).
+    pipeline_devices: the K (devices of one replica) to try (default: every K that fits the devices and the layers).
     replicas: the S to try (default: every divisor of the batch up to the devices).
     micro_batch_overhead: seconds each micro-batch after the first costs a pipeline beyond its
       layers (model_plan.MeasureMicroBatchSeconds; see PartitionTaskTimes).
@@ -342,7 +342,7 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
   if cache is not None:
     key = _SearchKey(profiles, batch, num_devices, device, memory, schedules, recomputes,
                      micro_batches, bytes_per_param, bytes_per_activation, title, layer_times,
-                     partitions, replicas, micro_batch_overhead, interleaved_stages, exact)
+                     pipeline_devices, replicas, micro_batch_overhead, interleaved_stages, exact)
     configurations = _ConfigurationsFromCache(cache.Get(_SEARCH_KIND, key))
     if configurations is not None:
       progress.Say('search: %d configurations read from the cache (a run with the same inputs '
@@ -350,7 +350,7 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
       return ranking.Ranking(title, device, memory, batch, configurations)
   ranked = _Search(profiles, batch, num_devices, device, memory, schedules, recomputes,
                    micro_batches, bytes_per_param, bytes_per_activation, title, layer_times,
-                   partitions, replicas, micro_batch_overhead, interleaved_stages, exact,
+                   pipeline_devices, replicas, micro_batch_overhead, interleaved_stages, exact,
                    progress)
   if cache is not None:
     cache.Put(_SEARCH_KIND, key, [dataclasses.asdict(c) for c in ranked.configurations])
@@ -388,7 +388,7 @@ def _ConfigurationsFromCache(value):
     return None
   for entry in value:
     if not (isinstance(entry, dict) and set(entry) == fields and
-            all(Int(entry[k]) for k in ('replicas', 'partitions', 'micro_batches',
+            all(Int(entry[k]) for k in ('replicas', 'pipeline_devices', 'micro_batches',
                                           'virtual_stages')) and
             all(isinstance(entry[k], str) for k in ('schedule', 'recompute', 'why')) and
             isinstance(entry['fits'], bool) and
@@ -402,13 +402,13 @@ def _ConfigurationsFromCache(value):
 
 
 def _Search(profiles, batch, num_devices, device, memory, schedules, recomputes, micro_batches,
-            bytes_per_param, bytes_per_activation, title, layer_times, partitions, replicas,
+            bytes_per_param, bytes_per_activation, title, layer_times, pipeline_devices, replicas,
             micro_batch_overhead, interleaved_stages, exact, progress):
   """PlanPipeline's search (its arguments checked)."""
   shapes = [(s, k, m) for s in _Divisors(batch)
             if s <= num_devices and (replicas is None or s in replicas)
             for k in range(1, min(num_devices // s, len(profiles)) + 1)
-            if partitions is None or k in partitions
+            if pipeline_devices is None or k in pipeline_devices
             for m in micro_batches if m <= batch // s]
   tries: List[Tuple[int, int, int, str, int, str]] = []  # (S, K, M, schedule, v, recompute)
   for s, k, m in shapes:

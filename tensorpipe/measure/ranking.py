@@ -16,7 +16,7 @@ from tensorpipe.measure import device_profiles
 class Configuration:
   """One configuration and what the planner predicts for it."""
   replicas: int  # S
-  partitions: int  # K, devices per replica
+  pipeline_devices: int  # K: the devices of one replica's pipeline
   micro_batches: int  # M
   schedule: str
   recompute: str
@@ -37,7 +37,7 @@ class Configuration:
 
   @property
   def devices(self) -> int:
-    return self.replicas * self.partitions
+    return self.replicas * self.pipeline_devices
 
   @property
   def simulated(self) -> bool:
@@ -45,7 +45,7 @@ class Configuration:
 
   def Label(self) -> str:
     v = ' v=%d' % self.virtual_stages if self.virtual_stages > 1 else ''
-    return 'S=%d K=%d%s M=%d %s %s' % (self.replicas, self.partitions, v, self.micro_batches,
+    return 'S=%d K=%d%s M=%d %s %s' % (self.replicas, self.pipeline_devices, v, self.micro_batches,
                                        self.schedule, self.recompute)
 
 
@@ -69,7 +69,7 @@ class Ranking:
 def Overrides(config: Configuration, pipeline_path: str = 'task.pipeline') -> str:
   """The --model_params_override text that sets `config` on the TensorPipeLayer at the path."""
   return '; '.join('%s.%s: %s' % (pipeline_path, key, value) for key, value in (
-      ('num_devices', config.partitions), ('num_micro_batches', config.micro_batches),
+      ('num_devices', config.pipeline_devices), ('num_micro_batches', config.micro_batches),
       ('schedule', config.schedule), ('recompute', config.recompute),
       ('virtual_stages', config.virtual_stages)))
 
@@ -77,7 +77,7 @@ def Overrides(config: Configuration, pipeline_path: str = 'task.pipeline') -> st
 def TrainerFlags(config: Configuration, device: device_profiles.DeviceProfile,
                  pipeline_path: str = 'task.pipeline') -> str:
   """Trainer flags that run `config`: devices, split size and the params override."""
-  n, k = config.devices, config.partitions
+  n, k = config.devices, config.pipeline_devices
   if device.cores is not None:
     where = '--cpu_devices=%d --worker_split_size=%d' % (n, k)
   elif device.name.startswith('TPU'):
@@ -101,7 +101,7 @@ def Format(ranking: Ranking, limit: Optional[int] = 20) -> str:
   for i, c in enumerate(shown + not_shown):
     rank = str(i + 1) if i < len(shown) else str(ranking.configurations.index(c) + 1)
     predicted = _PredictedCells(c)
-    rows.append(tuple([rank, str(c.replicas), str(c.partitions), str(c.virtual_stages),
+    rows.append(tuple([rank, str(c.replicas), str(c.pipeline_devices), str(c.virtual_stages),
                        str(c.micro_batches), c.schedule, c.recompute] + predicted +
                       [units.FormatBytes(c.peak_memory), 'yes' if c.fits else 'no: ' + c.why]))
   widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

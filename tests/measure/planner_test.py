@@ -246,7 +246,7 @@ class TestScheduleMemory:
     times = [device_profiles.LayerTime(0.0, 1e-3)] * 8
     at = {}
     for overhead in (0.0, 0.01):
-      ranking = _Plan(1e12, partitions=(1,), recomputes=('never',), schedules=('gpipe',),
+      ranking = _Plan(1e12, pipeline_devices=(1,), recomputes=('never',), schedules=('gpipe',),
                       layer_times=times, micro_batch_overhead=overhead)
       at[overhead] = {c.micro_batches: c.step_time for c in ranking.configurations}
     for m in (1, 2, 4):
@@ -279,7 +279,7 @@ class TestScheduleMemory:
         assert c.device_memory[d] == pytest.approx(in_flight[d] * stash + gradients + 2 * outputs)
 
   def testVirtualStagesShrinkTheBubble(self):
-    ranking = _Plan(1e12, schedules=('1f1b', 'interleaved_1f1b', 'zbv'), partitions=(2,),
+    ranking = _Plan(1e12, schedules=('1f1b', 'interleaved_1f1b', 'zbv'), pipeline_devices=(2,),
                     micro_batches=(4,), recomputes=('always',))
     bubble = {(c.schedule, c.virtual_stages): c.bubble for c in ranking.configurations}
     assert sorted(bubble) == [('1f1b', 1), ('interleaved_1f1b', 2), ('zbv', 2)]

@@ -8,7 +8,7 @@ _GPU = device_profiles.DeviceProfile('test', peak_flops=1e9, memory=1e9, link_ba
 
 
 def _Configuration(**kwargs):
-  args = dict(replicas=1, partitions=2, micro_batches=8, schedule='1f1b', recompute='always',
+  args = dict(replicas=1, pipeline_devices=2, micro_batches=8, schedule='1f1b', recompute='always',
               sizes=[3, 5], step_time=0.25, examples_per_second=64.0, bubble=0.1,
               device_memory=[2.0**20, 3.0 * 2**20], fits=True, virtual_stages=1)
   args.update(kwargs)
@@ -21,7 +21,7 @@ class TestFormat:
     fits = _Configuration()
     unsimulated = _Configuration(micro_batches=4, step_time=None, examples_per_second=None,
                                  bubble=None)
-    too_big = _Configuration(partitions=1, sizes=[8], device_memory=[2.0**31], fits=False,
+    too_big = _Configuration(pipeline_devices=1, sizes=[8], device_memory=[2.0**31], fits=False,
                              why='needs 2 GiB > 1 GiB')
     ranked = ranking.Ranking('dense', _GPU, 2.0**30, 16, [fits, unsimulated, too_big])
     lines = ranking.Format(ranked, limit=2).splitlines()
@@ -46,7 +46,7 @@ class TestFormat:
 class TestFlags:
 
   def testOverridesAndTrainerFlags(self):
-    best = _Configuration(partitions=4, micro_batches=16, schedule='interleaved_1f1b',
+    best = _Configuration(pipeline_devices=4, micro_batches=16, schedule='interleaved_1f1b',
                           virtual_stages=2, replicas=2)
     assert ranking.Overrides(best, 'task.encoder') == (
         'task.encoder.num_devices: 4; task.encoder.num_micro_batches: 16; '
