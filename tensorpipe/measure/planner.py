@@ -152,24 +152,25 @@ def _Check(num_devices, memory, batch, schedules, recomputes, interleaved_stages
 
 
 def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: device_profiles.DeviceProfile,
-             memory: float, replicas: int, pipeline_devices: int, micro_batches: int, schedule_name: str,
-             recompute: str, bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM,
+             memory: float, replicas: int, pipeline_devices: int, micro_batches: int,
+             schedule_name: str, recompute: str,
+             bytes_per_param: float = cost_model.DEFAULT_BYTES_PER_PARAM,
              bytes_per_activation: float = 4,
              layer_times: Optional[Sequence[device_profiles.LayerTime]] = None,
              batch: Optional[float] = None, micro_batch_overhead: float = 0.0,
              virtual_stages: int = 1) -> ranking.Configuration:
   """The prediction for one configuration; `profiles` are for one replica's share of the batch
   (`batch` examples, which measured `layer_times` need; see LayerSeconds), `micro_batch_overhead`
-  the seconds each micro-batch after the first costs (see PartitionTaskTimes); K = `pipeline_devices`
-  devices hold `virtual_stages` partitions each.
+  the seconds each micro-batch after the first costs (see PartitionTaskTimes); K =
+  `pipeline_devices` devices hold `virtual_stages` partitions each.
 
   The split is the fastest (by predicted task times) that keeps every device within `memory`; if
   none does, the one that needs the least memory, marked as not fitting. A device's memory sums
   its partitions' (see _DeviceMemory).
   """
-  config = _Prepare(profiles, device, memory, replicas, pipeline_devices, micro_batches, schedule_name,
-                    recompute, bytes_per_param, bytes_per_activation, layer_times, batch,
-                    micro_batch_overhead, virtual_stages).Simulate()
+  config = _Prepare(profiles, device, memory, replicas, pipeline_devices, micro_batches,
+                    schedule_name, recompute, bytes_per_param, bytes_per_activation, layer_times,
+                    batch, micro_batch_overhead, virtual_stages).Simulate()
   config.examples_per_second = 0.0  # PlanPipeline's: it knows the global batch.
   return config
 
@@ -309,7 +310,8 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
     title: names the model in the table.
     layer_times: measured per-layer times (device_profiles.MeasureLayerTimes) to use instead of
       flops.
-    pipeline_devices: the K (devices of one replica) to try (default: every K that fits the devices and the layers).
+    pipeline_devices: the K (devices of one replica) to try (default: every K that fits the
+      devices and the layers).
     replicas: the S to try (default: every divisor of the batch up to the devices).
     micro_batch_overhead: seconds each micro-batch after the first costs a pipeline beyond its
       layers (model_plan.MeasureMicroBatchSeconds; see PartitionTaskTimes).
