@@ -24,7 +24,7 @@ device's decoding states for the largest N (bytes of the caches, from their stat
 machine (CPU model, cores, oneDNN on or off, load average before and after) and the commit.
 
   python -m tools.benchmark_decode                    # 16/64/128 tokens, K in {1, 2, 4}
-  python -m tools.benchmark_decode --new_tokens=16 --partitions=2 --rounds=2  # smoke
+  python -m tools.benchmark_decode --new_tokens=16 --devices=2 --rounds=2  # smoke
 
 Run time of the default run on a 2-core CPU beside other jobs (load average 3-8;
 docs/benchmarks.md): 6 min 54 s with oneDNN on, 9 min 3 s with TF_ENABLE_ONEDNN_OPTS=0. A line per
@@ -58,8 +58,8 @@ from tensorpipe.trainer import command_line
 flags.DEFINE_list('new_tokens', ['16', '64', '128'], 'N values.')
 flags.register_validator('new_tokens', command_line.PositiveInts,
                          message='give comma-separated positive integers, e.g. 16,64')
-flags.DEFINE_list('partitions', ['1', '2', '4'], 'K values (devices).')
-flags.register_validator('partitions', command_line.PositiveInts,
+flags.DEFINE_list('devices', ['1', '2', '4'], 'K values: the devices, one partition each.')
+flags.register_validator('devices', command_line.PositiveInts,
                          message='give comma-separated positive integers, e.g. 1,2,4')
 flags.DEFINE_integer('micro_batches', 2, 'M of a pipelined decode step (decode_micro_batches).')
 flags.DEFINE_integer('batch', 32, 'Prompts decoded at once.')
@@ -148,17 +148,17 @@ def _Load():
 def main(unused_argv):
   args = command_line.Args()
   args.new_tokens = [int(n) for n in args.new_tokens]
-  args.partitions = [int(k) for k in args.partitions]
+  args.devices = [int(k) for k in args.devices]
   print('commit %s; %s' % (_Commit(), machine.Line()), flush=True)
   print('model: D=%d, hidden %d, %d heads, %d layers, vocabulary %d; batch %d one-token prompts; '
         'pipelined M=%d' % (args.model_dim, args.hidden_dim, args.num_heads, args.num_layers,
                             decoder_lm.VOCAB_SIZE, args.batch, args.micro_batches))
   print('load average at the start: %s' % _Load())
-  config = placement.SessionConfig(max(args.partitions), args.intra_op_threads,
+  config = placement.SessionConfig(max(args.devices), args.intra_op_threads,
                                    args.inter_op_threads)
   rows = []
   memory = {}
-  for k in args.partitions:
+  for k in args.devices:
     for n in args.new_tokens:
       configs = [_Config(args, k, n, mode, config) for mode in MODES]
       for r in range(args.rounds):
@@ -192,7 +192,7 @@ def main(unused_argv):
   print()
   print('Decoding states per device, %d prompts x %d positions:' %
         (args.batch, 1 + max(args.new_tokens)))
-  for k in args.partitions:
+  for k in args.devices:
     print('  K=%d: %s' % (k, ', '.join('%s %.2f MiB' % (placement_name, b / 2.0**20)
                                        for placement_name, b in sorted(memory[k].items()))))
   print()

@@ -48,7 +48,7 @@ from tensorpipe.tasks.image import amoebanet
 from tensorpipe.trainer import command_line
 
 flags.DEFINE_bool('skip_timing', False, 'Only part 1.')
-flags.DEFINE_integer('k', 2, 'Partitions (= logical CPU devices) in part 2.')
+flags.DEFINE_integer('k', 2, 'K, the logical CPU devices of part 2 (one partition each).')
 flags.DEFINE_integer('micro_batches', 4, 'M in part 2.')
 flags.DEFINE_integer('rounds', 12, 'Interleaved timing rounds.')
 flags.DEFINE_integer('steps_per_round', 5, 'Timed steps per round.')

@@ -1,7 +1,7 @@
 """Checks that pipelining leaves a registered model's gradients unchanged (the GPipe paper's test).
 
 Takes one batch of the model's training input and computes the gradient of the task's loss with
-respect to every trainable variable: once unpipelined (the reference) and once per K partitions and
+respect to every trainable variable: once unpipelined (the reference) and once per K devices and
 M micro-batches of the grid, each build on K logical CPU devices starting from the same weights.
 Prints, per variable, the reference gradient's norm and each variant's difference divided by the
 largest reference gradient norm, then the global gradient norm of each variant (the paper's
@@ -15,7 +15,7 @@ run: <cause>`. `--example=paper` runs the paper's own test (supplementary Figure
 convolutions, 8 micro-batches, K = 1, 2, 4).
 
   python -m tools.consistency --model=digits.TinyConvPipeline
-  python -m tools.consistency --model=digits.TinyConvPipeline --partitions=1,2 \
+  python -m tools.consistency --model=digits.TinyConvPipeline --devices=1,2 \
       --micro_batches=1,2
   python -m tools.consistency --example=paper
   python -m tools.consistency --list_models --params_module=mymodels
@@ -53,10 +53,10 @@ flags.DEFINE_string('model', None,
 flags.DEFINE_enum('example', None, EXAMPLES,
                   "Run a built-in example instead of a model: 'paper' is the GPipe paper's test "
                   '(16 convolutions, default K = 1,2,4 and M = 8).')
-flags.DEFINE_string('partitions', None,
-                    'Comma-separated K to compare, e.g. 1,2,4 (the default). A K above a '
-                    'pipeline\'s number of layers is skipped with a note; each K needs K logical '
-                    'CPU devices, which the tool creates.')
+flags.DEFINE_string('devices', None,
+                    'Comma-separated K (devices of each pipeline) to compare, e.g. 1,2,4 (the '
+                    'default). A K above a pipeline\'s number of layers is skipped with a note; '
+                    'each K needs K logical CPU devices, which the tool creates.')
 flags.DEFINE_string('micro_batches', None,
                     'Comma-separated M to compare, e.g. 1,4 (the default; 8 for '
                     '--example=paper). Each M must not exceed the batch size.')
@@ -95,7 +95,7 @@ def _Ints(flag, text):
 
 def BuildCase(args):
   """The consistency.Case and tolerance the parsed flags `args` ask for."""
-  partitions = _Ints('--partitions', args.partitions)
+  devices = _Ints('--devices', args.devices)
   micro_batches = _Ints('--micro_batches', args.micro_batches)
   if args.tolerance is not None and not args.tolerance > 0:
     raise _UsageError('--tolerance=%r must be a positive number, e.g. --tolerance=%g' %
@@ -104,14 +104,14 @@ def BuildCase(args):
     raise _UsageError('give exactly one of --model=REGISTERED (e.g. '
                       '--model=digits.TinyConvPipeline) and --example=paper')
   if args.example == 'paper':
-    case = consistency_cases.PaperExample(partitions or consistency.DEFAULT_PARTITIONS,
+    case = consistency_cases.PaperExample(devices or consistency.DEFAULT_DEVICES,
                                           micro_batches or PAPER_MICRO_BATCHES)
     return case, args.tolerance or consistency.PAPER_TOLERANCE
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()  # Lingvo's registry reads its override flags; keep the defaults.
   registry.ImportUserModules(args.model, args.params_module)
   cfg = registry.ModelParams(args.model, 'Train')
-  case = consistency_cases.TaskCase(cfg.task, partitions or consistency.DEFAULT_PARTITIONS,
+  case = consistency_cases.TaskCase(cfg.task, devices or consistency.DEFAULT_DEVICES,
                                     micro_batches or consistency.DEFAULT_MICRO_BATCHES,
                                     input_params=cfg.input, title=args.model)
   return case, args.tolerance or consistency.DEFAULT_TOLERANCE

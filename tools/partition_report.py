@@ -6,7 +6,7 @@ partition cost), the bubble and the efficiency they predict for M micro-batches.
 the same layers to compare choices without editing the params.
 
   python -m tools.partition_report --model=digits.TinyConvPipeline
-  python -m tools.partition_report --model=digits.TinyConvPipeline --num_partitions=2 \\
+  python -m tools.partition_report --model=digits.TinyConvPipeline --num_devices=2 \\
       --cost=memory --algorithm=both --memory_budget=1MiB
 """
 
@@ -29,7 +29,8 @@ from tensorpipe import units  # pylint: disable=g-import-not-at-top
 flags.DEFINE_string('model', None, 'Registered model, e.g. digits.TinyConvPipeline.',
                     required=True)
 flags.DEFINE_string('dataset', 'Train', 'Which dataset params to read.')
-flags.DEFINE_integer('num_partitions', None, 'Re-split into K partitions.')
+flags.DEFINE_integer('num_devices', None, 'Re-split for K devices (K x virtual_stages '
+                     'partitions).')
 flags.DEFINE_integer('num_micro_batches', None, 'M for the prediction.')
 flags.DEFINE_enum('cost', None, partitioning.COST_SOURCES,
                   'Cost source (default: the params\' partition_cost).')
@@ -39,9 +40,14 @@ flags.DEFINE_string('memory_budget', None, 'Bytes per device, e.g. 8GiB.')
 FLAGS = flags.FLAGS
 
 
-def Reports(model, dataset='Train', num_partitions=None, num_micro_batches=None, cost=None,
+def Reports(model, dataset='Train', num_devices=None, num_micro_batches=None, cost=None,
             algorithms=('optimal',), memory_budget=None):
-  """Reports for every TensorPipeLayer of `model` (flags override the params' values)."""
+  """Reports for every TensorPipeLayer of `model` (the arguments override the params' values).
+
+  The plan is the one the layer itself builds (partitioning.PipelinePlan: K x virtual_stages
+  partitions, skip connections included); any override re-cuts explicit `partitions` from their
+  layers.
+  """
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()  # Lingvo's registry reads its override flags; keep the defaults.
   registry.ImportModel(model)
@@ -51,20 +57,24 @@ def Reports(model, dataset='Train', num_partitions=None, num_micro_batches=None,
     raise ValueError('model %s has no TensorPipeLayer' % model)
   reports = []
   for path, p in pipelines:
-    if p.layers is not None:
-      layers, sizes = list(p.layers), None
-    else:
-      layers = [l for partition in p.partitions for l in partition]
-      sizes = [len(partition) for partition in p.partitions]
-    k = num_partitions or placement.NumDevices(p) or len(sizes)
-    if num_partitions or cost or memory_budget is not None or algorithms != ('optimal',):
-      sizes = None  # Re-partition.
+    where = '%s (%s)' % (model, path)
+    p = p.Copy()
+    k = num_devices or placement.NumDevices(p)
+    if k is None and p.partitions is not None:
+      k = len(p.partitions) // p.virtual_stages
+    if num_devices or cost or memory_budget is not None or algorithms != ('optimal',):
+      if p.partitions is not None:  # Re-partition the same layers.
+        p.layers, p.partitions = [l for partition in p.partitions for l in partition], None
+      p.partition_cost = cost or p.partition_cost
+      if memory_budget is not None:
+        p.memory_budget = memory_budget
+    if 'num_partitions' in p:
+      p.num_partitions = None  # K is in num_devices (placement.NumDevices read the old name).
+    p.num_devices = k
     m = num_micro_batches or p.num_micro_batches
     for algorithm in algorithms:
-      plan = partitioning.MakePlan(
-          layers, k, p.cost_input_shapes, cost or p.partition_cost, algorithm,
-          memory_budget if memory_budget is not None else p.memory_budget, m, p.recompute,
-          p.bytes_per_param, None, sizes, where='%s (%s)' % (model, path))
+      plan = partitioning.PipelinePlan(p.Copy().Set(partition_algorithm=algorithm), k, m, None,
+                                       where)
       reports.append(partition_report.Build(plan, '%s %s' % (model, path)))
   return reports
 
@@ -74,7 +84,7 @@ def main(unused_argv):
   algorithms = balancing.ALGORITHMS if args.algorithm == 'both' else (args.algorithm,)
   try:
     budget = None if args.memory_budget is None else units.ParseBytes(args.memory_budget)
-    reports = Reports(args.model, args.dataset, args.num_partitions, args.num_micro_batches,
+    reports = Reports(args.model, args.dataset, args.num_devices, args.num_micro_batches,
                       args.cost, algorithms, budget)
   except (ValueError, registry.UsageError) as e:
     print('partition_report: error: %s' % e, file=sys.stderr)

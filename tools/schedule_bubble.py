@@ -63,14 +63,14 @@ def _Stack(num_layers, width):
          ] + [workloads.SquaredNorm.Params().Set(name='loss')]
 
 
-def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, inter_op, warmup=3):
-  """profiling.Trace of one SGD step of `stack` as a pipeline on K = `num_partitions` devices with
+def TracedStep(stack, num_devices, num_micro, micro_batch_size, width, name, inter_op, warmup=3):
+  """profiling.Trace of one SGD step of `stack` as a pipeline on K = `num_devices` devices with
   schedule `name` (with the fewest partitions per device it runs,
   schedule_builders.LeastVirtualStages)."""
   with tf.Graph().as_default() as graph, cluster_factory.ForTestingWorker(
-      cpus=num_partitions, split_size=num_partitions):
+      cpus=num_devices, split_size=num_devices):
     net = layer_lib.TensorPipeLayer.Params().Set(
-        name='pipe', layers=stack, num_devices=num_partitions, num_micro_batches=num_micro,
+        name='pipe', layers=stack, num_devices=num_devices, num_micro_batches=num_micro,
         schedule=name, virtual_stages=schedule_builders.LeastVirtualStages(name),
         forward_overlap=False).Instantiate()
     x = tf.constant(np.random.RandomState(0).normal(
@@ -79,7 +79,7 @@ def TracedStep(stack, num_partitions, num_micro, micro_batch_size, width, name, 
     variables = tf.trainable_variables()
     grads = tf.gradients(loss, variables, colocate_gradients_with_ops=True)
     step = tf.group(*[v.assign_sub(1e-3 * g) for v, g in zip(variables, grads)])
-    config = placement.SessionConfig(num_partitions, 1, inter_op)
+    config = placement.SessionConfig(num_devices, 1, inter_op)
     with tf.Session(graph=graph, config=config) as sess:
       sess.run(tf.global_variables_initializer())
       for _ in range(warmup):

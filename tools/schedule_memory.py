@@ -1,8 +1,8 @@
 r"""Step memory of every schedule, per device, from a traced step.
 
 A stack whose boundary activations dominate (wide micro-batches, narrow cheap layers: --layers dense
-tanh layers of --width, a per-example squared-norm loss as the last layer), K = --partitions
-partitions on K logical CPU devices, M = --micro_batches micro-batches of --micro_batch_size
+tanh layers of --width, a per-example squared-norm loss as the last layer), K = --devices
+logical CPU devices (one partition each), M = --micro_batches micro-batches of --micro_batch_size
 examples, trained one step (forward, gradients, SGD update) with each schedule in its own process.
 Per device: the peak of memory allocated during the step (profiling.Trace.PeakMemory: what the step
 adds above the resident variables and inputs), and the ratio 1f1b / gpipe. Fill-drain keeps every
@@ -18,7 +18,7 @@ partitions); their stash is estimated the same way, against the schedule's own c
 holding one boundary input of the same size here.
 
   python -m tools.schedule_memory                   # K = 4, M = 32; about 1 minute
-  python -m tools.schedule_memory --partitions 4 --micro_batches 8
+  python -m tools.schedule_memory --devices 4 --micro_batches 8
 
 Results: docs/benchmarks.md.
 """
@@ -34,7 +34,8 @@ from tensorpipe import progress as progress_lib
 from tensorpipe import schedule_builders  # No TensorFlow: the parent process stays light.
 from tensorpipe.trainer import command_line
 
-flags.DEFINE_integer('partitions', 4, 'K.')
+flags.DEFINE_integer('devices', 4, 'K, the devices (one partition each; two each for '
+                     'interleaved_1f1b and zbv).')
 flags.DEFINE_integer('micro_batches', 32, 'M.')
 flags.DEFINE_integer('micro_batch_size', 512, 'Examples per micro-batch.')
 flags.DEFINE_integer('width', 64, 'Width of every layer.')
@@ -65,7 +66,7 @@ def Child(args):
   from tensorpipe.measure import profiling  # pylint: disable=g-import-not-at-top
   from tensorpipe.measure import workloads  # pylint: disable=g-import-not-at-top
 
-  k, m = args.partitions, args.micro_batches
+  k, m = args.devices, args.micro_batches
   stack = [layers.FCLayer.Params().Set(name='fc%d' % i, input_dim=args.width,
                                        output_dim=args.width, activation='TANH')
            for i in range(args.layers)] + [workloads.SquaredNorm.Params().Set(name='loss')]
@@ -97,7 +98,7 @@ def Child(args):
 def _Measure(args, schedule):
   cmd = [sys.executable, '-m', 'tools.schedule_memory', '--child', '--schedule', schedule] + [
       '--%s=%s' % (n, getattr(args, n)) for n in
-      ('partitions', 'micro_batches', 'micro_batch_size', 'width', 'layers')]
+      ('devices', 'micro_batches', 'micro_batch_size', 'width', 'layers')]
   proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False,
                         cwd=_REPO)
   for line in proc.stdout.splitlines():
@@ -114,7 +115,7 @@ def main(unused_argv):
   # TensorFlow is imported here only to say which kernels the children run.
   from tensorpipe.measure import machine  # pylint: disable=g-import-not-at-top
   print(machine.Line(), flush=True)
-  k, m = args.partitions, args.micro_batches
+  k, m = args.devices, args.micro_batches
   boundary = args.micro_batch_size * args.width * 4 / KIB
   print('%d dense tanh layers of width %d + a per-example loss, K = %d, M = %d micro-batches of %d '
         '(a boundary activation: %.0f KiB); one traced training step per schedule' %

@@ -1,6 +1,6 @@
 """The GPipe paper's gradient-norm consistency test, for any model with TensorPipeLayers.
 
-A pipeline must not change what a step computes: for every K (partitions) and M (micro-batches) the
+A pipeline must not change what a step computes: for every K (devices) and M (micro-batches) the
 gradients must equal those of the same layers run one after another, up to float rounding (the
 sums over micro-batches add in another order). `consistency_cases.Check` verifies this for a Lingvo
 task: it takes one batch from the task's training input, builds the task once as the unpipelined
@@ -62,7 +62,7 @@ TOLERANCE_REASON = ('float32 rounding of the re-ordered sums gives 8e-8 to 1.1e-
                     'registered models; %.0e leaves a ~9x margin, while a wrong batch_dim or a '
                     'layer that mixes examples gives 1e-2 or more' % DEFAULT_TOLERANCE)
 PAPER_TOLERANCE = 1e-6  # The paper's figure: global gradient norms equal to 1e-6.
-DEFAULT_PARTITIONS = (1, 2, 4)
+DEFAULT_DEVICES = (1, 2, 4)
 DEFAULT_MICRO_BATCHES = (1, 4)
 DEFAULT_SEED = 1234
 REFERENCE = 'unpipelined'
@@ -84,10 +84,11 @@ class Variant(NamedTuple):
   """One configuration to build: `build` is called in a fresh graph, inside a cluster of the
   case's logical CPU devices, and returns a `Built` (or a (loss, variables) pair).
 
-  num_partitions and num_micro_batches are K and M, or None for the unpipelined reference.
+  num_devices and num_micro_batches are K (the devices of each pipeline) and M, or None for the
+  unpipelined reference.
   """
   name: str
-  num_partitions: Optional[int]
+  num_devices: Optional[int]
   num_micro_batches: Optional[int]
   build: BuildFn
 
@@ -135,8 +136,8 @@ class VariantResult:
     return max((float(np.linalg.norm(g)) for g in self.grads.values()), default=0.0)
 
 
-def VariantName(num_partitions: int, num_micro_batches: int) -> str:
-  return 'K=%d M=%d' % (num_partitions, num_micro_batches)
+def VariantName(num_devices: int, num_micro_batches: int) -> str:
+  return 'K=%d M=%d' % (num_devices, num_micro_batches)
 
 
 def MicroBatchReferenceName(num_micro_batches: int) -> str:
@@ -243,7 +244,7 @@ def Compare(case: Case, tolerance: float = DEFAULT_TOLERANCE, seed: int = DEFAUL
   """
   if not tolerance > 0:
     raise ValueError('tolerance must be positive, got %r' % (tolerance,))
-  num_devices = max([v.num_partitions or 1 for v in case.variants] + [1])
+  num_devices = max([v.num_devices or 1 for v in case.variants] + [1])
   total = 1 + len(case.variants)
 
   def Run(variant, what, why=''):
@@ -311,7 +312,7 @@ class ConsistencyReport:
       if m in self.micro_references:
         self.fixed_m_bases[m] = self.micro_references[m]
       elif at_m:
-        self.fixed_m_bases[m] = min(at_m, key=lambda r: r.variant.num_partitions or 1)
+        self.fixed_m_bases[m] = min(at_m, key=lambda r: r.variant.num_devices or 1)
     self.baselines: Dict[str, VariantResult] = {}  # Variant name -> what it is compared with.
     for result in results:
       micro = result.variant.num_micro_batches
@@ -365,7 +366,7 @@ class ConsistencyReport:
     lines += ['  ' + note for note in self.case.notes]
     lines.append('  reference: the same layers unpipelined (unpipelined=True), one after another; '
                  '%d logical CPU devices' %
-                 max([r.variant.num_partitions or 1 for r in self.results] + [1]))
+                 max([r.variant.num_devices or 1 for r in self.results] + [1]))
     lines.append('  tolerance %.1e%s' % (self.tolerance, ': ' + TOLERANCE_REASON
                                           if self.tolerance == DEFAULT_TOLERANCE else ''))
     lines.append('')

@@ -23,7 +23,7 @@ from tensorpipe import layer as layer_lib
 from tensorpipe import micro_batching
 from tensorpipe import randomness
 from tensorpipe.measure.consistency import Built, Case, Compare, ConsistencyReport
-from tensorpipe.measure.consistency import DEFAULT_MICRO_BATCHES, DEFAULT_PARTITIONS
+from tensorpipe.measure.consistency import DEFAULT_MICRO_BATCHES, DEFAULT_DEVICES
 from tensorpipe.measure.consistency import DEFAULT_SEED, DEFAULT_TOLERANCE, MicroBatchReferenceName
 from tensorpipe.measure.consistency import REFERENCE, Variant, VariantName
 
@@ -61,18 +61,19 @@ def NumLayers(pipeline: hyperparams.Params) -> int:
   return len(pipeline.layers or [])
 
 
-def WithPipelines(params: hyperparams.Params, num_partitions: int, num_micro_batches: int,
+def WithPipelines(params: hyperparams.Params, num_devices: int, num_micro_batches: int,
                   unpipelined: bool = False) -> hyperparams.Params:
-  """A copy of `params` with every TensorPipeLayer cut into `num_partitions` partitions of its
-  layers (explicit `partitions` are flattened into `layers`) and run with `num_micro_batches`
-  micro-batches, or `unpipelined`. Memory budgets and explicit `devices` are dropped, since they
-  were chosen for the model's own K; the schedule and everything else is kept."""
+  """A copy of `params` with every TensorPipeLayer's layers spread over `num_devices` devices
+  (explicit `partitions` are flattened into `layers` and cut anew) and run with
+  `num_micro_batches` micro-batches, or `unpipelined`. Memory budgets and explicit `devices`
+  are dropped, since they were chosen for the model's own K; the schedule and everything else is
+  kept."""
   params = params.Copy()
   for _, p in layer_lib.Pipelines(params):
     if p.partitions is not None:
       p.layers = [layer for partition in p.partitions for layer in partition]
       p.partitions = None
-    p.num_devices, p.num_partitions = num_partitions, None  # K; the Param's old name cleared.
+    p.num_devices, p.num_partitions = num_devices, None  # K; the Param's old name cleared.
     p.num_micro_batches = num_micro_batches
     p.micro_batch_size = None
     p.memory_budget = None
@@ -143,7 +144,7 @@ def SplitExamples(batch: py_utils.NestedMap, axes: Dict[str, Optional[int]],
   return parts
 
 
-def TaskCase(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAULT_PARTITIONS,
+def TaskCase(task_params: hyperparams.Params, devices: Sequence[int] = DEFAULT_DEVICES,
              micro_batches: Sequence[int] = DEFAULT_MICRO_BATCHES,
              input_params: Optional[hyperparams.Params] = None,
              title: Optional[str] = None) -> Case:
@@ -152,8 +153,8 @@ def TaskCase(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAUL
   Args:
     task_params: the task's Params (e.g. a registered model's `cfg.task`), holding TensorPipeLayer
       Params anywhere inside.
-    partitions, micro_batches: the K and M of the grid. A K larger than some pipeline's number of
-      layers is skipped with a note.
+    devices, micro_batches: the K (devices of each pipeline) and M of the grid. A K larger than
+      some pipeline's number of layers is skipped with a note.
     input_params: the training input generator's Params; default `task_params.input`. One batch of
       it is taken and fed, as constants, to every variant.
     title: the report's first line.
@@ -162,7 +163,7 @@ def TaskCase(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAUL
     ValueError: (one line) if the task has no TensorPipeLayer, no input Params, or the grid is not
       positive integers.
   """
-  partitions, micro_batches = _Grid('partitions', partitions), _Grid('micro_batches', micro_batches)
+  devices, micro_batches = _Grid('devices', devices), _Grid('micro_batches', micro_batches)
   task_params = task_params.Copy()
   name = title or 'task %r' % task_params.name
   pipelines = layer_lib.Pipelines(task_params)
@@ -183,12 +184,12 @@ def TaskCase(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAUL
     notes.append('TensorPipeLayer %s: %d layers, schedule %r, recompute %r' %
                  (_TaskPath(path), NumLayers(p), p.schedule, p.recompute))
   fewest = min(NumLayers(p) for _, p in pipelines)
-  for k in partitions:
+  for k in devices:
     if k > fewest:
       path = [path for path, p in pipelines if NumLayers(p) == fewest][0]
       notes.append('K=%d skipped: TensorPipeLayer %s has only %d layers' %
                    (k, _TaskPath(path), fewest))
-  partitions = [k for k in partitions if k <= fewest]
+  devices = [k for k in devices if k <= fewest]
 
   axes = ExampleAxes(batch, input_params.Get('batch_size') if 'batch_size' in input_params
                      else None)
@@ -232,11 +233,11 @@ def TaskCase(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAUL
               for path, p in pipelines))
   reference = Variant(REFERENCE, None, None, Builder(WithPipelines(task_params, 1, 1, True)))
   variants = [Variant(VariantName(k, m), k, m, Builder(WithPipelines(task_params, k, m)))
-              for m in micro_batches for k in partitions]
+              for m in micro_batches for k in devices]
   return Case(name, reference, variants, notes, MicroBatchReference, hint)
 
 
-def PaperExample(partitions: Sequence[int] = (1, 2, 4),
+def PaperExample(devices: Sequence[int] = (1, 2, 4),
                  micro_batches: Sequence[int] = (8,)) -> Case:
   """The GPipe paper's consistency test (supplementary Figure 1) as a Case.
 
@@ -245,23 +246,23 @@ def PaperExample(partitions: Sequence[int] = (1, 2, 4),
   input (fixed numpy seed); the loss is the mean of the outputs. The paper runs K = 1, 2, 4 with 8
   micro-batches and finds the same gradient norm.
   """
-  partitions, micro_batches = _Grid('partitions', partitions), _Grid('micro_batches', micro_batches)
+  devices, micro_batches = _Grid('devices', devices), _Grid('micro_batches', micro_batches)
   notes = ['16 Conv2DLayerNoPadding layers, filter (3, 3, 1, 1), stride 1; input uniform '
            '[16, 8, 8, 1]; loss = mean of the outputs']
-  for k in partitions:
+  for k in devices:
     if k > 16:
       notes.append('K=%d skipped: the example has only 16 layers' % k)
-  partitions = [k for k in partitions if k <= 16]
+  devices = [k for k in devices if k <= 16]
   x = np.random.RandomState(12345).uniform(size=[16, 8, 8, 1]).astype(np.float32)
 
-  def Builder(num_partitions, num_micro_batches, unpipelined=False):
+  def Builder(num_devices, num_micro_batches, unpipelined=False):
 
     def Build():
       layers = [lingvo_layers.Conv2DLayerNoPadding.Params().Set(
           name='conv%d' % i, filter_shape=(3, 3, 1, 1), filter_stride=(1, 1),
           params_init=py_utils.WeightInit.Gaussian(0.5, seed=i)) for i in range(16)]
       net = layer_lib.TensorPipeLayer.Params().Set(
-          name='pipe', layers=layers, num_devices=num_partitions,
+          name='pipe', layers=layers, num_devices=num_devices,
           num_micro_batches=num_micro_batches, unpipelined=unpipelined).Instantiate()
       loss = tf.reduce_mean(net.FPropDefaultTheta(tf.constant(x)))
       return Built(loss, tf.trainable_variables(), MicroBatchDependence(net))
@@ -270,7 +271,7 @@ def PaperExample(partitions: Sequence[int] = (1, 2, 4),
 
   reference = Variant(REFERENCE, None, None, Builder(1, 1, unpipelined=True))
   variants = [Variant(VariantName(k, m), k, m, Builder(k, m))
-              for m in micro_batches for k in partitions]
+              for m in micro_batches for k in devices]
   return Case('the GPipe paper\'s consistency test (supplementary Figure 1)', reference, variants,
               notes)
 
@@ -284,11 +285,11 @@ def _Grid(name: str, values: Sequence[int]) -> List[int]:
   return list(dict.fromkeys(int(v) for v in values))
 
 
-def Check(task_params: hyperparams.Params, partitions: Sequence[int] = DEFAULT_PARTITIONS,
+def Check(task_params: hyperparams.Params, devices: Sequence[int] = DEFAULT_DEVICES,
           micro_batches: Sequence[int] = DEFAULT_MICRO_BATCHES,
           tolerance: float = DEFAULT_TOLERANCE, input_params: Optional[hyperparams.Params] = None,
           title: Optional[str] = None, seed: int = DEFAULT_SEED) -> ConsistencyReport:
   """The consistency check of a task (see the module docstring and `TaskCase`): a
   ConsistencyReport whose `Format()` is the text and `ok` the verdict."""
-  return Compare(TaskCase(task_params, partitions, micro_batches, input_params, title), tolerance,
+  return Compare(TaskCase(task_params, devices, micro_batches, input_params, title), tolerance,
                  seed)

@@ -47,7 +47,7 @@ def Args():
 
 
 def PositiveInts(values):
-  """Validator of a DEFINE_list flag whose items are integers >= 1 (e.g. --partitions=1,2,4)."""
+  """Validator of a DEFINE_list flag whose items are integers >= 1 (e.g. --devices=1,2,4)."""
   try:
     return all(int(v) >= 1 for v in values)
   except ValueError:

@@ -70,7 +70,7 @@ class WithPipelinesTest(test_utils.TestCase):
 
   def testKAboveTheLayersIsSkippedWithANote(self):
     task = TimeMajorTask(batch_dim=1)
-    case = consistency_cases.TaskCase(task, partitions=(1, 3, 4), micro_batches=(1,),
+    case = consistency_cases.TaskCase(task, devices=(1, 3, 4), micro_batches=(1,),
                                       input_params=ConstantInput.Params())
     self.assertEqual([v.name for v in case.variants], ['K=1 M=1', 'K=3 M=1'])
     self.assertIn('K=4 skipped: TensorPipeLayer task.pipeline has only 3 layers', case.notes)
@@ -86,9 +86,9 @@ class WithPipelinesTest(test_utils.TestCase):
                                  input_params=ConstantInput.Params())
     with self.assertRaisesRegex(ValueError, r"^task 'tiny' has no input Params"):
       consistency_cases.TaskCase(TimeMajorTask(1))
-    with self.assertRaisesRegex(ValueError, r'^partitions must be a non-empty list of positive '
+    with self.assertRaisesRegex(ValueError, r'^devices must be a non-empty list of positive '
                                 r'integers, got \[1, 0\]$'):
-      consistency_cases.TaskCase(TimeMajorTask(1), partitions=(1, 0),
+      consistency_cases.TaskCase(TimeMajorTask(1), devices=(1, 0),
                                  input_params=ConstantInput.Params())
 
 
@@ -98,14 +98,14 @@ class CheckTest(test_utils.TestCase):
   # as a user does and checks the global norms.
 
   def testRightBatchDimPasses(self):
-    report = consistency_cases.Check(TimeMajorTask(batch_dim=1), partitions=(1, 2),
+    report = consistency_cases.Check(TimeMajorTask(batch_dim=1), devices=(1, 2),
                                      micro_batches=(1, 2), input_params=ConstantInput.Params())
     self.assertTrue(report.ok, report.Format())
     self.assertEqual(sorted(report.differences), ['K=1 M=1', 'K=1 M=2', 'K=2 M=1', 'K=2 M=2'])
     self.assertLess(report.LargestDifference()[0], 1e-6)
 
   def testWrongBatchDimFailsAtEveryKWithMoreThanOneMicroBatch(self):
-    report = consistency_cases.Check(TimeMajorTask(batch_dim=0), partitions=(1, 2),
+    report = consistency_cases.Check(TimeMajorTask(batch_dim=0), devices=(1, 2),
                                      micro_batches=(1, 2), input_params=ConstantInput.Params())
     self.assertFalse(report.ok)
     self.assertEqual(sorted({variant for variant, _, _ in report.mismatches}),
@@ -123,7 +123,7 @@ class CheckTest(test_utils.TestCase):
 
   @pytest.mark.slow  # Six builds with grappler: 2-8 s.
   def testBatchNormIsComparedWithTheMicroBatchReference(self):
-    report = consistency_cases.Check(BatchNormTask(), partitions=(1, 2), micro_batches=(1, 2))
+    report = consistency_cases.Check(BatchNormTask(), devices=(1, 2), micro_batches=(1, 2))
     text = report.Format()
     self.assertTrue(report.ok, text)
     self.assertEqual(list(report.fixed_m), [2])
@@ -146,7 +146,7 @@ class CheckTest(test_utils.TestCase):
     self.assertGreater(largest / reference.max_norm, 10 * consistency.DEFAULT_TOLERANCE)
 
   def testTimeMajorBatchNormWithTheRightBatchDimPasses(self):
-    report = consistency_cases.Check(TimeMajorBatchNormTask(batch_dim=1), partitions=(2,),
+    report = consistency_cases.Check(TimeMajorBatchNormTask(batch_dim=1), devices=(2,),
                                      micro_batches=(2,), input_params=ConstantInput.Params())
     self.assertTrue(report.ok, report.Format())
     self.assertIs(report.baselines['K=2 M=2'], report.micro_references[2])
@@ -154,7 +154,7 @@ class CheckTest(test_utils.TestCase):
 
   def testTimeMajorBatchNormWithBatchDimZeroFailsNamingBatchDim(self):
     # Compared across K at fixed M, as before, this passed: a wrong split never depends on K.
-    report = consistency_cases.Check(TimeMajorBatchNormTask(batch_dim=0), partitions=(2,),
+    report = consistency_cases.Check(TimeMajorBatchNormTask(batch_dim=0), devices=(2,),
                                      micro_batches=(1, 2), input_params=ConstantInput.Params())
     text = report.Format()
     self.assertFalse(report.ok, text)
@@ -171,7 +171,7 @@ class CheckTest(test_utils.TestCase):
   def testAVariantThatFailsToRunIsReportedWithItsCauseNotAsADifference(self):
     task = TimeMajorTask(batch_dim=0)
     task.pipeline.check_batch_dim = True  # Its check fails the first step: the layers mix along T.
-    report = consistency_cases.Check(task, partitions=(2,), micro_batches=(2,),
+    report = consistency_cases.Check(task, devices=(2,), micro_batches=(2,),
                                      input_params=ConstantInput.Params())
     text = report.Format()
     self.assertFalse(report.ok)

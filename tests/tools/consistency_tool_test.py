@@ -83,7 +83,7 @@ class ConsistencyToolTest(unittest.TestCase):
   @pytest.mark.slow
   def testRegisteredDigitsModelPasses(self):
     code, out, err = helpers.RunTool('consistency', '--model=digits.TinyConvPipeline',
-                                     '--partitions=1,2', '--micro_batches=1,2')
+                                     '--devices=1,2', '--micro_batches=1,2')
     self.assertEqual(code, 0, err)
     self.assertIn('consistency check: digits.TinyConvPipeline', out)
     self.assertIn('batch: image [64, 8, 8, 1] float32', out)
@@ -104,7 +104,7 @@ class ConsistencyToolTest(unittest.TestCase):
     with _UserModule():
       code, out, err = helpers.RunTool(
           'consistency', '--model=tp_consistency_models.TimeMajorWrongBatchDim',
-          '--partitions=1,2', '--micro_batches=1,2')
+          '--devices=1,2', '--micro_batches=1,2')
     self.assertEqual(code, 1, out + err)
     self.assertRegex(out.splitlines()[-1], r'^FAIL: 2 of 4 variant\(s\) \(K=1 M=2, K=2 M=2\) '
                      r'differ by more than 1\.0e-05; largest: ')
@@ -115,7 +115,7 @@ class ConsistencyToolTest(unittest.TestCase):
     with _UserModule():
       code, out, err = helpers.RunTool(
           'consistency', '--model=tp_consistency_models.TimeMajorBatchNormWrongBatchDim',
-          '--partitions=2', '--micro_batches=2')
+          '--devices=2', '--micro_batches=2')
     self.assertEqual(code, 1, out + err)
     self.assertIn('compared with unpipelined M=2: the same layers unpipelined, run on each of the '
                   '2 micro-batches of examples in turn', out)
@@ -139,11 +139,11 @@ class ConsistencyToolTest(unittest.TestCase):
   @pytest.mark.slow  # Two runs of the tool, each importing TensorFlow and Lingvo.
   def testUsageErrorsAreOneLine(self):
     code, _, err = helpers.RunTool('consistency', '--model=digits.TinyConvPipeline',
-                                   '--partitions=1,two')
+                                   '--devices=1,two')
     self.assertEqual(code, 2, err)
     self.assertEqual(err.strip().splitlines()[-1],
-                     'consistency: error: --partitions=1,two is not a comma-separated list of '
-                     'positive integers; write e.g. --partitions=1,2,4')
+                     'consistency: error: --devices=1,two is not a comma-separated list of '
+                     'positive integers; write e.g. --devices=1,2,4')
     self.assertEqual(len([l for l in err.splitlines() if 'consistency' in l]), 1, err)
     code, _, err = helpers.RunTool('consistency', '--model=digits.NoSuchModel')
     self.assertEqual(code, 2, err)
