@@ -122,7 +122,8 @@ def VariableDevices(cluster: Any, num_devices: int,
   job (Lingvo's --cluster_spec) the controller initialises and checkpoints the variables the trainer
   client's steps use. A job that builds the model on devices of its own (the controller's) but sees
   the worker tasks in its session therefore takes split 0 of the worker job, as the trainer client
-  does; everywhere else (one process, or an evaler on its own) these are `PartitionDevices`.
+  does; everywhere else (one process, or an evaler on its own) these are the devices
+  `SplitDevices` returns.
   """
   if devices is None and cluster.job_spec.name != cluster.params.worker.name:
     listed = tf_internals.SessionDevices(cluster)

@@ -126,7 +126,7 @@ def _TaskSlices(trace):
       key = (op.pipeline, op.category, op.partition, op.micro_batch)
       start, end = spans.get(key, (op.start, op.end))
       spans[key] = (min(start, op.start), max(end, op.end))
-  device_of = trace.PartitionDevices()
+  device_of = trace.DeviceOfPartition()
   slices = [key + span for key, span in spans.items()]
   for pipeline in trace.PipelineKeys():
     # One per backward or weight-gradient task that re-ran partition k on micro-batch t.

@@ -168,11 +168,48 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: device_profile
   none does, the one that needs the least memory, marked as not fitting. A device's memory sums
   its partitions' (see _DeviceMemory).
   """
-  config = _Prepare(profiles, device, memory, replicas, pipeline_devices, micro_batches,
-                    schedule_name, recompute, bytes_per_param, bytes_per_activation, layer_times,
-                    batch, micro_batch_overhead, virtual_stages).Simulate()
+  costs = _Costs(tuple(profiles), device, memory, bytes_per_param, bytes_per_activation,
+                 None if layer_times is None else tuple(layer_times), batch, micro_batch_overhead)
+  config = _Prepare(costs, replicas, pipeline_devices, micro_batches, schedule_name, recompute,
+                    virtual_stages).Simulate()
   config.examples_per_second = 0.0  # PlanPipeline's: it knows the global batch.
   return config
+
+
+@dataclasses.dataclass(frozen=True)
+class _Costs:
+  """What prices every configuration of a search: the layers' profiles for `batch` examples, the
+  devices and their memory, the bytes per parameter and activation element, measured layer times
+  (or None: from flops) and what each micro-batch after the first costs (see Evaluate)."""
+  profiles: Tuple[cost_model.LayerProfile, ...]
+  device: device_profiles.DeviceProfile
+  memory: float
+  bytes_per_param: float
+  bytes_per_activation: float
+  layer_times: Optional[Tuple[device_profiles.LayerTime, ...]]
+  batch: Optional[float]
+  micro_batch_overhead: float
+
+  def Share(self, replicas: int) -> '_Costs':
+    """The costs of one of `replicas` replicas: its share of the batch."""
+    if replicas == 1:
+      return self
+    return dataclasses.replace(
+        self, profiles=tuple(ScaledProfiles(self.profiles, 1.0 / replicas)),
+        batch=None if self.batch is None else self.batch / replicas)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Space:
+  """The configurations a search tries (see PlanPipeline's arguments of the same names)."""
+  batch: int
+  num_devices: int
+  schedules: Tuple[str, ...]
+  recomputes: Tuple[str, ...]
+  micro_batches: Tuple[int, ...]
+  pipeline_devices: Optional[Tuple[int, ...]]
+  replicas: Optional[Tuple[int, ...]]
+  interleaved_stages: Tuple[int, ...]
 
 
 @dataclasses.dataclass
@@ -197,22 +234,20 @@ class _Candidate:
     return self.config
 
 
-def _Prepare(profiles: Sequence[cost_model.LayerProfile], device: device_profiles.DeviceProfile,
-             memory: float, replicas: int, pipeline_devices: int, micro_batches: int,
-             schedule_name: str, recompute: str, bytes_per_param: float,
-             bytes_per_activation: float,
-             layer_times: Optional[Sequence[device_profiles.LayerTime]], batch: Optional[float],
-             micro_batch_overhead: float, virtual_stages: int) -> _Candidate:
-  """Evaluate's split, memory and task times: all but the simulation."""
+def _Prepare(costs: _Costs, replicas: int, pipeline_devices: int, micro_batches: int,
+             schedule_name: str, recompute: str, virtual_stages: int) -> _Candidate:
+  """Evaluate's split, memory and task times: all but the simulation (`costs` are one replica's)."""
   k, m, v = pipeline_devices, micro_batches, virtual_stages
+  profiles, device, memory = costs.profiles, costs.device, costs.memory
+  bytes_per_activation = costs.bytes_per_activation
   sched, in_flight, awaiting = _Schedule(schedule_name, k, m, v)
   num_partitions = k * v
 
   def Memory(stashed, waiting):
-    return cost_model.MemoryCost(profiles, m, recompute, bytes_per_param, bytes_per_activation,
-                                 stashed=stashed, waiting=waiting, running=1)
+    return cost_model.MemoryCost(profiles, m, recompute, costs.bytes_per_param,
+                                 bytes_per_activation, stashed=stashed, waiting=waiting, running=1)
 
-  layer_seconds = LayerSeconds(profiles, device, m, layer_times, batch)
+  layer_seconds = LayerSeconds(profiles, device, m, costs.layer_times, costs.batch)
   times = balancing.LayerCosts([f + b for f, b in layer_seconds], where='planner')
   # The split holds every partition to the most any device of the schedule holds (one fewer
   # awaiting its weight-gradient task, see _DeviceMemory), and to its share of the device: safe
@@ -227,10 +262,10 @@ def _Prepare(profiles: Sequence[cost_model.LayerProfile], device: device_profile
   fits = max(device_memory) <= memory
   why = '' if fits else 'needs %s > %s' % (units.FormatBytes(max(device_memory)),
                                           units.FormatBytes(memory))
-  costs = PartitionTaskTimes(layer_seconds, sizes, device, recompute, m, sched.splits_backward,
-                             device.backward_parallelism, micro_batch_overhead,
-                             [p.params for p in profiles],
-                             [cost_model.SelectiveShare(p) for p in profiles])
+  task_times = PartitionTaskTimes(
+      layer_seconds, sizes, device, recompute, m, sched.splits_backward,
+      device.backward_parallelism, costs.micro_batch_overhead, [p.params for p in profiles],
+      [cost_model.SelectiveShare(p) for p in profiles])
   boundary = max((profiles[b].in_elements * bytes_per_activation / m for b in bounds[1:-1]),
                  default=0.0)  # Transfers between partitions of one device are counted too.
   cores = None if device.cores is None else device.cores / replicas
@@ -241,7 +276,7 @@ def _Prepare(profiles: Sequence[cost_model.LayerProfile], device: device_profile
     all_reduce = 2.0 * (replicas - 1) / replicas * grads / device.link_bandwidth
   config = ranking.Configuration(replicas, k, m, schedule_name, recompute, list(sizes), None, None,
                                  None, device_memory, fits, why, v)
-  return _Candidate(config, costs, sched, boundary / device.link_bandwidth, cores, all_reduce)
+  return _Candidate(config, task_times, sched, boundary / device.link_bandwidth, cores, all_reduce)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -340,20 +375,21 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
   if exact is not None and exact < 1:
     raise ValueError('planner: exact must be None or a positive number of ranks, got %r' %
                      (exact,))
+  costs = _Costs(tuple(profiles), device, memory, bytes_per_param, bytes_per_activation,
+                 None if layer_times is None else tuple(layer_times), float(batch),
+                 micro_batch_overhead)
+  space = _Space(batch, num_devices, tuple(schedules), tuple(recomputes), tuple(micro_batches),
+                 None if pipeline_devices is None else tuple(pipeline_devices),
+                 None if replicas is None else tuple(replicas), tuple(interleaved_stages))
   key = None
   if cache is not None:
-    key = _SearchKey(profiles, batch, num_devices, device, memory, schedules, recomputes,
-                     micro_batches, bytes_per_param, bytes_per_activation, title, layer_times,
-                     pipeline_devices, replicas, micro_batch_overhead, interleaved_stages, exact)
+    key = _SearchKey(costs, space, title, exact)
     configurations = _ConfigurationsFromCache(cache.Get(_SEARCH_KIND, key))
     if configurations is not None:
       progress.Say('search: %d configurations read from the cache (a run with the same inputs '
                    'ranked them)' % len(configurations))
       return ranking.Ranking(title, device, memory, batch, configurations)
-  ranked = _Search(profiles, batch, num_devices, device, memory, schedules, recomputes,
-                   micro_batches, bytes_per_param, bytes_per_activation, title, layer_times,
-                   pipeline_devices, replicas, micro_batch_overhead, interleaved_stages, exact,
-                   progress)
+  ranked = _Search(costs, space, title, exact, progress)
   if cache is not None:
     cache.Put(_SEARCH_KIND, key, [dataclasses.asdict(c) for c in ranked.configurations])
   return ranked
@@ -403,54 +439,52 @@ def _ConfigurationsFromCache(value):
   return [ranking.Configuration(**entry) for entry in value]
 
 
-def _Search(profiles, batch, num_devices, device, memory, schedules, recomputes, micro_batches,
-            bytes_per_param, bytes_per_activation, title, layer_times, pipeline_devices, replicas,
-            micro_batch_overhead, interleaved_stages, exact, progress):
+def _Search(costs: _Costs, space: _Space, title: str, exact: Optional[int],
+            progress: progress_lib.Progress) -> ranking.Ranking:
   """PlanPipeline's search (its arguments checked)."""
+  batch, num_devices, layers = space.batch, space.num_devices, len(costs.profiles)
   shapes = [(s, k, m) for s in _Divisors(batch)
-            if s <= num_devices and (replicas is None or s in replicas)
-            for k in range(1, min(num_devices // s, len(profiles)) + 1)
-            if pipeline_devices is None or k in pipeline_devices
-            for m in micro_batches if m <= batch // s]
+            if s <= num_devices and (space.replicas is None or s in space.replicas)
+            for k in range(1, min(num_devices // s, layers) + 1)
+            if space.pipeline_devices is None or k in space.pipeline_devices
+            for m in space.micro_batches if m <= batch // s]
   tries: List[Tuple[int, int, int, str, int, str]] = []  # (S, K, M, schedule, v, recompute)
   for s, k, m in shapes:
-    for name in schedules:
-      stages = (tuple(interleaved_stages) if name == 'interleaved_1f1b' else
+    for name in space.schedules:
+      stages = (space.interleaved_stages if name == 'interleaved_1f1b' else
                 (schedule_builders.LeastVirtualStages(name),))
       for v in stages:
-        if k * v <= len(profiles):  # Else too few layers.
-          tries.extend((s, k, m, name, v, mode) for mode in recomputes
+        if k * v <= layers:  # Else too few layers.
+          tries.extend((s, k, m, name, v, mode) for mode in space.recomputes
                        if _Runs(name, k, m, v, mode))
   sizing = progress.Phase('splitting and sizing configurations (S x K x M x schedule x '
                           'recompute)', len(tries))
-  replicas_profiles = {}
+  shares = {}
   candidates = []
   for s, k, m, name, v, mode in tries:
-    if s not in replicas_profiles:
-      replicas_profiles[s] = ScaledProfiles(profiles, 1.0 / s)
-    candidates.append(_Prepare(replicas_profiles[s], device, memory, s, k, m, name, mode,
-                               bytes_per_param, bytes_per_activation, layer_times, batch / s,
-                               micro_batch_overhead, v))
+    if s not in shares:
+      shares[s] = costs.Share(s)
+    candidates.append(_Prepare(shares[s], s, k, m, name, mode, v))
     sizing.Step()
   configurations = [c.config for c in candidates]
   fitting = sum(c.fits for c in configurations)
   sizing.End('%d fit the memory' % fitting)
   if not configurations:
     raise ValueError('planner: no configuration to try with %d devices, batch %d and M in %s' %
-                     (num_devices, batch, list(micro_batches)))
+                     (num_devices, batch, list(space.micro_batches)))
   if not fitting:
     least = min(configurations, key=lambda c: c.peak_memory)
     raise ValueError(
         '%s fits no configuration on %d devices of %s: the least memory one needs is %s per '
         'device (%s); give devices of at least that much memory, more devices, or a smaller '
-        'batch' % (title, num_devices, units.FormatBytes(memory),
+        'batch' % (title, num_devices, units.FormatBytes(costs.memory),
                    units.FormatBytes(least.peak_memory), least.Label()))
   _SimulateRanked(candidates, exact, progress)
   for c in configurations:
     if c.simulated:
       c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
   configurations.sort(key=_RankKey)
-  return ranking.Ranking(title, device, memory, batch, configurations)
+  return ranking.Ranking(title, costs.device, costs.memory, batch, configurations)
 
 
 def _Runs(name, k, m, v, recompute):

@@ -322,7 +322,7 @@ class Trace:
     """Whether the trace recorded allocations (it does with FULL_TRACE on CPU and GPU)."""
     return bool(self._allocations)
 
-  def PartitionDevices(self) -> Dict[Tuple[Optional[str], int], str]:
+  def DeviceOfPartition(self) -> Dict[Tuple[Optional[str], int], str]:
     """{(pipeline, partition): the device its ops ran on}; pipeline as in `Op.pipeline`. The
     partition's calls decide where there are any (the partition's functions run there)."""
     devices: Dict[Tuple[Optional[str], int], str] = {}

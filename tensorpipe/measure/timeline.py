@@ -121,7 +121,7 @@ def TraceFigure(trace: profiling.Trace, title: str) -> mpl_figure.Figure:
       (d, collections.defaultdict(list)) for d in trace.devices)
   for op in trace.compute_ops:
     rows[op.device][op.category].append((op.start, op.end))
-  device_of_partition = trace.PartitionDevices()
+  device_of_partition = trace.DeviceOfPartition()
   tasks = []
   for pipeline in trace.PipelineKeys():  # Each pipeline's tasks apart (see Trace.Tasks).
     tasks += [(device_of_partition[(pipeline, k)], kind, k, t, start, end)
