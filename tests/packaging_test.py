@@ -319,7 +319,7 @@ class WheelTest(unittest.TestCase):
     script, as_module = self._Help('tensorpipe-train', 'tensorpipe.trainer.train')
     self.assertEqual(script, as_module)
     code, out = script
-    self.assertEqual(code, 1, out)  # absl's --help ends with status 1.
+    self.assertEqual(code, 0, out)
     for flag in ('--model', '--logdir', '--cpu_devices', '--tensorpipe_plan', '--step_timeout_s'):
       self.assertRegex(out, r'\n  %s: ' % flag)
     self.assertIn('`tensorpipe-train FLAGS` is the same command', out)
@@ -333,7 +333,7 @@ class WheelTest(unittest.TestCase):
     self.assertEqual(script, self._RunInVenv([self.python, '-m', 'tensorpipe.trainer.train',
                                               '--helpfull'], 120))
     code, out = script
-    self.assertEqual(code, 1, out)
+    self.assertEqual(code, 0, out)
     for flag in ('model', 'cpu_devices', 'run_locally', 'worker_split_size', 'helpfull',
                  'logtostderr'):
       self.assertRegex(out, r'\n  (-\S,)?--(\[no\])?%s: ' % flag)
@@ -342,7 +342,7 @@ class WheelTest(unittest.TestCase):
     script, as_module = self._Help('tensorpipe-launch', 'tensorpipe.trainer.launch')
     self.assertEqual(script, as_module)
     code, out = script
-    self.assertEqual(code, 1, out)  # absl's --help ends with status 1.
+    self.assertEqual(code, 0, out)
     for flag in ('--model', '--logdir', '--worker_tasks', '--tasks_per_replica', '--cpu_devices'):
       self.assertRegex(out, r'\n  %s: ' % flag)
     self.assertIn('`tensorpipe-launch FLAGS` is the same command', out)

@@ -3,8 +3,9 @@ that a bad command line ends the command with one line.
 
 Each command defines its flags at module level with absl.flags and runs `Run(main, prog)`, i.e.
 absl.app.run with `FlagsParser` as its flags_parser: `--help` prints the module's docstring and its
-own flags, `--helpfull` every flag (absl's too, and Lingvo's where the command imports Lingvo), and
-an unknown flag, a bad value or a missing required flag prints
+own flags, `--helpfull` every flag (absl's too, and Lingvo's where the command imports Lingvo),
+both with exit status 0 (absl's own is 1: help asked for is no error; see `ParseArgv`), and an
+unknown flag, a bad value or a missing required flag prints
 
   PROG: error: flag --NAME=VALUE: WHAT (see --helpfull)
 
@@ -71,6 +72,21 @@ def WritableDir(path):
   return True
 
 
+def ParseArgv(argv, known_only=False):
+  """flags.FLAGS(argv): the arguments no flag took, program name first.
+
+  absl's help flags (--help, --helpshort, --helpfull, --helpxml) print and then exit with status
+  1; here they exit with 0, so that `COMMAND --help && ...` works. Nothing else in parsing exits
+  (a bad flag raises flags.Error).
+  """
+  try:
+    return flags.FLAGS(list(argv), known_only=known_only)
+  except SystemExit as e:
+    if e.code == 1:
+      sys.exit(0)
+    raise
+
+
 def FlagsParser(prog, args=(), known_only=False):
   """A flags_parser for absl.app.run: parses absl's FLAGS from argv (program name first).
 
@@ -83,7 +99,7 @@ def FlagsParser(prog, args=(), known_only=False):
 
   def Parse(argv):
     try:
-      rest = flags.FLAGS(list(argv), known_only=known_only)
+      rest = ParseArgv(argv, known_only)
     except flags.Error as e:
       Fail(prog, '%s (see --helpfull)' % FirstLine(e))
     if not flags.FLAGS['verbosity'].present:

@@ -97,6 +97,7 @@ import lingvo.compat as tf
 from lingvo.core import py_utils
 
 from tensorpipe.trainer import cluster_task
+from tensorpipe.trainer import command_line
 from tensorpipe.trainer import cpu_devices
 from tensorpipe.trainer import ending
 from tensorpipe.trainer import flags as trainer_flags
@@ -194,7 +195,8 @@ def Run(argv=None):
     return ending.Fail(e)
   app.define_help_flags()  # --help, --helpshort, --helpfull (absl defines them in app.run).
   try:
-    FLAGS(argv)  # Now every flag is defined: an unknown or bad one fails here, in one line.
+    # Now every flag is defined: an unknown or bad one fails here, in one line.
+    command_line.ParseArgv(argv)
   except flags.Error as e:
     return ending.Fail('%s (see --helpfull)' % str(e).strip().splitlines()[0])
   FLAGS.unparse_flags()

@@ -1,5 +1,5 @@
 """tensorpipe.trainer.command_line: a command's flags and positional arguments, parsed by absl with
-one-line errors (exit status 2)."""
+one-line errors (exit status 2), help with status 0."""
 
 import os
 import re
@@ -71,6 +71,14 @@ class CommandLineTest(test_utils.TestCase):
         (['stack', 'models'],
          'takes 1 positional argument, stack|models (got: stack models); see --help')]:
       self.assertEqual(_Run('all', *args), (2, '', 'demo: error: %s\n' % line))
+
+  def testHelpPrintsTheFlagsAndExitsWith0(self):
+    for mode in ('all', 'known'):
+      for flag in ('--help', '--helpshort', '--helpfull'):
+        code, out, err = _Run(mode, flag)
+        self.assertEqual((code, err), (0, ''), (mode, flag))
+        self.assertTrue(out.startswith('Prints its report and --rows.'), out)
+        self.assertRegex(out, r'\n  --rows: Table rows.')
 
   def testPositiveIntsAcceptsCommaSeparatedIntegersOfAtLeast1(self):
     self.assertTrue(command_line.PositiveInts(['1', '2', '16']))
