@@ -168,19 +168,21 @@ def Evaluate(profiles: Sequence[cost_model.LayerProfile], device: device_profile
   none does, the one that needs the least memory, marked as not fitting. A device's memory sums
   its partitions' (see _DeviceMemory).
   """
-  costs = _Costs(tuple(profiles), device, memory, bytes_per_param, bytes_per_activation,
-                 None if layer_times is None else tuple(layer_times), batch, micro_batch_overhead)
-  config = _Prepare(costs, replicas, pipeline_devices, micro_batches, schedule_name, recompute,
-                    virtual_stages).Simulate()
+  workload = _Workload(tuple(profiles), device, memory, bytes_per_param, bytes_per_activation,
+                       None if layer_times is None else tuple(layer_times), batch,
+                       micro_batch_overhead)
+  config = _Prepare(workload, replicas, pipeline_devices, micro_batches, schedule_name,
+                    recompute, virtual_stages).Simulate()
   config.examples_per_second = 0.0  # PlanPipeline's: it knows the global batch.
   return config
 
 
 @dataclasses.dataclass(frozen=True)
-class _Costs:
-  """What prices every configuration of a search: the layers' profiles for `batch` examples, the
-  devices and their memory, the bytes per parameter and activation element, measured layer times
-  (or None: from flops) and what each micro-batch after the first costs (see Evaluate)."""
+class _Workload:
+  """What every configuration of a search runs, and on what: the layers' profiles for `batch`
+  examples, the devices and their memory, the bytes per parameter and activation element, measured
+  layer times (or None: from flops) and what each micro-batch after the first costs (see
+  Evaluate)."""
   profiles: Tuple[cost_model.LayerProfile, ...]
   device: device_profiles.DeviceProfile
   memory: float
@@ -190,8 +192,8 @@ class _Costs:
   batch: Optional[float]
   micro_batch_overhead: float
 
-  def Share(self, replicas: int) -> '_Costs':
-    """The costs of one of `replicas` replicas: its share of the batch."""
+  def Share(self, replicas: int) -> '_Workload':
+    """The workload of one of `replicas` replicas: its share of the batch."""
     if replicas == 1:
       return self
     return dataclasses.replace(
@@ -234,20 +236,21 @@ class _Candidate:
     return self.config
 
 
-def _Prepare(costs: _Costs, replicas: int, pipeline_devices: int, micro_batches: int,
+def _Prepare(workload: _Workload, replicas: int, pipeline_devices: int, micro_batches: int,
              schedule_name: str, recompute: str, virtual_stages: int) -> _Candidate:
-  """Evaluate's split, memory and task times: all but the simulation (`costs` are one replica's)."""
+  """Evaluate's split, memory and task times: all but the simulation (`workload` is one
+  replica's)."""
   k, m, v = pipeline_devices, micro_batches, virtual_stages
-  profiles, device, memory = costs.profiles, costs.device, costs.memory
-  bytes_per_activation = costs.bytes_per_activation
+  profiles, device, memory = workload.profiles, workload.device, workload.memory
+  bytes_per_activation = workload.bytes_per_activation
   sched, in_flight, awaiting = _Schedule(schedule_name, k, m, v)
   num_partitions = k * v
 
   def Memory(stashed, waiting):
-    return cost_model.MemoryCost(profiles, m, recompute, costs.bytes_per_param,
+    return cost_model.MemoryCost(profiles, m, recompute, workload.bytes_per_param,
                                  bytes_per_activation, stashed=stashed, waiting=waiting, running=1)
 
-  layer_seconds = LayerSeconds(profiles, device, m, costs.layer_times, costs.batch)
+  layer_seconds = LayerSeconds(profiles, device, m, workload.layer_times, workload.batch)
   times = balancing.LayerCosts([f + b for f, b in layer_seconds], where='planner')
   # The split holds every partition to the most any device of the schedule holds (one fewer
   # awaiting its weight-gradient task, see _DeviceMemory), and to its share of the device: safe
@@ -264,7 +267,7 @@ def _Prepare(costs: _Costs, replicas: int, pipeline_devices: int, micro_batches:
                                           units.FormatBytes(memory))
   task_times = PartitionTaskTimes(
       layer_seconds, sizes, device, recompute, m, sched.splits_backward,
-      device.backward_parallelism, costs.micro_batch_overhead, [p.params for p in profiles],
+      device.backward_parallelism, workload.micro_batch_overhead, [p.params for p in profiles],
       [cost_model.SelectiveShare(p) for p in profiles])
   boundary = max((profiles[b].in_elements * bytes_per_activation / m for b in bounds[1:-1]),
                  default=0.0)  # Transfers between partitions of one device are counted too.
@@ -375,21 +378,21 @@ def PlanPipeline(profiles: Sequence[cost_model.LayerProfile], batch: int, num_de
   if exact is not None and exact < 1:
     raise ValueError('planner: exact must be None or a positive number of ranks, got %r' %
                      (exact,))
-  costs = _Costs(tuple(profiles), device, memory, bytes_per_param, bytes_per_activation,
-                 None if layer_times is None else tuple(layer_times), float(batch),
-                 micro_batch_overhead)
+  workload = _Workload(tuple(profiles), device, memory, bytes_per_param, bytes_per_activation,
+                       None if layer_times is None else tuple(layer_times), float(batch),
+                       micro_batch_overhead)
   space = _Space(batch, num_devices, tuple(schedules), tuple(recomputes), tuple(micro_batches),
                  None if pipeline_devices is None else tuple(pipeline_devices),
                  None if replicas is None else tuple(replicas), tuple(interleaved_stages))
   key = None
   if cache is not None:
-    key = _SearchKey(costs, space, title, exact)
+    key = _SearchKey(workload, space, title, exact)
     configurations = _ConfigurationsFromCache(cache.Get(_SEARCH_KIND, key))
     if configurations is not None:
       progress.Say('search: %d configurations read from the cache (a run with the same inputs '
                    'ranked them)' % len(configurations))
       return ranking.Ranking(title, device, memory, batch, configurations)
-  ranked = _Search(costs, space, title, exact, progress)
+  ranked = _Search(workload, space, title, exact, progress)
   if cache is not None:
     cache.Put(_SEARCH_KIND, key, [dataclasses.asdict(c) for c in ranked.configurations])
   return ranked
@@ -439,10 +442,10 @@ def _ConfigurationsFromCache(value):
   return [ranking.Configuration(**entry) for entry in value]
 
 
-def _Search(costs: _Costs, space: _Space, title: str, exact: Optional[int],
+def _Search(workload: _Workload, space: _Space, title: str, exact: Optional[int],
             progress: progress_lib.Progress) -> ranking.Ranking:
   """PlanPipeline's search (its arguments checked)."""
-  batch, num_devices, layers = space.batch, space.num_devices, len(costs.profiles)
+  batch, num_devices, layers = space.batch, space.num_devices, len(workload.profiles)
   shapes = [(s, k, m) for s in _Divisors(batch)
             if s <= num_devices and (space.replicas is None or s in space.replicas)
             for k in range(1, min(num_devices // s, layers) + 1)
@@ -463,7 +466,7 @@ def _Search(costs: _Costs, space: _Space, title: str, exact: Optional[int],
   candidates = []
   for s, k, m, name, v, mode in tries:
     if s not in shares:
-      shares[s] = costs.Share(s)
+      shares[s] = workload.Share(s)
     candidates.append(_Prepare(shares[s], s, k, m, name, mode, v))
     sizing.Step()
   configurations = [c.config for c in candidates]
@@ -477,14 +480,14 @@ def _Search(costs: _Costs, space: _Space, title: str, exact: Optional[int],
     raise ValueError(
         '%s fits no configuration on %d devices of %s: the least memory one needs is %s per '
         'device (%s); give devices of at least that much memory, more devices, or a smaller '
-        'batch' % (title, num_devices, units.FormatBytes(costs.memory),
+        'batch' % (title, num_devices, units.FormatBytes(workload.memory),
                    units.FormatBytes(least.peak_memory), least.Label()))
   _SimulateRanked(candidates, exact, progress)
   for c in configurations:
     if c.simulated:
       c.examples_per_second = batch / c.step_time if c.step_time else float('inf')
   configurations.sort(key=_RankKey)
-  return ranking.Ranking(title, costs.device, costs.memory, batch, configurations)
+  return ranking.Ranking(title, workload.device, workload.memory, batch, configurations)
 
 
 def _Runs(name, k, m, v, recompute):
