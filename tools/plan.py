@@ -16,8 +16,8 @@ What it builds and measures is cached in --cache_dir for the next run. Progress 
 the table to stdout.
 
 Run time on a 2-core CPU (docs/benchmarks.md, "Run time: tools.plan"): a first run on the paper's
-models (amoebanet.AmoebaNetD18x256K8M32 on 8 devices, mt.T64H16384A32 on 16) 35-39 s on
---device=cpu and 14-19 s on TPUv2-core; --quick 15-26 s; digits.TinyConvPipeline on 4 devices 6 s;
+models (amoebanet.AmoebaNetD18x256K8M32 on 8 devices, mt.T64H16384A32 on 16) 36 s on
+--device=cpu and 15-20 s on TPUv2-core; --quick 15-26 s; digits.TinyConvPipeline on 4 devices 7 s;
 a second run, which reads the cache, about 5 s.
 """
 
