@@ -81,10 +81,10 @@ def _Add(a, b):
   return b if a is None else a if b is None else a + b
 
 
-
 def _Int64s(values: Sequence[Union[int, tf.Tensor]]) -> List[tf.Tensor]:
   """`values` (ints or integer tensors) as int64 tensors."""
   return [tf.constant(v, tf.int64) if isinstance(v, int) else tf.cast(v, tf.int64) for v in values]
+
 
 class PipelineStep:
   """Builds the ops of one call of a TensorPipeLayer's FProp (see the module docstring).
