@@ -48,7 +48,9 @@ class ClusterTask:
 
   def WatchJobFailure(self):
     """From now on, a line another task ends the job with ends this task too (_WatchJobFailure).
-    Started at once: it also ends a task that waits for the workers (WaitForWorkers)."""
+    Started at once: it also ends a task that waits for the workers (WaitForWorkers). The first
+    look at the record is now (ending.RecordedJobFailure)."""
+    self._EndIfRecorded()
     threading.Thread(target=self._WatchJobFailure, daemon=True,
                      name='tensorpipe-job-failure-watch').start()
 

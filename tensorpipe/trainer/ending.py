@@ -22,12 +22,21 @@ ERROR_EXIT_CODE = 2
 STARTED = job_failure.ProcessStart()
 ENDING = threading.Event()  # Set once this process ends the job with a line (EndJob).
 
+_RECORDS = {}  # {--logdir: its job_failure.Records}, each made at the first call below.
+_RECORDS_LOCK = threading.Lock()
+
 
 def RecordedJobFailure():
-  """The line another task of this job ended the job with since this process started (recorded
-  in --logdir by EndJob: a failed check, a stuck step, a task at another task's address), or
-  None."""
-  return job_failure.Recorded(FLAGS.logdir, STARTED) if FLAGS.logdir else None
+  """The line another task of this run of the job ended the job with (recorded in --logdir by
+  EndJob: a failed check, a stuck step, a task at another task's address), or None. The first call
+  is this process's first look at the record (job_failure.Records)."""
+  if not FLAGS.logdir:
+    return None
+  with _RECORDS_LOCK:
+    if FLAGS.logdir not in _RECORDS:
+      _RECORDS[FLAGS.logdir] = job_failure.Records(FLAGS.logdir, STARTED)
+    records = _RECORDS[FLAGS.logdir]
+  return records.Line()
 
 
 def EndJob(line, record):

@@ -6,51 +6,87 @@ inside a step, a step that did not finish within --step_timeout_s, a task at ano
 address. Without it the other tasks would end later with a line that misleads ("task
 trainer_client:0 stopped answering"), or not at all. The task that ends the job writes its line to
 LOGDIR/tensorpipe_job_failure.txt (`Record`), a directory every task of the job shares; the others
-read it every second (`Recorded`) and end with it (tensorpipe.trainer.cluster_task). A record
-written before the reading process started is an earlier run's and counts for nothing: the reader
-passes its own start (`ProcessStart`), not the time it got round to reading, since a task that
-starts slowly may find the record of a failure that happened while it was still starting.
+read it every second (`Records.Line`) and end with it (tensorpipe.trainer.cluster_task).
+
+The same commands started again must not end at once with the line of the run they follow, even
+when a scheduler starts them within a second of that run's end. A task tells its run's record from
+an earlier one's in two ways (`Records`):
+  1. The record as the task first finds it (its file's identity: every Record writes a new file)
+     is an earlier run's if it was written before the process started (`ProcessStart`, to the
+     kernel's clock tick). A record of a failure that happened while the task was still starting
+     counts: the task compares with its start, not with the time it got round to looking.
+  2. Any record written after that first look counts, whatever the clocks of the hosts that share
+     the logdir say.
 """
 
 import os
 import time
-from typing import Optional
+from typing import Optional, Tuple
 
 FILE = 'tensorpipe_job_failure.txt'
-# A record up to this much older than the reader's start still counts (clocks of hosts sharing
-# the logdir may differ a little); ProcessStart itself reads up to a second early.
-_MARGIN_S = 1.0
 
 
 def ProcessStart() -> float:
-  """When this process started, in seconds since the epoch (time.time()'s clock): from Linux's
-  /proc; elsewhere, now."""
+  """When this process started, in seconds since the epoch (time.time()'s clock), to the clock
+  tick (it may read up to 1/SC_CLK_TCK s early): from Linux's /proc; elsewhere, now."""
   try:
     with open('/proc/self/stat', encoding='ascii') as f:
       # Field 22, after the command name in parentheses (which may hold spaces): clock ticks
-      # between the boot and the start of this process.
+      # between the boot and the start of this process, on CLOCK_BOOTTIME.
       ticks = int(f.read().rsplit(')', 1)[1].split()[19])
-    with open('/proc/stat', encoding='ascii') as f:
-      boot = next(int(line.split()[1]) for line in f if line.startswith('btime '))
+    boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
     return boot + ticks / os.sysconf('SC_CLK_TCK')
-  except (OSError, ValueError, IndexError, StopIteration):
+  except (OSError, ValueError, IndexError, AttributeError):
     return time.time()
 
 
 def Record(logdir: str, line: str) -> None:
-  """Writes `line`, the line the job ends with, to `logdir` (raises OSError if it cannot)."""
-  with open(os.path.join(logdir, FILE), 'w', encoding='utf-8') as f:
-    f.write(line + '\n')
-
-
-def Recorded(logdir: str, since: float) -> Optional[str]:
-  """The line recorded in `logdir` by a task that ended the job at or after `since` (the reader's
-  ProcessStart), or None: no record, an earlier run's, or one that cannot be read."""
+  """Writes `line`, the line the job ends with, to `logdir` (raises OSError if it cannot): as a new
+  file that replaces the old one whole, so a reader finds the old record or the new, never part of
+  one."""
   path = os.path.join(logdir, FILE)
+  partial = '%s.%d.partial' % (path, os.getpid())
+  with open(partial, 'w', encoding='utf-8') as f:
+    f.write(line + '\n')
+  os.replace(partial, path)
+
+
+_Identity = Tuple[int, int, int, int]  # (device, inode, mtime in ns, size) of the record's file.
+
+
+def _FileIdentity(path: str) -> Optional[_Identity]:
   try:
-    if os.path.getmtime(path) < since - _MARGIN_S:
-      return None  # An earlier run's.
-    with open(path, encoding='utf-8') as f:
-      return f.read().strip() or None
+    st = os.stat(path)
   except OSError:
     return None
+  return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
+class Records:
+  """The records of `logdir` as one task of a job reads them: the line its own run's tasks record,
+  and not an earlier run's (see the module docstring). Constructing it is the first look.
+
+  Args:
+    logdir: the job's --logdir.
+    since: when this process started (ProcessStart).
+  """
+
+  def __init__(self, logdir: str, since: float):
+    self.logdir = logdir
+    self._path = os.path.join(logdir, FILE)
+    self._since = since
+    self._first = _FileIdentity(self._path)
+
+  def Line(self) -> Optional[str]:
+    """The line recorded by a task of this run, or None: no record, an earlier run's (rule 1 of
+    the module docstring), an empty one, or one that cannot be read."""
+    identity = _FileIdentity(self._path)
+    if identity is None:
+      return None
+    if identity == self._first and identity[2] / 1e9 < self._since:
+      return None  # There at the first look, and written before this process started.
+    try:
+      with open(self._path, encoding='utf-8') as f:
+        return f.read().strip() or None
+    except OSError:
+      return None
