@@ -20,6 +20,7 @@ an earlier one's in two ways (`Records`):
 """
 
 import os
+import socket
 import time
 from typing import Optional, Tuple
 
@@ -45,10 +46,16 @@ def Record(logdir: str, line: str) -> None:
   file that replaces the old one whole, so a reader finds the old record or the new, never part of
   one."""
   path = os.path.join(logdir, FILE)
-  partial = '%s.%d.partial' % (path, os.getpid())
-  with open(partial, 'w', encoding='utf-8') as f:
-    f.write(line + '\n')
-  os.replace(partial, path)
+  # Tasks on several hosts may record at once, with the same pid (e.g. each in a container).
+  partial = '%s.%s.%d.partial' % (path, socket.gethostname(), os.getpid())
+  try:
+    with open(partial, 'w', encoding='utf-8') as f:
+      f.write(line + '\n')
+    os.replace(partial, path)
+  except BaseException:
+    if os.path.exists(partial):
+      os.unlink(partial)
+    raise
 
 
 _Identity = Tuple[int, int, int, int]  # (device, inode, mtime in ns, size) of the record's file.

@@ -51,7 +51,7 @@ Extra flags:
                    seconds.
   --list_models    prints the registered models and exits: each marked tiny (trains on 2 CPU cores
                    in about a minute: the digits demo, 800 steps of digits.TinyConvPipeline and its
-                   evaluation, took 45 s) or paper-scale, with its K and its description. Models a
+                   evaluation, took 44 s) or paper-scale, with its K and its description. Models a
                    user's module registers are listed too when --model names one of them or
                    --params_module=MODULE names the module.
   --tensorpipe_plan=N (with --tensorpipe_plan_device, --tensorpipe_plan_memory,

@@ -76,6 +76,12 @@ class JobFailureTest(unittest.TestCase):
     with self.assertRaises(OSError):
       job_failure.Record(os.path.join(self.logdir, 'no-such-dir'), _LINE)
 
+  def testAFailedRecordLeavesNoPartialFile(self):
+    os.mkdir(self.path)  # The record's name is taken by a directory: the rename fails.
+    with self.assertRaises(OSError):
+      job_failure.Record(self.logdir, _LINE)
+    self.assertEqual(os.listdir(self.logdir), [job_failure.FILE])
+
   def testProcessStartIsWhenTheProcessStarted(self):
     # A child started now, which sleeps 2 s before it asks: its start is the start, not the ask.
     before = time.time()
